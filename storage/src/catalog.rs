@@ -1,0 +1,89 @@
+//! The sled catalog: segment metadata (and later tenant settings and alert rules).
+//!
+//! The catalog is an index, not the source of truth: every segment's footer carries
+//! its metadata, so [`crate::Store::open`] reconciles the catalog with the files and
+//! can rebuild it from scratch if sled cannot open it.
+
+use std::path::Path;
+
+use tracing::warn;
+
+use crate::error::{Result, StorageError};
+use crate::segment::SegmentMeta;
+
+pub struct Catalog {
+    db: sled::Db,
+    segments: sled::Tree,
+}
+
+fn err(e: impl std::fmt::Display) -> StorageError {
+    StorageError::Catalog(e.to_string())
+}
+
+impl Catalog {
+    /// Opens the catalog at `path`. If sled refuses (a damaged catalog), the directory
+    /// is moved aside and an empty catalog is created; the caller then rebuilds it from
+    /// the segment files.
+    pub fn open(path: &Path) -> Result<(Catalog, bool)> {
+        let open = |p: &Path| {
+            sled::Config::new()
+                .path(p)
+                // The catalog is small; keep sled's cache and flush cadence modest.
+                .cache_capacity(16 << 20)
+                .flush_every_ms(Some(1000))
+                .open()
+        };
+        let (db, rebuilt) = match open(path) {
+            Ok(db) => (db, false),
+            Err(e) => {
+                let aside = path.with_extension(format!(
+                    "damaged-{}",
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_secs())
+                ));
+                warn!(error = %e, moved_to = %aside.display(), "catalog cannot be opened; rebuilding it from segment files");
+                std::fs::rename(path, &aside).map_err(|e| StorageError::io(path, e))?;
+                (open(path).map_err(err)?, true)
+            }
+        };
+        let segments = db.open_tree("segments").map_err(err)?;
+        Ok((Catalog { db, segments }, rebuilt))
+    }
+
+    pub fn insert(&self, meta: &SegmentMeta) -> Result<()> {
+        let v = serde_json::to_vec(meta).map_err(err)?;
+        self.segments
+            .insert(meta.id.to_be_bytes(), v)
+            .map_err(err)?;
+        Ok(())
+    }
+
+    pub fn remove(&self, id: u64) -> Result<()> {
+        self.segments.remove(id.to_be_bytes()).map_err(err)?;
+        Ok(())
+    }
+
+    /// Makes every change so far durable.
+    pub fn flush(&self) -> Result<()> {
+        self.db.flush().map_err(err)?;
+        Ok(())
+    }
+
+    /// All segment entries. Undecodable entries are dropped with a warning; the file
+    /// scan at open re-adopts their segments.
+    pub fn segments(&self) -> Result<Vec<SegmentMeta>> {
+        let mut out = Vec::new();
+        for kv in self.segments.iter() {
+            let (k, v) = kv.map_err(err)?;
+            match serde_json::from_slice::<SegmentMeta>(&v) {
+                Ok(m) => out.push(m),
+                Err(e) => {
+                    warn!(key = ?k, error = %e, "dropping undecodable catalog entry");
+                    self.segments.remove(k).map_err(err)?;
+                }
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,98 @@
+//! Store configuration with the defaults the server embeds.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, StorageError};
+
+/// When the WAL is fsynced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FsyncPolicy {
+    /// Every group commit is fsynced before any write in it is acknowledged (default).
+    Always,
+    /// fsync at most every `ms` milliseconds; an acknowledged write can be lost on a
+    /// machine crash (not on a process crash) within that window.
+    Interval { ms: u64 },
+    /// Leave it to the OS. For tests and benchmarks only.
+    Never,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default)]
+pub struct StoreConfig {
+    /// Width of a time partition; one segment never spans two. Default 1 h.
+    pub partition_ms: i64,
+    /// Head aggregation step; timestamps are floored to it. Default 10 s.
+    pub step_ms: i64,
+    /// Head memory budget. Past it the largest partition is flushed; past twice it,
+    /// writes wait for flushes (the write queue then fills and callers see `Busy`).
+    pub head_max_bytes: usize,
+    /// A partition is flushed once its time range ended this long ago and it has
+    /// received no write for the same duration. Default 60 s.
+    pub flush_grace: Duration,
+    pub fsync: FsyncPolicy,
+    /// A WAL file is rotated past this size.
+    pub wal_file_bytes: u64,
+    /// Capacity of the writer queue, in batches.
+    pub write_queue: usize,
+    /// Decoded segments kept in memory for queries.
+    pub segment_cache_bytes: u64,
+    /// Threads scanning segments in one query (0 = number of CPUs).
+    pub query_threads: usize,
+    /// zstd level for segment columns.
+    pub zstd_level: i32,
+    /// Run the background flusher clock (tests turn it off to flush by hand).
+    pub background_flush: bool,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            partition_ms: 3_600_000,
+            step_ms: 10_000,
+            head_max_bytes: 512 << 20,
+            flush_grace: Duration::from_secs(60),
+            fsync: FsyncPolicy::Always,
+            wal_file_bytes: 64 << 20,
+            write_queue: 64,
+            segment_cache_bytes: 1 << 30,
+            query_threads: 0,
+            zstd_level: 3,
+            background_flush: true,
+        }
+    }
+}
+
+impl StoreConfig {
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: &str| Err(StorageError::Invalid(format!("store config: {m}")));
+        if self.step_ms <= 0 {
+            return bad("step_ms must be positive");
+        }
+        if self.partition_ms <= 0 || self.partition_ms % self.step_ms != 0 {
+            return bad("partition_ms must be a positive multiple of step_ms");
+        }
+        if self.partition_ms / self.step_ms > u32::MAX as i64 {
+            return bad("too many steps per partition");
+        }
+        if self.write_queue == 0 {
+            return bad("write_queue must be at least 1");
+        }
+        Ok(())
+    }
+
+    pub fn threads(&self) -> usize {
+        if self.query_threads > 0 {
+            self.query_threads
+        } else {
+            std::thread::available_parallelism().map_or(2, |n| n.get())
+        }
+    }
+
+    /// Start of the partition containing `ts`.
+    pub fn partition_of(&self, ts: i64) -> i64 {
+        ts.div_euclid(self.partition_ms) * self.partition_ms
+    }
+}

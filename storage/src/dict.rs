@@ -1,0 +1,450 @@
+//! Per-segment dictionaries: strings, mappings, functions, locations and the stack tree.
+//!
+//! A stack is stored as a path in a tree of `(parent, location)` nodes; the stack id is
+//! its leaf node. Shared prefixes — the runtime, the RPC layer — are stored once, which
+//! is where most of the space saving over pprof comes from. Nodes are numbered so a
+//! parent always precedes its children; one forward pass over the nodes can therefore
+//! map a whole tree, and one backward pass can push values up to the roots.
+
+use rustc_hash::FxHashMap;
+
+use crate::codec::{put_bytes, put_uvarint, Reader};
+use crate::error::{Result, StorageError};
+
+/// Marks a stack-tree node without a parent (a root frame).
+pub const NO_PARENT: u32 = u32::MAX;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MappingRec {
+    pub file: u32,
+    pub build_id: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FunctionRec {
+    pub name: u32,
+    pub file: u32,
+}
+
+/// One frame. `function` and `mapping` are `None` when unknown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LocationRec {
+    pub function: Option<u32>,
+    pub mapping: Option<u32>,
+    pub address: u64,
+    pub line: u32,
+}
+
+/// The frozen tables. Ids are positions. Every id stored in one table is checked on
+/// decode to be in range of the table it refers to, so readers may index freely.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Dict {
+    pub strings: Vec<String>,
+    pub mappings: Vec<MappingRec>,
+    pub functions: Vec<FunctionRec>,
+    pub locations: Vec<LocationRec>,
+    /// Parent of each stack node, [`NO_PARENT`] for roots. `parents[i] < i` otherwise.
+    pub parents: Vec<u32>,
+    /// Location of each stack node.
+    pub node_locations: Vec<u32>,
+}
+
+impl Dict {
+    pub fn str(&self, id: u32) -> &str {
+        self.strings.get(id as usize).map_or("", |s| s.as_str())
+    }
+
+    pub fn node_count(&self) -> usize {
+        self.parents.len()
+    }
+
+    /// The frames of stack `leaf`, root first.
+    pub fn stack(&self, leaf: u32) -> Vec<u32> {
+        let mut out = Vec::new();
+        let mut n = leaf;
+        while let (Some(&loc), Some(&p)) = (
+            self.node_locations.get(n as usize),
+            self.parents.get(n as usize),
+        ) {
+            out.push(loc);
+            if p == NO_PARENT {
+                break;
+            }
+            n = p;
+        }
+        out.reverse();
+        out
+    }
+
+    /// Rough heap footprint, used for the head's memory bound and cache weights.
+    pub fn approx_bytes(&self) -> usize {
+        self.strings.iter().map(|s| s.len() + 24).sum::<usize>()
+            + self.mappings.len() * 8
+            + self.functions.len() * 8
+            + self.locations.len() * 24
+            + self.parents.len() * 8
+    }
+}
+
+/// A [`Dict`] under construction, with the reverse maps needed to intern.
+#[derive(Default)]
+pub struct DictBuilder {
+    dict: Dict,
+    string_ids: FxHashMap<String, u32>,
+    mapping_ids: FxHashMap<MappingRec, u32>,
+    function_ids: FxHashMap<FunctionRec, u32>,
+    location_ids: FxHashMap<LocationRec, u32>,
+    children: FxHashMap<(u32, u32), u32>,
+    string_bytes: usize,
+}
+
+impl DictBuilder {
+    pub fn new() -> Self {
+        let mut b = DictBuilder::default();
+        // String 0 is the empty string, as in pprof, so "no file" costs nothing.
+        b.intern("");
+        b
+    }
+
+    pub fn dict(&self) -> &Dict {
+        &self.dict
+    }
+
+    pub fn finish(self) -> Dict {
+        self.dict
+    }
+
+    pub fn intern(&mut self, s: &str) -> u32 {
+        if let Some(&id) = self.string_ids.get(s) {
+            return id;
+        }
+        let id = self.dict.strings.len() as u32;
+        self.dict.strings.push(s.to_owned());
+        self.string_ids.insert(s.to_owned(), id);
+        self.string_bytes += s.len();
+        id
+    }
+
+    pub fn mapping(&mut self, file: &str, build_id: &str) -> u32 {
+        let rec = MappingRec {
+            file: self.intern(file),
+            build_id: self.intern(build_id),
+        };
+        *self.mapping_ids.entry(rec).or_insert_with(|| {
+            self.dict.mappings.push(rec);
+            (self.dict.mappings.len() - 1) as u32
+        })
+    }
+
+    pub fn function(&mut self, name: &str, file: &str) -> u32 {
+        let rec = FunctionRec {
+            name: self.intern(name),
+            file: self.intern(file),
+        };
+        *self.function_ids.entry(rec).or_insert_with(|| {
+            self.dict.functions.push(rec);
+            (self.dict.functions.len() - 1) as u32
+        })
+    }
+
+    /// Interns a location whose function/mapping ids already belong to this builder.
+    pub fn location(&mut self, rec: LocationRec) -> u32 {
+        *self.location_ids.entry(rec).or_insert_with(|| {
+            self.dict.locations.push(rec);
+            (self.dict.locations.len() - 1) as u32
+        })
+    }
+
+    /// Interns the child of `parent` at `location` and returns its node id.
+    pub fn child(&mut self, parent: u32, location: u32) -> u32 {
+        *self.children.entry((parent, location)).or_insert_with(|| {
+            self.dict.parents.push(parent);
+            self.dict.node_locations.push(location);
+            (self.dict.parents.len() - 1) as u32
+        })
+    }
+
+    /// Interns a root-first stack of builder location ids; returns the leaf node id.
+    /// An empty stack maps to a single "unknown" frame so its value is not lost.
+    pub fn stack(&mut self, root_first: &[u32]) -> u32 {
+        if root_first.is_empty() {
+            let unknown = self.location(LocationRec {
+                function: None,
+                mapping: None,
+                address: 0,
+                line: 0,
+            });
+            return self.child(NO_PARENT, unknown);
+        }
+        let mut node = NO_PARENT;
+        for &loc in root_first {
+            node = self.child(node, loc);
+        }
+        node
+    }
+
+    /// Heap footprint including the reverse maps (roughly twice the tables).
+    pub fn approx_bytes(&self) -> usize {
+        self.string_bytes * 2
+            + self.dict.strings.len() * 56
+            + self.dict.mappings.len() * 24
+            + self.dict.functions.len() * 24
+            + self.dict.locations.len() * 64
+            + self.dict.parents.len() * 28
+    }
+}
+
+// ---- encoding -------------------------------------------------------------------
+
+fn opt_id(v: Option<u32>) -> u64 {
+    v.map_or(0, |x| u64::from(x) + 1)
+}
+
+pub fn encode_strings(d: &Dict) -> Vec<u8> {
+    let mut out = Vec::new();
+    put_uvarint(&mut out, d.strings.len() as u64);
+    for s in &d.strings {
+        put_bytes(&mut out, s.as_bytes());
+    }
+    out
+}
+
+pub fn encode_mappings(d: &Dict) -> Vec<u8> {
+    let mut out = Vec::new();
+    put_uvarint(&mut out, d.mappings.len() as u64);
+    for m in &d.mappings {
+        put_uvarint(&mut out, m.file.into());
+        put_uvarint(&mut out, m.build_id.into());
+    }
+    out
+}
+
+pub fn encode_functions(d: &Dict) -> Vec<u8> {
+    let mut out = Vec::new();
+    put_uvarint(&mut out, d.functions.len() as u64);
+    for f in &d.functions {
+        put_uvarint(&mut out, f.name.into());
+        put_uvarint(&mut out, f.file.into());
+    }
+    out
+}
+
+pub fn encode_locations(d: &Dict) -> Vec<u8> {
+    let mut out = Vec::new();
+    put_uvarint(&mut out, d.locations.len() as u64);
+    for l in &d.locations {
+        put_uvarint(&mut out, opt_id(l.function));
+        put_uvarint(&mut out, opt_id(l.mapping));
+        put_uvarint(&mut out, l.address);
+        put_uvarint(&mut out, l.line.into());
+    }
+    out
+}
+
+/// Two columns: parent distances (`node - parent`, 0 for roots), then locations.
+pub fn encode_stacks(d: &Dict) -> Vec<u8> {
+    let mut out = Vec::new();
+    put_uvarint(&mut out, d.parents.len() as u64);
+    for (i, &p) in d.parents.iter().enumerate() {
+        let dist = if p == NO_PARENT { 0 } else { i as u64 - u64::from(p) };
+        put_uvarint(&mut out, dist);
+    }
+    for &l in &d.node_locations {
+        put_uvarint(&mut out, l.into());
+    }
+    out
+}
+
+fn check(cond: bool, what: &str) -> Result<()> {
+    if cond {
+        Ok(())
+    } else {
+        Err(StorageError::Corrupt(what.to_string()))
+    }
+}
+
+fn decode_opt_id(v: u64, len: usize, what: &str) -> Result<Option<u32>> {
+    if v == 0 {
+        return Ok(None);
+    }
+    check(v - 1 < len as u64, what)?;
+    Ok(Some((v - 1) as u32))
+}
+
+/// Decodes the five dictionary sections and checks every cross reference.
+pub fn decode(
+    strings: &[u8],
+    mappings: &[u8],
+    functions: &[u8],
+    locations: &[u8],
+    stacks: &[u8],
+) -> Result<Dict> {
+    let mut d = Dict::default();
+
+    let mut r = Reader::new(strings, "strings section");
+    let n = r.count(1)?;
+    d.strings.reserve(n);
+    for _ in 0..n {
+        d.strings.push(r.str()?.to_owned());
+    }
+    let ns = d.strings.len() as u64;
+
+    let mut r = Reader::new(mappings, "mappings section");
+    let n = r.count(2)?;
+    for _ in 0..n {
+        let (file, build_id) = (r.uvarint()?, r.uvarint()?);
+        check(file < ns && build_id < ns, "mapping refers to missing string")?;
+        d.mappings.push(MappingRec {
+            file: file as u32,
+            build_id: build_id as u32,
+        });
+    }
+
+    let mut r = Reader::new(functions, "functions section");
+    let n = r.count(2)?;
+    for _ in 0..n {
+        let (name, file) = (r.uvarint()?, r.uvarint()?);
+        check(name < ns && file < ns, "function refers to missing string")?;
+        d.functions.push(FunctionRec {
+            name: name as u32,
+            file: file as u32,
+        });
+    }
+
+    let mut r = Reader::new(locations, "locations section");
+    let n = r.count(4)?;
+    for _ in 0..n {
+        let function = decode_opt_id(
+            r.uvarint()?,
+            d.functions.len(),
+            "location refers to missing function",
+        )?;
+        let mapping = decode_opt_id(
+            r.uvarint()?,
+            d.mappings.len(),
+            "location refers to missing mapping",
+        )?;
+        let address = r.uvarint()?;
+        let line = r.u32v()?;
+        d.locations.push(LocationRec {
+            function,
+            mapping,
+            address,
+            line,
+        });
+    }
+
+    let mut r = Reader::new(stacks, "stack tree section");
+    let n = r.count(2)?;
+    d.parents.reserve(n);
+    for i in 0..n as u64 {
+        let dist = r.uvarint()?;
+        check(dist <= i, "stack node parent out of order")?;
+        d.parents
+            .push(if dist == 0 { NO_PARENT } else { (i - dist) as u32 });
+    }
+    let nl = d.locations.len() as u64;
+    d.node_locations.reserve(n);
+    for _ in 0..n {
+        let l = r.uvarint()?;
+        check(l < nl, "stack node refers to missing location")?;
+        d.node_locations.push(l as u32);
+    }
+    Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn round_trip(d: &Dict) -> Dict {
+        decode(
+            &encode_strings(d),
+            &encode_mappings(d),
+            &encode_functions(d),
+            &encode_locations(d),
+            &encode_stacks(d),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn shared_prefixes_are_stored_once() {
+        let mut b = DictBuilder::new();
+        let f: Vec<u32> = ["main", "run", "a", "b"]
+            .iter()
+            .map(|n| {
+                let f = b.function(n, "x.rs");
+                b.location(LocationRec {
+                    function: Some(f),
+                    mapping: None,
+                    address: 0,
+                    line: 1,
+                })
+            })
+            .collect();
+        let s1 = b.stack(&[f[0], f[1], f[2]]);
+        let s2 = b.stack(&[f[0], f[1], f[3]]);
+        let s3 = b.stack(&[f[0], f[1], f[2]]);
+        assert_eq!(s1, s3);
+        assert_ne!(s1, s2);
+        assert_eq!(b.dict().node_count(), 4);
+        let d = b.finish();
+        assert_eq!(d.stack(s2), vec![f[0], f[1], f[3]]);
+        assert_eq!(round_trip(&d), d);
+    }
+
+    #[test]
+    fn decode_rejects_dangling_references() {
+        let mut b = DictBuilder::new();
+        let loc = b.location(LocationRec {
+            function: None,
+            mapping: None,
+            address: 7,
+            line: 0,
+        });
+        b.stack(&[loc]);
+        let d = b.finish();
+        let bad_stacks = {
+            let mut out = Vec::new();
+            put_uvarint(&mut out, 1);
+            put_uvarint(&mut out, 0);
+            put_uvarint(&mut out, 5);
+            out
+        };
+        let err = decode(
+            &encode_strings(&d),
+            &encode_mappings(&d),
+            &encode_functions(&d),
+            &encode_locations(&d),
+            &bad_stacks,
+        )
+        .unwrap_err();
+        assert!(err.is_corruption(), "{err}");
+    }
+
+    proptest! {
+        #[test]
+        fn dict_round_trips(stacks in prop::collection::vec(prop::collection::vec(0u8..12, 0..12), 0..40)) {
+            let mut b = DictBuilder::new();
+            let m = b.mapping("/bin/app", "abcd");
+            let mut ids = Vec::new();
+            for s in &stacks {
+                let locs: Vec<u32> = s.iter().map(|&x| {
+                    let f = b.function(&format!("fn{x}"), "f.rs");
+                    b.location(LocationRec { function: Some(f), mapping: Some(m), address: u64::from(x) * 16, line: u32::from(x) })
+                }).collect();
+                ids.push((b.stack(&locs), locs));
+            }
+            let d = b.finish();
+            let back = round_trip(&d);
+            prop_assert_eq!(&back, &d);
+            for (leaf, locs) in ids {
+                if !locs.is_empty() {
+                    prop_assert_eq!(back.stack(leaf), locs);
+                }
+            }
+        }
+    }
+}

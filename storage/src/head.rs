@@ -1,0 +1,281 @@
+//! The in-memory head: fresh samples of one tenant and time partition, aggregated by
+//! `(series, time step, stack)` until the partition is flushed into a segment.
+//!
+//! A head partition owns a dictionary of the same shape as a segment's, so flushing
+//! is a sort and an encode, not a re-interning of every frame.
+
+use std::time::Instant;
+
+use rustc_hash::FxHashMap;
+
+use crate::dict::{Dict, DictBuilder, LocationRec};
+use crate::error::Result;
+use crate::index::LabelIndex;
+use crate::model::{Batch, Labels, TenantId};
+use crate::segment::{Row, SegmentInput, SegmentMeta};
+
+/// Per-series aggregation map: `(step index, stack node) → value`.
+type SeriesSamples = FxHashMap<(u32, u32), i64>;
+
+pub struct HeadPartition {
+    pub tenant: TenantId,
+    pub start_ms: i64,
+    pub partition_ms: i64,
+    pub step_ms: i64,
+    dict: DictBuilder,
+    series_ids: FxHashMap<Labels, u32>,
+    series: Vec<Labels>,
+    index: LabelIndex,
+    samples: Vec<SeriesSamples>,
+    /// First and last WAL sequence numbers applied here.
+    pub min_lsn: u64,
+    pub max_lsn: u64,
+    pub last_write: Instant,
+    rows: usize,
+    label_bytes: usize,
+}
+
+/// Remaps one batch's symbol ids into a head dictionary, each id at most once.
+struct Remap {
+    mappings: Vec<u32>,
+    functions: Vec<u32>,
+    locations: Vec<u32>,
+    stacks: Vec<u32>,
+    path: Vec<u32>,
+}
+
+const UNMAPPED: u32 = u32::MAX;
+
+impl Remap {
+    fn new(b: &Batch) -> Self {
+        Remap {
+            mappings: vec![UNMAPPED; b.symbols.mappings.len()],
+            functions: vec![UNMAPPED; b.symbols.functions.len()],
+            locations: vec![UNMAPPED; b.symbols.locations.len()],
+            stacks: vec![UNMAPPED; b.stacks.len()],
+            path: Vec::new(),
+        }
+    }
+
+    // Callers only pass ids that `Batch::validate` checked, so indexing is in range.
+    fn location(&mut self, d: &mut DictBuilder, b: &Batch, l: u32) -> u32 {
+        let cached = self.locations[l as usize];
+        if cached != UNMAPPED {
+            return cached;
+        }
+        let loc = b.symbols.locations[l as usize];
+        let function = loc.function.map(|f| {
+            let c = &mut self.functions[f as usize];
+            if *c == UNMAPPED {
+                let func = &b.symbols.functions[f as usize];
+                *c = d.function(&func.name, &func.file);
+            }
+            *c
+        });
+        let mapping = loc.mapping.map(|m| {
+            let c = &mut self.mappings[m as usize];
+            if *c == UNMAPPED {
+                let map = &b.symbols.mappings[m as usize];
+                *c = d.mapping(&map.file, &map.build_id);
+            }
+            *c
+        });
+        let id = d.location(LocationRec {
+            function,
+            mapping,
+            address: loc.address,
+            line: loc.line,
+        });
+        self.locations[l as usize] = id;
+        id
+    }
+
+    fn stack(&mut self, d: &mut DictBuilder, b: &Batch, s: u32) -> u32 {
+        let cached = self.stacks[s as usize];
+        if cached != UNMAPPED {
+            return cached;
+        }
+        let mut path = std::mem::take(&mut self.path);
+        path.clear();
+        for &l in b.stacks.get(s).unwrap_or(&[]) {
+            path.push(self.location(d, b, l));
+        }
+        let id = d.stack(&path);
+        self.path = path;
+        self.stacks[s as usize] = id;
+        id
+    }
+}
+
+impl HeadPartition {
+    pub fn new(tenant: TenantId, start_ms: i64, partition_ms: i64, step_ms: i64) -> Self {
+        HeadPartition {
+            tenant,
+            start_ms,
+            partition_ms,
+            step_ms,
+            dict: DictBuilder::new(),
+            series_ids: FxHashMap::default(),
+            series: Vec::new(),
+            index: LabelIndex::default(),
+            samples: Vec::new(),
+            min_lsn: 0,
+            max_lsn: 0,
+            last_write: Instant::now(),
+            rows: 0,
+            label_bytes: 0,
+        }
+    }
+
+    pub fn end_ms(&self) -> i64 {
+        self.start_ms + self.partition_ms
+    }
+
+    fn series_id(&mut self, labels: &Labels) -> u32 {
+        if let Some(&id) = self.series_ids.get(labels) {
+            return id;
+        }
+        let id = self.series.len() as u32;
+        self.index.add_series(id);
+        for (k, v) in labels.iter() {
+            self.index.add(id, k, v);
+            self.label_bytes += 2 * (k.len() + v.len()) + 96;
+        }
+        self.label_bytes += 160;
+        self.series.push(labels.clone());
+        self.series_ids.insert(labels.clone(), id);
+        self.samples.push(FxHashMap::default());
+        id
+    }
+
+    /// Adds the samples of `batch` that fall in this partition. `batch` must have
+    /// passed [`Batch::validate`]. Returns the number of samples applied.
+    pub fn apply(&mut self, lsn: u64, batch: &Batch) -> u64 {
+        let mut remap = Remap::new(batch);
+        let (start, end, step) = (self.start_ms, self.end_ms(), self.step_ms);
+        let mut applied = 0u64;
+        for s in &batch.series {
+            let mut sid = None;
+            for sample in &s.samples {
+                if sample.value == 0 || sample.timestamp_ms < start || sample.timestamp_ms >= end
+                {
+                    continue;
+                }
+                let sid = match sid {
+                    Some(id) => id,
+                    None => {
+                        let id = self.series_id(&s.labels);
+                        sid = Some(id);
+                        id
+                    }
+                };
+                let stack = remap.stack(&mut self.dict, batch, sample.stack);
+                let t = ((sample.timestamp_ms - start) / step) as u32;
+                let slot = self.samples[sid as usize].entry((t, stack)).or_insert_with(|| {
+                    self.rows += 1;
+                    0
+                });
+                *slot = slot.saturating_add(sample.value);
+                applied += 1;
+            }
+        }
+        if applied > 0 {
+            if self.min_lsn == 0 {
+                self.min_lsn = lsn;
+            }
+            self.max_lsn = self.max_lsn.max(lsn);
+            self.last_write = Instant::now();
+        }
+        applied
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows == 0
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Rough heap footprint; the head's memory bound is enforced on this.
+    pub fn approx_bytes(&self) -> usize {
+        // hashbrown entry (12-byte key + 8-byte value) plus control byte and slack.
+        self.dict.approx_bytes() + self.rows * 40 + self.label_bytes
+    }
+
+    /// The data as a segment to be written.
+    pub fn to_segment_input(&self, id: u64, created_ms: i64) -> SegmentInput {
+        SegmentInput {
+            meta: SegmentMeta {
+                id,
+                tenant: self.tenant.clone(),
+                partition_start_ms: self.start_ms,
+                partition_ms: self.partition_ms,
+                step_ms: self.step_ms,
+                min_time_ms: 0,
+                max_time_ms: 0,
+                level: 0,
+                max_lsn: self.max_lsn,
+                series: 0,
+                rows: 0,
+                value_total: 0,
+                created_ms,
+                sources: Vec::new(),
+                file: String::new(),
+                size_bytes: 0,
+                checksum: 0,
+            },
+            dict: self.dict.dict().clone(),
+            series: self
+                .series
+                .iter()
+                .zip(&self.samples)
+                .map(|(l, m)| {
+                    let rows = m
+                        .iter()
+                        .map(|(&(t, stack), &value)| Row { t, stack, value })
+                        .collect();
+                    (l.clone(), rows)
+                })
+                .collect(),
+        }
+    }
+}
+
+impl crate::query::Source for HeadPartition {
+    fn dict(&self) -> &Dict {
+        self.dict.dict()
+    }
+    fn index(&self) -> &LabelIndex {
+        &self.index
+    }
+    fn labels(&self, series: u32) -> Option<&Labels> {
+        self.series.get(series as usize)
+    }
+    fn partition_start(&self) -> i64 {
+        self.start_ms
+    }
+    fn step(&self) -> i64 {
+        self.step_ms
+    }
+    fn for_each_row(&self, series: u32, f: &mut dyn FnMut(u32, u32, i64)) -> Result<()> {
+        if let Some(m) = self.samples.get(series as usize) {
+            for (&(t, stack), &v) in m {
+                f(t, stack, v);
+            }
+        }
+        Ok(())
+    }
+    fn step_totals(&self, series: u32, f: &mut dyn FnMut(u32, i64)) -> Result<()> {
+        let mut totals: FxHashMap<u32, i64> = FxHashMap::default();
+        if let Some(m) = self.samples.get(series as usize) {
+            for (&(t, _), &v) in m {
+                *totals.entry(t).or_default() += v;
+            }
+        }
+        for (t, v) in totals {
+            f(t, v);
+        }
+        Ok(())
+    }
+}

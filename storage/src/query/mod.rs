@@ -1,0 +1,256 @@
+//! Query execution over a snapshot of head partitions and segments.
+//!
+//! Every data source (a head partition or a loaded segment) answers the same small
+//! [`Source`] interface; each query resolves matchers on the source's roaring index,
+//! scans only the selected series' rows, and folds the result into a per-thread
+//! accumulator. Sources are scanned in parallel with crossbeam scoped threads.
+
+pub mod tree;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use roaring::RoaringBitmap;
+
+use crate::dict::Dict;
+use crate::error::Result;
+use crate::index::LabelIndex;
+use crate::model::Labels;
+use crate::segment::LoadedSegment;
+use crate::selector::Selector;
+
+pub use tree::{CallTree, TreeNode};
+
+/// A half-open time range `[start_ms, end_ms)` in milliseconds since the epoch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TimeRange {
+    pub start_ms: i64,
+    pub end_ms: i64,
+}
+
+impl TimeRange {
+    pub fn new(start_ms: i64, end_ms: i64) -> Self {
+        TimeRange { start_ms, end_ms }
+    }
+
+    pub fn all() -> Self {
+        TimeRange {
+            start_ms: i64::MIN,
+            end_ms: i64::MAX,
+        }
+    }
+
+    pub fn overlaps(&self, start: i64, end: i64) -> bool {
+        self.start_ms < end && start < self.end_ms
+    }
+}
+
+/// What queries need from a head partition or a segment.
+pub trait Source {
+    fn dict(&self) -> &Dict;
+    fn index(&self) -> &LabelIndex;
+    fn labels(&self, series: u32) -> Option<&Labels>;
+    fn partition_start(&self) -> i64;
+    fn step(&self) -> i64;
+    /// `f(step index, stack node, value)` for each row of `series`.
+    fn for_each_row(&self, series: u32, f: &mut dyn FnMut(u32, u32, i64)) -> Result<()>;
+    /// `f(step index, total)` for each step of `series` with data.
+    fn step_totals(&self, series: u32, f: &mut dyn FnMut(u32, i64)) -> Result<()>;
+}
+
+impl Source for LoadedSegment {
+    fn dict(&self) -> &Dict {
+        &self.dict
+    }
+    fn index(&self) -> &LabelIndex {
+        &self.index
+    }
+    fn labels(&self, series: u32) -> Option<&Labels> {
+        self.series.get(series as usize)
+    }
+    fn partition_start(&self) -> i64 {
+        self.meta.partition_start_ms
+    }
+    fn step(&self) -> i64 {
+        self.meta.step_ms
+    }
+    fn for_each_row(&self, series: u32, f: &mut dyn FnMut(u32, u32, i64)) -> Result<()> {
+        LoadedSegment::for_each_row(self, series, f)
+    }
+    fn step_totals(&self, series: u32, f: &mut dyn FnMut(u32, i64)) -> Result<()> {
+        for &(t, v) in self.series_totals(series) {
+            f(t, v);
+        }
+        Ok(())
+    }
+}
+
+fn steps(src: &dyn Source, range: TimeRange) -> (u32, u32) {
+    crate::segment::step_range(
+        src.partition_start(),
+        src.step(),
+        range.start_ms,
+        range.end_ms,
+    )
+}
+
+/// Adds the selected samples of `src` to `tree`.
+pub fn merge_into(
+    src: &dyn Source,
+    sel: &Selector,
+    range: TimeRange,
+    tree: &mut CallTree,
+) -> Result<()> {
+    let series = src.index().select(&sel.matchers);
+    if series.is_empty() {
+        return Ok(());
+    }
+    let (lo, hi) = steps(src, range);
+    if lo >= hi {
+        return Ok(());
+    }
+    let mut values = vec![0i64; src.dict().node_count()];
+    for sid in series.iter() {
+        src.for_each_row(sid, &mut |t, stack, v| {
+            if t >= lo && t < hi {
+                if let Some(slot) = values.get_mut(stack as usize) {
+                    *slot = slot.saturating_add(v);
+                }
+            }
+        })?;
+    }
+    tree.add_dict_values(src.dict(), &values);
+    Ok(())
+}
+
+/// Series ids of `src` selected by `sel` that have data in `range`.
+fn selected_with_data(src: &dyn Source, sel: &Selector, range: TimeRange) -> Result<RoaringBitmap> {
+    let mut series = src.index().select(&sel.matchers);
+    let (lo, hi) = steps(src, range);
+    if (lo == 0 && hi == u32::MAX) || series.is_empty() {
+        return Ok(series);
+    }
+    let mut keep = RoaringBitmap::new();
+    for sid in series.iter() {
+        let mut any = false;
+        src.step_totals(sid, &mut |t, _| any |= t >= lo && t < hi)?;
+        if any {
+            keep.insert(sid);
+        }
+    }
+    series &= keep;
+    Ok(series)
+}
+
+/// Label sets of the selected series with data in `range`.
+pub fn series_into(
+    src: &dyn Source,
+    sel: &Selector,
+    range: TimeRange,
+    out: &mut BTreeSet<Labels>,
+) -> Result<()> {
+    for sid in selected_with_data(src, sel, range)?.iter() {
+        if let Some(l) = src.labels(sid) {
+            out.insert(l.clone());
+        }
+    }
+    Ok(())
+}
+
+/// Label names present on the selected series.
+pub fn label_names_into(
+    src: &dyn Source,
+    sel: &Selector,
+    range: TimeRange,
+    out: &mut BTreeSet<String>,
+) -> Result<()> {
+    let series = selected_with_data(src, sel, range)?;
+    out.extend(src.index().names_in(&series));
+    Ok(())
+}
+
+/// Values of `name` present on the selected series.
+pub fn label_values_into(
+    src: &dyn Source,
+    name: &str,
+    sel: &Selector,
+    range: TimeRange,
+    out: &mut BTreeSet<String>,
+) -> Result<()> {
+    let series = selected_with_data(src, sel, range)?;
+    out.extend(src.index().values_in(name, &series));
+    Ok(())
+}
+
+/// Per-series totals per step, from the precomputed totals (no row scan).
+pub fn step_totals_into(
+    src: &dyn Source,
+    sel: &Selector,
+    range: TimeRange,
+    out: &mut BTreeMap<Labels, BTreeMap<i64, i64>>,
+) -> Result<()> {
+    let (lo, hi) = steps(src, range);
+    let (p0, step) = (src.partition_start(), src.step());
+    for sid in src.index().select(&sel.matchers).iter() {
+        let Some(labels) = src.labels(sid) else {
+            continue;
+        };
+        let mut points: Vec<(i64, i64)> = Vec::new();
+        src.step_totals(sid, &mut |t, v| {
+            if t >= lo && t < hi {
+                points.push((p0 + i64::from(t) * step, v));
+            }
+        })?;
+        if points.is_empty() {
+            continue;
+        }
+        let entry = out.entry(labels.clone()).or_default();
+        for (t, v) in points {
+            *entry.entry(t).or_insert(0) += v;
+        }
+    }
+    Ok(())
+}
+
+/// Runs `f` over `items` on up to `threads` scoped threads, each folding into its own
+/// accumulator from `init`; returns the accumulators. The first error wins.
+pub fn par_fold<I: Sync, T: Send>(
+    items: &[I],
+    threads: usize,
+    init: impl Fn() -> T + Sync,
+    f: impl Fn(&mut T, &I) -> Result<()> + Sync,
+) -> Result<Vec<T>> {
+    let threads = threads.clamp(1, items.len().max(1));
+    if threads == 1 {
+        let mut acc = init();
+        for it in items {
+            f(&mut acc, it)?;
+        }
+        return Ok(vec![acc]);
+    }
+    let next = AtomicUsize::new(0);
+    let results: Vec<Result<T>> = crossbeam::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|_| {
+                    let mut acc = init();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(it) = items.get(i) else { break };
+                        f(&mut acc, it)?;
+                    }
+                    Ok(acc)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(crate::StorageError::Corrupt("query worker panicked".into())))
+            })
+            .collect()
+    })
+    .unwrap_or_else(|_| vec![Err(crate::StorageError::Corrupt("query scope panicked".into()))]);
+    results.into_iter().collect()
+}

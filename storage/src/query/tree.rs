@@ -1,0 +1,300 @@
+//! The merged call tree every query output (flame graph, pprof, folded) is rendered
+//! from. Nodes are keyed by `(parent, frame name)`, so the same function reached
+//! through the same path merges across series, segments and the head.
+
+use rustc_hash::FxHashMap;
+
+use crate::dict::{Dict, NO_PARENT};
+
+pub const ROOT: u32 = 0;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TreeNode {
+    pub parent: u32,
+    pub name: u32,
+    pub self_value: i64,
+    pub total: i64,
+}
+
+#[derive(Clone, Debug)]
+pub struct CallTree {
+    names: Vec<String>,
+    name_ids: FxHashMap<String, u32>,
+    nodes: Vec<TreeNode>,
+    children: FxHashMap<(u32, u32), u32>,
+    totals_valid: bool,
+}
+
+impl Default for CallTree {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl PartialEq for CallTree {
+    fn eq(&self, other: &Self) -> bool {
+        self.folded() == other.folded()
+    }
+}
+
+/// Display name of a frame: the function name, or for unsymbolized frames the
+/// binary and address, so they stay distinguishable and can be symbolized later.
+pub fn frame_name(dict: &Dict, loc: u32) -> String {
+    let Some(l) = dict.locations.get(loc as usize) else {
+        return "[unknown]".into();
+    };
+    if let Some(f) = l.function.and_then(|f| dict.functions.get(f as usize)) {
+        let name = dict.str(f.name);
+        if !name.is_empty() {
+            return name.to_string();
+        }
+    }
+    let binary = l
+        .mapping
+        .and_then(|m| dict.mappings.get(m as usize))
+        .map(|m| dict.str(m.file))
+        .map(|f| f.rsplit('/').next().unwrap_or(f))
+        .unwrap_or("");
+    match (binary.is_empty(), l.address) {
+        (true, 0) => "[unknown]".into(),
+        (true, a) => format!("0x{a:x}"),
+        (false, a) => format!("{binary}+0x{a:x}"),
+    }
+}
+
+impl CallTree {
+    pub fn new() -> Self {
+        let mut t = CallTree {
+            names: Vec::new(),
+            name_ids: FxHashMap::default(),
+            nodes: Vec::new(),
+            children: FxHashMap::default(),
+            totals_valid: true,
+        };
+        let root = t.intern("total");
+        t.nodes.push(TreeNode {
+            parent: NO_PARENT,
+            name: root,
+            self_value: 0,
+            total: 0,
+        });
+        t
+    }
+
+    pub fn intern(&mut self, name: &str) -> u32 {
+        if let Some(&id) = self.name_ids.get(name) {
+            return id;
+        }
+        let id = self.names.len() as u32;
+        self.names.push(name.to_string());
+        self.name_ids.insert(name.to_string(), id);
+        id
+    }
+
+    pub fn child(&mut self, parent: u32, name: u32) -> u32 {
+        *self.children.entry((parent, name)).or_insert_with(|| {
+            self.nodes.push(TreeNode {
+                parent,
+                name,
+                self_value: 0,
+                total: 0,
+            });
+            (self.nodes.len() - 1) as u32
+        })
+    }
+
+    pub fn add_self(&mut self, node: u32, v: i64) {
+        if let Some(n) = self.nodes.get_mut(node as usize) {
+            n.self_value = n.self_value.saturating_add(v);
+            self.totals_valid = false;
+        }
+    }
+
+    /// Adds a root-first stack of frame names with `value`.
+    pub fn add_stack<S: AsRef<str>>(&mut self, frames: &[S], value: i64) {
+        let mut node = ROOT;
+        for f in frames {
+            let name = self.intern(f.as_ref());
+            node = self.child(node, name);
+        }
+        self.add_self(node, value);
+    }
+
+    /// Adds per-node self values of a segment or head stack tree.
+    pub fn add_dict_values(&mut self, dict: &Dict, self_values: &[i64]) {
+        let n = dict.node_count().min(self_values.len());
+        // Backward pass: a node is needed if it or a descendant carries a value.
+        let mut needed = vec![false; n];
+        for i in (0..n).rev() {
+            if self_values[i] != 0 {
+                needed[i] = true;
+            }
+            if needed[i] {
+                let p = dict.parents[i];
+                if p != NO_PARENT && (p as usize) < n {
+                    needed[p as usize] = true;
+                }
+            }
+        }
+        // Forward pass: parents precede children, so their tree nodes already exist.
+        let mut mapped = vec![u32::MAX; n];
+        let mut names: Vec<u32> = vec![u32::MAX; dict.locations.len()];
+        for i in 0..n {
+            if !needed[i] {
+                continue;
+            }
+            let p = dict.parents[i];
+            let parent = if p == NO_PARENT {
+                ROOT
+            } else {
+                mapped.get(p as usize).copied().unwrap_or(ROOT)
+            };
+            let loc = dict.node_locations[i] as usize;
+            let name = match names.get(loc) {
+                Some(&id) if id != u32::MAX => id,
+                _ => {
+                    let id = self.intern(&frame_name(dict, loc as u32));
+                    if let Some(slot) = names.get_mut(loc) {
+                        *slot = id;
+                    }
+                    id
+                }
+            };
+            let node = self.child(parent, name);
+            mapped[i] = node;
+            if self_values[i] != 0 {
+                self.add_self(node, self_values[i]);
+            }
+        }
+    }
+
+    /// Merges `other` into `self`.
+    pub fn merge(&mut self, other: &CallTree) {
+        let mut mapped = vec![ROOT; other.nodes.len()];
+        for (i, n) in other.nodes.iter().enumerate().skip(1) {
+            let parent = mapped[n.parent as usize];
+            let name = self.intern(&other.names[n.name as usize]);
+            let node = self.child(parent, name);
+            mapped[i] = node;
+            if n.self_value != 0 {
+                self.add_self(node, n.self_value);
+            }
+        }
+        if other.nodes[0].self_value != 0 {
+            self.add_self(ROOT, other.nodes[0].self_value);
+        }
+    }
+
+    /// Recomputes inclusive totals (children always follow their parent).
+    pub fn finalize(&mut self) {
+        for n in self.nodes.iter_mut() {
+            n.total = n.self_value;
+        }
+        for i in (1..self.nodes.len()).rev() {
+            let (t, p) = (self.nodes[i].total, self.nodes[i].parent as usize);
+            self.nodes[p].total = self.nodes[p].total.saturating_add(t);
+        }
+        self.totals_valid = true;
+    }
+
+    pub fn nodes(&self) -> &[TreeNode] {
+        &self.nodes
+    }
+
+    pub fn name(&self, id: u32) -> &str {
+        self.names.get(id as usize).map_or("", |s| s.as_str())
+    }
+
+    pub fn node_name(&self, node: u32) -> &str {
+        self.nodes
+            .get(node as usize)
+            .map_or("", |n| self.name(n.name))
+    }
+
+    /// Sum of all values.
+    pub fn total(&self) -> i64 {
+        if self.totals_valid {
+            self.nodes[0].total
+        } else {
+            self.nodes.iter().map(|n| n.self_value).sum()
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.iter().all(|n| n.self_value == 0)
+    }
+
+    /// Children of every node, each list sorted by frame name.
+    pub fn children_sorted(&self) -> Vec<Vec<u32>> {
+        let mut out: Vec<Vec<u32>> = vec![Vec::new(); self.nodes.len()];
+        for (i, n) in self.nodes.iter().enumerate().skip(1) {
+            out[n.parent as usize].push(i as u32);
+        }
+        for c in out.iter_mut() {
+            c.sort_by(|a, b| self.node_name(*a).cmp(self.node_name(*b)));
+        }
+        out
+    }
+
+    /// Root-first frame names of `node`.
+    pub fn path(&self, node: u32) -> Vec<&str> {
+        let mut out = Vec::new();
+        let mut n = node;
+        while n != ROOT && (n as usize) < self.nodes.len() {
+            out.push(self.node_name(n));
+            n = self.nodes[n as usize].parent;
+        }
+        out.reverse();
+        out
+    }
+
+    /// Stacks with a self value, as `a;b;c → value`, sorted by stack.
+    pub fn folded(&self) -> std::collections::BTreeMap<String, i64> {
+        let mut out = std::collections::BTreeMap::new();
+        for (i, n) in self.nodes.iter().enumerate() {
+            if n.self_value != 0 {
+                *out.entry(self.path(i as u32).join(";")).or_insert(0) += n.self_value;
+            }
+        }
+        out
+    }
+
+    /// Folded text, one `stack value` line per stack.
+    pub fn to_folded_text(&self) -> String {
+        let mut s = String::new();
+        for (k, v) in self.folded() {
+            s.push_str(&k);
+            s.push(' ');
+            s.push_str(&v.to_string());
+            s.push('\n');
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn totals_and_merge() {
+        let mut a = CallTree::new();
+        a.add_stack(&["main", "work"], 3);
+        a.add_stack(&["main"], 1);
+        let mut b = CallTree::new();
+        b.add_stack(&["main", "work"], 2);
+        b.add_stack(&["main", "idle"], 5);
+        a.merge(&b);
+        a.finalize();
+        assert_eq!(a.total(), 11);
+        let f = a.folded();
+        assert_eq!(f["main;work"], 5);
+        assert_eq!(f["main;idle"], 5);
+        assert_eq!(f["main"], 1);
+        let kids = a.children_sorted();
+        let main = kids[0][0];
+        assert_eq!(a.nodes()[main as usize].total, 11);
+        let names: Vec<&str> = kids[main as usize].iter().map(|&n| a.node_name(n)).collect();
+        assert_eq!(names, vec!["idle", "work"]);
+    }
+}

@@ -1,0 +1,185 @@
+//! Immutable segment files: one tenant, one time partition, checksummed sections.
+//!
+//! The byte layout is specified in `docs/format.md`; this module is its reference
+//! implementation. A segment is written once (to a temporary name, fsynced, renamed)
+//! and never modified; compaction writes new segments instead.
+
+mod reader;
+mod writer;
+
+pub(crate) use reader::step_range;
+pub use reader::{LoadedSegment, SegmentFile};
+pub(crate) use writer::sync_dir;
+pub use writer::encode_segment;
+pub use writer::{write_segment, Row, SegmentInput};
+
+use serde::{Deserialize, Serialize};
+
+use crate::codec::{put_bytes, put_ivarint, put_uvarint, Reader};
+use crate::error::Result;
+use crate::model::TenantId;
+
+/// First 8 bytes of every segment file.
+pub const MAGIC_HEAD: &[u8; 8] = b"PRFDBSEG";
+/// Last 8 bytes of every segment file.
+pub const MAGIC_TAIL: &[u8; 8] = b"PRFDBEND";
+/// Bumped on any incompatible layout change.
+pub const FORMAT_VERSION: u16 = 1;
+/// Fixed-size trailer: footer offset (u64), footer length (u32), footer crc (u32),
+/// version (u16), flags (u16), tail magic (8 bytes).
+pub const TRAILER_LEN: usize = 8 + 4 + 4 + 2 + 2 + 8;
+
+/// Section kinds, in file order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum SectionKind {
+    Strings = 1,
+    Mappings = 2,
+    Functions = 3,
+    Locations = 4,
+    Stacks = 5,
+    Series = 6,
+    LabelIndex = 7,
+    SeriesRows = 8,
+    Times = 9,
+    StackIds = 10,
+    Values = 11,
+    SeriesTotals = 12,
+}
+
+impl SectionKind {
+    pub const ALL: [SectionKind; 12] = [
+        SectionKind::Strings,
+        SectionKind::Mappings,
+        SectionKind::Functions,
+        SectionKind::Locations,
+        SectionKind::Stacks,
+        SectionKind::Series,
+        SectionKind::LabelIndex,
+        SectionKind::SeriesRows,
+        SectionKind::Times,
+        SectionKind::StackIds,
+        SectionKind::Values,
+        SectionKind::SeriesTotals,
+    ];
+
+    pub fn from_u8(v: u8) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| *k as u8 == v)
+    }
+}
+
+/// Section compression codecs.
+pub const CODEC_NONE: u8 = 0;
+pub const CODEC_ZSTD: u8 = 1;
+
+/// What the catalog knows about a segment. The part stored in the file footer is
+/// enough to rebuild it, so the catalog can always be reconstructed from the files.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentMeta {
+    pub id: u64,
+    pub tenant: TenantId,
+    pub partition_start_ms: i64,
+    pub partition_ms: i64,
+    pub step_ms: i64,
+    /// First and last step start present in the data.
+    pub min_time_ms: i64,
+    pub max_time_ms: i64,
+    /// 0 for head flushes; compaction raises it.
+    pub level: u32,
+    /// Highest WAL sequence number whose samples for this tenant and partition are
+    /// contained here; replay skips those records' samples for the partition.
+    pub max_lsn: u64,
+    pub series: u64,
+    pub rows: u64,
+    /// Sum of all values, a cheap cross-check for tools.
+    pub value_total: i64,
+    pub created_ms: i64,
+    /// Segments this one replaces (compaction); they are deleted if still present.
+    pub sources: Vec<u64>,
+    /// Path relative to the data directory. Not stored in the footer.
+    #[serde(default)]
+    pub file: String,
+    /// File size in bytes. Not stored in the footer.
+    #[serde(default)]
+    pub size_bytes: u64,
+    /// CRC-32 of the footer, which covers every section's CRC.
+    #[serde(default)]
+    pub checksum: u32,
+}
+
+impl SegmentMeta {
+    pub fn partition_end_ms(&self) -> i64 {
+        self.partition_start_ms + self.partition_ms
+    }
+
+    /// Whether any data of this segment can fall in `[start, end)`.
+    pub fn overlaps(&self, start: i64, end: i64) -> bool {
+        self.min_time_ms < end && self.max_time_ms + self.step_ms > start
+    }
+
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        put_bytes(out, self.tenant.as_str().as_bytes());
+        put_uvarint(out, self.id);
+        put_ivarint(out, self.partition_start_ms);
+        put_ivarint(out, self.partition_ms);
+        put_ivarint(out, self.step_ms);
+        put_ivarint(out, self.min_time_ms);
+        put_ivarint(out, self.max_time_ms);
+        put_uvarint(out, self.level.into());
+        put_uvarint(out, self.max_lsn);
+        put_uvarint(out, self.series);
+        put_uvarint(out, self.rows);
+        put_ivarint(out, self.value_total);
+        put_ivarint(out, self.created_ms);
+        put_uvarint(out, self.sources.len() as u64);
+        for s in &self.sources {
+            put_uvarint(out, *s);
+        }
+    }
+
+    pub(crate) fn decode(r: &mut Reader<'_>) -> Result<Self> {
+        let tenant = TenantId::new(r.str()?)
+            .map_err(|e| crate::StorageError::Corrupt(format!("segment footer: {e}")))?;
+        let mut m = SegmentMeta {
+            tenant,
+            id: r.uvarint()?,
+            partition_start_ms: r.ivarint()?,
+            partition_ms: r.ivarint()?,
+            step_ms: r.ivarint()?,
+            min_time_ms: r.ivarint()?,
+            max_time_ms: r.ivarint()?,
+            level: r.u32v()?,
+            max_lsn: r.uvarint()?,
+            series: r.uvarint()?,
+            rows: r.uvarint()?,
+            value_total: r.ivarint()?,
+            created_ms: r.ivarint()?,
+            sources: Vec::new(),
+            file: String::new(),
+            size_bytes: 0,
+            checksum: 0,
+        };
+        let n = r.count(1)?;
+        for _ in 0..n {
+            m.sources.push(r.uvarint()?);
+        }
+        if m.step_ms <= 0 || m.partition_ms <= 0 || m.partition_ms % m.step_ms != 0 {
+            return Err(crate::StorageError::Corrupt(
+                "segment footer: invalid step or partition width".into(),
+            ));
+        }
+        Ok(m)
+    }
+}
+
+/// The file name of a segment: `<partition start>-<id as 16 hex digits>.seg`.
+pub fn file_name(partition_start_ms: i64, id: u64) -> String {
+    format!("{partition_start_ms}-{id:016x}.seg")
+}
+
+/// Parses the id out of a segment file name.
+pub fn id_from_file_name(name: &str) -> Option<u64> {
+    let stem = name.strip_suffix(".seg")?;
+    let (_, hex) = stem.rsplit_once('-')?;
+    u64::from_str_radix(hex, 16).ok()
+}

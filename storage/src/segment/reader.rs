@@ -1,0 +1,374 @@
+//! Opening, verifying and decoding segment files. Every byte is treated as untrusted.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+use super::{
+    SectionKind, SegmentMeta, CODEC_NONE, CODEC_ZSTD, FORMAT_VERSION, MAGIC_HEAD, MAGIC_TAIL,
+    TRAILER_LEN,
+};
+use crate::codec::Reader;
+use crate::dict::{self, Dict};
+use crate::error::{IoContext, Result, StorageError};
+use crate::index::LabelIndex;
+use crate::model::Labels;
+
+#[derive(Clone, Copy, Debug)]
+struct SectionEntry {
+    kind: SectionKind,
+    codec: u8,
+    offset: u64,
+    stored_len: u64,
+    raw_len: u64,
+    crc: u32,
+}
+
+/// A segment whose trailer and footer have been read and verified.
+#[derive(Clone, Debug)]
+pub struct SegmentFile {
+    pub path: PathBuf,
+    pub meta: SegmentMeta,
+    sections: Vec<SectionEntry>,
+}
+
+fn corrupt(path: &Path, why: impl std::fmt::Display) -> StorageError {
+    StorageError::Corrupt(format!("{}: {why}", path.display()))
+}
+
+impl SegmentFile {
+    /// Reads the trailer and footer and checks their magic, version and checksum.
+    /// Section checksums are verified by [`SegmentFile::load`] and [`SegmentFile::verify`].
+    pub fn open(path: &Path) -> Result<Self> {
+        let mut f = File::open(path).at(path)?;
+        let size = f.metadata().at(path)?.len();
+        if size < (MAGIC_HEAD.len() + TRAILER_LEN) as u64 {
+            return Err(corrupt(path, "file too short to be a segment"));
+        }
+        let mut head = [0u8; 8];
+        f.read_exact(&mut head).at(path)?;
+        if &head != MAGIC_HEAD {
+            return Err(corrupt(path, "bad head magic"));
+        }
+        let mut trailer = [0u8; TRAILER_LEN];
+        f.seek(SeekFrom::Start(size - TRAILER_LEN as u64)).at(path)?;
+        f.read_exact(&mut trailer).at(path)?;
+        let mut t = Reader::new(&trailer, "segment trailer");
+        let footer_offset = t.u64_le()?;
+        let footer_len = u64::from(t.u32_le()?);
+        let footer_crc = t.u32_le()?;
+        let version = t.u16_le()?;
+        let _flags = t.u16_le()?;
+        if t.bytes(8)? != MAGIC_TAIL {
+            return Err(corrupt(path, "bad tail magic (truncated file?)"));
+        }
+        if version != FORMAT_VERSION {
+            return Err(corrupt(
+                path,
+                format!("unsupported format version {version} (this build reads {FORMAT_VERSION})"),
+            ));
+        }
+        if footer_offset < MAGIC_HEAD.len() as u64
+            || footer_offset.checked_add(footer_len) != Some(size - TRAILER_LEN as u64)
+        {
+            return Err(corrupt(path, "footer offset/length do not fit the file"));
+        }
+        let mut footer = vec![0u8; footer_len as usize];
+        f.seek(SeekFrom::Start(footer_offset)).at(path)?;
+        f.read_exact(&mut footer).at(path)?;
+        let computed = crc32fast::hash(&footer);
+        if computed != footer_crc {
+            return Err(StorageError::Checksum {
+                what: format!("{} footer", path.display()),
+                stored: footer_crc,
+                computed,
+            });
+        }
+        let mut r = Reader::new(&footer, "segment footer");
+        let n = r.count(8)?;
+        let mut sections = Vec::with_capacity(n);
+        for _ in 0..n {
+            let kind_byte = r.u8()?;
+            let codec = r.u8()?;
+            let offset = r.uvarint()?;
+            let stored_len = r.uvarint()?;
+            let raw_len = r.uvarint()?;
+            let crc = r.u32_le()?;
+            let Some(kind) = SectionKind::from_u8(kind_byte) else {
+                // Unknown sections are skipped so later versions can add optional ones.
+                continue;
+            };
+            if codec != CODEC_NONE && codec != CODEC_ZSTD {
+                return Err(corrupt(path, format!("unknown codec {codec}")));
+            }
+            if offset < MAGIC_HEAD.len() as u64
+                || offset.checked_add(stored_len).is_none_or(|e| e > footer_offset)
+            {
+                return Err(corrupt(path, format!("section {kind:?} outside the file")));
+            }
+            sections.push(SectionEntry {
+                kind,
+                codec,
+                offset,
+                stored_len,
+                raw_len,
+                crc,
+            });
+        }
+        let mut meta = SegmentMeta::decode(&mut r)?;
+        meta.size_bytes = size;
+        meta.checksum = footer_crc;
+        for k in SectionKind::ALL {
+            if !sections.iter().any(|s| s.kind == k) {
+                return Err(corrupt(path, format!("missing section {k:?}")));
+            }
+        }
+        Ok(SegmentFile {
+            path: path.to_path_buf(),
+            meta,
+            sections,
+        })
+    }
+
+    fn section(&self, file: &[u8], kind: SectionKind) -> Result<Vec<u8>> {
+        let e = self
+            .sections
+            .iter()
+            .find(|s| s.kind == kind)
+            .ok_or_else(|| corrupt(&self.path, format!("missing section {kind:?}")))?;
+        let stored = file
+            .get(e.offset as usize..(e.offset + e.stored_len) as usize)
+            .ok_or_else(|| corrupt(&self.path, format!("section {kind:?} outside the file")))?;
+        let computed = crc32fast::hash(stored);
+        if computed != e.crc {
+            return Err(StorageError::Checksum {
+                what: format!("{} section {kind:?}", self.path.display()),
+                stored: e.crc,
+                computed,
+            });
+        }
+        if e.codec == CODEC_NONE {
+            return Ok(stored.to_vec());
+        }
+        let raw_len = usize::try_from(e.raw_len)
+            .map_err(|_| corrupt(&self.path, "section too large"))?;
+        let raw = zstd::bulk::decompress(stored, raw_len)
+            .map_err(|err| corrupt(&self.path, format!("section {kind:?}: zstd: {err}")))?;
+        if raw.len() != raw_len {
+            return Err(corrupt(
+                &self.path,
+                format!("section {kind:?} decompressed to {} bytes, expected {raw_len}", raw.len()),
+            ));
+        }
+        Ok(raw)
+    }
+
+    fn read_all(&self) -> Result<Vec<u8>> {
+        std::fs::read(&self.path).at(&self.path)
+    }
+
+    /// Checks every section checksum without decoding.
+    pub fn verify(&self) -> Result<()> {
+        let file = self.read_all()?;
+        for k in SectionKind::ALL {
+            self.section(&file, k)?;
+        }
+        Ok(())
+    }
+
+    /// Reads, verifies and decodes the whole segment.
+    pub fn load(&self) -> Result<LoadedSegment> {
+        let file = self.read_all()?;
+        if file.len() as u64 != self.meta.size_bytes {
+            return Err(corrupt(&self.path, "file size changed since it was opened"));
+        }
+        let sec = |k| self.section(&file, k);
+        let dict = dict::decode(
+            &sec(SectionKind::Strings)?,
+            &sec(SectionKind::Mappings)?,
+            &sec(SectionKind::Functions)?,
+            &sec(SectionKind::Locations)?,
+            &sec(SectionKind::Stacks)?,
+        )?;
+
+        let series_raw = sec(SectionKind::Series)?;
+        let mut r = Reader::new(&series_raw, "series section");
+        let n = r.count(1)?;
+        if n as u64 != self.meta.series {
+            return Err(corrupt(&self.path, "series count disagrees with the footer"));
+        }
+        let mut series = Vec::with_capacity(n);
+        for _ in 0..n {
+            let nl = r.count(2)?;
+            let mut pairs = Vec::with_capacity(nl);
+            for _ in 0..nl {
+                let (k, v) = (r.u32v()?, r.u32v()?);
+                let (Some(k), Some(v)) = (dict.strings.get(k as usize), dict.strings.get(v as usize))
+                else {
+                    return Err(corrupt(&self.path, "series label refers to missing string"));
+                };
+                pairs.push((k.clone(), v.clone()));
+            }
+            series.push(Labels::new(pairs));
+        }
+        let index = LabelIndex::decode(&sec(SectionKind::LabelIndex)?, &dict.strings, n as u32)?;
+
+        let times = sec(SectionKind::Times)?;
+        let stacks = sec(SectionKind::StackIds)?;
+        let values = sec(SectionKind::Values)?;
+        let rows_raw = sec(SectionKind::SeriesRows)?;
+        let mut r = Reader::new(&rows_raw, "series rows section");
+        if r.count(4)? != n {
+            return Err(corrupt(&self.path, "series rows count disagrees"));
+        }
+        let mut ranges = Vec::with_capacity(n);
+        let (mut t, mut s, mut v, mut total_rows) = (0usize, 0usize, 0usize, 0u64);
+        for _ in 0..n {
+            let rows = r.uvarint()?;
+            let (tl, sl, vl) = (r.uvarint()?, r.uvarint()?, r.uvarint()?);
+            ranges.push(RowRange {
+                rows,
+                times: t,
+                stacks: s,
+                values: v,
+            });
+            t = t.saturating_add(tl as usize);
+            s = s.saturating_add(sl as usize);
+            v = v.saturating_add(vl as usize);
+            total_rows = total_rows.saturating_add(rows);
+        }
+        if t != times.len() || s != stacks.len() || v != values.len() {
+            return Err(corrupt(&self.path, "row ranges do not cover the columns"));
+        }
+        if total_rows != self.meta.rows {
+            return Err(corrupt(&self.path, "row count disagrees with the footer"));
+        }
+
+        let totals_raw = sec(SectionKind::SeriesTotals)?;
+        let mut r = Reader::new(&totals_raw, "series totals section");
+        if r.count(1)? != n {
+            return Err(corrupt(&self.path, "series totals count disagrees"));
+        }
+        let mut totals = Vec::with_capacity(n);
+        for _ in 0..n {
+            let np = r.count(2)?;
+            let mut pts = Vec::with_capacity(np);
+            let mut t = 0u32;
+            for _ in 0..np {
+                t = t
+                    .checked_add(r.u32v()?)
+                    .ok_or_else(|| corrupt(&self.path, "series totals time overflow"))?;
+                pts.push((t, r.ivarint()?));
+            }
+            totals.push(pts);
+        }
+
+        Ok(LoadedSegment {
+            meta: self.meta.clone(),
+            dict,
+            series,
+            index,
+            ranges,
+            times,
+            stacks,
+            values,
+            totals,
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct RowRange {
+    rows: u64,
+    times: usize,
+    stacks: usize,
+    values: usize,
+}
+
+/// A decoded segment, ready to answer queries.
+#[derive(Debug)]
+pub struct LoadedSegment {
+    pub meta: SegmentMeta,
+    pub dict: Dict,
+    /// Labels of each series; the position is the series id.
+    pub series: Vec<Labels>,
+    pub index: LabelIndex,
+    ranges: Vec<RowRange>,
+    times: Vec<u8>,
+    stacks: Vec<u8>,
+    values: Vec<u8>,
+    /// Per series: `(step index, total)` for every step with data.
+    totals: Vec<Vec<(u32, i64)>>,
+}
+
+impl LoadedSegment {
+    /// Calls `f(step_index, stack_node, value)` for each row of `series`, in
+    /// `(time, stack)` order.
+    pub fn for_each_row(&self, series: u32, mut f: impl FnMut(u32, u32, i64)) -> Result<()> {
+        let Some(range) = self.ranges.get(series as usize) else {
+            return Err(StorageError::Invalid(format!("no series {series} in segment")));
+        };
+        let mut tr = Reader::new(&self.times, "times column");
+        let mut sr = Reader::new(&self.stacks, "stack ids column");
+        let mut vr = Reader::new(&self.values, "values column");
+        tr.seek(range.times)?;
+        sr.seek(range.stacks)?;
+        vr.seek(range.values)?;
+        let nodes = self.dict.node_count() as u64;
+        let (mut t, mut stack) = (0u64, 0u64);
+        for i in 0..range.rows {
+            let dt = tr.uvarint()?;
+            let ds = sr.uvarint()?;
+            let v = vr.ivarint()?;
+            let same_step = i > 0 && dt == 0;
+            t += dt;
+            stack = if same_step { stack + ds } else { ds };
+            if stack >= nodes || t > u64::from(u32::MAX) {
+                return Err(StorageError::Corrupt(format!(
+                    "segment {}: row refers to stack node {stack} of {nodes}",
+                    self.meta.id
+                )));
+            }
+            f(t as u32, stack as u32, v);
+        }
+        Ok(())
+    }
+
+    /// Per-step totals of `series` (precomputed at write time).
+    pub fn series_totals(&self, series: u32) -> &[(u32, i64)] {
+        self.totals.get(series as usize).map_or(&[], |v| v.as_slice())
+    }
+
+    /// Timestamp of a step index.
+    pub fn time_of(&self, t: u32) -> i64 {
+        self.meta.partition_start_ms + i64::from(t) * self.meta.step_ms
+    }
+
+    /// Range of step indices `[lo, hi)` whose step start lies in `[start, end)`.
+    pub fn step_range(&self, start: i64, end: i64) -> (u32, u32) {
+        step_range(self.meta.partition_start_ms, self.meta.step_ms, start, end)
+    }
+
+    pub fn approx_bytes(&self) -> usize {
+        self.dict.approx_bytes()
+            + self.index.approx_bytes()
+            + self.times.len()
+            + self.stacks.len()
+            + self.values.len()
+            + self.series.iter().map(|l| 48 + l.len() * 64).sum::<usize>()
+            + self.totals.iter().map(|t| 24 + t.len() * 16).sum::<usize>()
+    }
+}
+
+/// Step indices `[lo, hi)` of a partition whose step start lies in `[start, end)`.
+pub(crate) fn step_range(partition_start: i64, step: i64, start: i64, end: i64) -> (u32, u32) {
+    let clamp = |x: i64| x.clamp(0, i64::from(u32::MAX)) as u32;
+    // ceil((start - p) / step) and ceil((end - p) / step)
+    let rel = |x: i64| {
+        x.saturating_sub(partition_start)
+            .saturating_add(step - 1)
+            .div_euclid(step)
+    };
+    let (lo, hi) = (rel(start), rel(end));
+    (clamp(lo), clamp(hi))
+}

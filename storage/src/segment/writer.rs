@@ -1,0 +1,252 @@
+//! Encoding a segment and writing it durably.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::Path;
+
+use rustc_hash::FxHashMap;
+
+use super::{
+    file_name, SectionKind, SegmentMeta, CODEC_ZSTD, FORMAT_VERSION, MAGIC_HEAD, MAGIC_TAIL,
+};
+use crate::codec::{put_ivarint, put_uvarint};
+use crate::dict::{self, Dict};
+use crate::error::{IoContext, Result, StorageError};
+use crate::index::LabelIndex;
+use crate::model::Labels;
+
+/// One aggregated sample: at step index `t` (relative to the partition start) the
+/// stack-tree node `stack` accumulated `value`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Row {
+    pub t: u32,
+    pub stack: u32,
+    pub value: i64,
+}
+
+/// Everything a segment is made of. Series and rows may come in any order and rows
+/// may repeat a `(t, stack)` pair; the writer sorts, sums and drops zeros.
+pub struct SegmentInput {
+    /// Identity and provenance; the writer fills counts, times and totals.
+    pub meta: SegmentMeta,
+    pub dict: Dict,
+    pub series: Vec<(Labels, Vec<Row>)>,
+}
+
+/// Encodes `input` into the bytes of a segment file and the completed metadata.
+pub fn encode_segment(input: SegmentInput, zstd_level: i32) -> Result<(Vec<u8>, SegmentMeta)> {
+    let SegmentInput {
+        mut meta,
+        mut dict,
+        mut series,
+    } = input;
+    let nodes = dict.node_count() as u32;
+
+    for (_, rows) in series.iter_mut() {
+        rows.sort_unstable_by_key(|r| (r.t, r.stack));
+        rows.dedup_by(|b, a| {
+            if a.t == b.t && a.stack == b.stack {
+                a.value += b.value;
+                true
+            } else {
+                false
+            }
+        });
+        rows.retain(|r| r.value != 0);
+        if let Some(bad) = rows.iter().find(|r| r.stack >= nodes) {
+            return Err(StorageError::Invalid(format!(
+                "segment row refers to stack node {} of {nodes}",
+                bad.stack
+            )));
+        }
+    }
+    series.retain(|(_, rows)| !rows.is_empty());
+    series.sort_by(|a, b| a.0.cmp(&b.0));
+    // Two inputs with the same labels (possible after compaction) become one series.
+    let mut merged: Vec<(Labels, Vec<Row>)> = Vec::with_capacity(series.len());
+    for (labels, rows) in series {
+        match merged.last_mut() {
+            Some((l, r)) if *l == labels => {
+                r.extend(rows);
+                r.sort_unstable_by_key(|x| (x.t, x.stack));
+                r.dedup_by(|b, a| {
+                    if a.t == b.t && a.stack == b.stack {
+                        a.value += b.value;
+                        true
+                    } else {
+                        false
+                    }
+                });
+                r.retain(|x| x.value != 0);
+            }
+            _ => merged.push((labels, rows)),
+        }
+    }
+    let series = merged;
+
+    // Label strings share the dictionary's string table.
+    let mut sids: FxHashMap<String, u32> = dict
+        .strings
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.clone(), i as u32))
+        .collect();
+    let mut sid = |s: &str, strings: &mut Vec<String>| -> u32 {
+        if let Some(&id) = sids.get(s) {
+            return id;
+        }
+        let id = strings.len() as u32;
+        strings.push(s.to_owned());
+        sids.insert(s.to_owned(), id);
+        id
+    };
+
+    let mut series_sec = Vec::new();
+    let mut index = LabelIndex::default();
+    put_uvarint(&mut series_sec, series.len() as u64);
+    for (i, (labels, _)) in series.iter().enumerate() {
+        index.add_series(i as u32);
+        put_uvarint(&mut series_sec, labels.len() as u64);
+        for (k, v) in labels.iter() {
+            put_uvarint(&mut series_sec, sid(k, &mut dict.strings).into());
+            put_uvarint(&mut series_sec, sid(v, &mut dict.strings).into());
+            index.add(i as u32, k, v);
+        }
+    }
+    let index_sec = index.encode(|s| sids.get(s).copied().unwrap_or(0));
+
+    let (mut times, mut stacks, mut values) = (Vec::new(), Vec::new(), Vec::new());
+    let mut rows_sec = Vec::new();
+    let mut totals_sec = Vec::new();
+    put_uvarint(&mut rows_sec, series.len() as u64);
+    put_uvarint(&mut totals_sec, series.len() as u64);
+    let (mut min_t, mut max_t) = (u32::MAX, 0u32);
+    let (mut nrows, mut value_total) = (0u64, 0i64);
+    for (_, rows) in &series {
+        let (t0, s0, v0) = (times.len(), stacks.len(), values.len());
+        let mut prev_t = 0u32;
+        let mut prev_stack = 0u32;
+        let mut step_totals: BTreeMap<u32, i64> = BTreeMap::new();
+        for (i, r) in rows.iter().enumerate() {
+            // Times: delta from the previous row of the series (first row: absolute).
+            put_uvarint(&mut times, u64::from(r.t - if i == 0 { 0 } else { prev_t }));
+            // Stacks: delta within a step, absolute at the first row of each step.
+            let same_step = i > 0 && r.t == prev_t;
+            put_uvarint(
+                &mut stacks,
+                u64::from(if same_step {
+                    r.stack - prev_stack
+                } else {
+                    r.stack
+                }),
+            );
+            put_ivarint(&mut values, r.value);
+            prev_t = r.t;
+            prev_stack = r.stack;
+            *step_totals.entry(r.t).or_default() += r.value;
+            min_t = min_t.min(r.t);
+            max_t = max_t.max(r.t);
+            value_total = value_total.wrapping_add(r.value);
+        }
+        nrows += rows.len() as u64;
+        put_uvarint(&mut rows_sec, rows.len() as u64);
+        put_uvarint(&mut rows_sec, (times.len() - t0) as u64);
+        put_uvarint(&mut rows_sec, (stacks.len() - s0) as u64);
+        put_uvarint(&mut rows_sec, (values.len() - v0) as u64);
+        put_uvarint(&mut totals_sec, step_totals.len() as u64);
+        let mut prev = 0u32;
+        for (t, total) in step_totals {
+            put_uvarint(&mut totals_sec, u64::from(t - prev));
+            put_ivarint(&mut totals_sec, total);
+            prev = t;
+        }
+    }
+    if series.is_empty() {
+        min_t = 0;
+    }
+
+    meta.series = series.len() as u64;
+    meta.rows = nrows;
+    meta.value_total = value_total;
+    meta.min_time_ms = meta.partition_start_ms + i64::from(min_t) * meta.step_ms;
+    meta.max_time_ms = meta.partition_start_ms + i64::from(max_t) * meta.step_ms;
+
+    let raw_sections: [(SectionKind, Vec<u8>); 12] = [
+        (SectionKind::Strings, dict::encode_strings(&dict)),
+        (SectionKind::Mappings, dict::encode_mappings(&dict)),
+        (SectionKind::Functions, dict::encode_functions(&dict)),
+        (SectionKind::Locations, dict::encode_locations(&dict)),
+        (SectionKind::Stacks, dict::encode_stacks(&dict)),
+        (SectionKind::Series, series_sec),
+        (SectionKind::LabelIndex, index_sec),
+        (SectionKind::SeriesRows, rows_sec),
+        (SectionKind::Times, times),
+        (SectionKind::StackIds, stacks),
+        (SectionKind::Values, values),
+        (SectionKind::SeriesTotals, totals_sec),
+    ];
+
+    let mut file = Vec::with_capacity(1 << 16);
+    file.extend_from_slice(MAGIC_HEAD);
+    let mut table = Vec::new();
+    put_uvarint(&mut table, raw_sections.len() as u64);
+    for (kind, raw) in raw_sections {
+        let stored = zstd::bulk::compress(&raw, zstd_level).map_err(|e| {
+            StorageError::Io {
+                path: "<zstd>".into(),
+                source: e,
+            }
+        })?;
+        let offset = file.len() as u64;
+        file.extend_from_slice(&stored);
+        table.push(kind as u8);
+        table.push(CODEC_ZSTD);
+        put_uvarint(&mut table, offset);
+        put_uvarint(&mut table, stored.len() as u64);
+        put_uvarint(&mut table, raw.len() as u64);
+        table.extend_from_slice(&crc32fast::hash(&stored).to_le_bytes());
+    }
+    let footer_offset = file.len() as u64;
+    let mut footer = table;
+    meta.encode(&mut footer);
+    let footer_crc = crc32fast::hash(&footer);
+    file.extend_from_slice(&footer);
+    file.extend_from_slice(&footer_offset.to_le_bytes());
+    file.extend_from_slice(&(footer.len() as u32).to_le_bytes());
+    file.extend_from_slice(&footer_crc.to_le_bytes());
+    file.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    file.extend_from_slice(&0u16.to_le_bytes());
+    file.extend_from_slice(MAGIC_TAIL);
+
+    meta.size_bytes = file.len() as u64;
+    meta.checksum = footer_crc;
+    Ok((file, meta))
+}
+
+/// Writes a segment under `data_dir/segments/<tenant>/` durably: temporary file,
+/// fsync, rename, fsync of the directory. Returns the metadata with `file` set.
+pub fn write_segment(data_dir: &Path, input: SegmentInput, zstd_level: i32) -> Result<SegmentMeta> {
+    let (bytes, mut meta) = encode_segment(input, zstd_level)?;
+    let rel = Path::new("segments")
+        .join(meta.tenant.as_str())
+        .join(file_name(meta.partition_start_ms, meta.id));
+    let dir = data_dir.join("segments").join(meta.tenant.as_str());
+    fs::create_dir_all(&dir).at(&dir)?;
+    let final_path = data_dir.join(&rel);
+    let tmp = final_path.with_extension("seg.tmp");
+    {
+        let mut f = File::create(&tmp).at(&tmp)?;
+        f.write_all(&bytes).at(&tmp)?;
+        f.sync_all().at(&tmp)?;
+    }
+    fs::rename(&tmp, &final_path).at(&final_path)?;
+    sync_dir(&dir)?;
+    meta.file = rel.to_string_lossy().into_owned();
+    Ok(meta)
+}
+
+/// fsyncs a directory so a rename or unlink in it is durable.
+pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir).and_then(|f| f.sync_all()).at(dir)
+}

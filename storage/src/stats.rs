@@ -1,0 +1,52 @@
+//! Counters the engine keeps for `/metrics`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+macro_rules! counters {
+    ($($name:ident => $help:literal),* $(,)?) => {
+        /// Monotonic counters, updated lock-free on the hot paths.
+        #[derive(Debug, Default)]
+        pub struct StoreStats {
+            $(pub $name: AtomicU64,)*
+        }
+
+        impl StoreStats {
+            /// `(metric name, help, value)` of every counter.
+            pub fn counters(&self) -> Vec<(&'static str, &'static str, u64)> {
+                vec![$((stringify!($name), $help, self.$name.load(Ordering::Relaxed)),)*]
+            }
+        }
+    };
+}
+
+counters! {
+    samples_written => "Samples acknowledged by the write path.",
+    batches_written => "Write batches acknowledged.",
+    writes_rejected_busy => "Writes refused because the writer queue was full.",
+    wal_bytes_written => "Bytes appended to the write-ahead log.",
+    wal_syncs => "fsync calls on the write-ahead log.",
+    wal_replayed_records => "WAL records replayed at open.",
+    wal_truncated_bytes => "Bytes dropped from torn or corrupt WAL tails at open.",
+    segments_flushed => "Segments written from the head.",
+    flush_errors => "Failed segment flushes (retried).",
+    segments_quarantined => "Segments moved to quarantine because they failed verification.",
+    segments_missing => "Catalog entries removed because their file was missing.",
+    segments_adopted => "Segment files found without a catalog entry and adopted.",
+    queries => "Queries executed.",
+    segment_cache_hits => "Segment loads served from the decoded-segment cache.",
+    segment_cache_misses => "Segment loads that read the file.",
+}
+
+pub(crate) fn inc(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+/// Point-in-time gauges.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Gauges {
+    pub head_bytes: u64,
+    pub head_partitions: u64,
+    pub head_rows: u64,
+    pub segments: u64,
+    pub segment_bytes: u64,
+}

@@ -1,0 +1,935 @@
+//! The store: ties the WAL, head, flusher, segments and catalog together.
+//!
+//! Threads: callers encode their batch and hand it to the single **writer** thread
+//! through a bounded channel. The writer group-commits queued batches to the WAL
+//! (one write, one fsync), applies them to the head and only then acknowledges. It
+//! also seals head partitions that are due and passes them to the **flusher**
+//! thread, which writes segments and truncates the WAL. Queries take a snapshot of
+//! the head partitions and segments and scan them on scoped threads.
+//!
+//! Crash safety rests on three rules: a segment is renamed into place only after it
+//! is fsynced; its catalog entry is written only after that; a WAL file is deleted
+//! only when every record in it is below the lowest LSN still held by the head. A
+//! segment records the highest LSN it covers for its partition, so replay never
+//! applies a sample twice.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fs::{self, File, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crossbeam::channel::{self, Receiver, RecvTimeoutError, Sender, TrySendError};
+use parking_lot::{Mutex, RwLock};
+use tracing::{error, info, warn};
+
+use crate::catalog::Catalog;
+use crate::config::{FsyncPolicy, StoreConfig};
+use crate::error::{IoContext, Result, StorageError};
+use crate::head::HeadPartition;
+use crate::model::{Batch, Labels, TenantId, PROFILE_TYPE_LABEL};
+use crate::query::{self, CallTree, Source, TimeRange};
+use crate::segment::{self, LoadedSegment, SegmentFile, SegmentMeta};
+use crate::selector::Selector;
+use crate::stats::{inc, Gauges, StoreStats};
+use crate::wal::Wal;
+
+type PartitionRef = Arc<RwLock<HeadPartition>>;
+
+/// A segment known to the store.
+#[derive(Debug)]
+pub struct SegmentHandle {
+    pub meta: SegmentMeta,
+    file: SegmentFile,
+}
+
+#[derive(Default)]
+struct State {
+    head: BTreeMap<(TenantId, i64), PartitionRef>,
+    /// Sealed partitions being written; still visible to queries.
+    flushing: Vec<PartitionRef>,
+    segments: BTreeMap<u64, Arc<SegmentHandle>>,
+}
+
+enum WriterMsg {
+    Write {
+        batch: Batch,
+        payload: Vec<u8>,
+        reply: Sender<Result<u64>>,
+    },
+    Flush(Sender<Result<()>>),
+    Shutdown,
+}
+
+enum FlushMsg {
+    Job(PartitionRef),
+    Barrier(Sender<Result<()>>),
+}
+
+#[derive(Clone)]
+struct SegmentWeighter;
+
+impl quick_cache::Weighter<u64, Arc<LoadedSegment>> for SegmentWeighter {
+    fn weight(&self, _: &u64, v: &Arc<LoadedSegment>) -> u64 {
+        v.approx_bytes().max(1) as u64
+    }
+}
+
+struct Inner {
+    dir: PathBuf,
+    cfg: StoreConfig,
+    state: RwLock<State>,
+    catalog: Catalog,
+    /// Held by the writer across commit *and* apply, and by the flusher while it
+    /// truncates, so a committed-but-unapplied record can never be truncated away.
+    wal: Mutex<Wal>,
+    next_lsn: AtomicU64,
+    next_segment_id: AtomicU64,
+    cache: quick_cache::sync::Cache<u64, Arc<LoadedSegment>, SegmentWeighter>,
+    stats: StoreStats,
+    closed: AtomicBool,
+    _lock: File,
+}
+
+/// The storage engine. Cheap to share behind an `Arc`; all methods take `&self`.
+pub struct Store {
+    inner: Arc<Inner>,
+    tx: Sender<WriterMsg>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+impl Store {
+    /// Opens (or creates) the store in `dir`: takes the directory lock, reconciles
+    /// the catalog with the segment files, replays the WAL and starts the writer and
+    /// flusher threads.
+    pub fn open(dir: impl AsRef<Path>, cfg: StoreConfig) -> Result<Store> {
+        cfg.validate()?;
+        let dir = dir.as_ref().to_path_buf();
+        fs::create_dir_all(&dir).at(&dir)?;
+        let lock_path = dir.join("LOCK");
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .at(&lock_path)?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => return Err(StorageError::Locked(dir)),
+            Err(std::fs::TryLockError::Error(e)) => return Err(StorageError::io(lock_path, e)),
+        }
+
+        let (catalog, rebuilt) = Catalog::open(&dir.join("catalog"))?;
+        if rebuilt {
+            warn!("catalog rebuilt from segment files");
+        }
+        let stats = StoreStats::default();
+        let segments = reconcile(&dir, &catalog, &stats)?;
+
+        // Highest LSN already in a segment, per tenant and partition.
+        let mut flushed: HashMap<(TenantId, i64), u64> = HashMap::new();
+        let mut max_seg_lsn = 0;
+        let mut max_id = 0;
+        for h in segments.values() {
+            let e = flushed
+                .entry((h.meta.tenant.clone(), h.meta.partition_start_ms))
+                .or_insert(0);
+            *e = (*e).max(h.meta.max_lsn);
+            max_seg_lsn = max_seg_lsn.max(h.meta.max_lsn);
+            max_id = max_id.max(h.meta.id);
+        }
+
+        let state = RwLock::new(State {
+            segments,
+            ..Default::default()
+        });
+        let mut replay_err = 0u64;
+        let (wal, report) = Wal::open(&dir.join("wal"), cfg.wal_file_bytes, |lsn, payload| {
+            match postcard::from_bytes::<Batch>(payload) {
+                Ok(batch) if batch.validate().is_ok() => {
+                    apply_batch(&state, &cfg, lsn, &batch, Some(&flushed));
+                }
+                _ => {
+                    replay_err += 1;
+                    error!(lsn, "undecodable WAL record skipped");
+                }
+            }
+        })?;
+        inc(&stats.wal_replayed_records, report.records);
+        inc(&stats.wal_truncated_bytes, report.truncated_bytes);
+        let cache_items = (cfg.segment_cache_bytes / (1 << 20)).clamp(16, 100_000) as usize;
+        let inner = Inner {
+            dir: dir.clone(),
+            state,
+            catalog,
+            wal: Mutex::new(wal),
+            next_lsn: AtomicU64::new(report.last_lsn.max(max_seg_lsn) + 1),
+            next_segment_id: AtomicU64::new(max_id + 1),
+            cache: quick_cache::sync::Cache::with_weighter(
+                cache_items,
+                cfg.segment_cache_bytes,
+                SegmentWeighter,
+            ),
+            stats,
+            closed: AtomicBool::new(false),
+            cfg,
+            _lock: lock,
+        };
+        info!(
+            dir = %dir.display(),
+            segments = inner.state.read().segments.len(),
+            replayed_records = report.records,
+            skipped_records = replay_err,
+            "store open"
+        );
+
+        let inner = Arc::new(inner);
+        let (tx, rx) = channel::bounded(inner.cfg.write_queue);
+        let (ftx, frx) = channel::unbounded();
+        let w = {
+            let inner = inner.clone();
+            std::thread::Builder::new()
+                .name("profiledb-writer".into())
+                .spawn(move || inner.writer_loop(rx, ftx))
+                .at(&dir)?
+        };
+        let f = {
+            let inner = inner.clone();
+            std::thread::Builder::new()
+                .name("profiledb-flusher".into())
+                .spawn(move || inner.flusher_loop(frx))
+                .at(&dir)?
+        };
+        Ok(Store {
+            inner,
+            tx,
+            threads: Mutex::new(vec![w, f]),
+        })
+    }
+
+    pub fn config(&self) -> &StoreConfig {
+        &self.inner.cfg
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    fn prepare(&self, batch: Batch) -> Result<(WriterMsg, Receiver<Result<u64>>)> {
+        if self.inner.closed.load(Ordering::SeqCst) {
+            return Err(StorageError::Closed);
+        }
+        batch.validate().map_err(StorageError::Invalid)?;
+        let payload = postcard::to_allocvec(&batch)
+            .map_err(|e| StorageError::Invalid(format!("batch cannot be encoded: {e}")))?;
+        let (reply, rx) = channel::bounded(1);
+        Ok((
+            WriterMsg::Write {
+                batch,
+                payload,
+                reply,
+            },
+            rx,
+        ))
+    }
+
+    /// Writes a batch and returns its WAL sequence number once it is durable (per the
+    /// fsync policy) and visible to queries. Blocks while the writer queue is full.
+    pub fn write(&self, batch: Batch) -> Result<u64> {
+        let (msg, rx) = self.prepare(batch)?;
+        self.tx.send(msg).map_err(|_| StorageError::Closed)?;
+        rx.recv().map_err(|_| StorageError::Closed)?
+    }
+
+    /// Like [`Store::write`] but fails with [`StorageError::Busy`] instead of waiting
+    /// when the writer queue is full, so a server can answer 429.
+    pub fn try_write(&self, batch: Batch) -> Result<u64> {
+        let (msg, rx) = self.prepare(batch)?;
+        match self.tx.try_send(msg) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => {
+                inc(&self.inner.stats.writes_rejected_busy, 1);
+                return Err(StorageError::Busy);
+            }
+            Err(TrySendError::Disconnected(_)) => return Err(StorageError::Closed),
+        }
+        rx.recv().map_err(|_| StorageError::Closed)?
+    }
+
+    /// Flushes every head partition into segments and truncates the WAL.
+    pub fn flush(&self) -> Result<()> {
+        let (reply, rx) = channel::bounded(1);
+        self.tx
+            .send(WriterMsg::Flush(reply))
+            .map_err(|_| StorageError::Closed)?;
+        rx.recv().map_err(|_| StorageError::Closed)?
+    }
+
+    /// Flushes the head and stops the background threads. Writes after this fail
+    /// with [`StorageError::Closed`]. Called by `Drop` too.
+    pub fn shutdown(&self) -> Result<()> {
+        let threads: Vec<_> = std::mem::take(&mut *self.threads.lock());
+        if threads.is_empty() {
+            return Ok(());
+        }
+        let flushed = self.flush();
+        self.inner.closed.store(true, Ordering::SeqCst);
+        let _ = self.tx.send(WriterMsg::Shutdown);
+        for t in threads {
+            let _ = t.join();
+        }
+        self.inner.catalog.flush()?;
+        flushed
+    }
+
+    pub fn stats(&self) -> &StoreStats {
+        &self.inner.stats
+    }
+
+    pub fn gauges(&self) -> Gauges {
+        let st = self.inner.state.read();
+        let mut g = Gauges {
+            segments: st.segments.len() as u64,
+            segment_bytes: st.segments.values().map(|h| h.meta.size_bytes).sum(),
+            ..Default::default()
+        };
+        for p in st.head.values().chain(st.flushing.iter()) {
+            let p = p.read();
+            g.head_partitions += 1;
+            g.head_bytes += p.approx_bytes() as u64;
+            g.head_rows += p.rows() as u64;
+        }
+        g
+    }
+
+    /// Metadata of every live segment, ordered by id.
+    pub fn segments(&self) -> Vec<SegmentMeta> {
+        self.inner
+            .state
+            .read()
+            .segments
+            .values()
+            .map(|h| h.meta.clone())
+            .collect()
+    }
+
+    /// Checks every section checksum of every segment; corrupt ones are quarantined.
+    /// Returns the ids quarantined.
+    pub fn verify_segments(&self) -> Vec<u64> {
+        let handles: Vec<_> = self.inner.state.read().segments.values().cloned().collect();
+        let mut bad = Vec::new();
+        for h in handles {
+            if let Err(e) = h.file.verify() {
+                self.inner.quarantine(&h, &e);
+                bad.push(h.meta.id);
+            }
+        }
+        bad
+    }
+
+    // ---- queries ---------------------------------------------------------------
+
+    /// Merges the selected samples of `range` into one call tree.
+    pub fn merge(&self, tenant: &TenantId, sel: &Selector, range: TimeRange) -> Result<CallTree> {
+        let trees = self
+            .inner
+            .run(tenant, range, CallTree::new, |t, src| query::merge_into(src, sel, range, t))?;
+        let mut it = trees.into_iter();
+        let mut tree = it.next().unwrap_or_default();
+        for t in it {
+            tree.merge(&t);
+        }
+        tree.finalize();
+        Ok(tree)
+    }
+
+    /// Label sets of the selected series with data in `range`.
+    pub fn series(&self, tenant: &TenantId, sel: &Selector, range: TimeRange) -> Result<Vec<Labels>> {
+        let sets = self.inner.run(tenant, range, BTreeSet::new, |o, src| {
+            query::series_into(src, sel, range, o)
+        })?;
+        Ok(sets.into_iter().flatten().collect::<BTreeSet<_>>().into_iter().collect())
+    }
+
+    pub fn label_names(&self, tenant: &TenantId, sel: &Selector, range: TimeRange) -> Result<Vec<String>> {
+        let sets = self.inner.run(tenant, range, BTreeSet::new, |o, src| {
+            query::label_names_into(src, sel, range, o)
+        })?;
+        Ok(sets.into_iter().flatten().collect::<BTreeSet<_>>().into_iter().collect())
+    }
+
+    pub fn label_values(
+        &self,
+        tenant: &TenantId,
+        name: &str,
+        sel: &Selector,
+        range: TimeRange,
+    ) -> Result<Vec<String>> {
+        let sets = self.inner.run(tenant, range, BTreeSet::new, |o, src| {
+            query::label_values_into(src, name, sel, range, o)
+        })?;
+        Ok(sets.into_iter().flatten().collect::<BTreeSet<_>>().into_iter().collect())
+    }
+
+    /// Profile type ids with data in `range`.
+    pub fn profile_types(&self, tenant: &TenantId, range: TimeRange) -> Result<Vec<String>> {
+        self.label_values(tenant, PROFILE_TYPE_LABEL, &Selector::default(), range)
+    }
+
+    /// Totals per series per storage step, from the precomputed per-step totals.
+    pub fn series_totals(
+        &self,
+        tenant: &TenantId,
+        sel: &Selector,
+        range: TimeRange,
+    ) -> Result<BTreeMap<Labels, BTreeMap<i64, i64>>> {
+        let maps = self.inner.run(tenant, range, BTreeMap::new, |o, src| {
+            query::step_totals_into(src, sel, range, o)
+        })?;
+        let mut out: BTreeMap<Labels, BTreeMap<i64, i64>> = BTreeMap::new();
+        for m in maps {
+            for (l, pts) in m {
+                let e = out.entry(l).or_default();
+                for (t, v) in pts {
+                    *e.entry(t).or_insert(0) += v;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Tenants with any data.
+    pub fn tenants(&self) -> Vec<TenantId> {
+        let st = self.inner.state.read();
+        let mut set: BTreeSet<TenantId> = st.head.keys().map(|(t, _)| t.clone()).collect();
+        set.extend(st.flushing.iter().map(|p| p.read().tenant.clone()));
+        set.extend(st.segments.values().map(|h| h.meta.tenant.clone()));
+        set.into_iter().collect()
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        if let Err(e) = self.shutdown() {
+            error!(error = %e, "store shutdown failed; the WAL keeps unflushed data");
+        }
+    }
+}
+
+enum Item {
+    Head(PartitionRef),
+    Segment(Arc<SegmentHandle>),
+}
+
+impl Inner {
+    fn now_ms(&self) -> i64 {
+        now_ms()
+    }
+
+    fn apply(&self, lsn: u64, batch: &Batch) -> u64 {
+        apply_batch(&self.state, &self.cfg, lsn, batch, None)
+    }
+
+    fn head_bytes(&self) -> (usize, usize) {
+        let st = self.state.read();
+        let head = st.head.values().map(|p| p.read().approx_bytes()).sum();
+        let flushing = st.flushing.iter().map(|p| p.read().approx_bytes()).sum();
+        (head, flushing)
+    }
+
+    /// Moves due partitions from the head to the flushing list and returns them.
+    fn seal(&self, all: bool) -> Vec<PartitionRef> {
+        let now = self.now_ms();
+        let grace = self.cfg.flush_grace;
+        let grace_ms = grace.as_millis() as i64;
+        let mut st = self.state.write();
+        let mut due: Vec<(TenantId, i64)> = st
+            .head
+            .iter()
+            .filter(|(_, p)| {
+                let p = p.read();
+                all || (self.cfg.background_flush
+                    && now >= p.end_ms().saturating_add(grace_ms)
+                    && p.last_write.elapsed() >= grace)
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        let mut sizes: Vec<((TenantId, i64), usize)> = st
+            .head
+            .iter()
+            .filter(|(k, _)| !due.contains(k))
+            .map(|(k, p)| (k.clone(), p.read().approx_bytes()))
+            .collect();
+        let mut total: usize = sizes.iter().map(|s| s.1).sum();
+        if total > self.cfg.head_max_bytes {
+            // Over budget: flush the largest partitions until back under 3/4 of it.
+            sizes.sort_by_key(|s| std::cmp::Reverse(s.1));
+            for (k, sz) in sizes {
+                if total <= self.cfg.head_max_bytes / 4 * 3 {
+                    break;
+                }
+                total -= sz;
+                due.push(k);
+            }
+        }
+        let mut out = Vec::with_capacity(due.len());
+        for k in due {
+            if let Some(p) = st.head.remove(&k) {
+                st.flushing.push(p.clone());
+                out.push(p);
+            }
+        }
+        out
+    }
+
+    fn writer_loop(self: Arc<Self>, rx: Receiver<WriterMsg>, ftx: Sender<FlushMsg>) {
+        let tick = Duration::from_millis(500);
+        let mut last_sync = Instant::now();
+        let mut unsynced = false;
+        loop {
+            let first = match rx.recv_timeout(tick) {
+                Ok(m) => m,
+                Err(RecvTimeoutError::Timeout) => {
+                    if unsynced {
+                        if let Err(e) = self.wal.lock().sync() {
+                            error!(error = %e, "WAL fsync failed");
+                        }
+                        unsynced = false;
+                    }
+                    for p in self.seal(false) {
+                        let _ = ftx.send(FlushMsg::Job(p));
+                    }
+                    continue;
+                }
+                Err(RecvTimeoutError::Disconnected) => break,
+            };
+            // Back-pressure: while the head and the partitions being flushed exceed
+            // twice the budget, wait for the flusher instead of taking more input.
+            loop {
+                let (h, f) = self.head_bytes();
+                if h + f <= self.cfg.head_max_bytes.saturating_mul(2) || f == 0 {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+
+            let mut group = vec![first];
+            let mut bytes = 0usize;
+            while group.len() < 512 && bytes < (32 << 20) {
+                match rx.try_recv() {
+                    Ok(m) => {
+                        if let WriterMsg::Write { payload, .. } = &m {
+                            bytes += payload.len();
+                        }
+                        group.push(m);
+                    }
+                    Err(_) => break,
+                }
+            }
+
+            let mut writes = Vec::new();
+            let mut flushes = Vec::new();
+            let mut shutdown = false;
+            for m in group {
+                match m {
+                    WriterMsg::Write {
+                        batch,
+                        payload,
+                        reply,
+                    } => writes.push((batch, payload, reply)),
+                    WriterMsg::Flush(r) => flushes.push(r),
+                    WriterMsg::Shutdown => shutdown = true,
+                }
+            }
+            if !writes.is_empty() {
+                let sync = match self.cfg.fsync {
+                    FsyncPolicy::Always => true,
+                    FsyncPolicy::Interval { ms } => last_sync.elapsed() >= Duration::from_millis(ms),
+                    FsyncPolicy::Never => false,
+                };
+                let mut wal = self.wal.lock();
+                let first_lsn = self.next_lsn.load(Ordering::SeqCst);
+                let mut lsn = first_lsn;
+                let mut wal_bytes = 0;
+                for (_, payload, _) in &writes {
+                    wal.append(lsn, payload);
+                    wal_bytes += payload.len() as u64 + 16;
+                    lsn += 1;
+                }
+                match wal.commit(first_lsn, sync) {
+                    Ok(()) => {
+                        self.next_lsn.store(lsn, Ordering::SeqCst);
+                        inc(&self.stats.wal_bytes_written, wal_bytes);
+                        if sync {
+                            inc(&self.stats.wal_syncs, 1);
+                            last_sync = Instant::now();
+                        } else {
+                            unsynced = self.cfg.fsync != FsyncPolicy::Never;
+                        }
+                        for (i, (batch, _, _)) in writes.iter().enumerate() {
+                            self.apply(first_lsn + i as u64, batch);
+                        }
+                        drop(wal);
+                        for (i, (batch, _, reply)) in writes.into_iter().enumerate() {
+                            inc(&self.stats.samples_written, batch.sample_count() as u64);
+                            inc(&self.stats.batches_written, 1);
+                            let _ = reply.send(Ok(first_lsn + i as u64));
+                        }
+                    }
+                    Err(e) => {
+                        // The LSNs were not consumed; a later commit reuses them. The
+                        // file may hold a partial write, which replay drops as a torn
+                        // tail — but a later record could follow it, so rotate.
+                        error!(error = %e, "WAL commit failed; rejecting the group");
+                        drop(wal);
+                        let msg = e.to_string();
+                        for (_, _, reply) in writes {
+                            let _ = reply.send(Err(StorageError::io(
+                                self.dir.join("wal"),
+                                std::io::Error::other(msg.clone()),
+                            )));
+                        }
+                    }
+                }
+            }
+            let sealed = self.seal(!flushes.is_empty() || shutdown);
+            for p in sealed {
+                let _ = ftx.send(FlushMsg::Job(p));
+            }
+            for r in flushes {
+                let _ = ftx.send(FlushMsg::Barrier(r));
+            }
+            if shutdown {
+                break;
+            }
+        }
+        // Dropping `ftx` lets the flusher finish its queue and exit.
+    }
+
+    fn flusher_loop(self: Arc<Self>, rx: Receiver<FlushMsg>) {
+        let mut failed: Option<String> = None;
+        for msg in rx.iter() {
+            match msg {
+                FlushMsg::Barrier(reply) => {
+                    let _ = reply.send(match failed.take() {
+                        None => Ok(()),
+                        Some(e) => Err(StorageError::Io {
+                            path: self.dir.clone(),
+                            source: std::io::Error::other(format!("flush failed: {e}")),
+                        }),
+                    });
+                }
+                FlushMsg::Job(part) => {
+                    let mut attempt = 0;
+                    loop {
+                        match self.flush_partition(&part) {
+                            Ok(()) => break,
+                            Err(e) => {
+                                attempt += 1;
+                                inc(&self.stats.flush_errors, 1);
+                                error!(error = %e, attempt, "segment flush failed; data stays in the WAL");
+                                if attempt >= 3 || self.closed.load(Ordering::SeqCst) {
+                                    failed = Some(e.to_string());
+                                    break;
+                                }
+                                std::thread::sleep(Duration::from_millis(200 * attempt));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn flush_partition(&self, part: &PartitionRef) -> Result<()> {
+        let input = {
+            let p = part.read();
+            if p.is_empty() {
+                None
+            } else {
+                let id = self.next_segment_id.fetch_add(1, Ordering::SeqCst);
+                Some(p.to_segment_input(id, self.now_ms()))
+            }
+        };
+        let handle = match input {
+            Some(input) => {
+                let meta = segment::write_segment(&self.dir, input, self.cfg.zstd_level)?;
+                let file = SegmentFile::open(&self.dir.join(&meta.file))?;
+                self.catalog.insert(&meta)?;
+                self.catalog.flush()?;
+                inc(&self.stats.segments_flushed, 1);
+                Some(Arc::new(SegmentHandle { meta, file }))
+            }
+            None => None,
+        };
+        {
+            let mut st = self.state.write();
+            st.flushing.retain(|p| !Arc::ptr_eq(p, part));
+            if let Some(h) = handle {
+                st.segments.insert(h.meta.id, h);
+            }
+        }
+        self.truncate_wal()
+    }
+
+    fn truncate_wal(&self) -> Result<()> {
+        let mut wal = self.wal.lock();
+        let min_needed = {
+            let st = self.state.read();
+            st.head
+                .values()
+                .chain(st.flushing.iter())
+                .map(|p| p.read().min_lsn)
+                .filter(|&l| l > 0)
+                .min()
+                .unwrap_or_else(|| self.next_lsn.load(Ordering::SeqCst))
+        };
+        wal.truncate_before(min_needed)?;
+        Ok(())
+    }
+
+    fn snapshot(&self, tenant: &TenantId, range: TimeRange) -> Vec<Item> {
+        let st = self.state.read();
+        let mut items = Vec::new();
+        for p in st.head.values().chain(st.flushing.iter()) {
+            let g = p.read();
+            if &g.tenant == tenant && range.overlaps(g.start_ms, g.end_ms()) {
+                items.push(Item::Head(p.clone()));
+            }
+        }
+        for h in st.segments.values() {
+            if &h.meta.tenant == tenant && h.meta.overlaps(range.start_ms, range.end_ms) {
+                items.push(Item::Segment(h.clone()));
+            }
+        }
+        items
+    }
+
+    fn load(&self, h: &SegmentHandle) -> Result<Option<Arc<LoadedSegment>>> {
+        if let Some(s) = self.cache.get(&h.meta.id) {
+            inc(&self.stats.segment_cache_hits, 1);
+            return Ok(Some(s));
+        }
+        inc(&self.stats.segment_cache_misses, 1);
+        match h.file.load() {
+            Ok(seg) => {
+                let seg = Arc::new(seg);
+                self.cache.insert(h.meta.id, seg.clone());
+                Ok(Some(seg))
+            }
+            Err(e) if e.is_corruption() => {
+                self.quarantine(h, &e);
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Takes a damaged segment out of service: out of the live set, the catalog and
+    /// the cache, and its file into `quarantine/` for inspection.
+    fn quarantine(&self, h: &SegmentHandle, why: &StorageError) {
+        let removed = self.state.write().segments.remove(&h.meta.id).is_some();
+        if !removed {
+            return;
+        }
+        self.cache.remove(&h.meta.id);
+        inc(&self.stats.segments_quarantined, 1);
+        error!(segment = h.meta.id, file = %h.file.path.display(), error = %why, "corrupt segment quarantined; its data is no longer served");
+        if let Err(e) = self.catalog.remove(h.meta.id).and_then(|_| self.catalog.flush()) {
+            error!(error = %e, "could not remove quarantined segment from the catalog");
+        }
+        if let Err(e) = move_to_quarantine(&self.dir, &h.file.path) {
+            error!(error = %e, "could not move corrupt segment to quarantine");
+        }
+    }
+
+    fn run<T: Send>(
+        &self,
+        tenant: &TenantId,
+        range: TimeRange,
+        init: impl Fn() -> T + Sync,
+        f: impl Fn(&mut T, &dyn Source) -> Result<()> + Sync,
+    ) -> Result<Vec<T>> {
+        inc(&self.stats.queries, 1);
+        let items = self.snapshot(tenant, range);
+        query::par_fold(&items, self.cfg.threads(), init, |acc, item| match item {
+            Item::Head(p) => f(acc, &*p.read()),
+            Item::Segment(h) => match self.load(h)? {
+                Some(seg) => f(acc, &*seg),
+                None => Ok(()),
+            },
+        })
+    }
+}
+
+/// Applies `batch` to the head. With `skip`, samples of partitions whose
+/// segments already cover `lsn` are left out (replay).
+fn apply_batch(
+state: &RwLock<State>,
+cfg: &StoreConfig,
+lsn: u64,
+batch: &Batch,
+skip: Option<&HashMap<(TenantId, i64), u64>>,
+) -> u64 {
+    let mut parts: Vec<i64> = Vec::new();
+    let mut last = None;
+    for s in &batch.series {
+        for x in &s.samples {
+            if x.value == 0 {
+                continue;
+            }
+            let p = cfg.partition_of(x.timestamp_ms);
+            if last != Some(p) && !parts.contains(&p) {
+                parts.push(p);
+            }
+            last = Some(p);
+        }
+    }
+    let mut applied = 0;
+    for p in parts {
+        let key = (batch.tenant.clone(), p);
+        if skip.and_then(|m| m.get(&key)).is_some_and(|&f| f >= lsn) {
+            continue;
+        }
+        let part = {
+            let found = state.read().head.get(&key).cloned();
+            match found {
+                Some(x) => x,
+                None => state
+                    .write()
+                    .head
+                    .entry(key)
+                    .or_insert_with(|| {
+                        Arc::new(RwLock::new(HeadPartition::new(
+                            batch.tenant.clone(),
+                            p,
+                            cfg.partition_ms,
+                            cfg.step_ms,
+                        )))
+                    })
+                    .clone(),
+            }
+        };
+        applied += part.write().apply(lsn, batch);
+    }
+    applied
+}
+
+
+fn move_to_quarantine(dir: &Path, file: &Path) -> Result<()> {
+    let qdir = dir.join("quarantine");
+    fs::create_dir_all(&qdir).at(&qdir)?;
+    let name = file
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "segment".into());
+    let dest = qdir.join(format!("{}.{name}", now_ms()));
+    fs::rename(file, &dest).at(&dest)?;
+    Ok(())
+}
+
+/// Makes the catalog and the segment files agree, trusting the files.
+fn reconcile(
+    dir: &Path,
+    catalog: &Catalog,
+    stats: &StoreStats,
+) -> Result<BTreeMap<u64, Arc<SegmentHandle>>> {
+    let root = dir.join("segments");
+    fs::create_dir_all(&root).at(&root)?;
+    let mut on_disk: HashMap<u64, PathBuf> = HashMap::new();
+    for tdir in fs::read_dir(&root).at(&root)? {
+        let tdir = tdir.at(&root)?.path();
+        if !tdir.is_dir() {
+            continue;
+        }
+        for f in fs::read_dir(&tdir).at(&tdir)? {
+            let path = f.at(&tdir)?.path();
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            if name.ends_with(".tmp") {
+                info!(file = %path.display(), "removing unfinished segment file");
+                fs::remove_file(&path).at(&path)?;
+            } else if let Some(id) = segment::id_from_file_name(&name) {
+                on_disk.insert(id, path);
+            } else {
+                warn!(file = %path.display(), "ignoring unknown file in the segments directory");
+            }
+        }
+    }
+
+    let relative = |p: &Path| {
+        p.strip_prefix(dir)
+            .unwrap_or(p)
+            .to_string_lossy()
+            .into_owned()
+    };
+    let mut handles: BTreeMap<u64, Arc<SegmentHandle>> = BTreeMap::new();
+    let mut open_file = |id: u64, path: &Path, known: Option<&SegmentMeta>| {
+        match SegmentFile::open(path) {
+            Ok(file) if file.meta.id == id => {
+                let mut meta = file.meta.clone();
+                meta.file = relative(path);
+                if known != Some(&meta) {
+                    if known.is_none() {
+                        inc(&stats.segments_adopted, 1);
+                        warn!(segment = id, file = %path.display(), "segment file had no catalog entry; adopted");
+                    }
+                    catalog.insert(&meta)?;
+                }
+                handles.insert(id, Arc::new(SegmentHandle { meta, file }));
+            }
+            Ok(_) | Err(_) => {
+                let why = SegmentFile::open(path)
+                    .err()
+                    .map_or_else(|| "id in footer disagrees with the file name".to_string(), |e| e.to_string());
+                inc(&stats.segments_quarantined, 1);
+                error!(segment = id, file = %path.display(), error = %why, "segment fails verification at open; quarantined");
+                if known.is_some() {
+                    catalog.remove(id)?;
+                }
+                move_to_quarantine(dir, path)?;
+            }
+        }
+        Ok::<(), StorageError>(())
+    };
+    for meta in catalog.segments()? {
+        match on_disk.remove(&meta.id) {
+            Some(path) => open_file(meta.id, &path, Some(&meta))?,
+            None => {
+                inc(&stats.segments_missing, 1);
+                error!(segment = meta.id, file = %meta.file, "segment listed in the catalog is missing on disk; dropping the entry");
+                catalog.remove(meta.id)?;
+            }
+        }
+    }
+    for (id, path) in on_disk {
+        open_file(id, &path, None)?;
+    }
+
+    // A compaction that crashed after writing its output but before deleting its
+    // inputs leaves both: the output wins.
+    let replaced: BTreeSet<u64> = handles
+        .values()
+        .flat_map(|h| h.meta.sources.iter().copied())
+        .collect();
+    for id in replaced {
+        if let Some(h) = handles.remove(&id) {
+            info!(segment = id, "removing segment replaced by a compacted one");
+            catalog.remove(id)?;
+            fs::remove_file(&h.file.path).at(&h.file.path)?;
+        }
+    }
+    catalog.flush()?;
+    Ok(handles)
+}
