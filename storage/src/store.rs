@@ -61,6 +61,8 @@ enum WriterMsg {
     },
     Flush(Sender<Result<()>>),
     Shutdown,
+    /// Stop without sealing anything: the head is left to WAL replay.
+    Abort,
 }
 
 enum FlushMsg {
@@ -289,6 +291,18 @@ impl Store {
         }
         self.inner.catalog.flush()?;
         flushed
+    }
+
+    /// Stops the background threads **without** flushing the head, as a crash would:
+    /// everything acknowledged stays in the WAL and is replayed at the next open.
+    /// Used by restart tests and for a fast exit.
+    pub fn close_without_flush(self) {
+        let threads: Vec<_> = std::mem::take(&mut *self.threads.lock());
+        self.inner.closed.store(true, Ordering::SeqCst);
+        let _ = self.tx.send(WriterMsg::Abort);
+        for t in threads {
+            let _ = t.join();
+        }
     }
 
     pub fn stats(&self) -> &StoreStats {
@@ -539,6 +553,7 @@ impl Inner {
             let mut writes = Vec::new();
             let mut flushes = Vec::new();
             let mut shutdown = false;
+            let mut abort = false;
             for m in group {
                 match m {
                     WriterMsg::Write {
@@ -548,6 +563,7 @@ impl Inner {
                     } => writes.push((batch, payload, reply)),
                     WriterMsg::Flush(r) => flushes.push(r),
                     WriterMsg::Shutdown => shutdown = true,
+                    WriterMsg::Abort => abort = true,
                 }
             }
             if !writes.is_empty() {
@@ -600,6 +616,9 @@ impl Inner {
                         }
                     }
                 }
+            }
+            if abort {
+                return;
             }
             let sealed = self.seal(!flushes.is_empty() || shutdown);
             for p in sealed {
