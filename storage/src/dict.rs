@@ -246,7 +246,11 @@ pub fn encode_stacks(d: &Dict) -> Vec<u8> {
     let mut out = Vec::new();
     put_uvarint(&mut out, d.parents.len() as u64);
     for (i, &p) in d.parents.iter().enumerate() {
-        let dist = if p == NO_PARENT { 0 } else { i as u64 - u64::from(p) };
+        let dist = if p == NO_PARENT {
+            0
+        } else {
+            i as u64 - u64::from(p)
+        };
         put_uvarint(&mut out, dist);
     }
     for &l in &d.node_locations {
@@ -293,7 +297,10 @@ pub fn decode(
     let n = r.count(2)?;
     for _ in 0..n {
         let (file, build_id) = (r.uvarint()?, r.uvarint()?);
-        check(file < ns && build_id < ns, "mapping refers to missing string")?;
+        check(
+            file < ns && build_id < ns,
+            "mapping refers to missing string",
+        )?;
         d.mappings.push(MappingRec {
             file: file as u32,
             build_id: build_id as u32,
@@ -340,8 +347,11 @@ pub fn decode(
     for i in 0..n as u64 {
         let dist = r.uvarint()?;
         check(dist <= i, "stack node parent out of order")?;
-        d.parents
-            .push(if dist == 0 { NO_PARENT } else { (i - dist) as u32 });
+        d.parents.push(if dist == 0 {
+            NO_PARENT
+        } else {
+            (i - dist) as u32
+        });
     }
     let nl = d.locations.len() as u64;
     d.node_locations.reserve(n);

@@ -48,7 +48,10 @@ impl StorageError {
     /// True when the error means bytes on disk are damaged (as opposed to the disk
     /// failing or the caller misbehaving).
     pub fn is_corruption(&self) -> bool {
-        matches!(self, StorageError::Corrupt(_) | StorageError::Checksum { .. })
+        matches!(
+            self,
+            StorageError::Corrupt(_) | StorageError::Checksum { .. }
+        )
     }
 }
 

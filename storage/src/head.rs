@@ -157,8 +157,7 @@ impl HeadPartition {
         for s in &batch.series {
             let mut sid = None;
             for sample in &s.samples {
-                if sample.value == 0 || sample.timestamp_ms < start || sample.timestamp_ms >= end
-                {
+                if sample.value == 0 || sample.timestamp_ms < start || sample.timestamp_ms >= end {
                     continue;
                 }
                 let sid = match sid {
@@ -171,10 +170,12 @@ impl HeadPartition {
                 };
                 let stack = remap.stack(&mut self.dict, batch, sample.stack);
                 let t = ((sample.timestamp_ms - start) / step) as u32;
-                let slot = self.samples[sid as usize].entry((t, stack)).or_insert_with(|| {
-                    self.rows += 1;
-                    0
-                });
+                let slot = self.samples[sid as usize]
+                    .entry((t, stack))
+                    .or_insert_with(|| {
+                        self.rows += 1;
+                        0
+                    });
                 *slot = slot.saturating_add(sample.value);
                 applied += 1;
             }

@@ -86,7 +86,7 @@ impl LabelIndex {
     pub fn select(&self, matchers: &[Matcher]) -> RoaringBitmap {
         // Equality matchers are cheapest and most selective: apply them first.
         let mut order: Vec<&Matcher> = matchers.iter().collect();
-        order.sort_by_key(|m| !(m.op == MatchOp::Eq && !m.value.is_empty()));
+        order.sort_by_key(|m| m.op != MatchOp::Eq || m.value.is_empty());
         let mut out = self.all.clone();
         for m in order {
             if out.is_empty() {
@@ -243,7 +243,10 @@ mod tests {
         assert_eq!(sel(r#"{env!="prod"}"#).iter().collect::<Vec<_>>(), vec![1]);
         assert_eq!(sel(r#"{env=~"prod|"}"#).len(), 2);
         assert_eq!(sel(r#"{env=~".+"}"#).iter().collect::<Vec<_>>(), vec![0]);
-        assert_eq!(idx.names_in(&RoaringBitmap::from_iter([1])), Vec::<String>::new());
+        assert_eq!(
+            idx.names_in(&RoaringBitmap::from_iter([1])),
+            Vec::<String>::new()
+        );
         assert_eq!(idx.values_in("env", idx.all()), vec!["prod"]);
     }
 }

@@ -354,9 +354,9 @@ impl Store {
 
     /// Merges the selected samples of `range` into one call tree.
     pub fn merge(&self, tenant: &TenantId, sel: &Selector, range: TimeRange) -> Result<CallTree> {
-        let trees = self
-            .inner
-            .run(tenant, range, CallTree::new, |t, src| query::merge_into(src, sel, range, t))?;
+        let trees = self.inner.run(tenant, range, CallTree::new, |t, src| {
+            query::merge_into(src, sel, range, t)
+        })?;
         let mut it = trees.into_iter();
         let mut tree = it.next().unwrap_or_default();
         for t in it {
@@ -367,18 +367,38 @@ impl Store {
     }
 
     /// Label sets of the selected series with data in `range`.
-    pub fn series(&self, tenant: &TenantId, sel: &Selector, range: TimeRange) -> Result<Vec<Labels>> {
+    pub fn series(
+        &self,
+        tenant: &TenantId,
+        sel: &Selector,
+        range: TimeRange,
+    ) -> Result<Vec<Labels>> {
         let sets = self.inner.run(tenant, range, BTreeSet::new, |o, src| {
             query::series_into(src, sel, range, o)
         })?;
-        Ok(sets.into_iter().flatten().collect::<BTreeSet<_>>().into_iter().collect())
+        Ok(sets
+            .into_iter()
+            .flatten()
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect())
     }
 
-    pub fn label_names(&self, tenant: &TenantId, sel: &Selector, range: TimeRange) -> Result<Vec<String>> {
+    pub fn label_names(
+        &self,
+        tenant: &TenantId,
+        sel: &Selector,
+        range: TimeRange,
+    ) -> Result<Vec<String>> {
         let sets = self.inner.run(tenant, range, BTreeSet::new, |o, src| {
             query::label_names_into(src, sel, range, o)
         })?;
-        Ok(sets.into_iter().flatten().collect::<BTreeSet<_>>().into_iter().collect())
+        Ok(sets
+            .into_iter()
+            .flatten()
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect())
     }
 
     pub fn label_values(
@@ -391,7 +411,12 @@ impl Store {
         let sets = self.inner.run(tenant, range, BTreeSet::new, |o, src| {
             query::label_values_into(src, name, sel, range, o)
         })?;
-        Ok(sets.into_iter().flatten().collect::<BTreeSet<_>>().into_iter().collect())
+        Ok(sets
+            .into_iter()
+            .flatten()
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect())
     }
 
     /// Profile type ids with data in `range`.
@@ -569,7 +594,9 @@ impl Inner {
             if !writes.is_empty() {
                 let sync = match self.cfg.fsync {
                     FsyncPolicy::Always => true,
-                    FsyncPolicy::Interval { ms } => last_sync.elapsed() >= Duration::from_millis(ms),
+                    FsyncPolicy::Interval { ms } => {
+                        last_sync.elapsed() >= Duration::from_millis(ms)
+                    }
                     FsyncPolicy::Never => false,
                 };
                 let mut wal = self.wal.lock();
@@ -763,7 +790,11 @@ impl Inner {
         self.cache.remove(&h.meta.id);
         inc(&self.stats.segments_quarantined, 1);
         error!(segment = h.meta.id, file = %h.file.path.display(), error = %why, "corrupt segment quarantined; its data is no longer served");
-        if let Err(e) = self.catalog.remove(h.meta.id).and_then(|_| self.catalog.flush()) {
+        if let Err(e) = self
+            .catalog
+            .remove(h.meta.id)
+            .and_then(|_| self.catalog.flush())
+        {
             error!(error = %e, "could not remove quarantined segment from the catalog");
         }
         if let Err(e) = move_to_quarantine(&self.dir, &h.file.path) {
@@ -793,11 +824,11 @@ impl Inner {
 /// Applies `batch` to the head. With `skip`, samples of partitions whose
 /// segments already cover `lsn` are left out (replay).
 fn apply_batch(
-state: &RwLock<State>,
-cfg: &StoreConfig,
-lsn: u64,
-batch: &Batch,
-skip: Option<&HashMap<(TenantId, i64), u64>>,
+    state: &RwLock<State>,
+    cfg: &StoreConfig,
+    lsn: u64,
+    batch: &Batch,
+    skip: Option<&HashMap<(TenantId, i64), u64>>,
 ) -> u64 {
     let mut parts: Vec<i64> = Vec::new();
     let mut last = None;
@@ -842,7 +873,6 @@ skip: Option<&HashMap<(TenantId, i64), u64>>,
     }
     applied
 }
-
 
 fn move_to_quarantine(dir: &Path, file: &Path) -> Result<()> {
     let qdir = dir.join("quarantine");
@@ -909,9 +939,10 @@ fn reconcile(
                 handles.insert(id, Arc::new(SegmentHandle { meta, file }));
             }
             Ok(_) | Err(_) => {
-                let why = SegmentFile::open(path)
-                    .err()
-                    .map_or_else(|| "id in footer disagrees with the file name".to_string(), |e| e.to_string());
+                let why = SegmentFile::open(path).err().map_or_else(
+                    || "id in footer disagrees with the file name".to_string(),
+                    |e| e.to_string(),
+                );
                 inc(&stats.segments_quarantined, 1);
                 error!(segment = id, file = %path.display(), error = %why, "segment fails verification at open; quarantined");
                 if known.is_some() {

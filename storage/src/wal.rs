@@ -120,9 +120,16 @@ impl Wal {
         if self.active.is_none() || self.active_bytes >= self.rotate_bytes {
             self.rotate(first_lsn)?;
         }
-        let path = self.files.last().map(|f| f.path.clone()).unwrap_or_default();
+        let path = self
+            .files
+            .last()
+            .map(|f| f.path.clone())
+            .unwrap_or_default();
         let res = (|| -> std::io::Result<()> {
-            let f = self.active.as_mut().ok_or_else(|| std::io::Error::other("no active WAL file"))?;
+            let f = self
+                .active
+                .as_mut()
+                .ok_or_else(|| std::io::Error::other("no active WAL file"))?;
             f.write_all(&self.buf)?;
             if sync {
                 f.sync_data()?;
@@ -139,7 +146,11 @@ impl Wal {
 
     pub fn sync(&mut self) -> Result<()> {
         if let Some(f) = self.active.as_mut() {
-            let path = self.files.last().map(|f| f.path.clone()).unwrap_or_default();
+            let path = self
+                .files
+                .last()
+                .map(|f| f.path.clone())
+                .unwrap_or_default();
             f.sync_data().at(path)?;
         }
         Ok(())
@@ -155,10 +166,7 @@ impl Wal {
         sync_dir(&self.dir)?;
         self.active = Some(f);
         self.active_bytes = 0;
-        self.files.push(WalFile {
-            path,
-            last_lsn: 0,
-        });
+        self.files.push(WalFile { path, last_lsn: 0 });
         Ok(())
     }
 
@@ -317,7 +325,9 @@ mod tests {
     #[test]
     fn truncation_removes_only_fully_flushed_files() {
         let tmp = tempfile::tempdir().unwrap();
-        let (_, _, mut wal) = Wal::open(tmp.path(), 10, |_, _| {}).map(|(w, r)| ((), r, w)).unwrap();
+        let (_, _, mut wal) = Wal::open(tmp.path(), 10, |_, _| {})
+            .map(|(w, r)| ((), r, w))
+            .unwrap();
         for lsn in 1..=4u64 {
             wal.append(lsn, b"0123456789abcdef");
             wal.commit(lsn, false).unwrap();

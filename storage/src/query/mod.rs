@@ -246,11 +246,16 @@ pub fn par_fold<I: Sync, T: Send>(
         handles
             .into_iter()
             .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(crate::StorageError::Corrupt("query worker panicked".into())))
+                h.join().unwrap_or_else(|_| {
+                    Err(crate::StorageError::Corrupt("query worker panicked".into()))
+                })
             })
             .collect()
     })
-    .unwrap_or_else(|_| vec![Err(crate::StorageError::Corrupt("query scope panicked".into()))]);
+    .unwrap_or_else(|_| {
+        vec![Err(crate::StorageError::Corrupt(
+            "query scope panicked".into(),
+        ))]
+    });
     results.into_iter().collect()
 }

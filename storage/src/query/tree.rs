@@ -294,7 +294,10 @@ mod tests {
         let kids = a.children_sorted();
         let main = kids[0][0];
         assert_eq!(a.nodes()[main as usize].total, 11);
-        let names: Vec<&str> = kids[main as usize].iter().map(|&n| a.node_name(n)).collect();
+        let names: Vec<&str> = kids[main as usize]
+            .iter()
+            .map(|&n| a.node_name(n))
+            .collect();
         assert_eq!(names, vec!["idle", "work"]);
     }
 }

@@ -9,8 +9,8 @@ mod writer;
 
 pub(crate) use reader::step_range;
 pub use reader::{LoadedSegment, SegmentFile};
-pub(crate) use writer::sync_dir;
 pub use writer::encode_segment;
+pub(crate) use writer::sync_dir;
 pub use writer::{write_segment, Row, SegmentInput};
 
 use serde::{Deserialize, Serialize};

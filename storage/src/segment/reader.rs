@@ -51,7 +51,8 @@ impl SegmentFile {
             return Err(corrupt(path, "bad head magic"));
         }
         let mut trailer = [0u8; TRAILER_LEN];
-        f.seek(SeekFrom::Start(size - TRAILER_LEN as u64)).at(path)?;
+        f.seek(SeekFrom::Start(size - TRAILER_LEN as u64))
+            .at(path)?;
         f.read_exact(&mut trailer).at(path)?;
         let mut t = Reader::new(&trailer, "segment trailer");
         let footer_offset = t.u64_le()?;
@@ -102,7 +103,9 @@ impl SegmentFile {
                 return Err(corrupt(path, format!("unknown codec {codec}")));
             }
             if offset < MAGIC_HEAD.len() as u64
-                || offset.checked_add(stored_len).is_none_or(|e| e > footer_offset)
+                || offset
+                    .checked_add(stored_len)
+                    .is_none_or(|e| e > footer_offset)
             {
                 return Err(corrupt(path, format!("section {kind:?} outside the file")));
             }
@@ -150,14 +153,17 @@ impl SegmentFile {
         if e.codec == CODEC_NONE {
             return Ok(stored.to_vec());
         }
-        let raw_len = usize::try_from(e.raw_len)
-            .map_err(|_| corrupt(&self.path, "section too large"))?;
+        let raw_len =
+            usize::try_from(e.raw_len).map_err(|_| corrupt(&self.path, "section too large"))?;
         let raw = zstd::bulk::decompress(stored, raw_len)
             .map_err(|err| corrupt(&self.path, format!("section {kind:?}: zstd: {err}")))?;
         if raw.len() != raw_len {
             return Err(corrupt(
                 &self.path,
-                format!("section {kind:?} decompressed to {} bytes, expected {raw_len}", raw.len()),
+                format!(
+                    "section {kind:?} decompressed to {} bytes, expected {raw_len}",
+                    raw.len()
+                ),
             ));
         }
         Ok(raw)
@@ -195,7 +201,10 @@ impl SegmentFile {
         let mut r = Reader::new(&series_raw, "series section");
         let n = r.count(1)?;
         if n as u64 != self.meta.series {
-            return Err(corrupt(&self.path, "series count disagrees with the footer"));
+            return Err(corrupt(
+                &self.path,
+                "series count disagrees with the footer",
+            ));
         }
         let mut series = Vec::with_capacity(n);
         for _ in 0..n {
@@ -203,7 +212,8 @@ impl SegmentFile {
             let mut pairs = Vec::with_capacity(nl);
             for _ in 0..nl {
                 let (k, v) = (r.u32v()?, r.u32v()?);
-                let (Some(k), Some(v)) = (dict.strings.get(k as usize), dict.strings.get(v as usize))
+                let (Some(k), Some(v)) =
+                    (dict.strings.get(k as usize), dict.strings.get(v as usize))
                 else {
                     return Err(corrupt(&self.path, "series label refers to missing string"));
                 };
@@ -306,7 +316,9 @@ impl LoadedSegment {
     /// `(time, stack)` order.
     pub fn for_each_row(&self, series: u32, mut f: impl FnMut(u32, u32, i64)) -> Result<()> {
         let Some(range) = self.ranges.get(series as usize) else {
-            return Err(StorageError::Invalid(format!("no series {series} in segment")));
+            return Err(StorageError::Invalid(format!(
+                "no series {series} in segment"
+            )));
         };
         let mut tr = Reader::new(&self.times, "times column");
         let mut sr = Reader::new(&self.stacks, "stack ids column");
@@ -336,7 +348,9 @@ impl LoadedSegment {
 
     /// Per-step totals of `series` (precomputed at write time).
     pub fn series_totals(&self, series: u32) -> &[(u32, i64)] {
-        self.totals.get(series as usize).map_or(&[], |v| v.as_slice())
+        self.totals
+            .get(series as usize)
+            .map_or(&[], |v| v.as_slice())
     }
 
     /// Timestamp of a step index.

@@ -192,11 +192,9 @@ pub fn encode_segment(input: SegmentInput, zstd_level: i32) -> Result<(Vec<u8>, 
     let mut table = Vec::new();
     put_uvarint(&mut table, raw_sections.len() as u64);
     for (kind, raw) in raw_sections {
-        let stored = zstd::bulk::compress(&raw, zstd_level).map_err(|e| {
-            StorageError::Io {
-                path: "<zstd>".into(),
-                source: e,
-            }
+        let stored = zstd::bulk::compress(&raw, zstd_level).map_err(|e| StorageError::Io {
+            path: "<zstd>".into(),
+            source: e,
         })?;
         let offset = file.len() as u64;
         file.extend_from_slice(&stored);

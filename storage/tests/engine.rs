@@ -1,0 +1,330 @@
+//! End-to-end properties of the engine on real files: random batches written through
+//! the head, flushed, reopened and queried must equal an independent aggregation.
+
+mod common;
+
+use common::*;
+use profiledb_storage::{Labels, MatchOp, Matcher, Selector, Store, TenantId, TimeRange};
+use proptest::prelude::*;
+
+const H: i64 = 3_600_000;
+const T0: i64 = 1_700_000_000_000 / H * H;
+
+fn sample_strategy() -> impl Strategy<Value = TSample> {
+    (
+        0u8..3,                                               // service
+        0u8..2,                                               // env
+        0i64..(3 * H),                                        // time offset: three partitions
+        prop::collection::vec((0u8..6, any::<bool>()), 0..6), // stack
+        -3i64..50,                                            // value (zero and negatives included)
+    )
+        .prop_map(|(svc, env, dt, stack, value)| TSample {
+            labels: vec![
+                ("service_name".into(), format!("svc{svc}")),
+                ("env".into(), ["prod", "dev"][env as usize].into()),
+            ],
+            ts: T0 + dt,
+            stack: stack
+                .into_iter()
+                .map(|(f, sym)| {
+                    if sym {
+                        TFrame::Func(format!("fn{f}"))
+                    } else {
+                        TFrame::Addr(0x100 + u64::from(f))
+                    }
+                })
+                .collect(),
+            value,
+        })
+}
+
+fn check(store: &Store, tenant: &TenantId, reference: &Reference) {
+    let windows = [
+        (i64::MIN, i64::MAX),
+        (T0, T0 + H),
+        (T0 + H / 2, T0 + 2 * H + 123_456),
+        (T0 + 2 * H, T0 + 3 * H),
+    ];
+    let selectors = [
+        Selector::default(),
+        Selector::new(vec![
+            Matcher::new("service_name", MatchOp::Eq, "svc1").unwrap()
+        ]),
+        Selector::new(vec![
+            Matcher::new("service_name", MatchOp::Re, "svc[02]").unwrap(),
+            Matcher::new("env", MatchOp::Ne, "dev").unwrap(),
+        ]),
+    ];
+    for (start, end) in windows {
+        let range = TimeRange::new(start, end);
+        for sel in &selectors {
+            let keep = |l: &Labels| sel.matches(|k| l.get(k));
+            let tree = store.merge(tenant, sel, range).unwrap();
+            assert_eq!(
+                tree.folded(),
+                reference.folded(keep, start, end),
+                "merge {sel} [{start},{end})"
+            );
+            let want_total: i64 = reference.folded(keep, start, end).values().sum();
+            assert_eq!(tree.total(), want_total);
+            let totals = store.series_totals(tenant, sel, range).unwrap();
+            let mut totals = totals;
+            for m in totals.values_mut() {
+                m.retain(|_, v| *v != 0);
+            }
+            totals.retain(|_, m| !m.is_empty());
+            assert_eq!(
+                totals,
+                reference.series_totals(keep, start, end),
+                "series totals {sel}"
+            );
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn head_flush_reopen_equals_reference(
+        batches in prop::collection::vec(prop::collection::vec(sample_strategy(), 1..30), 1..8),
+        flush_after in prop::collection::vec(any::<bool>(), 8),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let tenant = TenantId::new("t1").unwrap();
+        let other = TenantId::new("t2").unwrap();
+        let mut reference = Reference::default();
+        {
+            let store = Store::open(dir.path(), test_config()).unwrap();
+            for (i, b) in batches.iter().enumerate() {
+                store.write(build_batch(&tenant, b)).unwrap();
+                // The same data under another tenant must never leak into t1.
+                store.write(build_batch(&other, &b[..1])).unwrap();
+                reference.add(b, 10_000);
+                if flush_after[i] {
+                    store.flush().unwrap();
+                }
+            }
+            // Mixed head + segments.
+            check(&store, &tenant, &reference);
+            store.close_without_flush();
+        }
+        // Reopen replays the WAL on top of the segments without double counting.
+        let store = Store::open(dir.path(), test_config()).unwrap();
+        check(&store, &tenant, &reference);
+        store.flush().unwrap();
+        check(&store, &tenant, &reference);
+        drop(store);
+        let store = Store::open(dir.path(), test_config()).unwrap();
+        check(&store, &tenant, &reference);
+        prop_assert_eq!(store.stats().wal_replayed_records.load(std::sync::atomic::Ordering::Relaxed), 0);
+    }
+}
+
+#[test]
+fn label_discovery_and_exact_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let tenant = TenantId::default();
+    let store = Store::open(dir.path(), test_config()).unwrap();
+    let mk = |svc: &str, host: &str, ts: i64, stack: &[&str], v: i64| TSample {
+        labels: vec![
+            ("service_name".into(), svc.into()),
+            ("host".into(), host.into()),
+        ],
+        ts,
+        stack: stack.iter().map(|s| TFrame::Func(s.to_string())).collect(),
+        value: v,
+    };
+    store
+        .write(build_batch(
+            &tenant,
+            &[
+                mk("api", "a", T0 + 1_000, &["main", "serve", "parse"], 5),
+                mk("api", "a", T0 + 9_000, &["main", "serve", "parse"], 2),
+                mk("api", "b", T0 + 20_000, &["main", "serve"], 3),
+                mk("db", "a", T0 + 30_000, &["main", "query"], 11),
+            ],
+        ))
+        .unwrap();
+    store.flush().unwrap();
+    store
+        .write(build_batch(
+            &tenant,
+            &[mk("db", "c", T0 + H + 5, &["main", "query"], 1)],
+        ))
+        .unwrap();
+    let all = TimeRange::all();
+    let sel = Selector::parse(r#"{service_name="api"}"#).unwrap();
+    let tree = store.merge(&tenant, &sel, all).unwrap();
+    assert_eq!(tree.to_folded_text(), "main;serve 3\nmain;serve;parse 7\n");
+    assert_eq!(tree.total(), 10);
+
+    assert_eq!(
+        store
+            .label_names(&tenant, &Selector::default(), all)
+            .unwrap(),
+        vec!["__profile_type__", "host", "service_name"]
+    );
+    assert_eq!(
+        store
+            .label_values(
+                &tenant,
+                "host",
+                &Selector::parse(r#"{service_name="db"}"#).unwrap(),
+                all
+            )
+            .unwrap(),
+        vec!["a", "c"]
+    );
+    // Time pruning: the head partition of the second hour is the only one with host c.
+    assert_eq!(
+        store
+            .label_values(
+                &tenant,
+                "host",
+                &Selector::default(),
+                TimeRange::new(T0 + H, T0 + 2 * H)
+            )
+            .unwrap(),
+        vec!["c"]
+    );
+    assert_eq!(store.profile_types(&tenant, all).unwrap(), vec![CPU]);
+    assert_eq!(
+        store
+            .series(&tenant, &Selector::default(), all)
+            .unwrap()
+            .len(),
+        4
+    );
+    let totals = store.series_totals(&tenant, &sel, all).unwrap();
+    let host_a: Vec<(i64, i64)> = totals
+        .iter()
+        .find(|(l, _)| l.get("host") == Some("a"))
+        .unwrap()
+        .1
+        .iter()
+        .map(|(t, v)| (*t, *v))
+        .collect();
+    // Both samples of host a fall in the first 10 s step.
+    assert_eq!(host_a, vec![(T0, 7)]);
+    // Another tenant sees nothing.
+    let other = TenantId::new("other").unwrap();
+    assert!(store
+        .merge(&other, &Selector::default(), all)
+        .unwrap()
+        .is_empty());
+}
+
+#[test]
+fn invalid_batches_are_refused_and_nothing_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let tenant = TenantId::default();
+    let store = Store::open(dir.path(), test_config()).unwrap();
+    let good = build_batch(
+        &tenant,
+        &[TSample {
+            labels: vec![],
+            ts: T0,
+            stack: vec![TFrame::Func("a".into())],
+            value: 4,
+        }],
+    );
+    store.write(good.clone()).unwrap();
+    let mut bad = good.clone();
+    bad.series[0].samples[0].stack = 99;
+    let err = store.write(bad).unwrap_err();
+    assert!(err.to_string().contains("missing stack"), "{err}");
+    let tree = store
+        .merge(&tenant, &Selector::default(), TimeRange::all())
+        .unwrap();
+    assert_eq!(tree.total(), 4);
+}
+
+#[test]
+fn second_open_of_a_directory_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let _store = Store::open(dir.path(), test_config()).unwrap();
+    let err = Store::open(dir.path(), test_config())
+        .err()
+        .expect("second open must fail");
+    assert!(err.to_string().contains("in use"), "{err}");
+}
+
+#[test]
+fn head_memory_bound_forces_flushes() {
+    let dir = tempfile::tempdir().unwrap();
+    let tenant = TenantId::default();
+    let cfg = profiledb_storage::StoreConfig {
+        head_max_bytes: 64 << 10,
+        ..test_config()
+    };
+    let store = Store::open(dir.path(), cfg).unwrap();
+    let mut reference = Reference::default();
+    for i in 0..40 {
+        let samples: Vec<TSample> = (0..50)
+            .map(|j| TSample {
+                labels: vec![("service_name".into(), format!("s{}", j % 5))],
+                ts: T0 + (i * 50 + j) * 1000,
+                stack: vec![TFrame::Func(format!("f{i}")), TFrame::Func(format!("g{j}"))],
+                value: 1 + j,
+            })
+            .collect();
+        store.write(build_batch(&tenant, &samples)).unwrap();
+        reference.add(&samples, 10_000);
+    }
+    let g = store.gauges();
+    assert!(g.segments > 0, "the head bound never flushed: {g:?}");
+    assert!(
+        g.head_bytes <= 2 * (64 << 10) + (64 << 10),
+        "head over budget: {g:?}"
+    );
+    let tree = store
+        .merge(&tenant, &Selector::default(), TimeRange::all())
+        .unwrap();
+    assert_eq!(
+        tree.folded(),
+        reference.folded(|_| true, i64::MIN, i64::MAX)
+    );
+}
+
+/// A batch spanning two partitions, one flushed by the background clock and one not:
+/// after a crash, replay must add only the unflushed partition's samples.
+#[test]
+fn replay_skips_partitions_already_in_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let tenant = TenantId::default();
+    let cfg = profiledb_storage::StoreConfig {
+        background_flush: true,
+        flush_grace: std::time::Duration::ZERO,
+        ..test_config()
+    };
+    let now = profiledb_storage::now_ms();
+    let sample = |ts: i64, f: &str, v: i64| TSample {
+        labels: vec![],
+        ts,
+        stack: vec![TFrame::Func(f.into())],
+        value: v,
+    };
+    let store = Store::open(dir.path(), cfg).unwrap();
+    store
+        .write(build_batch(
+            &tenant,
+            &[sample(now - 3 * H, "old", 5), sample(now, "new", 7)],
+        ))
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while store.gauges().segments == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "past partition never flushed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(store.gauges().head_partitions, 1);
+    store.close_without_flush();
+    let store = Store::open(dir.path(), test_config()).unwrap();
+    let tree = store
+        .merge(&tenant, &Selector::default(), TimeRange::all())
+        .unwrap();
+    assert_eq!(tree.to_folded_text(), "new 7\nold 5\n");
+}
