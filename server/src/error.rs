@@ -1,0 +1,69 @@
+//! The JSON error body every endpoint answers with: `{"code": "...", "message": "..."}`.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use profiledb_storage::StorageError;
+
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_argument", message)
+    }
+
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+    }
+}
+
+impl From<StorageError> for ApiError {
+    fn from(e: StorageError) -> Self {
+        match e {
+            StorageError::Invalid(m) => ApiError::bad_request(m),
+            StorageError::Busy => ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "resource_exhausted",
+                "the write queue is full; retry after a short delay",
+            ),
+            StorageError::Closed => ApiError::unavailable("the store is shutting down"),
+            StorageError::QueryLimit(m) => {
+                ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "query_too_large", m)
+            }
+            other => {
+                tracing::error!(error = %other, "storage error");
+                ApiError::internal(other.to_string())
+            }
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({"code": self.code, "message": self.message});
+        let mut resp = (self.status, axum::Json(body)).into_response();
+        if self.status == StatusCode::TOO_MANY_REQUESTS {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        resp
+    }
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;

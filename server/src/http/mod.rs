@@ -1,0 +1,45 @@
+//! HTTP routes. Each submodule owns one family of endpoints.
+
+mod system;
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::Router;
+
+use crate::error::ApiError;
+use crate::AppState;
+
+pub type AppRef = Arc<AppState>;
+
+pub fn router(state: AppRef) -> Router {
+    Router::new()
+        .merge(system::routes())
+        .fallback(not_found)
+        .layer(middleware::from_fn_with_state(state.clone(), count_requests))
+        .layer(tower_http::trace::TraceLayer::new_for_http())
+        .with_state(state)
+}
+
+async fn not_found(req: Request) -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::NOT_FOUND,
+        "not_found",
+        format!("no endpoint {} {}", req.method(), req.uri().path()),
+    )
+}
+
+async fn count_requests(State(state): State<AppRef>, req: Request, next: Next) -> Response {
+    let resp = next.run(req).await;
+    let m = &state.http;
+    m.requests.fetch_add(1, Ordering::Relaxed);
+    if resp.status().is_client_error() {
+        m.client_errors.fetch_add(1, Ordering::Relaxed);
+    } else if resp.status().is_server_error() {
+        m.server_errors.fetch_add(1, Ordering::Relaxed);
+    }
+    resp
+}

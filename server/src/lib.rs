@@ -1,0 +1,181 @@
+//! The profiledb server: the HTTP API over the storage engine and the ingest
+//! decoders, plus the command-line entry points.
+//!
+//! [`Server::bind`] binds the listener first and opens the store in the background,
+//! so `/ready` can answer 503 while a large WAL replays and 200 once the store is
+//! open; every data endpoint answers 503 until then.
+
+pub mod error;
+pub mod http;
+pub mod metrics;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use anyhow::Context;
+use profiledb_storage::{Store, StoreConfig};
+use tokio::net::TcpListener;
+use tracing::{error, info};
+
+use crate::error::ApiError;
+use crate::metrics::HttpMetrics;
+
+/// Everything `profiledb serve` needs.
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    pub store: StoreConfig,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions {
+            listen: SocketAddr::from(([127, 0, 0, 1], 4040)),
+            data_dir: PathBuf::from("./data"),
+            store: StoreConfig::default(),
+        }
+    }
+}
+
+/// State shared by every handler.
+pub struct AppState {
+    store: OnceLock<Arc<Store>>,
+    pub http: HttpMetrics,
+    pub started: Instant,
+    pub options: ServeOptions,
+}
+
+impl AppState {
+    pub fn new(options: ServeOptions) -> Self {
+        AppState {
+            store: OnceLock::new(),
+            http: HttpMetrics::default(),
+            started: Instant::now(),
+            options,
+        }
+    }
+
+    /// The store, or a 503 while it is still opening.
+    pub fn store(&self) -> Result<Arc<Store>, ApiError> {
+        self.store
+            .get()
+            .cloned()
+            .ok_or_else(|| ApiError::unavailable("the store is still opening (replaying the WAL)"))
+    }
+
+    pub fn store_if_open(&self) -> Option<&Arc<Store>> {
+        self.store.get()
+    }
+}
+
+/// A bound, not yet serving, server.
+pub struct Server {
+    listener: TcpListener,
+    state: Arc<AppState>,
+}
+
+impl Server {
+    pub async fn bind(options: ServeOptions) -> anyhow::Result<Server> {
+        let listener = TcpListener::bind(options.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", options.listen))?;
+        Ok(Server {
+            listener,
+            state: Arc::new(AppState::new(options)),
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .unwrap_or(self.state.options.listen)
+    }
+
+    /// Opens the store, serves until `shutdown` resolves, then flushes the head.
+    pub async fn run(
+        self,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let Server { listener, state } = self;
+        let addr = listener.local_addr()?;
+        let app = http::router(state.clone());
+        let (fail_tx, mut fail_rx) = tokio::sync::mpsc::channel::<anyhow::Error>(1);
+
+        let opener = {
+            let state = state.clone();
+            tokio::task::spawn_blocking(move || {
+                let dir = state.options.data_dir.clone();
+                match Store::open(&dir, state.options.store.clone()) {
+                    Ok(store) => {
+                        let _ = state.store.set(Arc::new(store));
+                        info!(data_dir = %dir.display(), "store open; ready");
+                    }
+                    Err(e) => {
+                        let err = anyhow::Error::new(e)
+                            .context(format!("cannot open the store in {}", dir.display()));
+                        let _ = fail_tx.blocking_send(err);
+                    }
+                }
+            })
+        };
+        info!(%addr, data_dir = %state.options.data_dir.display(), "profiledb listening on http://{addr}");
+
+        let open_failure = Arc::new(std::sync::Mutex::new(None::<anyhow::Error>));
+        let stop = {
+            let open_failure = open_failure.clone();
+            async move {
+                tokio::select! {
+                    _ = shutdown => info!("shutdown requested; finishing in-flight requests"),
+                    Some(e) = fail_rx.recv() => {
+                        if let Ok(mut slot) = open_failure.lock() {
+                            *slot = Some(e);
+                        }
+                    }
+                }
+            }
+        };
+        axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
+            .with_graceful_shutdown(stop)
+            .await
+            .context("HTTP server failed")?;
+        let _ = opener.await;
+        if let Some(e) = open_failure.lock().ok().and_then(|mut s| s.take()) {
+            return Err(e);
+        }
+        if let Some(store) = state.store.get().cloned() {
+            info!("flushing the head to segments");
+            let res = tokio::task::spawn_blocking(move || store.shutdown()).await;
+            match res {
+                Ok(Ok(())) => info!("store closed cleanly"),
+                Ok(Err(e)) => error!(error = %e, "flush at shutdown failed; the WAL keeps the data"),
+                Err(e) => error!(error = %e, "shutdown task failed"),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}
