@@ -137,10 +137,13 @@ impl Server {
                 }
             }
         };
-        axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
-            .with_graceful_shutdown(stop)
-            .await
-            .context("HTTP server failed")?;
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(stop)
+        .await
+        .context("HTTP server failed")?;
         let _ = opener.await;
         if let Some(e) = open_failure.lock().ok().and_then(|mut s| s.take()) {
             return Err(e);
@@ -150,7 +153,9 @@ impl Server {
             let res = tokio::task::spawn_blocking(move || store.shutdown()).await;
             match res {
                 Ok(Ok(())) => info!("store closed cleanly"),
-                Ok(Err(e)) => error!(error = %e, "flush at shutdown failed; the WAL keeps the data"),
+                Ok(Err(e)) => {
+                    error!(error = %e, "flush at shutdown failed; the WAL keeps the data")
+                }
                 Err(e) => error!(error = %e, "shutdown task failed"),
             }
         }

@@ -25,23 +25,101 @@ fn family(out: &mut String, name: &str, kind: &str, help: &str, value: u64) {
 pub fn render(http: &HttpMetrics, store: Option<&Store>, uptime_secs: u64) -> String {
     let mut out = String::new();
     let c = |a: &AtomicU64| a.load(Ordering::Relaxed);
-    family(&mut out, "profiledb_up", "gauge", "1 once the store is open.", u64::from(store.is_some()));
-    family(&mut out, "profiledb_uptime_seconds", "gauge", "Seconds since the process started.", uptime_secs);
-    family(&mut out, "profiledb_http_requests_total", "counter", "HTTP requests served.", c(&http.requests));
-    family(&mut out, "profiledb_http_client_errors_total", "counter", "HTTP requests answered with a 4xx status.", c(&http.client_errors));
-    family(&mut out, "profiledb_http_server_errors_total", "counter", "HTTP requests answered with a 5xx status.", c(&http.server_errors));
-    family(&mut out, "profiledb_ingest_requests_total", "counter", "Ingest requests received.", c(&http.ingest_requests));
-    family(&mut out, "profiledb_query_requests_total", "counter", "Query requests received.", c(&http.query_requests));
+    family(
+        &mut out,
+        "profiledb_up",
+        "gauge",
+        "1 once the store is open.",
+        u64::from(store.is_some()),
+    );
+    family(
+        &mut out,
+        "profiledb_uptime_seconds",
+        "gauge",
+        "Seconds since the process started.",
+        uptime_secs,
+    );
+    family(
+        &mut out,
+        "profiledb_http_requests_total",
+        "counter",
+        "HTTP requests served.",
+        c(&http.requests),
+    );
+    family(
+        &mut out,
+        "profiledb_http_client_errors_total",
+        "counter",
+        "HTTP requests answered with a 4xx status.",
+        c(&http.client_errors),
+    );
+    family(
+        &mut out,
+        "profiledb_http_server_errors_total",
+        "counter",
+        "HTTP requests answered with a 5xx status.",
+        c(&http.server_errors),
+    );
+    family(
+        &mut out,
+        "profiledb_ingest_requests_total",
+        "counter",
+        "Ingest requests received.",
+        c(&http.ingest_requests),
+    );
+    family(
+        &mut out,
+        "profiledb_query_requests_total",
+        "counter",
+        "Query requests received.",
+        c(&http.query_requests),
+    );
     if let Some(store) = store {
         for (name, help, v) in store.stats().counters() {
-            family(&mut out, &format!("profiledb_storage_{name}_total"), "counter", help, v);
+            family(
+                &mut out,
+                &format!("profiledb_storage_{name}_total"),
+                "counter",
+                help,
+                v,
+            );
         }
         let g = store.gauges();
-        family(&mut out, "profiledb_head_bytes", "gauge", "Approximate memory held by the head (including partitions being flushed).", g.head_bytes);
-        family(&mut out, "profiledb_head_partitions", "gauge", "Head partitions in memory.", g.head_partitions);
-        family(&mut out, "profiledb_head_rows", "gauge", "Aggregated (series, step, stack) rows in the head.", g.head_rows);
-        family(&mut out, "profiledb_segments", "gauge", "Live segments.", g.segments);
-        family(&mut out, "profiledb_segment_bytes", "gauge", "Bytes of live segment files.", g.segment_bytes);
+        family(
+            &mut out,
+            "profiledb_head_bytes",
+            "gauge",
+            "Approximate memory held by the head (including partitions being flushed).",
+            g.head_bytes,
+        );
+        family(
+            &mut out,
+            "profiledb_head_partitions",
+            "gauge",
+            "Head partitions in memory.",
+            g.head_partitions,
+        );
+        family(
+            &mut out,
+            "profiledb_head_rows",
+            "gauge",
+            "Aggregated (series, step, stack) rows in the head.",
+            g.head_rows,
+        );
+        family(
+            &mut out,
+            "profiledb_segments",
+            "gauge",
+            "Live segments.",
+            g.segments,
+        );
+        family(
+            &mut out,
+            "profiledb_segment_bytes",
+            "gauge",
+            "Bytes of live segment files.",
+            g.segment_bytes,
+        );
     }
     out
 }

@@ -94,7 +94,10 @@ pub struct DictBuilder {
     mapping_ids: FxHashMap<MappingRec, u32>,
     function_ids: FxHashMap<FunctionRec, u32>,
     location_ids: FxHashMap<LocationRec, u32>,
-    children: FxHashMap<(u32, u32), u32>,
+    children: FxHashMap<u64, u32>,
+    /// Whole-stack shortcut: hash of a root-first location path → its leaf node.
+    /// Verified against the tree on every hit, so a hash collision only costs a walk.
+    stack_hashes: FxHashMap<u64, u32>,
     string_bytes: usize,
 }
 
@@ -157,7 +160,8 @@ impl DictBuilder {
 
     /// Interns the child of `parent` at `location` and returns its node id.
     pub fn child(&mut self, parent: u32, location: u32) -> u32 {
-        *self.children.entry((parent, location)).or_insert_with(|| {
+        let key = (u64::from(parent) << 32) | u64::from(location);
+        *self.children.entry(key).or_insert_with(|| {
             self.dict.parents.push(parent);
             self.dict.node_locations.push(location);
             (self.dict.parents.len() - 1) as u32
@@ -176,11 +180,36 @@ impl DictBuilder {
             });
             return self.child(NO_PARENT, unknown);
         }
+        let hash = {
+            use std::hash::{Hash, Hasher};
+            let mut h = rustc_hash::FxHasher::default();
+            root_first.hash(&mut h);
+            h.finish()
+        };
+        if let Some(&leaf) = self.stack_hashes.get(&hash) {
+            if self.path_is(leaf, root_first) {
+                return leaf;
+            }
+        }
         let mut node = NO_PARENT;
         for &loc in root_first {
             node = self.child(node, loc);
         }
+        self.stack_hashes.insert(hash, node);
         node
+    }
+
+    /// Whether node `leaf` is exactly the root-first path `root_first`.
+    fn path_is(&self, leaf: u32, root_first: &[u32]) -> bool {
+        let d = &self.dict;
+        let mut n = leaf;
+        for &loc in root_first.iter().rev() {
+            match (d.node_locations.get(n as usize), d.parents.get(n as usize)) {
+                (Some(&l), Some(&p)) if l == loc => n = p,
+                _ => return false,
+            }
+        }
+        n == NO_PARENT
     }
 
     /// Heap footprint including the reverse maps (roughly twice the tables).
@@ -191,6 +220,7 @@ impl DictBuilder {
             + self.dict.functions.len() * 24
             + self.dict.locations.len() * 64
             + self.dict.parents.len() * 28
+            + self.stack_hashes.len() * 20
     }
 }
 

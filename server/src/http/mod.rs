@@ -19,7 +19,10 @@ pub fn router(state: AppRef) -> Router {
     Router::new()
         .merge(system::routes())
         .fallback(not_found)
-        .layer(middleware::from_fn_with_state(state.clone(), count_requests))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            count_requests,
+        ))
         .layer(tower_http::trace::TraceLayer::new_for_http())
         .with_state(state)
 }

@@ -33,7 +33,10 @@ async fn prometheus(State(state): State<AppRef>) -> impl IntoResponse {
         state.started.elapsed().as_secs(),
     );
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
         body,
     )
 }
