@@ -1,0 +1,111 @@
+//! Gzip detection and bounded decompression.
+//!
+//! SDKs gzip bodies with and without `Content-Encoding: gzip`, so the framing is
+//! detected from the magic bytes `1f 8b`, never from headers. Decompression stops
+//! one byte past the limit, so a gzip bomb costs at most `limit` bytes of memory.
+
+use std::borrow::Cow;
+use std::io::Read;
+
+use flate2::read::MultiGzDecoder;
+
+use crate::error::IngestError;
+
+const MAGIC: [u8; 2] = [0x1f, 0x8b];
+
+/// Whether `data` starts with the gzip magic bytes.
+pub fn is_gzip(data: &[u8]) -> bool {
+    data.starts_with(&MAGIC)
+}
+
+/// Returns `data` decompressed if it is gzip-framed, or unchanged otherwise; either
+/// way the result is at most `max_bytes` long (`limit` names the field for errors).
+pub fn decompress_bounded<'a>(
+    data: &'a [u8],
+    max_bytes: usize,
+    limit: &'static str,
+) -> Result<Cow<'a, [u8]>, IngestError> {
+    let too_large = |what| IngestError::TooLarge {
+        limit,
+        max: max_bytes as u64,
+        what,
+    };
+    if !is_gzip(data) {
+        if data.len() > max_bytes {
+            return Err(too_large("body"));
+        }
+        return Ok(Cow::Borrowed(data));
+    }
+    // Multi-member: concatenated gzip streams are valid gzip and some writers emit them.
+    let decoder = MultiGzDecoder::new(data);
+    // Profiles compress ~4-8x; reserving up front avoids most regrowth, capped by the
+    // limit so a tiny bomb cannot make us reserve a huge buffer.
+    let mut out = Vec::with_capacity(data.len().saturating_mul(6).min(max_bytes));
+    let read_cap = (max_bytes as u64).saturating_add(1);
+    decoder
+        .take(read_cap)
+        .read_to_end(&mut out)
+        .map_err(IngestError::Gzip)?;
+    if out.len() > max_bytes {
+        return Err(too_large("decompressed body"));
+    }
+    Ok(Cow::Owned(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flate2::write::GzEncoder;
+    use flate2::Compression;
+    use std::io::Write;
+
+    fn gz(data: &[u8]) -> Vec<u8> {
+        let mut e = GzEncoder::new(Vec::new(), Compression::default());
+        e.write_all(data).unwrap();
+        e.finish().unwrap()
+    }
+
+    #[test]
+    fn plain_data_is_borrowed_unchanged() {
+        let out = decompress_bounded(b"a;b 1", 100, "max_decompressed_bytes").unwrap();
+        assert!(matches!(out, Cow::Borrowed(b"a;b 1")));
+    }
+
+    #[test]
+    fn gzip_is_detected_by_magic_and_decompressed() {
+        let data = gz(b"hello world");
+        assert!(is_gzip(&data));
+        let out = decompress_bounded(&data, 11, "max_decompressed_bytes").unwrap();
+        assert_eq!(&*out, b"hello world");
+    }
+
+    #[test]
+    fn gzip_bomb_stops_at_the_limit() {
+        // 64 MiB of zeros compresses to ~64 KiB.
+        let bomb = gz(&vec![0u8; 64 << 20]);
+        assert!(bomb.len() < 1 << 20);
+        let err = decompress_bounded(&bomb, 1 << 20, "max_decompressed_bytes").unwrap_err();
+        assert_eq!(err.code(), "payload_too_large");
+        assert_eq!(
+            err.to_string(),
+            "decompressed body exceeds the limit max_decompressed_bytes = 1048576"
+        );
+    }
+
+    #[test]
+    fn plain_body_over_the_limit_is_refused() {
+        let err = decompress_bounded(&[1u8; 11], 10, "max_decompressed_bytes").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "body exceeds the limit max_decompressed_bytes = 10"
+        );
+    }
+
+    #[test]
+    fn truncated_gzip_is_an_error() {
+        let data = gz(b"hello world hello world");
+        let err = decompress_bounded(&data[..data.len() - 6], 1000, "m").unwrap_err();
+        assert!(matches!(err, IngestError::Gzip(_)), "{err:?}");
+        assert_eq!(err.code(), "invalid_argument");
+    }
+}

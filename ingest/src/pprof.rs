@@ -1,0 +1,601 @@
+//! pprof (`perftools.profiles.Profile`) → [`Batch`].
+//!
+//! Rules (design.md §4):
+//! - Every sample type becomes its own profile type
+//!   `name:sample_type:sample_unit:period_type:period_unit`; the name is the caller's
+//!   override (Push's `__name__`) or inferred as Pyroscope does
+//!   ([`crate::profile_type::infer_profile_name`]).
+//! - A `process_cpu` profile that has a `samples`/`count` type but no `cpu` type, and a
+//!   `cpu` period in ns/µs/ms/s with a positive period, additionally yields
+//!   `process_cpu:cpu:nanoseconds:cpu:nanoseconds` with value = count × period (in ns),
+//!   so such uploads show up under the CPU type Grafana looks for.
+//! - Zero values are skipped; a sample whose values are all zero adds no stack.
+//! - String sample labels become series labels (they override base labels of the same
+//!   name) except `span_id`, `trace_id` and `profile_id`
+//!   ([`crate::label_rules::DROPPED_SAMPLE_LABELS`]) and reserved `__*` names, which
+//!   are dropped. Numeric labels are ignored.
+//! - A location with N lines (inlining, innermost first) becomes N frames; a location
+//!   with no line is kept as one unsymbolized frame with its address and mapping.
+//! - Timestamps: `time_nanos` in ms, unless it is 0 or before 1971 (old pyspy/rbspy
+//!   sent other units), then the caller's fallback time.
+//! - Ids are looked up by id, never by position; id 0, duplicate ids, dangling ids
+//!   and out-of-range string indices are errors.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+
+use bytes::Bytes;
+
+use profiledb_storage::{
+    Batch, Function, Labels, Location, Mapping, Sample, SeriesSamples, TenantId, NAME_LABEL,
+    PROFILE_TYPE_LABEL,
+};
+use prost::Message;
+
+use crate::error::IngestError;
+use crate::gzip::decompress_bounded;
+use crate::label_rules::{
+    check_label_name, check_series_labels, is_reserved, DROPPED_SAMPLE_LABELS,
+};
+use crate::limits::Limits;
+use crate::profile_type::{infer_profile_name, SampleTypeConfig, CPU_NANOSECONDS};
+use crate::proto::pprof::Profile;
+
+/// What the caller knows about a pprof upload besides its bytes.
+#[derive(Clone, Debug, Default)]
+pub struct PprofOptions {
+    pub tenant: TenantId,
+    /// Labels every series gets (`service_name`, query-string tags, Push labels).
+    /// `__name__` and `__profile_type__` are always set by the decoder.
+    pub base_labels: Labels,
+    /// Profile name part to use instead of inferring it (Push's `__name__`).
+    pub name: Option<String>,
+    /// Sample time (ms) when the profile's `time_nanos` is unusable, normally the
+    /// request's `from` or the receive time.
+    pub fallback_time_ms: i64,
+    pub limits: Limits,
+    /// Pyroscope `sample_type_config` sent with the upload, if any.
+    pub sample_type_config: Option<SampleTypeConfig>,
+}
+
+/// Decodes a pprof profile (gzip-framed or plain) into a new batch.
+pub fn decode_pprof(data: &[u8], opts: &PprofOptions) -> Result<Batch, IngestError> {
+    let bytes = decompress_bounded(
+        data,
+        opts.limits.max_decompressed_bytes,
+        "max_decompressed_bytes",
+    )?;
+    // Decoding from `Bytes` lets the string table borrow the buffer (see profile.proto).
+    let buf = match bytes {
+        Cow::Owned(v) => Bytes::from(v),
+        Cow::Borrowed(b) => Bytes::copy_from_slice(b),
+    };
+    let profile = Profile::decode(buf).map_err(|source| IngestError::Protobuf {
+        what: "pprof Profile",
+        source,
+    })?;
+    profile_to_batch(&profile, opts)
+}
+
+/// Converts an already decoded profile into a new batch.
+pub fn profile_to_batch(profile: &Profile, opts: &PprofOptions) -> Result<Batch, IngestError> {
+    let limits = &opts.limits;
+    if profile.sample.len() > limits.max_samples_per_profile {
+        return Err(IngestError::TooLarge {
+            limit: "max_samples_per_profile",
+            max: limits.max_samples_per_profile as u64,
+            what: "samples in profile",
+        });
+    }
+    let strings = Strings::new(&profile.string_table)?;
+    let (name, out_types) = output_types(profile, &strings, opts)?;
+    let mut batch = Batch::new(opts.tenant.clone());
+    let ids = build_symbols(profile, &strings, &mut batch)?;
+
+    let timestamp_ms = sample_time_ms(profile.time_nanos, opts.fallback_time_ms);
+    let n_values = profile.sample_type.len();
+    let n_out = out_types.len();
+    let mut label_sets = LabelSets::new(profile.string_table.len());
+    // series_samples[set * n_out + t]: samples of label set `set`, output type `t`.
+    let mut series_samples: Vec<Vec<Sample>> = vec![Vec::new(); n_out];
+    let mut frames: Vec<u32> = Vec::with_capacity(64);
+    let mut values: Vec<i64> = vec![0; n_out];
+
+    for (i, sample) in profile.sample.iter().enumerate() {
+        if sample.value.len() != n_values {
+            return Err(IngestError::profile(format!(
+                "sample {i} has {} values but the profile has {n_values} sample types",
+                sample.value.len()
+            )));
+        }
+        let mut any = false;
+        for (v, t) in values.iter_mut().zip(&out_types) {
+            let raw = sample.value.get(t.value_index).copied().unwrap_or(0);
+            *v = raw.checked_mul(t.scale).ok_or_else(|| {
+                IngestError::profile(format!(
+                    "sample {i}: value {raw} × period {} overflows",
+                    t.scale
+                ))
+            })?;
+            any |= *v != 0;
+        }
+        if !any {
+            continue;
+        }
+        let set = label_sets.id_for(sample, &strings, limits)?;
+        if series_samples.len() < (set + 1) * n_out {
+            series_samples.resize((set + 1) * n_out, Vec::new());
+        }
+
+        frames.clear();
+        for &loc_id in &sample.location_id {
+            let (start, len) = ids.location(loc_id).ok_or_else(|| {
+                IngestError::profile(format!("sample {i} refers to missing location id {loc_id}"))
+            })?;
+            frames.extend(start..start + len);
+            // Checked per location so a sample repeating a many-line location cannot
+            // grow the buffer far past the limit first.
+            if frames.len() > limits.max_stack_depth {
+                return Err(IngestError::LimitExceeded {
+                    limit: "max_stack_depth",
+                    max: limits.max_stack_depth as u64,
+                    detail: format!(
+                        "stack of sample {i} with more than {} frames",
+                        limits.max_stack_depth
+                    ),
+                });
+            }
+        }
+        let stack = batch.stacks.push_leaf_first(frames.iter().copied());
+
+        let row = series_samples
+            .get_mut(set * n_out..(set + 1) * n_out)
+            .ok_or_else(|| IngestError::profile("internal: series table out of range"))?;
+        for (dst, &value) in row.iter_mut().zip(&values) {
+            if value != 0 {
+                dst.push(Sample {
+                    timestamp_ms,
+                    stack,
+                    value,
+                });
+            }
+        }
+    }
+
+    // Label sets that resolve to the same labels (duplicate strings in the table) are
+    // merged here, once per set rather than once per sample.
+    let mut by_labels: HashMap<Labels, usize> = HashMap::new();
+    for (set, row) in series_samples.chunks_mut(n_out.max(1)).enumerate() {
+        if row.iter().all(|s| s.is_empty()) {
+            continue;
+        }
+        let set_labels = label_sets.resolve(set, &strings, &name, opts)?;
+        for (samples, t) in row.iter_mut().zip(&out_types) {
+            if samples.is_empty() {
+                continue;
+            }
+            let mut labels = set_labels.clone();
+            labels.set(PROFILE_TYPE_LABEL, t.id.as_str());
+            check_series_labels(&labels, limits)?;
+            let samples = std::mem::take(samples);
+            match by_labels.get(&labels) {
+                Some(&idx) => {
+                    if let Some(s) = batch.series.get_mut(idx) {
+                        s.samples.extend(samples);
+                    }
+                }
+                None => {
+                    by_labels.insert(labels.clone(), batch.series.len());
+                    batch.series.push(SeriesSamples { labels, samples });
+                }
+            }
+        }
+    }
+    Ok(batch)
+}
+
+/// Pyroscope's rule: `time_nanos` of 0 or in 1970 is not a real collection time.
+fn sample_time_ms(time_nanos: i64, fallback_ms: i64) -> i64 {
+    // 1971-01-01T00:00:00Z in nanoseconds.
+    const FIRST_VALID_NANOS: i64 = 365 * 24 * 3600 * 1_000_000_000;
+    if time_nanos < FIRST_VALID_NANOS {
+        fallback_ms
+    } else {
+        time_nanos / 1_000_000
+    }
+}
+
+/// The string table with checked lookups.
+struct Strings<'a>(&'a [Bytes]);
+
+impl<'a> Strings<'a> {
+    fn new(table: &'a [Bytes]) -> Result<Self, IngestError> {
+        match table.first() {
+            Some(s) if !s.is_empty() => Err(IngestError::profile(format!(
+                "string_table[0] must be \"\", found {:?}",
+                String::from_utf8_lossy(s)
+            ))),
+            _ => Ok(Strings(table)),
+        }
+    }
+
+    /// `what` names the referring field for the error message.
+    fn get(&self, index: i64, what: impl FnOnce() -> String) -> Result<&'a str, IngestError> {
+        if index == 0 {
+            return Ok("");
+        }
+        let bytes = usize::try_from(index)
+            .ok()
+            .and_then(|i| self.0.get(i))
+            .ok_or_else(|| {
+                IngestError::profile(format!(
+                    "{} refers to string index {index} but the string table has {} entries",
+                    what(),
+                    self.0.len()
+                ))
+            })?;
+        std::str::from_utf8(bytes).map_err(|_| {
+            IngestError::profile(format!("string table entry {index} is not valid UTF-8"))
+        })
+    }
+}
+
+/// One output profile type: which sample value feeds it and by what factor.
+struct OutType {
+    id: String,
+    value_index: usize,
+    scale: i64,
+}
+
+fn output_types(
+    profile: &Profile,
+    strings: &Strings<'_>,
+    opts: &PprofOptions,
+) -> Result<(String, Vec<OutType>), IngestError> {
+    let mut sample_types = Vec::with_capacity(profile.sample_type.len());
+    for (i, vt) in profile.sample_type.iter().enumerate() {
+        let ty = strings.get(vt.r#type, || format!("sample_type[{i}].type"))?;
+        let unit = strings.get(vt.unit, || format!("sample_type[{i}].unit"))?;
+        sample_types.push((ty, unit));
+    }
+    let (period_type, period_unit) = match &profile.period_type {
+        Some(vt) => (
+            strings.get(vt.r#type, || "period_type.type".to_string())?,
+            strings.get(vt.unit, || "period_type.unit".to_string())?,
+        ),
+        None => ("", ""),
+    };
+    let name = match opts.name.as_deref() {
+        Some(n) if !n.is_empty() => n.to_string(),
+        _ => infer_profile_name(
+            sample_types.iter().map(|(t, _)| *t),
+            opts.sample_type_config.as_ref(),
+        ),
+    };
+    let parts = sample_types.iter().flat_map(|(t, u)| [*t, *u]).chain([
+        name.as_str(),
+        period_type,
+        period_unit,
+    ]);
+    for part in parts {
+        if part.contains(':') {
+            return Err(IngestError::profile(format!(
+                "profile type part {part:?} contains ':'"
+            )));
+        }
+    }
+    let mut out: Vec<OutType> = sample_types
+        .iter()
+        .enumerate()
+        .map(|(i, (t, u))| OutType {
+            id: format!("{name}:{t}:{u}:{period_type}:{period_unit}"),
+            value_index: i,
+            scale: 1,
+        })
+        .collect();
+
+    let has_cpu = sample_types.iter().any(|(t, _)| *t == "cpu");
+    let samples_index = sample_types
+        .iter()
+        .position(|&(t, u)| t == "samples" && u == "count");
+    let unit_ns = match period_unit {
+        "nanoseconds" => Some(1),
+        "microseconds" => Some(1_000),
+        "milliseconds" => Some(1_000_000),
+        "seconds" => Some(1_000_000_000),
+        _ => None,
+    };
+    // Only a declared `cpu` period: pyroscope-rs sends `:milliseconds` with a period
+    // of 1e9, which would turn every sample into ~31 years of CPU.
+    if let (false, Some(value_index), Some(unit_ns), "process_cpu", "cpu") =
+        (has_cpu, samples_index, unit_ns, name.as_str(), period_type)
+    {
+        if let Some(scale) = profile.period.checked_mul(unit_ns).filter(|&p| p > 0) {
+            out.push(OutType {
+                id: CPU_NANOSECONDS.to_string(),
+                value_index,
+                scale,
+            });
+        }
+    }
+    Ok((name, out))
+}
+
+/// Maps pprof ids (1-based, arbitrary) to positions. Dense ids, the common case,
+/// use a vector; sparse ones fall back to a hash map so a huge id cannot make us
+/// allocate a huge table.
+enum IdMap<T> {
+    Dense(Vec<Option<T>>),
+    Sparse(HashMap<u64, T>),
+}
+
+impl<T: Copy> IdMap<T> {
+    fn new(count: usize, max_id: u64) -> Self {
+        let dense_limit = (count as u64).saturating_mul(2).saturating_add(1024);
+        if max_id <= dense_limit {
+            IdMap::Dense(vec![None; max_id as usize + 1])
+        } else {
+            IdMap::Sparse(HashMap::with_capacity(count))
+        }
+    }
+
+    /// Returns false when `id` was already present.
+    fn insert(&mut self, id: u64, value: T) -> bool {
+        match self {
+            IdMap::Dense(v) => match v.get_mut(id as usize) {
+                Some(slot @ None) => {
+                    *slot = Some(value);
+                    true
+                }
+                _ => false,
+            },
+            IdMap::Sparse(m) => m.insert(id, value).is_none(),
+        }
+    }
+
+    fn get(&self, id: u64) -> Option<T> {
+        match self {
+            IdMap::Dense(v) => v.get(usize::try_from(id).ok()?).copied().flatten(),
+            IdMap::Sparse(m) => m.get(&id).copied(),
+        }
+    }
+}
+
+fn build_id_map<T: Copy>(
+    kind: &str,
+    ids: impl Iterator<Item = u64> + Clone,
+    value: impl Fn(usize) -> T,
+) -> Result<IdMap<T>, IngestError> {
+    let count = ids.clone().count();
+    let max_id = ids.clone().max().unwrap_or(0);
+    let mut map = IdMap::new(count, max_id);
+    for (pos, id) in ids.enumerate() {
+        if id == 0 {
+            return Err(IngestError::profile(format!(
+                "{kind} at position {pos} has id 0"
+            )));
+        }
+        if !map.insert(id, value(pos)) {
+            return Err(IngestError::profile(format!("duplicate {kind} id {id}")));
+        }
+    }
+    Ok(map)
+}
+
+/// Location id → (first frame index, frame count) in the batch.
+struct SymbolIds {
+    locations: IdMap<(u32, u32)>,
+}
+
+impl SymbolIds {
+    fn location(&self, id: u64) -> Option<(u32, u32)> {
+        self.locations.get(id)
+    }
+}
+
+fn to_u32(n: usize, what: &str) -> Result<u32, IngestError> {
+    u32::try_from(n).map_err(|_| IngestError::profile(format!("too many {what}")))
+}
+
+/// Builds the batch's symbol tables once per profile.
+fn build_symbols(
+    profile: &Profile,
+    strings: &Strings<'_>,
+    batch: &mut Batch,
+) -> Result<SymbolIds, IngestError> {
+    let syms = &mut batch.symbols;
+    let mapping_ids = build_id_map("mapping", profile.mapping.iter().map(|m| m.id), |p| {
+        p as u32
+    })?;
+    to_u32(profile.mapping.len(), "mappings")?;
+    syms.mappings.reserve(profile.mapping.len());
+    for m in &profile.mapping {
+        syms.mappings.push(Mapping {
+            file: strings
+                .get(m.filename, || format!("mapping {} filename", m.id))?
+                .to_string(),
+            build_id: strings
+                .get(m.build_id, || format!("mapping {} build_id", m.id))?
+                .to_string(),
+        });
+    }
+
+    let function_ids = build_id_map("function", profile.function.iter().map(|f| f.id), |p| {
+        p as u32
+    })?;
+    to_u32(profile.function.len(), "functions")?;
+    syms.functions.reserve(profile.function.len());
+    for f in &profile.function {
+        let mut name = strings.get(f.name, || format!("function {} name", f.id))?;
+        if name.is_empty() {
+            name = strings.get(f.system_name, || format!("function {} system_name", f.id))?;
+        }
+        let file = strings.get(f.filename, || format!("function {} filename", f.id))?;
+        syms.functions.push(Function {
+            name: name.to_string(),
+            file: file.to_string(),
+        });
+    }
+
+    let mut locations = IdMap::new(
+        profile.location.len(),
+        profile.location.iter().map(|l| l.id).max().unwrap_or(0),
+    );
+    syms.locations.reserve(profile.location.len());
+    for (pos, loc) in profile.location.iter().enumerate() {
+        if loc.id == 0 {
+            return Err(IngestError::profile(format!(
+                "location at position {pos} has id 0"
+            )));
+        }
+        let mapping = match loc.mapping_id {
+            0 => None,
+            id => Some(mapping_ids.get(id).ok_or_else(|| {
+                IngestError::profile(format!(
+                    "location {} refers to missing mapping id {id}",
+                    loc.id
+                ))
+            })?),
+        };
+        let start = to_u32(syms.locations.len(), "frames")?;
+        if loc.line.is_empty() {
+            syms.locations.push(Location {
+                function: None,
+                mapping,
+                address: loc.address,
+                line: 0,
+            });
+        }
+        for line in &loc.line {
+            let function = function_ids.get(line.function_id).ok_or_else(|| {
+                IngestError::profile(format!(
+                    "location {} refers to missing function id {}",
+                    loc.id, line.function_id
+                ))
+            })?;
+            syms.locations.push(Location {
+                function: Some(function),
+                mapping,
+                address: loc.address,
+                line: u32::try_from(line.line).unwrap_or(0),
+            });
+        }
+        let len = to_u32(syms.locations.len(), "frames")? - start;
+        if !locations.insert(loc.id, (start, len)) {
+            return Err(IngestError::profile(format!(
+                "duplicate location id {}",
+                loc.id
+            )));
+        }
+    }
+    Ok(SymbolIds { locations })
+}
+
+/// Distinct sample label sets, keyed by string-table indices so that samples cost
+/// no string work; strings are resolved once per set at the end.
+struct LabelSets {
+    ids: HashMap<Vec<(i64, i64)>, usize>,
+    sets: Vec<Vec<(i64, i64)>>,
+    /// Per string index: 0 = not yet checked, 1 = keep as label name, 2 = drop.
+    key_state: Vec<u8>,
+    scratch: Vec<(i64, i64)>,
+}
+
+impl LabelSets {
+    fn new(n_strings: usize) -> Self {
+        LabelSets {
+            ids: HashMap::new(),
+            // Set 0 is "no labels" so unlabeled samples skip the hash map.
+            sets: vec![Vec::new()],
+            key_state: vec![0; n_strings],
+            scratch: Vec::new(),
+        }
+    }
+
+    fn keep_key(
+        &mut self,
+        key: i64,
+        strings: &Strings<'_>,
+        limits: &Limits,
+    ) -> Result<bool, IngestError> {
+        let state = usize::try_from(key)
+            .ok()
+            .and_then(|k| self.key_state.get_mut(k))
+            .ok_or_else(|| {
+                IngestError::profile(format!(
+                    "sample label key refers to string index {key} but the string table has {} entries",
+                    strings.0.len()
+                ))
+            })?;
+        if *state == 0 {
+            let name = strings.get(key, || "sample label key".to_string())?;
+            *state =
+                if name.is_empty() || is_reserved(name) || DROPPED_SAMPLE_LABELS.contains(&name) {
+                    2
+                } else {
+                    check_label_name(name, limits)?;
+                    1
+                };
+        }
+        Ok(*state == 1)
+    }
+
+    fn id_for(
+        &mut self,
+        sample: &crate::proto::pprof::Sample,
+        strings: &Strings<'_>,
+        limits: &Limits,
+    ) -> Result<usize, IngestError> {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        for l in &sample.label {
+            if l.str != 0 && self.keep_key(l.key, strings, limits)? {
+                scratch.push((l.key, l.str));
+            }
+        }
+        if scratch.is_empty() {
+            self.scratch = scratch;
+            return Ok(0);
+        }
+        scratch.sort_unstable();
+        let id = match self.ids.get(scratch.as_slice()) {
+            Some(&id) => id,
+            None => {
+                for &(_, v) in &scratch {
+                    strings.get(v, || "sample label value".to_string())?;
+                }
+                let id = self.sets.len();
+                self.sets.push(scratch.clone());
+                self.ids.insert(scratch.clone(), id);
+                id
+            }
+        };
+        self.scratch = scratch;
+        Ok(id)
+    }
+
+    /// Base labels, then sample labels (which win), then the reserved labels.
+    fn resolve(
+        &self,
+        set: usize,
+        strings: &Strings<'_>,
+        name: &str,
+        opts: &PprofOptions,
+    ) -> Result<Labels, IngestError> {
+        let mut labels = opts.base_labels.clone();
+        for &(k, v) in self.sets.get(set).map(Vec::as_slice).unwrap_or_default() {
+            let value = strings.get(v, || "sample label value".to_string())?;
+            // An empty value means "not set" (Prometheus semantics); it must not
+            // erase a base label of the same name.
+            if !value.is_empty() {
+                labels.set(strings.get(k, || "sample label key".to_string())?, value);
+            }
+        }
+        labels.remove(PROFILE_TYPE_LABEL);
+        labels.set(NAME_LABEL, name);
+        Ok(labels)
+    }
+}
+
+#[cfg(test)]
+mod tests;

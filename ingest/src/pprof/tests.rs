@@ -1,0 +1,818 @@
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use flate2::write::GzEncoder;
+use flate2::Compression;
+use profiledb_storage::SERVICE_NAME_LABEL;
+use proptest::prelude::*;
+
+use super::*;
+use crate::proto::pprof::{Function as PFunction, Label, Line, Location as PLocation};
+use crate::proto::pprof::{Mapping as PMapping, Sample as PSample, ValueType};
+
+/// Builds profiles with a string table managed for the test.
+#[derive(Default)]
+struct Builder {
+    p: Profile,
+}
+
+impl Builder {
+    fn new() -> Self {
+        let mut b = Builder::default();
+        b.p.string_table.push(Bytes::new());
+        b
+    }
+    fn s(&mut self, s: &str) -> i64 {
+        if let Some(i) = self.p.string_table.iter().position(|x| x == s.as_bytes()) {
+            return i as i64;
+        }
+        self.p.string_table.push(Bytes::from(s.to_string()));
+        (self.p.string_table.len() - 1) as i64
+    }
+    fn sample_type(mut self, t: &str, u: &str) -> Self {
+        let vt = ValueType {
+            r#type: self.s(t),
+            unit: self.s(u),
+        };
+        self.p.sample_type.push(vt);
+        self
+    }
+    fn period(mut self, t: &str, u: &str, period: i64) -> Self {
+        self.p.period_type = Some(ValueType {
+            r#type: self.s(t),
+            unit: self.s(u),
+        });
+        self.p.period = period;
+        self
+    }
+    fn function(mut self, id: u64, name: &str, file: &str) -> Self {
+        let f = PFunction {
+            id,
+            name: self.s(name),
+            system_name: 0,
+            filename: self.s(file),
+            start_line: 0,
+        };
+        self.p.function.push(f);
+        self
+    }
+    fn mapping(mut self, id: u64, file: &str, build_id: &str) -> Self {
+        let m = PMapping {
+            id,
+            filename: self.s(file),
+            build_id: self.s(build_id),
+            ..Default::default()
+        };
+        self.p.mapping.push(m);
+        self
+    }
+    /// `lines`: (function id, line), innermost first.
+    fn location(mut self, id: u64, mapping_id: u64, address: u64, lines: &[(u64, i64)]) -> Self {
+        self.p.location.push(PLocation {
+            id,
+            mapping_id,
+            address,
+            line: lines
+                .iter()
+                .map(|&(function_id, line)| Line {
+                    function_id,
+                    line,
+                    column: 0,
+                })
+                .collect(),
+            is_folded: false,
+        });
+        self
+    }
+    fn sample(self, leaf_first: &[u64], values: &[i64]) -> Self {
+        self.labeled_sample(leaf_first, values, &[])
+    }
+    fn labeled_sample(
+        mut self,
+        leaf_first: &[u64],
+        values: &[i64],
+        labels: &[(&str, &str)],
+    ) -> Self {
+        let label = labels
+            .iter()
+            .map(|(k, v)| Label {
+                key: self.s(k),
+                str: self.s(v),
+                num: 0,
+                num_unit: 0,
+            })
+            .collect();
+        self.p.sample.push(PSample {
+            location_id: leaf_first.to_vec(),
+            value: values.to_vec(),
+            label,
+        });
+        self
+    }
+    fn time_nanos(mut self, t: i64) -> Self {
+        self.p.time_nanos = t;
+        self
+    }
+    fn bytes(&self) -> Vec<u8> {
+        self.p.encode_to_vec()
+    }
+}
+
+const T0_NANOS: i64 = 1_700_000_000_123_456_789;
+const T0_MS: i64 = 1_700_000_000_123;
+const FALLBACK_MS: i64 = 1_600_000_000_000;
+
+fn opts() -> PprofOptions {
+    PprofOptions {
+        base_labels: Labels::new([(SERVICE_NAME_LABEL, "svc"), ("env", "prod")]),
+        fallback_time_ms: FALLBACK_MS,
+        ..PprofOptions::default()
+    }
+}
+
+fn decode(b: &Builder) -> Result<Batch, IngestError> {
+    decode_pprof(&b.bytes(), &opts())
+}
+
+/// A Go-CPU-like profile: main → foo → bar where bar is inlined into foo.
+fn go_cpu() -> Builder {
+    Builder::new()
+        .sample_type("samples", "count")
+        .sample_type("cpu", "nanoseconds")
+        .period("cpu", "nanoseconds", 10_000_000)
+        .time_nanos(T0_NANOS)
+        .mapping(1, "/bin/app", "abc123")
+        .function(1, "main", "main.go")
+        .function(2, "foo", "foo.go")
+        .function(3, "bar", "bar.go")
+        .location(1, 1, 0x1000, &[(1, 10)])
+        .location(2, 1, 0x2000, &[(3, 5), (2, 20)])
+        .sample(&[2, 1], &[2, 20_000_000])
+        .sample(&[1], &[0, 0])
+        .sample(&[1], &[1, 0])
+}
+
+/// Frame names of a stack, root first.
+fn names(b: &Batch, stack: u32) -> Vec<String> {
+    b.stacks
+        .get(stack)
+        .unwrap()
+        .iter()
+        .map(|&l| {
+            let loc = b.symbols.locations[l as usize];
+            match loc.function {
+                Some(f) => b.symbols.functions[f as usize].name.clone(),
+                None => format!("0x{:x}", loc.address),
+            }
+        })
+        .collect()
+}
+
+/// profile type id → [(root-first frames, value, timestamp)].
+fn by_type(b: &Batch) -> BTreeMap<String, Vec<(Vec<String>, i64, i64)>> {
+    assert_eq!(b.validate(), Ok(()));
+    let mut out: BTreeMap<String, Vec<_>> = BTreeMap::new();
+    for s in &b.series {
+        let pt = s.labels.profile_type().unwrap().to_string();
+        for x in &s.samples {
+            out.entry(pt.clone())
+                .or_default()
+                .push((names(b, x.stack), x.value, x.timestamp_ms));
+        }
+    }
+    out
+}
+
+fn strs(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn go_cpu_profile_with_inlined_lines() {
+    let b = decode(&go_cpu()).unwrap();
+    let got = by_type(&b);
+    assert_eq!(
+        got,
+        BTreeMap::from([
+            (
+                "process_cpu:cpu:nanoseconds:cpu:nanoseconds".to_string(),
+                vec![(strs(&["main", "foo", "bar"]), 20_000_000, T0_MS)]
+            ),
+            (
+                "process_cpu:samples:count:cpu:nanoseconds".to_string(),
+                vec![
+                    (strs(&["main", "foo", "bar"]), 2, T0_MS),
+                    (strs(&["main"]), 1, T0_MS)
+                ]
+            ),
+        ])
+    );
+    // The all-zero sample added no stack.
+    assert_eq!(b.stacks.len(), 2);
+    // Location 2 expanded into two frames sharing address and mapping, innermost
+    // (bar) at the leaf.
+    let stack = b.stacks.get(0).unwrap();
+    let frames: Vec<_> = stack
+        .iter()
+        .map(|&l| b.symbols.locations[l as usize])
+        .collect();
+    assert_eq!(
+        frames
+            .iter()
+            .map(|l| (l.address, l.line, l.mapping))
+            .collect::<Vec<_>>(),
+        vec![
+            (0x1000, 10, Some(0)),
+            (0x2000, 20, Some(0)),
+            (0x2000, 5, Some(0))
+        ]
+    );
+    assert_eq!(b.symbols.functions[2].file, "bar.go");
+    assert_eq!(
+        b.symbols.mappings,
+        vec![Mapping {
+            file: "/bin/app".into(),
+            build_id: "abc123".into()
+        }]
+    );
+    for s in &b.series {
+        assert_eq!(s.labels.get(SERVICE_NAME_LABEL), Some("svc"));
+        assert_eq!(s.labels.get("env"), Some("prod"));
+        assert_eq!(s.labels.get(NAME_LABEL), Some("process_cpu"));
+        assert_eq!(s.labels.len(), 4);
+    }
+}
+
+#[test]
+fn gzip_framed_profile_decodes_the_same() {
+    let plain = go_cpu().bytes();
+    let mut e = GzEncoder::new(Vec::new(), Compression::default());
+    e.write_all(&plain).unwrap();
+    let gz = e.finish().unwrap();
+    assert_eq!(
+        decode_pprof(&gz, &opts()).unwrap(),
+        decode_pprof(&plain, &opts()).unwrap()
+    );
+}
+
+#[test]
+fn unsymbolized_frames_keep_address_and_mapping() {
+    let p = Builder::new()
+        .sample_type("cpu", "nanoseconds")
+        .period("cpu", "nanoseconds", 1)
+        .mapping(7, "/lib/libc.so.6", "deadbeef")
+        .mapping(9, "[vdso]", "")
+        .function(1, "main", "")
+        .location(3, 9, 0xaaa, &[])
+        .location(4, 7, 0xbbb, &[])
+        .location(5, 0, 0xccc, &[(1, 0)])
+        .sample(&[3, 4, 5], &[7]);
+    let b = decode(&p).unwrap();
+    let got = by_type(&b);
+    assert_eq!(
+        got["process_cpu:cpu:nanoseconds:cpu:nanoseconds"],
+        vec![(strs(&["main", "0xbbb", "0xaaa"]), 7, FALLBACK_MS)]
+    );
+    let locs = &b.symbols.locations;
+    assert_eq!(
+        locs[0],
+        Location {
+            function: None,
+            mapping: Some(1),
+            address: 0xaaa,
+            line: 0
+        }
+    );
+    assert_eq!(
+        b.symbols.mappings[locs[1].mapping.unwrap() as usize].build_id,
+        "deadbeef"
+    );
+    assert_eq!(locs[2].mapping, None);
+    assert_eq!(locs[2].function, Some(0));
+}
+
+#[test]
+fn string_sample_labels_become_series_labels() {
+    let mut p = Builder::new()
+        .sample_type("cpu", "nanoseconds")
+        .function(1, "f", "")
+        .location(1, 0, 0, &[(1, 0)])
+        .labeled_sample(&[1], &[1], &[("handler", "/a"), ("span_id", "123")])
+        .labeled_sample(
+            &[1],
+            &[2],
+            &[("handler", "/b"), ("trace_id", "x"), ("profile_id", "y")],
+        )
+        .labeled_sample(&[1], &[4], &[("handler", "/a"), ("env", "dev")])
+        .labeled_sample(
+            &[1],
+            &[8],
+            &[("__name__", "evil"), ("__profile_type__", "a:b:c:d:e")],
+        )
+        .sample(&[1], &[16]);
+    // A numeric label on the last sample is ignored.
+    let bytes_key = p.s("bytes");
+    p.p.sample[4].label.push(Label {
+        key: bytes_key,
+        str: 0,
+        num: 512,
+        num_unit: 0,
+    });
+    let b = decode(&p).unwrap();
+    assert_eq!(b.validate(), Ok(()));
+    let mut got: Vec<(String, Vec<i64>)> = b
+        .series
+        .iter()
+        .map(|s| {
+            (
+                s.labels.to_string(),
+                s.samples.iter().map(|x| x.value).collect(),
+            )
+        })
+        .collect();
+    got.sort();
+    let pt = "process_cpu:cpu:nanoseconds::";
+    assert_eq!(
+        got,
+        vec![
+            (
+                format!(
+                    r#"{{__name__="process_cpu", __profile_type__="{pt}", env="dev", handler="/a", service_name="svc"}}"#
+                ),
+                vec![4]
+            ),
+            (
+                format!(
+                    r#"{{__name__="process_cpu", __profile_type__="{pt}", env="prod", handler="/a", service_name="svc"}}"#
+                ),
+                vec![1]
+            ),
+            (
+                format!(
+                    r#"{{__name__="process_cpu", __profile_type__="{pt}", env="prod", handler="/b", service_name="svc"}}"#
+                ),
+                vec![2]
+            ),
+            (
+                format!(
+                    r#"{{__name__="process_cpu", __profile_type__="{pt}", env="prod", service_name="svc"}}"#
+                ),
+                vec![8, 16]
+            ),
+        ]
+    );
+}
+
+#[test]
+fn duplicate_strings_in_the_table_still_give_one_series() {
+    let mut p = Builder::new()
+        .sample_type("cpu", "nanoseconds")
+        .function(1, "f", "")
+        .location(1, 0, 0, &[(1, 0)])
+        .labeled_sample(&[1], &[1], &[("k", "v")]);
+    // A second copy of "v" at a different index.
+    p.p.string_table.push(Bytes::from_static(b"v"));
+    let dup = (p.p.string_table.len() - 1) as i64;
+    let k = p.s("k");
+    p.p.sample.push(PSample {
+        location_id: vec![1],
+        value: vec![2],
+        label: vec![Label {
+            key: k,
+            str: dup,
+            num: 0,
+            num_unit: 0,
+        }],
+    });
+    let b = decode(&p).unwrap();
+    assert_eq!(b.series.len(), 1);
+    assert_eq!(b.series[0].samples.len(), 2);
+}
+
+#[test]
+fn invalid_sample_label_name_is_an_error() {
+    let p = Builder::new()
+        .sample_type("cpu", "nanoseconds")
+        .function(1, "f", "")
+        .location(1, 0, 0, &[(1, 0)])
+        .labeled_sample(&[1], &[1], &[("thread name", "x")]);
+    let err = decode(&p).unwrap_err();
+    assert!(matches!(&err, IngestError::InvalidLabel { name, .. } if name == "thread name"));
+}
+
+#[test]
+fn samples_count_with_a_cpu_period_also_yields_cpu_nanoseconds() {
+    let p = Builder::new()
+        .sample_type("samples", "count")
+        .period("cpu", "nanoseconds", 10_000_000)
+        .function(1, "f", "")
+        .location(1, 0, 0, &[(1, 0)])
+        .sample(&[1], &[3]);
+    let got = by_type(&decode(&p).unwrap());
+    assert_eq!(
+        got.into_iter()
+            .map(|(k, v)| (k, v[0].1))
+            .collect::<Vec<_>>(),
+        vec![
+            (
+                "process_cpu:cpu:nanoseconds:cpu:nanoseconds".to_string(),
+                30_000_000
+            ),
+            ("process_cpu:samples:count:cpu:nanoseconds".to_string(), 3),
+        ]
+    );
+
+    // pyroscope-rs style: empty period type, absurd period; no derived type (as in
+    // Pyroscope, which stores only `process_cpu:samples:count::milliseconds`).
+    let p = Builder::new()
+        .sample_type("samples", "count")
+        .period("", "milliseconds", 1_000_000_000)
+        .function(1, "f", "")
+        .location(1, 0, 0, &[(1, 0)])
+        .sample(&[1], &[3]);
+    let got = by_type(&decode(&p).unwrap());
+    assert_eq!(
+        got.into_iter()
+            .map(|(k, v)| (k, v[0].1))
+            .collect::<Vec<_>>(),
+        vec![("process_cpu:samples:count::milliseconds".to_string(), 3)]
+    );
+
+    // A `cpu` period in milliseconds is converted to nanoseconds.
+    let p = Builder::new()
+        .sample_type("samples", "count")
+        .period("cpu", "milliseconds", 10)
+        .function(1, "f", "")
+        .location(1, 0, 0, &[(1, 0)])
+        .sample(&[1], &[3]);
+    let got = by_type(&decode(&p).unwrap());
+    assert_eq!(
+        got["process_cpu:cpu:nanoseconds:cpu:nanoseconds"][0].1,
+        30_000_000
+    );
+
+    // Overflow is an error, not a silently clamped value.
+    let p = Builder::new()
+        .sample_type("samples", "count")
+        .period("cpu", "seconds", i64::MAX / 1_000_000_000)
+        .function(1, "f", "")
+        .location(1, 0, 0, &[(1, 0)])
+        .sample(&[1], &[2_000_000_000]);
+    assert!(decode(&p).unwrap_err().to_string().contains("overflows"));
+
+    // No period: nothing to convert with.
+    let p = Builder::new()
+        .sample_type("samples", "count")
+        .function(1, "f", "")
+        .location(1, 0, 0, &[(1, 0)])
+        .sample(&[1], &[3]);
+    let got = by_type(&decode(&p).unwrap());
+    assert_eq!(
+        got.keys().collect::<Vec<_>>(),
+        ["process_cpu:samples:count::"]
+    );
+
+    // Wall profiles are not CPU.
+    let p = Builder::new()
+        .sample_type("samples", "count")
+        .sample_type("wall", "microseconds")
+        .period("wall", "microseconds", 10_000)
+        .function(1, "f", "")
+        .location(1, 0, 0, &[(1, 0)])
+        .sample(&[1], &[3, 30_000]);
+    let got = by_type(&decode(&p).unwrap());
+    assert_eq!(
+        got.keys().collect::<Vec<_>>(),
+        [
+            "wall:samples:count:wall:microseconds",
+            "wall:wall:microseconds:wall:microseconds"
+        ]
+    );
+}
+
+#[test]
+fn heap_profile_gets_memory_types_and_name_override_wins() {
+    let p = Builder::new()
+        .sample_type("alloc_objects", "count")
+        .sample_type("alloc_space", "bytes")
+        .sample_type("inuse_objects", "count")
+        .sample_type("inuse_space", "bytes")
+        .period("space", "bytes", 524_288)
+        .function(1, "f", "")
+        .location(1, 0, 0, &[(1, 0)])
+        .sample(&[1], &[1, 2, 0, 4]);
+    let got = by_type(&decode(&p).unwrap());
+    assert_eq!(
+        got.iter()
+            .map(|(k, v)| (k.as_str(), v[0].1))
+            .collect::<Vec<_>>(),
+        vec![
+            ("memory:alloc_objects:count:space:bytes", 1),
+            ("memory:alloc_space:bytes:space:bytes", 2),
+            ("memory:inuse_space:bytes:space:bytes", 4),
+        ]
+    );
+    let mut o = opts();
+    o.name = Some("custom".into());
+    let b = decode_pprof(&p.bytes(), &o).unwrap();
+    assert_eq!(
+        b.series[0].labels.profile_type(),
+        Some("custom:alloc_objects:count:space:bytes")
+    );
+    assert_eq!(b.series[0].labels.get(NAME_LABEL), Some("custom"));
+}
+
+#[test]
+fn block_profile_recognised_via_sample_type_config() {
+    let p = Builder::new()
+        .sample_type("contentions", "count")
+        .sample_type("delay", "nanoseconds")
+        .period("contentions", "count", 1)
+        .function(1, "f", "")
+        .location(1, 0, 0, &[(1, 0)])
+        .sample(&[1], &[1, 100]);
+    let got = by_type(&decode(&p).unwrap());
+    assert!(got.contains_key("mutex:delay:nanoseconds:contentions:count"));
+    let mut o = opts();
+    o.sample_type_config = Some(
+        crate::profile_type::parse_sample_type_config(
+            br#"{"contentions":{"display-name":"block_count"},"delay":{"display-name":"block_duration"}}"#,
+        )
+        .unwrap(),
+    );
+    let got = by_type(&decode_pprof(&p.bytes(), &o).unwrap());
+    assert_eq!(
+        got.keys().collect::<Vec<_>>(),
+        [
+            "block:contentions:count:contentions:count",
+            "block:delay:nanoseconds:contentions:count"
+        ]
+    );
+}
+
+#[test]
+fn time_nanos_zero_or_1970_falls_back() {
+    let ts = |t: i64| {
+        let p = go_cpu().time_nanos(t);
+        decode(&p).unwrap().series[0].samples[0].timestamp_ms
+    };
+    assert_eq!(ts(0), FALLBACK_MS);
+    // Old pyspy sent microseconds: a 1970 date.
+    assert_eq!(ts(1_700_000_000_000_000 / 1000), FALLBACK_MS);
+    assert_eq!(ts(-5), FALLBACK_MS);
+    assert_eq!(ts(T0_NANOS), T0_MS);
+}
+
+fn err_of(p: &Builder) -> String {
+    let e = decode(p).unwrap_err();
+    assert_eq!(e.code(), "invalid_argument", "{e}");
+    e.to_string()
+}
+
+#[test]
+fn bad_ids_are_errors() {
+    assert_eq!(
+        err_of(&go_cpu().sample(&[9], &[1, 1])),
+        "invalid pprof profile: sample 3 refers to missing location id 9"
+    );
+    assert_eq!(
+        err_of(&go_cpu().location(3, 0, 0, &[(4, 1)])),
+        "invalid pprof profile: location 3 refers to missing function id 4"
+    );
+    assert_eq!(
+        err_of(&go_cpu().location(3, 0, 0, &[(0, 1)])),
+        "invalid pprof profile: location 3 refers to missing function id 0"
+    );
+    assert_eq!(
+        err_of(&go_cpu().location(3, 2, 0, &[])),
+        "invalid pprof profile: location 3 refers to missing mapping id 2"
+    );
+    assert_eq!(
+        err_of(&go_cpu().location(0, 0, 0, &[])),
+        "invalid pprof profile: location at position 2 has id 0"
+    );
+    assert_eq!(
+        err_of(&go_cpu().function(2, "dup", "")),
+        "invalid pprof profile: duplicate function id 2"
+    );
+    assert_eq!(
+        err_of(&go_cpu().location(1, 0, 0, &[])),
+        "invalid pprof profile: duplicate location id 1"
+    );
+    assert_eq!(
+        err_of(&go_cpu().mapping(0, "x", "")),
+        "invalid pprof profile: mapping at position 1 has id 0"
+    );
+    // Sparse ids are fine (looked up by id, not position).
+    let sparse = Builder::new()
+        .sample_type("cpu", "nanoseconds")
+        .function(1_000_000_007, "f", "")
+        .location(u64::MAX, 0, 0, &[(1_000_000_007, 1)])
+        .sample(&[u64::MAX], &[5]);
+    assert_eq!(
+        by_type(&decode(&sparse).unwrap())["process_cpu:cpu:nanoseconds::"],
+        vec![(strs(&["f"]), 5, FALLBACK_MS)]
+    );
+}
+
+#[test]
+fn bad_strings_and_values_are_errors() {
+    let mut p = go_cpu();
+    p.p.function[0].name = 999;
+    assert!(err_of(&p).starts_with(
+        "invalid pprof profile: function 1 name refers to string index 999 but the string table has"
+    ));
+    let mut p = go_cpu();
+    p.p.sample_type[0].unit = -1;
+    assert!(err_of(&p).contains("sample_type[0].unit refers to string index -1"));
+    let mut p = go_cpu();
+    p.p.string_table[0] = Bytes::from_static(b"x");
+    assert_eq!(
+        err_of(&p),
+        "invalid pprof profile: string_table[0] must be \"\", found \"x\""
+    );
+    assert_eq!(
+        err_of(&go_cpu().sample(&[1], &[1])),
+        "invalid pprof profile: sample 3 has 1 values but the profile has 2 sample types"
+    );
+    let mut p = go_cpu().labeled_sample(&[1], &[1, 1], &[("k", "v")]);
+    p.p.sample[3].label[0].str = 1000;
+    assert!(err_of(&p).contains("sample label value refers to string index 1000"));
+    let mut p = go_cpu().labeled_sample(&[1], &[1, 1], &[("k", "v")]);
+    p.p.sample[3].label[0].key = 1000;
+    assert!(err_of(&p).contains("sample label key refers to string index 1000"));
+    let p = Builder::new().sample_type("a:b", "count");
+    assert_eq!(
+        err_of(&p),
+        "invalid pprof profile: profile type part \"a:b\" contains ':'"
+    );
+}
+
+#[test]
+fn invalid_utf8_in_a_used_string_is_an_error() {
+    let mut p = go_cpu();
+    p.p.string_table.push(Bytes::from_static(b"\xff\xfe"));
+    // Unused: fine.
+    assert!(decode(&p).is_ok());
+    p.p.function[0].name = (p.p.string_table.len() - 1) as i64;
+    assert!(err_of(&p).ends_with("is not valid UTF-8"));
+}
+
+#[test]
+fn malformed_protobuf_is_an_error() {
+    let err = decode_pprof(b"\x0a\xff\xff\xff", &opts()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            IngestError::Protobuf {
+                what: "pprof Profile",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(err.code(), "invalid_argument");
+}
+
+#[test]
+fn gzip_bomb_is_refused() {
+    let mut e = GzEncoder::new(Vec::new(), Compression::best());
+    e.write_all(&vec![0u8; 8 << 20]).unwrap();
+    let bomb = e.finish().unwrap();
+    let mut o = opts();
+    o.limits.max_decompressed_bytes = 1 << 20;
+    let err = decode_pprof(&bomb, &o).unwrap_err();
+    assert_eq!(err.code(), "payload_too_large");
+    assert_eq!(
+        err.to_string(),
+        "decompressed body exceeds the limit max_decompressed_bytes = 1048576"
+    );
+}
+
+#[test]
+fn limits_are_enforced() {
+    let mut o = opts();
+    o.limits.max_samples_per_profile = 2;
+    let err = decode_pprof(&go_cpu().bytes(), &o).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "samples in profile exceeds the limit max_samples_per_profile = 2"
+    );
+    assert_eq!(err.code(), "payload_too_large");
+
+    let mut o = opts();
+    o.limits.max_stack_depth = 2;
+    let err = decode_pprof(&go_cpu().bytes(), &o).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "stack of sample 0 with more than 2 frames exceeds the limit max_stack_depth = 2"
+    );
+
+    let mut o = opts();
+    o.limits.max_labels_per_series = 3;
+    let err = decode_pprof(&go_cpu().bytes(), &o).unwrap_err();
+    assert!(
+        err.to_string()
+            .ends_with("exceeds the limit max_labels_per_series = 3"),
+        "{err}"
+    );
+}
+
+#[test]
+fn empty_input_is_an_empty_batch() {
+    let b = decode_pprof(b"", &opts()).unwrap();
+    assert_eq!(b.sample_count(), 0);
+    assert!(b.series.is_empty());
+}
+
+fn arb_profile() -> impl Strategy<Value = Profile> {
+    let n_types = 1usize..4;
+    let n_funcs = 1usize..6;
+    (n_types, n_funcs).prop_flat_map(|(n_types, n_funcs)| {
+        let locations =
+            prop::collection::vec(prop::collection::vec(1..=n_funcs as u64, 0..3), 1..8);
+        locations.prop_flat_map(move |locs| {
+            let n_locs = locs.len() as u64;
+            let sample = (
+                prop::collection::vec(1..=n_locs, 0..6),
+                prop::collection::vec(prop_oneof![Just(0i64), -1000i64..1000], n_types),
+                prop::option::of(0usize..3),
+            );
+            let samples = prop::collection::vec(sample, 0..20);
+            (Just(locs), samples).prop_map(move |(locs, samples)| {
+                let mut b = Builder::new();
+                let types = ["cpu", "alloc_space", "contentions"];
+                for t in types.iter().take(n_types) {
+                    b = b.sample_type(t, "count");
+                }
+                for f in 1..=n_funcs as u64 {
+                    b = b.function(f, &format!("f{f}"), "");
+                }
+                for (i, lines) in locs.iter().enumerate() {
+                    let lines: Vec<(u64, i64)> = lines.iter().map(|&f| (f, 1)).collect();
+                    // Ids are deliberately not positions.
+                    b = b.location(100 + i as u64 * 3, 0, i as u64, &lines);
+                }
+                for (stack, values, label) in samples {
+                    let stack: Vec<u64> = stack.iter().map(|&l| 100 + (l - 1) * 3).collect();
+                    let labels: Vec<(&str, &str)> = match label {
+                        Some(0) => vec![("k", "a")],
+                        Some(1) => vec![("k", "b"), ("span_id", "s")],
+                        Some(_) => vec![("j", "a")],
+                        None => vec![],
+                    };
+                    b = b.labeled_sample(&stack, &values, &labels);
+                }
+                b.p
+            })
+        })
+    })
+}
+
+proptest! {
+    #[test]
+    fn totals_per_type_match_a_direct_sum(profile in arb_profile()) {
+        let batch = decode_pprof(&profile.encode_to_vec(), &opts()).unwrap();
+        prop_assert_eq!(batch.validate(), Ok(()));
+        let mut expected: BTreeMap<String, i64> = BTreeMap::new();
+        let mut expected_frames: BTreeMap<String, usize> = BTreeMap::new();
+        let depth = |s: &PSample| -> usize {
+            s.location_id
+                .iter()
+                .map(|id| {
+                    let loc = profile.location.iter().find(|l| l.id == *id).unwrap();
+                    loc.line.len().max(1)
+                })
+                .sum()
+        };
+        for (i, vt) in profile.sample_type.iter().enumerate() {
+            let t = std::str::from_utf8(&profile.string_table[vt.r#type as usize]).unwrap();
+            let name = infer_profile_name(
+                profile
+                    .sample_type
+                    .iter()
+                    .map(|v| std::str::from_utf8(&profile.string_table[v.r#type as usize]).unwrap()),
+                None,
+            );
+            let id = format!("{name}:{t}:count::");
+            for s in &profile.sample {
+                if s.value[i] != 0 {
+                    *expected.entry(id.clone()).or_default() += s.value[i];
+                    *expected_frames.entry(id.clone()).or_default() += depth(s);
+                }
+            }
+        }
+        let mut got: BTreeMap<String, i64> = BTreeMap::new();
+        let mut got_frames: BTreeMap<String, usize> = BTreeMap::new();
+        for s in &batch.series {
+            let id = s.labels.profile_type().unwrap().to_string();
+            for x in &s.samples {
+                *got.entry(id.clone()).or_default() += x.value;
+                *got_frames.entry(id.clone()).or_default() += batch.stacks.get(x.stack).unwrap().len();
+            }
+            prop_assert!(s.labels.get("span_id").is_none());
+        }
+        prop_assert_eq!(got, expected);
+        prop_assert_eq!(got_frames, expected_frames);
+    }
+}
