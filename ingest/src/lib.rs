@@ -6,6 +6,7 @@
 //! - [`folded`]: collapsed stacks (`a;b;c 12`) and the `lines` format.
 //! - [`pyroscope`]: the `/ingest` query parameters Pyroscope SDKs send.
 //! - [`push`]: Pyroscope `push.v1.PushRequest` bodies, binary or protojson.
+//! - [`pipeline`]: the bounded queue and decoder pool between HTTP and storage.
 //!
 //! Every decoder is bounded by [`Limits`] and reports [`IngestError`]s that carry a
 //! stable [`IngestError::code`] for the HTTP layer.
@@ -16,6 +17,7 @@ pub mod folded;
 pub mod gzip;
 pub mod label_rules;
 pub mod limits;
+pub mod pipeline;
 pub mod pprof;
 pub mod profile_type;
 pub mod proto;
@@ -26,6 +28,7 @@ pub use append::append_batch;
 pub use error::IngestError;
 pub use folded::{decode_folded, FoldedFormat, FoldedOptions, ValueScale};
 pub use limits::Limits;
+pub use pipeline::{Job, Payload, Pipeline, PipelineConfig, PipelineError, PipelineStats, Stored};
 pub use pprof::{decode_pprof, PprofOptions};
 pub use profile_type::{
     infer_profile_name, parse_sample_type_config, ProfileType, SampleTypeConfig, SampleTypeSettings,

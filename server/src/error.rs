@@ -67,3 +67,27 @@ impl IntoResponse for ApiError {
 }
 
 pub type ApiResult<T> = Result<T, ApiError>;
+
+impl From<profiledb_ingest::IngestError> for ApiError {
+    fn from(e: profiledb_ingest::IngestError) -> Self {
+        let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::BAD_REQUEST);
+        ApiError::new(status, e.code(), e.to_string())
+    }
+}
+
+impl From<profiledb_ingest::PipelineError> for ApiError {
+    fn from(e: profiledb_ingest::PipelineError) -> Self {
+        use profiledb_ingest::PipelineError as P;
+        match e {
+            P::Decode(e) => e.into(),
+            P::Timestamp(m) => ApiError::bad_request(m),
+            P::Storage(e) => e.into(),
+            P::Busy => ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "resource_exhausted",
+                "the ingest queue is full; retry after a short delay",
+            ),
+            P::Closed => ApiError::unavailable("the server is shutting down"),
+        }
+    }
+}

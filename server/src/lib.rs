@@ -15,6 +15,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use anyhow::Context;
+use profiledb_ingest::{Pipeline, PipelineConfig};
 use profiledb_storage::{Store, StoreConfig};
 use tokio::net::TcpListener;
 use tracing::{error, info};
@@ -28,6 +29,9 @@ pub struct ServeOptions {
     pub listen: SocketAddr,
     pub data_dir: PathBuf,
     pub store: StoreConfig,
+    pub ingest: PipelineConfig,
+    /// Largest request body read, before any decompression. Default 64 MiB.
+    pub max_body_bytes: usize,
 }
 
 impl Default for ServeOptions {
@@ -36,6 +40,8 @@ impl Default for ServeOptions {
             listen: SocketAddr::from(([127, 0, 0, 1], 4040)),
             data_dir: PathBuf::from("./data"),
             store: StoreConfig::default(),
+            ingest: PipelineConfig::default(),
+            max_body_bytes: 64 << 20,
         }
     }
 }
@@ -43,6 +49,7 @@ impl Default for ServeOptions {
 /// State shared by every handler.
 pub struct AppState {
     store: OnceLock<Arc<Store>>,
+    pipeline: OnceLock<Pipeline>,
     pub http: HttpMetrics,
     pub started: Instant,
     pub options: ServeOptions,
@@ -52,6 +59,7 @@ impl AppState {
     pub fn new(options: ServeOptions) -> Self {
         AppState {
             store: OnceLock::new(),
+            pipeline: OnceLock::new(),
             http: HttpMetrics::default(),
             started: Instant::now(),
             options,
@@ -68,6 +76,17 @@ impl AppState {
 
     pub fn store_if_open(&self) -> Option<&Arc<Store>> {
         self.store.get()
+    }
+
+    /// The ingest pipeline, or a 503 while the store is still opening.
+    pub fn pipeline(&self) -> Result<&Pipeline, ApiError> {
+        self.pipeline
+            .get()
+            .ok_or_else(|| ApiError::unavailable("the store is still opening (replaying the WAL)"))
+    }
+
+    pub fn pipeline_if_open(&self) -> Option<&Pipeline> {
+        self.pipeline.get()
     }
 }
 
@@ -110,7 +129,11 @@ impl Server {
                 let dir = state.options.data_dir.clone();
                 match Store::open(&dir, state.options.store.clone()) {
                     Ok(store) => {
-                        let _ = state.store.set(Arc::new(store));
+                        let store = Arc::new(store);
+                        let _ = state
+                            .pipeline
+                            .set(Pipeline::start(store.clone(), state.options.ingest.clone()));
+                        let _ = state.store.set(store);
                         info!(data_dir = %dir.display(), "store open; ready");
                     }
                     Err(e) => {

@@ -61,6 +61,19 @@ enum Command {
         /// Time partition width in minutes (one segment never spans two).
         #[arg(long, default_value_t = 60)]
         partition_minutes: i64,
+        /// Largest request body accepted, in MiB, before decompression (413 above).
+        #[arg(long, default_value_t = 64)]
+        max_body_mb: usize,
+        /// Uploads waiting for a decoder before clients get 429.
+        #[arg(long, default_value_t = 64)]
+        ingest_queue: usize,
+        /// Refuse samples more than this many seconds in the future.
+        #[arg(long, default_value_t = 600)]
+        max_future_skew_secs: i64,
+        /// Refuse samples older than this many seconds (off by default: history
+        /// imports are welcome).
+        #[arg(long)]
+        ingestion_window_secs: Option<i64>,
     },
 }
 
@@ -86,6 +99,10 @@ fn main() -> anyhow::Result<()> {
             fsync,
             head_max_mb,
             partition_minutes,
+            max_body_mb,
+            ingest_queue,
+            max_future_skew_secs,
+            ingestion_window_secs,
         } => {
             let store = StoreConfig {
                 fsync: match fsync {
@@ -98,10 +115,18 @@ fn main() -> anyhow::Result<()> {
                 ..StoreConfig::default()
             };
             store.validate().context("invalid storage options")?;
+            let defaults = ServeOptions::default();
             let opts = ServeOptions {
                 listen,
                 data_dir,
                 store,
+                ingest: profiledb_ingest::PipelineConfig {
+                    queue: ingest_queue,
+                    max_future_skew_ms: max_future_skew_secs.saturating_mul(1000),
+                    max_age_ms: ingestion_window_secs.map(|s| s.saturating_mul(1000)),
+                    ..defaults.ingest
+                },
+                max_body_bytes: max_body_mb << 20,
             };
             let rt = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
             rt.block_on(async {

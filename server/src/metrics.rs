@@ -3,6 +3,7 @@
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use profiledb_ingest::Pipeline;
 use profiledb_storage::Store;
 
 /// HTTP-level counters.
@@ -22,7 +23,12 @@ fn family(out: &mut String, name: &str, kind: &str, help: &str, value: u64) {
 }
 
 /// Renders every metric in the Prometheus text format (version 0.0.4).
-pub fn render(http: &HttpMetrics, store: Option<&Store>, uptime_secs: u64) -> String {
+pub fn render(
+    http: &HttpMetrics,
+    store: Option<&Store>,
+    pipeline: Option<&Pipeline>,
+    uptime_secs: u64,
+) -> String {
     let mut out = String::new();
     let c = |a: &AtomicU64| a.load(Ordering::Relaxed);
     family(
@@ -74,6 +80,37 @@ pub fn render(http: &HttpMetrics, store: Option<&Store>, uptime_secs: u64) -> St
         "Query requests received.",
         c(&http.query_requests),
     );
+    if let Some(p) = pipeline {
+        let s = p.stats();
+        family(
+            &mut out,
+            "profiledb_ingest_accepted_total",
+            "counter",
+            "Uploads queued for decoding.",
+            c(&s.accepted),
+        );
+        family(
+            &mut out,
+            "profiledb_ingest_rejected_busy_total",
+            "counter",
+            "Uploads refused with 429 because the ingest queue was full.",
+            c(&s.rejected_busy),
+        );
+        family(
+            &mut out,
+            "profiledb_ingest_decode_errors_total",
+            "counter",
+            "Uploads refused because they did not decode or broke a limit.",
+            c(&s.decode_errors),
+        );
+        family(
+            &mut out,
+            "profiledb_ingest_samples_total",
+            "counter",
+            "Samples stored from uploads.",
+            c(&s.samples),
+        );
+    }
     if let Some(store) = store {
         for (name, help, v) in store.stats().counters() {
             family(

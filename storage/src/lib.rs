@@ -33,4 +33,4 @@ pub use model::{
 };
 pub use query::{CallTree, TimeRange};
 pub use selector::{MatchOp, Matcher, Selector};
-pub use store::{now_ms, Store};
+pub use store::{now_ms, Scope, Store};

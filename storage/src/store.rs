@@ -89,6 +89,9 @@ struct Inner {
     wal: Mutex<Wal>,
     next_lsn: AtomicU64,
     next_segment_id: AtomicU64,
+    /// Bumped whenever the set of live segments changes (flush, quarantine, and later
+    /// compaction and retention), so result caches know their entries went stale.
+    segments_version: AtomicU64,
     cache: quick_cache::sync::Cache<u64, Arc<LoadedSegment>, SegmentWeighter>,
     stats: StoreStats,
     closed: AtomicBool,
@@ -176,6 +179,7 @@ impl Store {
             wal: Mutex::new(wal),
             next_lsn: AtomicU64::new(report.last_lsn.max(max_seg_lsn) + 1),
             next_segment_id: AtomicU64::new(max_id + 1),
+            segments_version: AtomicU64::new(1),
             cache: quick_cache::sync::Cache::with_weighter(
                 cache_items,
                 cfg.segment_cache_bytes,
@@ -446,6 +450,38 @@ impl Store {
         Ok(out)
     }
 
+    /// Changes whenever the set of live segments changes. A result computed from
+    /// segments only is still valid while this value is unchanged.
+    pub fn segments_version(&self) -> u64 {
+        self.inner.segments_version.load(Ordering::SeqCst)
+    }
+
+    /// Runs `f` over every data source (head partitions and segments) of `tenant`
+    /// overlapping `range`, in parallel, each thread folding into its own
+    /// accumulator from `init`. The building block of every query.
+    pub fn scan<T: Send>(
+        &self,
+        tenant: &TenantId,
+        range: TimeRange,
+        init: impl Fn() -> T + Sync,
+        f: impl Fn(&mut T, &dyn Source) -> Result<()> + Sync,
+    ) -> Result<Vec<T>> {
+        self.inner.run_scoped(tenant, range, Scope::All, init, f)
+    }
+
+    /// [`Store::scan`] restricted to the immutable segments or to the mutable head,
+    /// so a cache can keep the segment part and compute the head part live.
+    pub fn scan_scoped<T: Send>(
+        &self,
+        tenant: &TenantId,
+        range: TimeRange,
+        scope: Scope,
+        init: impl Fn() -> T + Sync,
+        f: impl Fn(&mut T, &dyn Source) -> Result<()> + Sync,
+    ) -> Result<Vec<T>> {
+        self.inner.run_scoped(tenant, range, scope, init, f)
+    }
+
     /// Tenants with any data.
     pub fn tenants(&self) -> Vec<TenantId> {
         let st = self.inner.state.read();
@@ -462,6 +498,16 @@ impl Drop for Store {
             error!(error = %e, "store shutdown failed; the WAL keeps unflushed data");
         }
     }
+}
+
+/// Which sources a scan reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    All,
+    /// Immutable segments only (cacheable while `segments_version` is unchanged).
+    Segments,
+    /// Head partitions, including those being flushed.
+    Head,
 }
 
 enum Item {
@@ -722,6 +768,7 @@ impl Inner {
             st.flushing.retain(|p| !Arc::ptr_eq(p, part));
             if let Some(h) = handle {
                 st.segments.insert(h.meta.id, h);
+                self.segments_version.fetch_add(1, Ordering::SeqCst);
             }
         }
         self.truncate_wal()
@@ -787,6 +834,7 @@ impl Inner {
         if !removed {
             return;
         }
+        self.segments_version.fetch_add(1, Ordering::SeqCst);
         self.cache.remove(&h.meta.id);
         inc(&self.stats.segments_quarantined, 1);
         error!(segment = h.meta.id, file = %h.file.path.display(), error = %why, "corrupt segment quarantined; its data is no longer served");
@@ -809,8 +857,24 @@ impl Inner {
         init: impl Fn() -> T + Sync,
         f: impl Fn(&mut T, &dyn Source) -> Result<()> + Sync,
     ) -> Result<Vec<T>> {
+        self.run_scoped(tenant, range, Scope::All, init, f)
+    }
+
+    fn run_scoped<T: Send>(
+        &self,
+        tenant: &TenantId,
+        range: TimeRange,
+        scope: Scope,
+        init: impl Fn() -> T + Sync,
+        f: impl Fn(&mut T, &dyn Source) -> Result<()> + Sync,
+    ) -> Result<Vec<T>> {
         inc(&self.stats.queries, 1);
-        let items = self.snapshot(tenant, range);
+        let mut items = self.snapshot(tenant, range);
+        items.retain(|i| match (scope, i) {
+            (Scope::All, _) => true,
+            (Scope::Segments, Item::Segment(_)) | (Scope::Head, Item::Head(_)) => true,
+            _ => false,
+        });
         query::par_fold(&items, self.cfg.threads(), init, |acc, item| match item {
             Item::Head(p) => f(acc, &*p.read()),
             Item::Segment(h) => match self.load(h)? {

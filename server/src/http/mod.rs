@@ -1,5 +1,8 @@
 //! HTTP routes. Each submodule owns one family of endpoints.
 
+mod ingest;
+mod labels;
+mod query;
 mod system;
 
 use std::sync::atomic::Ordering;
@@ -10,14 +13,36 @@ use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::Router;
 
+use axum::http::HeaderMap;
+use profiledb_storage::TenantId;
+
 use crate::error::ApiError;
 use crate::AppState;
+
+/// Header selecting the tenant, as in Pyroscope, Loki and Mimir.
+pub const TENANT_HEADER: &str = "X-Scope-OrgID";
+
+/// The request's tenant: `X-Scope-OrgID`, or the default tenant when absent.
+pub fn tenant_of(headers: &HeaderMap) -> Result<TenantId, ApiError> {
+    match headers.get(TENANT_HEADER) {
+        None => Ok(TenantId::default()),
+        Some(v) => {
+            let s = v
+                .to_str()
+                .map_err(|_| ApiError::bad_request(format!("{TENANT_HEADER} is not valid text")))?;
+            TenantId::new(s.trim()).map_err(|e| ApiError::bad_request(e.to_string()))
+        }
+    }
+}
 
 pub type AppRef = Arc<AppState>;
 
 pub fn router(state: AppRef) -> Router {
     Router::new()
         .merge(system::routes())
+        .merge(ingest::routes())
+        .merge(labels::routes())
+        .merge(query::routes())
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(
             state.clone(),

@@ -30,6 +30,7 @@ async fn prometheus(State(state): State<AppRef>) -> impl IntoResponse {
     let body = metrics::render(
         &state.http,
         state.store_if_open().map(|s| s.as_ref()),
+        state.pipeline_if_open(),
         state.started.elapsed().as_secs(),
     );
     (

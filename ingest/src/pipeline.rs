@@ -1,0 +1,271 @@
+//! The ingest pipeline: a bounded queue of raw uploads, a fixed pool of decoder
+//! threads, and the storage write.
+//!
+//! HTTP handlers only read the body and submit a [`Job`]; decoding (CPU-heavy) runs
+//! on the pool, never on the async runtime. The queue is a bounded crossbeam channel:
+//! when it is full, [`Pipeline::try_submit`] fails at once with
+//! [`PipelineError::Busy`] and the client is told to retry (HTTP 429) instead of the
+//! server buffering without bound. A job's reply is sent only after the storage
+//! write returned, i.e. after the batch is durable in the WAL.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use bytes::Bytes;
+use crossbeam::channel::{self, Receiver, Sender, TrySendError};
+use profiledb_storage::{now_ms, Batch, StorageError, Store, TenantId};
+use tracing::debug;
+
+use crate::error::IngestError;
+use crate::limits::Limits;
+use crate::push::{decode_push, push_to_batch, PushEncoding};
+use crate::pyroscope::{decode_ingest, IngestBody, IngestParams};
+
+/// What one upload carries, as the HTTP layer extracted it.
+pub enum Payload {
+    /// `/ingest` with a raw body.
+    Raw { params: IngestParams, body: Bytes },
+    /// `/ingest` with a multipart body.
+    Multipart {
+        params: IngestParams,
+        profile: Bytes,
+        sample_type_config: Option<Bytes>,
+    },
+    /// `push.v1.PusherService/Push`.
+    Push { encoding: PushEncoding, body: Bytes },
+}
+
+/// One upload to decode and store.
+pub struct Job {
+    pub tenant: TenantId,
+    pub payload: Payload,
+    /// Receive time, used for missing timestamps and the future-skew check.
+    pub received_ms: i64,
+}
+
+/// What a stored upload amounted to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stored {
+    pub samples: u64,
+    pub series: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    #[error(transparent)]
+    Decode(#[from] IngestError),
+    /// A sample is newer than `now + max_future_skew` or older than the window.
+    #[error("{0}")]
+    Timestamp(String),
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    #[error("the ingest queue is full; retry later")]
+    Busy,
+    #[error("the ingest pipeline is shutting down")]
+    Closed,
+}
+
+#[derive(Clone, Debug)]
+pub struct PipelineConfig {
+    /// Decoder threads. Default: the number of CPUs.
+    pub workers: usize,
+    /// Uploads waiting for a decoder before new ones get `Busy`. Default 64.
+    pub queue: usize,
+    pub limits: Limits,
+    /// Samples later than this past the receive time are refused. Default 10 min.
+    pub max_future_skew_ms: i64,
+    /// If set, samples older than this before the receive time are refused. Off by
+    /// default: importing history is a feature.
+    pub max_age_ms: Option<i64>,
+}
+
+impl Default for PipelineConfig {
+    fn default() -> Self {
+        PipelineConfig {
+            workers: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            queue: 64,
+            limits: Limits::default(),
+            max_future_skew_ms: 10 * 60_000,
+            max_age_ms: None,
+        }
+    }
+}
+
+/// Counters for `/metrics`.
+#[derive(Debug, Default)]
+pub struct PipelineStats {
+    pub accepted: AtomicU64,
+    pub rejected_busy: AtomicU64,
+    pub decode_errors: AtomicU64,
+    pub samples: AtomicU64,
+}
+
+type Reply = tokio::sync::oneshot::Sender<Result<Stored, PipelineError>>;
+
+pub struct Pipeline {
+    tx: Option<Sender<(Job, Reply)>>,
+    workers: Vec<JoinHandle<()>>,
+    stats: Arc<PipelineStats>,
+    config: PipelineConfig,
+}
+
+impl Pipeline {
+    pub fn start(store: Arc<Store>, config: PipelineConfig) -> Pipeline {
+        let (tx, rx) = channel::bounded::<(Job, Reply)>(config.queue.max(1));
+        let stats = Arc::new(PipelineStats::default());
+        let workers = (0..config.workers.max(1))
+            .map(|i| {
+                let (rx, store, stats, config) =
+                    (rx.clone(), store.clone(), stats.clone(), config.clone());
+                std::thread::Builder::new()
+                    .name(format!("profiledb-ingest-{i}"))
+                    .spawn(move || worker(rx, store, stats, config))
+                    .expect("spawning an ingest worker thread")
+            })
+            .collect();
+        Pipeline {
+            tx: Some(tx),
+            workers,
+            stats,
+            config,
+        }
+    }
+
+    pub fn config(&self) -> &PipelineConfig {
+        &self.config
+    }
+
+    pub fn stats(&self) -> &PipelineStats {
+        &self.stats
+    }
+
+    /// Queues `job`; fails at once with `Busy` when the queue is full.
+    pub fn try_submit(
+        &self,
+        job: Job,
+    ) -> Result<tokio::sync::oneshot::Receiver<Result<Stored, PipelineError>>, PipelineError> {
+        let tx = self.tx.as_ref().ok_or(PipelineError::Closed)?;
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        match tx.try_send((job, reply)) {
+            Ok(()) => {
+                self.stats.accepted.fetch_add(1, Ordering::Relaxed);
+                Ok(rx)
+            }
+            Err(TrySendError::Full(_)) => {
+                self.stats.rejected_busy.fetch_add(1, Ordering::Relaxed);
+                Err(PipelineError::Busy)
+            }
+            Err(TrySendError::Disconnected(_)) => Err(PipelineError::Closed),
+        }
+    }
+
+    /// Stops taking jobs, lets the workers finish the queued ones, and joins them.
+    pub fn shutdown(&mut self) {
+        self.tx = None;
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
+}
+
+impl Drop for Pipeline {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn worker(
+    rx: Receiver<(Job, Reply)>,
+    store: Arc<Store>,
+    stats: Arc<PipelineStats>,
+    config: PipelineConfig,
+) {
+    for (job, reply) in rx.iter() {
+        let res = process(&store, &config, job);
+        match &res {
+            Ok(s) => {
+                stats.samples.fetch_add(s.samples, Ordering::Relaxed);
+            }
+            Err(PipelineError::Decode(e)) => {
+                stats.decode_errors.fetch_add(1, Ordering::Relaxed);
+                debug!(error = %e, "upload refused");
+            }
+            Err(_) => {}
+        }
+        // The client may have gone away; nothing to do then.
+        let _ = reply.send(res);
+    }
+}
+
+/// Decodes one upload into a batch (no storage involved).
+pub fn decode(job: &Job, limits: &Limits) -> Result<Batch, IngestError> {
+    match &job.payload {
+        Payload::Raw { params, body } => decode_ingest(
+            params,
+            IngestBody::Raw(body),
+            job.tenant.clone(),
+            job.received_ms,
+            limits,
+        ),
+        Payload::Multipart {
+            params,
+            profile,
+            sample_type_config,
+        } => decode_ingest(
+            params,
+            IngestBody::Multipart {
+                profile,
+                sample_type_config: sample_type_config.as_deref(),
+            },
+            job.tenant.clone(),
+            job.received_ms,
+            limits,
+        ),
+        Payload::Push { encoding, body } => {
+            let series = decode_push(body, *encoding, limits)?;
+            push_to_batch(&series, job.tenant.clone(), job.received_ms, limits)
+        }
+    }
+}
+
+/// Refuses batches with samples too far in the future (or, with a window, too old).
+pub fn check_times(batch: &Batch, config: &PipelineConfig, now: i64) -> Result<(), PipelineError> {
+    let (mut min, mut max) = (i64::MAX, i64::MIN);
+    for s in &batch.series {
+        for x in &s.samples {
+            min = min.min(x.timestamp_ms);
+            max = max.max(x.timestamp_ms);
+        }
+    }
+    if max != i64::MIN && max > now.saturating_add(config.max_future_skew_ms) {
+        return Err(PipelineError::Timestamp(format!(
+            "sample time {max} ms is {} s in the future; the limit is {} s (max_future_skew)",
+            (max - now) / 1000,
+            config.max_future_skew_ms / 1000
+        )));
+    }
+    if let Some(age) = config.max_age_ms {
+        if min != i64::MAX && min < now.saturating_sub(age) {
+            return Err(PipelineError::Timestamp(format!(
+                "sample time {min} ms is older than the ingestion window of {} s",
+                age / 1000
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn process(store: &Store, config: &PipelineConfig, job: Job) -> Result<Stored, PipelineError> {
+    let batch = decode(&job, &config.limits)?;
+    check_times(&batch, config, now_ms().max(job.received_ms))?;
+    let stored = Stored {
+        samples: batch.sample_count() as u64,
+        series: batch.series.len() as u64,
+    };
+    if stored.samples == 0 {
+        return Ok(stored);
+    }
+    store.write(batch)?;
+    Ok(stored)
+}

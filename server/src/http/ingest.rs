@@ -1,0 +1,201 @@
+//! Ingest endpoints: Pyroscope's `/ingest` (also under `/pyroscope/ingest`) and the
+//! Connect `push.v1.PusherService/Push`.
+//!
+//! Handlers read the body (bounded), extract multipart parts, and hand the bytes to
+//! the ingest pipeline; decoding happens on its worker pool. The response is sent
+//! once the batch is durable in the WAL.
+
+use axum::body::Body;
+use axum::extract::{RawQuery, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Router;
+use bytes::Bytes;
+use profiledb_ingest::{IngestParams, Job, Payload, PushEncoding};
+use profiledb_storage::now_ms;
+
+use super::{tenant_of, AppRef};
+use crate::error::{ApiError, ApiResult};
+
+pub fn routes() -> Router<AppRef> {
+    Router::new()
+        .route("/ingest", post(ingest))
+        .route("/pyroscope/ingest", post(ingest))
+        .route("/push.v1.PusherService/Push", post(push))
+}
+
+/// Reads the whole body, refusing more than `limit` bytes with 413.
+pub async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> ApiResult<Bytes> {
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!("request body exceeds the limit max_body_bytes = {limit}"),
+        )
+    };
+    if let Some(len) = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        if len > limit as u64 {
+            return Err(too_large());
+        }
+    }
+    match axum::body::to_bytes(body, limit).await {
+        Ok(b) => Ok(b),
+        Err(e) => {
+            let inner = e.into_inner();
+            if inner
+                .downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some()
+            {
+                Err(too_large())
+            } else {
+                Err(ApiError::bad_request(format!(
+                    "could not read the request body: {inner}"
+                )))
+            }
+        }
+    }
+}
+
+fn content_type(headers: &HeaderMap) -> &str {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+}
+
+async fn ingest(
+    State(state): State<AppRef>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+    body: Body,
+) -> ApiResult<StatusCode> {
+    state
+        .http
+        .ingest_requests
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let pipeline = state.pipeline()?;
+    let tenant = tenant_of(&headers)?;
+    let now = now_ms();
+    let params = IngestParams::from_query(
+        query.as_deref().unwrap_or(""),
+        now,
+        &pipeline.config().limits,
+    )?;
+    let bytes = read_body(body, &headers, state.options.max_body_bytes).await?;
+    let ct = content_type(&headers);
+    let payload = if ct.starts_with("multipart/form-data") {
+        let boundary = multer::parse_boundary(ct).map_err(|e| {
+            ApiError::bad_request(format!("invalid multipart content type {ct:?}: {e}"))
+        })?;
+        let (profile, sample_type_config) = multipart_parts(bytes, boundary).await?;
+        Payload::Multipart {
+            params,
+            profile,
+            sample_type_config,
+        }
+    } else {
+        if bytes.is_empty() {
+            return Err(ApiError::bad_request(
+                "empty request body: expected a profile",
+            ));
+        }
+        Payload::Raw {
+            params,
+            body: bytes,
+        }
+    };
+    let rx = pipeline.try_submit(Job {
+        tenant,
+        payload,
+        received_ms: now,
+    })?;
+    rx.await
+        .map_err(|_| ApiError::unavailable("the ingest pipeline stopped"))??;
+    Ok(StatusCode::OK)
+}
+
+/// The `profile` and optional `sample_type_config` parts of a multipart upload.
+async fn multipart_parts(body: Bytes, boundary: String) -> ApiResult<(Bytes, Option<Bytes>)> {
+    let stream = futures_util::stream::once(async move { Ok::<Bytes, std::io::Error>(body) });
+    let mut mp = multer::Multipart::new(stream, boundary);
+    let (mut profile, mut config) = (None, None);
+    let mut seen = Vec::new();
+    loop {
+        let field = match mp.next_field().await {
+            Ok(Some(f)) => f,
+            Ok(None) => break,
+            Err(e) => {
+                return Err(ApiError::bad_request(format!(
+                    "malformed multipart body: {e}"
+                )))
+            }
+        };
+        let name = field.name().unwrap_or("").to_string();
+        let data = field.bytes().await.map_err(|e| {
+            ApiError::bad_request(format!("malformed multipart part {name:?}: {e}"))
+        })?;
+        match name.as_str() {
+            "profile" => profile = Some(data),
+            "sample_type_config" => config = Some(data),
+            _ => seen.push(name),
+        }
+    }
+    match profile {
+        Some(p) if !p.is_empty() => Ok((p, config)),
+        Some(_) => Err(ApiError::bad_request(
+            "the multipart part \"profile\" is empty",
+        )),
+        None if seen.iter().any(|n| n == "jfr") => Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "unsupported_format",
+            "format \"jfr\" is not supported yet",
+        )),
+        None => Err(ApiError::bad_request(format!(
+            "the multipart body has no \"profile\" part (parts seen: {seen:?})"
+        ))),
+    }
+}
+
+async fn push(State(state): State<AppRef>, headers: HeaderMap, body: Body) -> ApiResult<Response> {
+    state
+        .http
+        .ingest_requests
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let pipeline = state.pipeline()?;
+    let ct = content_type(&headers).to_string();
+    let encoding = PushEncoding::from_content_type(&ct).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "invalid_argument",
+            format!("unsupported content type {ct:?}: use application/proto or application/json"),
+        )
+    })?;
+    let tenant = tenant_of(&headers)?;
+    let bytes = read_body(body, &headers, state.options.max_body_bytes).await?;
+    if bytes.is_empty() && encoding == PushEncoding::Json {
+        return Err(ApiError::bad_request(
+            "empty request body: expected a JSON PushRequest",
+        ));
+    }
+    let now = now_ms();
+    let rx = pipeline.try_submit(Job {
+        tenant,
+        payload: Payload::Push {
+            encoding,
+            body: bytes,
+        },
+        received_ms: now,
+    })?;
+    rx.await
+        .map_err(|_| ApiError::unavailable("the ingest pipeline stopped"))??;
+    // Connect unary success: an empty PushResponse in the request's encoding.
+    Ok(match encoding {
+        PushEncoding::Json => ([(header::CONTENT_TYPE, "application/json")], "{}").into_response(),
+        PushEncoding::Proto => ([(header::CONTENT_TYPE, "application/proto")], "").into_response(),
+    })
+}
