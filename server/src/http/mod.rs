@@ -44,6 +44,7 @@ pub fn router(state: AppRef) -> Router {
         .merge(labels::routes())
         .merge(query::routes())
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(
             state.clone(),
             count_requests,
@@ -57,6 +58,14 @@ async fn not_found(req: Request) -> ApiError {
         axum::http::StatusCode::NOT_FOUND,
         "not_found",
         format!("no endpoint {} {}", req.method(), req.uri().path()),
+    )
+}
+
+async fn method_not_allowed(req: Request) -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!("{} is not allowed on {}", req.method(), req.uri().path()),
     )
 }
 

@@ -1,0 +1,279 @@
+//! A real profiledb server on a loopback port for integration tests, plus helpers
+//! to build pprof payloads and read fixtures.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use profiledb::{ServeOptions, Server};
+
+pub struct TestServer {
+    pub url: String,
+    pub dir: tempfile::TempDir,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+    pub client: reqwest::blocking::Client,
+}
+
+impl TestServer {
+    pub fn start() -> Self {
+        Self::start_with(|_| {})
+    }
+
+    /// Starts a server on `127.0.0.1:0` over a fresh data directory, after letting
+    /// `tweak` adjust the options, and waits until `/ready` answers 200.
+    pub fn start_with(tweak: impl FnOnce(&mut ServeOptions)) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        Self::start_in(dir, tweak)
+    }
+
+    pub fn start_in(dir: tempfile::TempDir, tweak: impl FnOnce(&mut ServeOptions)) -> Self {
+        let mut opts = ServeOptions {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            data_dir: dir.path().to_path_buf(),
+            ..ServeOptions::default()
+        };
+        opts.ingest.workers = 2;
+        tweak(&mut opts);
+        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let server = Server::bind(opts).await.unwrap();
+                addr_tx.send(server.local_addr()).unwrap();
+                server
+                    .run(async move {
+                        let _ = stop_rx.await;
+                    })
+                    .await
+                    .unwrap();
+            });
+        });
+        let addr = addr_rx.recv().unwrap();
+        let client = reqwest::blocking::Client::builder()
+            .timeout(Duration::from_secs(60))
+            .build()
+            .unwrap();
+        let url = format!("http://{addr}");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(r) = client.get(format!("{url}/ready")).send() {
+                if r.status() == 200 {
+                    break;
+                }
+            }
+            assert!(Instant::now() < deadline, "server never became ready");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        TestServer {
+            url,
+            dir,
+            stop: Some(stop_tx),
+            thread: Some(thread),
+            client,
+        }
+    }
+
+    /// Stops the server (flushing the head) and returns its data directory.
+    pub fn stop(mut self) -> tempfile::TempDir {
+        self.shutdown();
+        let dir = tempfile::tempdir().unwrap();
+        std::mem::replace(&mut self.dir, dir)
+    }
+
+    fn shutdown(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+
+    pub fn get(&self, path: &str) -> reqwest::blocking::Response {
+        self.client
+            .get(format!("{}{path}", self.url))
+            .send()
+            .unwrap()
+    }
+
+    /// Folded stacks → value of a merge over all time.
+    pub fn merged(
+        &self,
+        tenant: Option<&str>,
+        query: &str,
+    ) -> std::collections::BTreeMap<String, i64> {
+        let mut req = self
+            .client
+            .get(format!("{}/api/v1/merge", self.url))
+            .query(&[
+                ("query", query),
+                ("from", "0"),
+                ("until", "now+1d"),
+                ("format", "folded"),
+            ]);
+        if let Some(t) = tenant {
+            req = req.header("X-Scope-OrgID", t);
+        }
+        let resp = req.send().unwrap();
+        assert_eq!(resp.status(), 200, "merge {query}");
+        resp.text()
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let (k, v) = l.rsplit_once(' ').unwrap();
+                (k.to_string(), v.parse().unwrap())
+            })
+            .collect()
+    }
+
+    pub fn total(&self, tenant: Option<&str>, query: &str) -> i64 {
+        self.merged(tenant, query).values().sum()
+    }
+
+    pub fn json(&self, path: &str, params: &[(&str, &str)]) -> serde_json::Value {
+        let resp = self
+            .client
+            .get(format!("{}{path}", self.url))
+            .query(params)
+            .send()
+            .unwrap();
+        assert_eq!(resp.status(), 200, "{path} {params:?}");
+        resp.json().unwrap()
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// `../shared/fixtures`, or `None` (and a message) when absent.
+pub fn fixtures() -> Option<PathBuf> {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures");
+    if p.is_dir() {
+        Some(p)
+    } else {
+        eprintln!("skipping: fixtures not found at {}", p.display());
+        None
+    }
+}
+
+pub fn gzip(data: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    e.write_all(data).unwrap();
+    e.finish().unwrap()
+}
+
+pub use profiledb_ingest::proto::pprof;
+
+/// Builds a pprof profile: `stacks` are root-first function names with one value per
+/// sample type; `labels` (key, value) go on every sample.
+pub fn build_pprof(
+    sample_types: &[(&str, &str)],
+    period: (&str, &str, i64),
+    stacks: &[(Vec<String>, Vec<i64>)],
+    labels: &[(&str, &str)],
+    time_nanos: i64,
+) -> pprof::Profile {
+    let mut strings: Vec<String> = vec![String::new()];
+    let mut sid = |s: &str| -> i64 {
+        if let Some(i) = strings.iter().position(|x| x == s) {
+            return i as i64;
+        }
+        strings.push(s.to_string());
+        (strings.len() - 1) as i64
+    };
+    let st: Vec<pprof::ValueType> = sample_types
+        .iter()
+        .map(|(t, u)| pprof::ValueType {
+            r#type: sid(t),
+            unit: sid(u),
+        })
+        .collect();
+    let period_type = Some(pprof::ValueType {
+        r#type: sid(period.0),
+        unit: sid(period.1),
+    });
+    let mut functions: Vec<pprof::Function> = Vec::new();
+    let mut locations: Vec<pprof::Location> = Vec::new();
+    let mut samples = Vec::new();
+    let label_ids: Vec<(i64, i64)> = labels.iter().map(|(k, v)| (sid(k), sid(v))).collect();
+    for (stack, values) in stacks {
+        let mut loc_ids = Vec::new();
+        for name in stack.iter().rev() {
+            let name_id = sid(name);
+            let fid = match functions.iter().position(|f| f.name == name_id) {
+                Some(i) => i as u64 + 1,
+                None => {
+                    functions.push(pprof::Function {
+                        id: functions.len() as u64 + 1,
+                        name: name_id,
+                        system_name: name_id,
+                        filename: 0,
+                        start_line: 0,
+                    });
+                    functions.len() as u64
+                }
+            };
+            let lid = match locations
+                .iter()
+                .position(|l| l.line.first().map(|x| x.function_id) == Some(fid))
+            {
+                Some(i) => i as u64 + 1,
+                None => {
+                    locations.push(pprof::Location {
+                        id: locations.len() as u64 + 1,
+                        mapping_id: 0,
+                        address: 0,
+                        line: vec![pprof::Line {
+                            function_id: fid,
+                            line: 1,
+                            column: 0,
+                        }],
+                        is_folded: false,
+                    });
+                    locations.len() as u64
+                }
+            };
+            loc_ids.push(lid);
+        }
+        samples.push(pprof::Sample {
+            location_id: loc_ids,
+            value: values.clone(),
+            label: label_ids
+                .iter()
+                .map(|(k, v)| pprof::Label {
+                    key: *k,
+                    str: *v,
+                    num: 0,
+                    num_unit: 0,
+                })
+                .collect(),
+        });
+    }
+    pprof::Profile {
+        sample_type: st,
+        sample: samples,
+        function: functions,
+        location: locations,
+        string_table: strings.into_iter().map(|s| s.into_bytes().into()).collect(),
+        time_nanos,
+        period_type,
+        period: period.2,
+        ..Default::default()
+    }
+}
+
+pub fn encode(p: &pprof::Profile) -> Vec<u8> {
+    use prost::Message;
+    p.encode_to_vec()
+}
