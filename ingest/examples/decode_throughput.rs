@@ -1,9 +1,11 @@
 //! Measures pprof decode throughput (samples/s on one core).
 //!
-//! `cargo run --release -p profiledb-ingest --example decode_throughput [FILE] [ITERS]`
-//! FILE defaults to the shared `large.cpu` fixture. Three stages are timed: the whole
-//! path from gzip bytes, protobuf decode + conversion from unpacked bytes, and the
-//! conversion to a Batch alone.
+//! `cargo run --release -p profiledb-ingest --example decode_throughput [FILE] [ITERS] [STAGE]`
+//! FILE defaults to the shared `large.cpu` fixture. Stages timed: the whole path from
+//! gzip bytes (`decode_pprof`), the same from unpacked bytes (streaming protobuf reader
+//! and conversion), gunzip alone, and for reference the prost-based path
+//! (`Profile::decode` and `profile_to_batch`). STAGE, if given, runs only the stages
+//! whose label contains it (handy under `perf record`).
 
 use std::time::Instant;
 
@@ -23,6 +25,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .to_string()
     });
     let iters: u32 = args.next().map(|s| s.parse()).transpose()?.unwrap_or(20);
+    let only = args.next();
     let data = std::fs::read(&path)?;
     let opts = PprofOptions::default();
     let unpacked = decompress_bounded(&data, usize::MAX, "max_decompressed_bytes")?.into_owned();
@@ -36,6 +39,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     let run = |label: &str, f: &dyn Fn() -> usize| {
+        if only.as_deref().is_some_and(|o| !label.contains(o)) {
+            return;
+        }
         let _ = f();
         let start = Instant::now();
         let mut total = 0;
@@ -50,12 +56,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             total / iters as usize
         );
     };
-    run("gzip + protobuf + convert", &|| {
+    run("decode_pprof, gzip input", &|| {
         decode_pprof(&data, &opts)
             .map(|b| b.sample_count())
             .unwrap_or(0)
     });
-    run("protobuf + convert (unpacked)", &|| {
+    run("decode_pprof, unpacked input", &|| {
         decode_pprof(&unpacked, &opts)
             .map(|b| b.sample_count())
             .unwrap_or(0)
@@ -66,12 +72,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .unwrap_or(0)
     });
     let shared = bytes::Bytes::from(unpacked.clone());
-    run("protobuf decode only", &|| {
+    run("prost: Profile::decode only", &|| {
         Profile::decode(shared.clone())
             .map(|p| p.sample.len() * 2)
             .unwrap_or(0)
     });
-    run("convert only (decoded Profile)", &|| {
+    run("prost: decode + profile_to_batch", &|| {
+        Profile::decode(shared.clone())
+            .ok()
+            .and_then(|p| profile_to_batch(&p, &opts).ok())
+            .map(|b| b.sample_count())
+            .unwrap_or(0)
+    });
+    run("prost: profile_to_batch only", &|| {
         profile_to_batch(&profile, &opts)
             .map(|b| b.sample_count())
             .unwrap_or(0)

@@ -7,7 +7,7 @@
 use std::borrow::Cow;
 use std::io::Read;
 
-use flate2::read::MultiGzDecoder;
+use flate2::bufread::MultiGzDecoder;
 
 use crate::error::IngestError;
 
@@ -37,10 +37,10 @@ pub fn decompress_bounded<'a>(
         return Ok(Cow::Borrowed(data));
     }
     // Multi-member: concatenated gzip streams are valid gzip and some writers emit them.
+    // The `bufread` decoder reads the slice in place instead of copying it through an
+    // internal buffer.
     let decoder = MultiGzDecoder::new(data);
-    // Profiles compress ~4-8x; reserving up front avoids most regrowth, capped by the
-    // limit so a tiny bomb cannot make us reserve a huge buffer.
-    let mut out = Vec::with_capacity(data.len().saturating_mul(6).min(max_bytes));
+    let mut out = Vec::with_capacity(capacity_hint(data, max_bytes));
     let read_cap = (max_bytes as u64).saturating_add(1);
     decoder
         .take(read_cap)
@@ -50,6 +50,31 @@ pub fn decompress_bounded<'a>(
         return Err(too_large("decompressed body"));
     }
     Ok(Cow::Owned(out))
+}
+
+/// Output buffer size to reserve for gzip `data`: the ISIZE trailer (uncompressed
+/// size mod 2^32 of the last member, exact for the usual single-member body) plus one
+/// byte so `read_to_end` sees EOF without regrowing. ISIZE is only a hint from the
+/// sender, so it is capped by the limit and by deflate's maximum ratio (~1032:1), and
+/// a body whose ISIZE is useless falls back to a ratio guess.
+fn capacity_hint(data: &[u8], max_bytes: usize) -> usize {
+    const MAX_DEFLATE_RATIO: usize = 1032;
+    let cap = data
+        .len()
+        .saturating_mul(MAX_DEFLATE_RATIO)
+        .min(max_bytes.saturating_add(1));
+    let isize = data
+        .len()
+        .checked_sub(4)
+        .and_then(|at| data.get(at..))
+        .and_then(|tail| <[u8; 4]>::try_from(tail).ok())
+        .map(|tail| u32::from_le_bytes(tail) as usize)
+        .filter(|&n| n >= data.len() / 2);
+    match isize {
+        Some(n) => n.saturating_add(1).min(cap),
+        // Profiles compress ~4-8x.
+        None => data.len().saturating_mul(6).min(cap),
+    }
 }
 
 #[cfg(test)]
@@ -98,6 +123,26 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "body exceeds the limit max_decompressed_bytes = 10"
+        );
+    }
+
+    #[test]
+    fn capacity_hint_uses_isize_within_bounds() {
+        let data = gz(&[7u8; 100_000]);
+        assert_eq!(capacity_hint(&data, usize::MAX), 100_001);
+        assert_eq!(capacity_hint(&data, 5_000), 5_001);
+        // A lying trailer cannot reserve more than deflate can produce.
+        let mut lie = data.clone();
+        let n = lie.len();
+        lie[n - 4..].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(capacity_hint(&lie, usize::MAX), n * 1032);
+        assert_eq!(capacity_hint(&[0x1f, 0x8b], usize::MAX), 12);
+        // Multi-member bodies still decode when the hint is too small.
+        let mut two = gz(&[1u8; 50_000]);
+        two.extend(gz(b"x"));
+        assert_eq!(
+            decompress_bounded(&two, 1 << 20, "m").unwrap().len(),
+            50_001
         );
     }
 

@@ -21,9 +21,9 @@
 //! - Ids are looked up by id, never by position; id 0, duplicate ids, dangling ids
 //!   and out-of-range string indices are errors.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 
+#[cfg(test)]
 use bytes::Bytes;
 
 use profiledb_storage::{
@@ -40,6 +40,10 @@ use crate::label_rules::{
 use crate::limits::Limits;
 use crate::profile_type::{infer_profile_name, SampleTypeConfig, CPU_NANOSECONDS};
 use crate::proto::pprof::Profile;
+
+mod wire;
+
+use wire::RawProfile;
 
 /// What the caller knows about a pprof upload besides its bytes.
 #[derive(Clone, Debug, Default)]
@@ -65,29 +69,36 @@ pub fn decode_pprof(data: &[u8], opts: &PprofOptions) -> Result<Batch, IngestErr
         opts.limits.max_decompressed_bytes,
         "max_decompressed_bytes",
     )?;
-    // Decoding from `Bytes` lets the string table borrow the buffer (see profile.proto).
-    let buf = match bytes {
-        Cow::Owned(v) => Bytes::from(v),
-        Cow::Borrowed(b) => Bytes::copy_from_slice(b),
-    };
-    let profile = Profile::decode(buf).map_err(|source| IngestError::Protobuf {
-        what: "pprof Profile",
-        source,
-    })?;
-    profile_to_batch(&profile, opts)
+    match RawProfile::parse(&bytes) {
+        Ok(raw) => convert(&raw, opts),
+        // The streaming reader accepts exactly what prost accepts but keeps no error
+        // details: decode again with prost for its error.
+        Err(wire::Malformed) => match Profile::decode(&*bytes) {
+            Err(source) => Err(IngestError::Protobuf {
+                what: "pprof Profile",
+                source,
+            }),
+            // Unreachable unless the two decoders disagree; prost is the reference.
+            Ok(profile) => profile_to_batch(&profile, opts),
+        },
+    }
 }
 
 /// Converts an already decoded profile into a new batch.
 pub fn profile_to_batch(profile: &Profile, opts: &PprofOptions) -> Result<Batch, IngestError> {
+    convert(&RawProfile::from_prost(profile), opts)
+}
+
+fn convert(profile: &RawProfile<'_>, opts: &PprofOptions) -> Result<Batch, IngestError> {
     let limits = &opts.limits;
-    if profile.sample.len() > limits.max_samples_per_profile {
+    if profile.sample_count() > limits.max_samples_per_profile {
         return Err(IngestError::TooLarge {
             limit: "max_samples_per_profile",
             max: limits.max_samples_per_profile as u64,
             what: "samples in profile",
         });
     }
-    let strings = Strings::new(&profile.string_table)?;
+    let strings = Strings::new(&profile.strings)?;
     let (name, out_types) = output_types(profile, &strings, opts)?;
     let mut batch = Batch::new(opts.tenant.clone());
     let ids = build_symbols(profile, &strings, &mut batch)?;
@@ -95,22 +106,23 @@ pub fn profile_to_batch(profile: &Profile, opts: &PprofOptions) -> Result<Batch,
     let timestamp_ms = sample_time_ms(profile.time_nanos, opts.fallback_time_ms);
     let n_values = profile.sample_type.len();
     let n_out = out_types.len();
-    let mut label_sets = LabelSets::new(profile.string_table.len());
+    let mut label_sets = LabelSets::new(profile.strings.len());
     // series_samples[set * n_out + t]: samples of label set `set`, output type `t`.
     let mut series_samples: Vec<Vec<Sample>> = vec![Vec::new(); n_out];
     let mut frames: Vec<u32> = Vec::with_capacity(64);
     let mut values: Vec<i64> = vec![0; n_out];
 
-    for (i, sample) in profile.sample.iter().enumerate() {
-        if sample.value.len() != n_values {
+    for i in 0..profile.sample_count() {
+        let (location_ids, sample_values, sample_labels) = profile.sample(i);
+        if sample_values.len() != n_values {
             return Err(IngestError::profile(format!(
                 "sample {i} has {} values but the profile has {n_values} sample types",
-                sample.value.len()
+                sample_values.len()
             )));
         }
         let mut any = false;
         for (v, t) in values.iter_mut().zip(&out_types) {
-            let raw = sample.value.get(t.value_index).copied().unwrap_or(0);
+            let raw = sample_values.get(t.value_index).copied().unwrap_or(0);
             *v = raw.checked_mul(t.scale).ok_or_else(|| {
                 IngestError::profile(format!(
                     "sample {i}: value {raw} × period {} overflows",
@@ -122,13 +134,13 @@ pub fn profile_to_batch(profile: &Profile, opts: &PprofOptions) -> Result<Batch,
         if !any {
             continue;
         }
-        let set = label_sets.id_for(sample, &strings, limits)?;
+        let set = label_sets.id_for(sample_labels, &strings, limits)?;
         if series_samples.len() < (set + 1) * n_out {
             series_samples.resize((set + 1) * n_out, Vec::new());
         }
 
         frames.clear();
-        for &loc_id in &sample.location_id {
+        for &loc_id in location_ids {
             let (start, len) = ids.location(loc_id).ok_or_else(|| {
                 IngestError::profile(format!("sample {i} refers to missing location id {loc_id}"))
             })?;
@@ -206,10 +218,10 @@ fn sample_time_ms(time_nanos: i64, fallback_ms: i64) -> i64 {
 }
 
 /// The string table with checked lookups.
-struct Strings<'a>(&'a [Bytes]);
+struct Strings<'a>(&'a [&'a [u8]]);
 
 impl<'a> Strings<'a> {
-    fn new(table: &'a [Bytes]) -> Result<Self, IngestError> {
+    fn new(table: &'a [&'a [u8]]) -> Result<Self, IngestError> {
         match table.first() {
             Some(s) if !s.is_empty() => Err(IngestError::profile(format!(
                 "string_table[0] must be \"\", found {:?}",
@@ -248,7 +260,7 @@ struct OutType {
 }
 
 fn output_types(
-    profile: &Profile,
+    profile: &RawProfile<'_>,
     strings: &Strings<'_>,
     opts: &PprofOptions,
 ) -> Result<(String, Vec<OutType>), IngestError> {
@@ -399,17 +411,17 @@ fn to_u32(n: usize, what: &str) -> Result<u32, IngestError> {
 
 /// Builds the batch's symbol tables once per profile.
 fn build_symbols(
-    profile: &Profile,
+    profile: &RawProfile<'_>,
     strings: &Strings<'_>,
     batch: &mut Batch,
 ) -> Result<SymbolIds, IngestError> {
     let syms = &mut batch.symbols;
-    let mapping_ids = build_id_map("mapping", profile.mapping.iter().map(|m| m.id), |p| {
+    let mapping_ids = build_id_map("mapping", profile.mappings.iter().map(|m| m.id), |p| {
         p as u32
     })?;
-    to_u32(profile.mapping.len(), "mappings")?;
-    syms.mappings.reserve(profile.mapping.len());
-    for m in &profile.mapping {
+    to_u32(profile.mappings.len(), "mappings")?;
+    syms.mappings.reserve(profile.mappings.len());
+    for m in &profile.mappings {
         syms.mappings.push(Mapping {
             file: strings
                 .get(m.filename, || format!("mapping {} filename", m.id))?
@@ -420,12 +432,12 @@ fn build_symbols(
         });
     }
 
-    let function_ids = build_id_map("function", profile.function.iter().map(|f| f.id), |p| {
+    let function_ids = build_id_map("function", profile.functions.iter().map(|f| f.id), |p| {
         p as u32
     })?;
-    to_u32(profile.function.len(), "functions")?;
-    syms.functions.reserve(profile.function.len());
-    for f in &profile.function {
+    to_u32(profile.functions.len(), "functions")?;
+    syms.functions.reserve(profile.functions.len());
+    for f in &profile.functions {
         let mut name = strings.get(f.name, || format!("function {} name", f.id))?;
         if name.is_empty() {
             name = strings.get(f.system_name, || format!("function {} system_name", f.id))?;
@@ -438,11 +450,12 @@ fn build_symbols(
     }
 
     let mut locations = IdMap::new(
-        profile.location.len(),
-        profile.location.iter().map(|l| l.id).max().unwrap_or(0),
+        profile.locations.len(),
+        profile.locations.iter().map(|l| l.id).max().unwrap_or(0),
     );
-    syms.locations.reserve(profile.location.len());
-    for (pos, loc) in profile.location.iter().enumerate() {
+    syms.locations
+        .reserve(profile.lines.len().max(profile.locations.len()));
+    for (pos, loc) in profile.locations.iter().enumerate() {
         if loc.id == 0 {
             return Err(IngestError::profile(format!(
                 "location at position {pos} has id 0"
@@ -458,7 +471,8 @@ fn build_symbols(
             })?),
         };
         let start = to_u32(syms.locations.len(), "frames")?;
-        if loc.line.is_empty() {
+        let lines = profile.location_lines(loc);
+        if lines.is_empty() {
             syms.locations.push(Location {
                 function: None,
                 mapping,
@@ -466,7 +480,7 @@ fn build_symbols(
                 line: 0,
             });
         }
-        for line in &loc.line {
+        for line in lines {
             let function = function_ids.get(line.function_id).ok_or_else(|| {
                 IngestError::profile(format!(
                     "location {} refers to missing function id {}",
@@ -540,17 +554,21 @@ impl LabelSets {
         Ok(*state == 1)
     }
 
+    /// `labels`: `(key, str)` of the sample's string labels.
     fn id_for(
         &mut self,
-        sample: &crate::proto::pprof::Sample,
+        labels: &[(i64, i64)],
         strings: &Strings<'_>,
         limits: &Limits,
     ) -> Result<usize, IngestError> {
+        if labels.is_empty() {
+            return Ok(0);
+        }
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
-        for l in &sample.label {
-            if l.str != 0 && self.keep_key(l.key, strings, limits)? {
-                scratch.push((l.key, l.str));
+        for &(key, str) in labels {
+            if str != 0 && self.keep_key(key, strings, limits)? {
+                scratch.push((key, str));
             }
         }
         if scratch.is_empty() {
