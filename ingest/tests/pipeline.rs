@@ -3,7 +3,9 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use profiledb_ingest::{IngestParams, Job, Limits, Payload, Pipeline, PipelineConfig, PipelineError};
+use profiledb_ingest::{
+    IngestParams, Job, Limits, Payload, Pipeline, PipelineConfig, PipelineError,
+};
 use profiledb_storage::{now_ms, Selector, Store, StoreConfig, TenantId, TimeRange};
 
 fn job(i: usize, now: i64) -> Job {
@@ -12,7 +14,10 @@ fn job(i: usize, now: i64) -> Job {
     let body: String = (0..2000).map(|k| format!("main;job{i};f{k} 1\n")).collect();
     Job {
         tenant: TenantId::default(),
-        payload: Payload::Raw { params, body: Bytes::from(body) },
+        payload: Payload::Raw {
+            params,
+            body: Bytes::from(body),
+        },
         received_ms: now,
     }
 }
@@ -21,9 +26,18 @@ fn job(i: usize, now: i64) -> Job {
 fn full_queue_refuses_at_once_and_accepted_jobs_are_stored() {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(Store::open(dir.path(), StoreConfig::default()).unwrap());
-    let pipeline = Pipeline::start(store.clone(), PipelineConfig { workers: 1, queue: 1, ..Default::default() });
+    let pipeline = Pipeline::start(
+        store.clone(),
+        PipelineConfig {
+            workers: 1,
+            queue: 1,
+            ..Default::default()
+        },
+    );
     let now = now_ms();
-    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
     let mut accepted = Vec::new();
     let mut busy = 0;
     for i in 0..200 {
@@ -41,9 +55,17 @@ fn full_queue_refuses_at_once_and_accepted_jobs_are_stored() {
     }
     assert_eq!(stored % 2000, 0);
     // Every acknowledged job is in the store (2000 stacks of 1 sample × 1e7 ns each).
-    let tree = store.merge(&TenantId::default(), &Selector::default(), TimeRange::all()).unwrap();
+    let tree = store
+        .merge(&TenantId::default(), &Selector::default(), TimeRange::all())
+        .unwrap();
     assert_eq!(tree.total(), stored as i64 * 10_000_000);
-    assert_eq!(pipeline.stats().rejected_busy.load(std::sync::atomic::Ordering::Relaxed), busy);
+    assert_eq!(
+        pipeline
+            .stats()
+            .rejected_busy
+            .load(std::sync::atomic::Ordering::Relaxed),
+        busy
+    );
 }
 
 #[test]
@@ -52,13 +74,26 @@ fn future_samples_are_refused_with_the_limit_in_the_message() {
     let store = Arc::new(Store::open(dir.path(), StoreConfig::default()).unwrap());
     let pipeline = Pipeline::start(store.clone(), PipelineConfig::default());
     let now = now_ms();
-    let params = IngestParams::from_query("name=f.cpu&from=now%2B1h", now, &Limits::default()).unwrap();
+    let params =
+        IngestParams::from_query("name=f.cpu&from=now%2B1h", now, &Limits::default()).unwrap();
     let rx = pipeline
-        .try_submit(Job { tenant: TenantId::default(), payload: Payload::Raw { params, body: Bytes::from_static(b"a;b 1\n") }, received_ms: now })
+        .try_submit(Job {
+            tenant: TenantId::default(),
+            payload: Payload::Raw {
+                params,
+                body: Bytes::from_static(b"a;b 1\n"),
+            },
+            received_ms: now,
+        })
         .unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
     let err = rt.block_on(rx).unwrap().unwrap_err();
     assert!(matches!(err, PipelineError::Timestamp(_)), "{err}");
     assert!(err.to_string().contains("max_future_skew"), "{err}");
-    assert!(store.merge(&TenantId::default(), &Selector::default(), TimeRange::all()).unwrap().is_empty());
+    assert!(store
+        .merge(&TenantId::default(), &Selector::default(), TimeRange::all())
+        .unwrap()
+        .is_empty());
 }

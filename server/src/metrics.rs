@@ -6,6 +6,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use profiledb_ingest::Pipeline;
 use profiledb_storage::Store;
 
+/// Query result cache counters of every store's query engine in this process.
+pub static QUERY_CACHE: std::sync::LazyLock<
+    std::sync::Arc<profiledb_storage::query::cache::CacheStats>,
+> = std::sync::LazyLock::new(Default::default);
+
 /// HTTP-level counters.
 #[derive(Debug, Default)]
 pub struct HttpMetrics {
@@ -79,6 +84,27 @@ pub fn render(
         "counter",
         "Query requests received.",
         c(&http.query_requests),
+    );
+    family(
+        &mut out,
+        "profiledb_query_cache_hits_total",
+        "counter",
+        "Queries whose segment part came from the result cache.",
+        c(&QUERY_CACHE.hits),
+    );
+    family(
+        &mut out,
+        "profiledb_query_cache_misses_total",
+        "counter",
+        "Queries whose segment part was computed (and then cached).",
+        c(&QUERY_CACHE.misses),
+    );
+    family(
+        &mut out,
+        "profiledb_query_function_index_builds_total",
+        "counter",
+        "Per-segment function-name indexes built.",
+        c(&QUERY_CACHE.fn_index_builds),
     );
     if let Some(p) = pipeline {
         let s = p.stats();

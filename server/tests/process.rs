@@ -8,7 +8,11 @@ const BIN: &str = env!("CARGO_BIN_EXE_profiledb");
 const CPU: &str = "process_cpu:cpu:nanoseconds:cpu:nanoseconds";
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn start(dir: &std::path::Path) -> (Child, String) {
@@ -24,7 +28,11 @@ fn start(dir: &std::path::Path) -> (Child, String) {
     let url = format!("http://127.0.0.1:{port}");
     let client = reqwest::blocking::Client::new();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !client.get(format!("{url}/ready")).send().is_ok_and(|r| r.status() == 200) {
+    while !client
+        .get(format!("{url}/ready"))
+        .send()
+        .is_ok_and(|r| r.status() == 200)
+    {
         assert!(Instant::now() < deadline, "server did not become ready");
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -32,7 +40,11 @@ fn start(dir: &std::path::Path) -> (Child, String) {
 }
 
 fn ingest(url: &str, i: usize) {
-    let from = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() - 30;
+    let from = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        - 30;
     let r = reqwest::blocking::Client::new()
         .post(format!("{url}/ingest?name=proc.cpu&from={from}"))
         .body(format!("main;f{i} {}\n", i + 1))
@@ -44,13 +56,23 @@ fn ingest(url: &str, i: usize) {
 fn total(url: &str) -> (usize, i64) {
     let text = reqwest::blocking::Client::new()
         .get(format!("{url}/api/v1/merge"))
-        .query(&[("query", &format!("{CPU}{{}}")), ("from", &"0".to_string()), ("until", &"now+1d".to_string())])
+        .query(&[
+            ("query", &format!("{CPU}{{}}")),
+            ("from", &"0".to_string()),
+            ("until", &"now+1d".to_string()),
+        ])
         .send()
         .unwrap()
         .text()
         .unwrap();
     let lines: Vec<&str> = text.lines().collect();
-    (lines.len(), lines.iter().map(|l| l.rsplit_once(' ').unwrap().1.parse::<i64>().unwrap()).sum())
+    (
+        lines.len(),
+        lines
+            .iter()
+            .map(|l| l.rsplit_once(' ').unwrap().1.parse::<i64>().unwrap())
+            .sum(),
+    )
 }
 
 fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
@@ -72,7 +94,10 @@ fn help_is_available() {
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(text.contains("Usage"), "{text}");
     }
-    let out = Command::new(BIN).args(["serve", "--help"]).output().unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     for flag in ["--data-dir", "--listen", "--fsync", "--max-body-mb"] {
         assert!(text.contains(flag), "serve --help lacks {flag}");
@@ -86,15 +111,26 @@ fn sigterm_flushes_the_head_and_exits_cleanly() {
     for i in 0..10 {
         ingest(&url, i);
     }
-    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
     assert!(status.success());
     let exit = wait_exit(&mut child);
     assert!(exit.success(), "exit status {exit:?}");
     // Flushed: segments exist and the WAL holds nothing.
-    let segs = std::fs::read_dir(dir.path().join("segments/anonymous")).unwrap().count();
+    let segs = std::fs::read_dir(dir.path().join("segments/anonymous"))
+        .unwrap()
+        .count();
     assert!(segs >= 1);
-    let wal_bytes: u64 = std::fs::read_dir(dir.path().join("wal")).unwrap().map(|e| e.unwrap().metadata().unwrap().len()).sum();
-    assert_eq!(wal_bytes, 0, "the WAL still holds data after a clean shutdown");
+    let wal_bytes: u64 = std::fs::read_dir(dir.path().join("wal"))
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum();
+    assert_eq!(
+        wal_bytes, 0,
+        "the WAL still holds data after a clean shutdown"
+    );
     let (mut child, url) = start(dir.path());
     assert_eq!(total(&url), (10, (1..=10).sum::<i64>() * 10_000_000));
     child.kill().unwrap();

@@ -15,6 +15,7 @@ mod codec;
 pub mod config;
 pub mod dict;
 pub mod error;
+pub mod fnindex;
 pub mod head;
 pub mod index;
 pub mod model;
@@ -23,6 +24,7 @@ pub mod segment;
 pub mod selector;
 pub mod stats;
 pub mod store;
+mod store_query;
 pub mod wal;
 
 pub use config::{FsyncPolicy, StoreConfig};

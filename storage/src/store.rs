@@ -712,6 +712,13 @@ impl Inner {
         for msg in rx.iter() {
             match msg {
                 FlushMsg::Barrier(reply) => {
+                    // Records that carried no samples (all zero values) create no
+                    // partition, so no flush would ever truncate them away.
+                    if failed.is_none() {
+                        if let Err(e) = self.truncate_wal() {
+                            failed = Some(e.to_string());
+                        }
+                    }
                     let _ = reply.send(match failed.take() {
                         None => Ok(()),
                         Some(e) => Err(StorageError::Io {
@@ -870,10 +877,13 @@ impl Inner {
     ) -> Result<Vec<T>> {
         inc(&self.stats.queries, 1);
         let mut items = self.snapshot(tenant, range);
-        items.retain(|i| match (scope, i) {
-            (Scope::All, _) => true,
-            (Scope::Segments, Item::Segment(_)) | (Scope::Head, Item::Head(_)) => true,
-            _ => false,
+        items.retain(|i| {
+            matches!(
+                (scope, i),
+                (Scope::All, _)
+                    | (Scope::Segments, Item::Segment(_))
+                    | (Scope::Head, Item::Head(_))
+            )
         });
         query::par_fold(&items, self.cfg.threads(), init, |acc, item| match item {
             Item::Head(p) => f(acc, &*p.read()),

@@ -5,6 +5,11 @@
 //! scans only the selected series' rows, and folds the result into a per-thread
 //! accumulator. Sources are scanned in parallel with crossbeam scoped threads.
 
+pub mod cache;
+pub mod diff;
+pub mod flamegraph;
+pub mod groupby;
+pub mod timeseries;
 pub mod tree;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -56,6 +61,11 @@ pub trait Source {
     fn for_each_row(&self, series: u32, f: &mut dyn FnMut(u32, u32, i64)) -> Result<()>;
     /// `f(step index, total)` for each step of `series` with data.
     fn step_totals(&self, series: u32, f: &mut dyn FnMut(u32, i64)) -> Result<()>;
+    /// The id of the immutable segment behind this source, `None` for the head.
+    /// Lets per-segment derived data (function indexes) be cached by id.
+    fn segment_id(&self) -> Option<u64> {
+        None
+    }
 }
 
 impl Source for LoadedSegment {
@@ -83,9 +93,12 @@ impl Source for LoadedSegment {
         }
         Ok(())
     }
+    fn segment_id(&self) -> Option<u64> {
+        Some(self.meta.id)
+    }
 }
 
-fn steps(src: &dyn Source, range: TimeRange) -> (u32, u32) {
+pub(crate) fn steps(src: &dyn Source, range: TimeRange) -> (u32, u32) {
     crate::segment::step_range(
         src.partition_start(),
         src.step(),

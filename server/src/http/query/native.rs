@@ -1,0 +1,434 @@
+//! Native query endpoints under `/api/v1`: GWP group-by, time series, diff, flame
+//! graph JSON, pprof export and an SVG flame graph.
+
+use axum::extract::{Query, State};
+use axum::http::{header, HeaderMap};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use bytes::Bytes;
+use profiledb_ingest::parse_time;
+use profiledb_storage::query::flamegraph::{flamegraph, FlameGraphDiff};
+use profiledb_storage::query::groupby::{GroupByQuery, GroupKey};
+use profiledb_storage::{now_ms, Selector, TimeRange};
+use regex::Regex;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::render::{profile_type_of, range_params};
+use super::{blocking, engine_for, selector_for, storage_error};
+use crate::error::{ApiError, ApiResult};
+use crate::http::{tenant_of, AppRef};
+
+pub fn routes() -> Router<AppRef> {
+    Router::new()
+        .route("/api/v1/query", post(group_by))
+        .route("/api/v1/timeseries", get(timeseries))
+        .route("/api/v1/diff", post(diff))
+        .route("/api/v1/flamegraph", get(flamegraph_json))
+        .route("/api/v1/pprof", get(pprof))
+        .route("/api/v1/render.svg", get(svg))
+}
+
+/// A time in a JSON body: milliseconds, or any form `/ingest` accepts (`"now-1h"`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum TimeArg {
+    Ms(i64),
+    Text(String),
+}
+
+impl TimeArg {
+    fn resolve(&self, what: &'static str, now: i64) -> ApiResult<i64> {
+        match self {
+            TimeArg::Ms(v) => Ok(*v),
+            TimeArg::Text(s) => Ok(parse_time(what, s, now)?),
+        }
+    }
+}
+
+/// `[start, end)` in ms; defaults to the last hour.
+fn half_open(start: Option<&TimeArg>, end: Option<&TimeArg>) -> ApiResult<TimeRange> {
+    let now = now_ms();
+    let s = match start {
+        Some(t) => t.resolve("start", now)?,
+        None => now - 3_600_000,
+    };
+    let e = match end {
+        Some(t) => t.resolve("end", now)?,
+        None => now,
+    };
+    if e < s {
+        return Err(ApiError::bad_request(format!(
+            "end ({e}) is before start ({s})"
+        )));
+    }
+    Ok(TimeRange::new(s, e))
+}
+
+fn json_body<T: for<'de> Deserialize<'de>>(body: &Bytes) -> ApiResult<T> {
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("invalid JSON request: {e}")))
+}
+
+fn compile(what: &str, re: Option<&String>) -> ApiResult<Option<Regex>> {
+    match re.filter(|r| !r.is_empty()) {
+        None => Ok(None),
+        Some(r) => regex::RegexBuilder::new(r)
+            .size_limit(1 << 20)
+            .build()
+            .map(Some)
+            .map_err(|e| ApiError::bad_request(format!("invalid {what} regex: {e}"))),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GroupByRequest {
+    #[serde(default)]
+    profile_type: String,
+    #[serde(default)]
+    selector: String,
+    start: Option<TimeArg>,
+    end: Option<TimeArg>,
+    #[serde(default)]
+    group_by: Vec<String>,
+    function: Option<String>,
+    exclude_function: Option<String>,
+    #[serde(default)]
+    limit: usize,
+}
+
+/// `POST /api/v1/query`: GWP group-by.
+async fn group_by(
+    State(state): State<AppRef>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult<Json<Value>> {
+    count(&state);
+    let r: GroupByRequest = json_body(&body)?;
+    if r.group_by.len() > 16 {
+        return Err(ApiError::bad_request("at most 16 group_by keys"));
+    }
+    let sel = selector_for(&r.profile_type, &r.selector)?;
+    let range = half_open(r.start.as_ref(), r.end.as_ref())?;
+    let q = GroupByQuery {
+        keys: r.group_by.iter().map(|k| GroupKey::parse(k)).collect(),
+        include: compile("function", r.function.as_ref())?,
+        exclude: compile("exclude_function", r.exclude_function.as_ref())?,
+        max_groups: 0,
+    };
+    let (store, tenant) = (state.store()?, tenant_of(&headers)?);
+    let engine = engine_for(&store);
+    let acc = blocking(move || {
+        store
+            .group_by(&engine, &tenant, &sel, range, &q)
+            .map_err(storage_error)
+    })
+    .await?;
+    let rows: Vec<Value> = acc
+        .sorted(r.limit)
+        .into_iter()
+        .map(|(key, value)| json!({"key": key, "value": value}))
+        .collect();
+    Ok(Json(json!({
+        "group_by": r.group_by,
+        "rows": rows,
+        "total": acc.total,
+    })))
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct SeriesParams {
+    query: Option<String>,
+    from: Option<String>,
+    until: Option<String>,
+    /// Seconds, or a duration like `60s`, `5m`.
+    step: Option<String>,
+    /// Comma-separated label names.
+    group_by: Option<String>,
+    limit: Option<usize>,
+}
+
+fn step_ms(s: &str) -> ApiResult<i64> {
+    let s = s.trim();
+    let (num, mul) = match s.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
+        Some((i, _)) => {
+            let mul = match &s[i..] {
+                "ms" => 1,
+                "s" => 1000,
+                "m" => 60_000,
+                "h" => 3_600_000,
+                u => return Err(ApiError::bad_request(format!("unknown step unit {u:?}"))),
+            };
+            (&s[..i], mul)
+        }
+        None => (s, 1000),
+    };
+    let v: f64 = num
+        .parse()
+        .map_err(|_| ApiError::bad_request(format!("invalid step {s:?}")))?;
+    let ms = (v * mul as f64).round();
+    if !(1.0..=1e12).contains(&ms) {
+        return Err(ApiError::bad_request(format!("step {s:?} out of range")));
+    }
+    Ok(ms as i64)
+}
+
+/// `GET /api/v1/timeseries?query=&from=&until=&step=&group_by=a,b&limit=`
+async fn timeseries(
+    State(state): State<AppRef>,
+    headers: HeaderMap,
+    q: Result<Query<SeriesParams>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<Json<Value>> {
+    count(&state);
+    let p = q.map(|Query(p)| p).map_err(|e| {
+        ApiError::bad_request(format!("invalid query parameters: {}", e.body_text()))
+    })?;
+    let (sel, range) =
+        range_params(p.query.as_ref(), p.from.as_ref(), p.until.as_ref()).resolve()?;
+    let (store, tenant) = (state.store()?, tenant_of(&headers)?);
+    let step = match &p.step {
+        Some(s) => step_ms(s)?,
+        None => store.config().step_ms,
+    };
+    if (range.end_ms - range.start_ms) / step.max(1) > 100_000 {
+        return Err(ApiError::bad_request(
+            "more than 100000 points per series: use a larger step",
+        ));
+    }
+    let group: Vec<String> = p
+        .group_by
+        .as_deref()
+        .unwrap_or("")
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect();
+    let limit = p.limit.unwrap_or(0);
+    let g2 = group.clone();
+    let list =
+        blocking(move || Ok(store.time_series(&tenant, &sel, range, &g2, step, limit)?)).await?;
+    let series: Vec<Value> = list
+        .into_iter()
+        .map(|s| {
+            let labels: serde_json::Map<String, Value> = s
+                .labels
+                .iter()
+                .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+                .collect();
+            json!({"labels": labels, "total": s.total(), "points": s.points})
+        })
+        .collect();
+    Ok(Json(
+        json!({"step_ms": step, "group_by": group, "series": series}),
+    ))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Side {
+    start: Option<TimeArg>,
+    end: Option<TimeArg>,
+    selector: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DiffRequest {
+    #[serde(default)]
+    profile_type: String,
+    #[serde(default)]
+    selector: String,
+    base: Side,
+    compare: Side,
+    #[serde(default = "default_top")]
+    top: usize,
+    max_nodes: Option<i64>,
+}
+
+fn default_top() -> usize {
+    10
+}
+
+pub fn diff_json(d: &FlameGraphDiff) -> Value {
+    json!({
+        "names": d.names,
+        "levels": d.levels,
+        "total": d.total,
+        "maxSelf": d.max_self,
+        "leftTicks": d.left_ticks,
+        "rightTicks": d.right_ticks,
+    })
+}
+
+/// `POST /api/v1/diff`
+async fn diff(
+    State(state): State<AppRef>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult<Json<Value>> {
+    count(&state);
+    let r: DiffRequest = json_body(&body)?;
+    let side = |s: &Side| -> ApiResult<(Selector, TimeRange)> {
+        let sel = selector_for(
+            &r.profile_type,
+            s.selector.as_deref().unwrap_or(&r.selector),
+        )?;
+        Ok((sel, half_open(s.start.as_ref(), s.end.as_ref())?))
+    };
+    let (bs, br) = side(&r.base)?;
+    let (cs, cr) = side(&r.compare)?;
+    let top = r.top.clamp(1, 10_000);
+    let mn = super::querier::max_nodes(r.max_nodes);
+    let (store, tenant) = (state.store()?, tenant_of(&headers)?);
+    let engine = engine_for(&store);
+    let d = blocking(move || {
+        store
+            .diff(&engine, &tenant, (&bs, br), (&cs, cr), top, mn)
+            .map_err(storage_error)
+    })
+    .await?;
+    let top: Vec<Value> = d
+        .top
+        .iter()
+        .map(|e| {
+            json!({"function": e.function, "base_share": e.base_share,
+                   "compare_share": e.compare_share, "delta": e.delta})
+        })
+        .collect();
+    Ok(Json(json!({
+        "flamegraph": diff_json(&d.flamegraph),
+        "top": top,
+        "stats": {
+            "manhattan": d.stats.manhattan,
+            "entropy_base": d.stats.entropy_base,
+            "entropy_compare": d.stats.entropy_compare,
+            "samples_base": d.stats.samples_base,
+            "samples_compare": d.stats.samples_compare,
+        },
+    })))
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct MergeParams {
+    query: Option<String>,
+    from: Option<String>,
+    until: Option<String>,
+    max_nodes: Option<i64>,
+    title: Option<String>,
+}
+
+fn merge_params(
+    q: Result<Query<MergeParams>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<MergeParams> {
+    q.map(|Query(p)| p)
+        .map_err(|e| ApiError::bad_request(format!("invalid query parameters: {}", e.body_text())))
+}
+
+async fn merged(
+    state: &AppRef,
+    headers: &HeaderMap,
+    p: &MergeParams,
+) -> ApiResult<(profiledb_storage::CallTree, TimeRange)> {
+    count(state);
+    let (sel, range) =
+        range_params(p.query.as_ref(), p.from.as_ref(), p.until.as_ref()).resolve()?;
+    let (store, tenant) = (state.store()?, tenant_of(headers)?);
+    let engine = engine_for(&store);
+    let tree = blocking(move || {
+        store
+            .merge_cached(&engine, &tenant, &sel, range)
+            .map_err(storage_error)
+    })
+    .await?;
+    Ok((tree, range))
+}
+
+/// `GET /api/v1/flamegraph`: the Pyroscope flame graph as plain JSON numbers.
+async fn flamegraph_json(
+    State(state): State<AppRef>,
+    headers: HeaderMap,
+    q: Result<Query<MergeParams>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<Json<Value>> {
+    let p = merge_params(q)?;
+    let (tree, _) = merged(&state, &headers, &p).await?;
+    let fg = flamegraph(&tree, super::querier::max_nodes(p.max_nodes));
+    Ok(Json(json!({
+        "names": fg.names, "levels": fg.levels, "total": fg.total, "maxSelf": fg.max_self,
+    })))
+}
+
+/// `GET /api/v1/pprof`: gzip'd pprof, so `go tool pprof <url>` works directly.
+async fn pprof(
+    State(state): State<AppRef>,
+    headers: HeaderMap,
+    q: Result<Query<MergeParams>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<Response> {
+    let p = merge_params(q)?;
+    let pt = profile_type_of(p.query.as_ref());
+    let (tree, range) = merged(&state, &headers, &p).await?;
+    let bytes = blocking(move || {
+        let prof = super::pprof::profile_from_tree(
+            &tree,
+            &pt,
+            range.start_ms,
+            range.end_ms - range.start_ms,
+        );
+        super::pprof::gzip(&prost::Message::encode_to_vec(&prof))
+            .map_err(|e| ApiError::internal(format!("gzip failed: {e}")))
+    })
+    .await?;
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/octet-stream"),
+            (
+                header::CONTENT_DISPOSITION,
+                "attachment; filename=\"profile.pb.gz\"",
+            ),
+        ],
+        bytes,
+    )
+        .into_response())
+}
+
+/// `GET /api/v1/render.svg`: an interactive SVG flame graph (inferno).
+async fn svg(
+    State(state): State<AppRef>,
+    headers: HeaderMap,
+    q: Result<Query<MergeParams>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<Response> {
+    let p = merge_params(q)?;
+    let title = p
+        .title
+        .clone()
+        .or_else(|| p.query.clone())
+        .unwrap_or_else(|| "profiledb".into());
+    let (tree, _) = merged(&state, &headers, &p).await?;
+    let pt = profile_type_of(p.query.as_ref());
+    let svg = blocking(move || {
+        let text = tree.to_folded_text();
+        let mut opts = inferno::flamegraph::Options::default();
+        opts.title = title;
+        opts.count_name = pt.split(':').nth(2).unwrap_or("samples").to_string();
+        let mut out = Vec::new();
+        if text.is_empty() {
+            // inferno refuses empty input; draw an explicit empty graph instead.
+            let _ = inferno::flamegraph::from_lines(&mut opts, ["no-data 0"], &mut out);
+            return Ok(out);
+        }
+        inferno::flamegraph::from_lines(&mut opts, text.lines(), &mut out)
+            .map_err(|e| ApiError::internal(format!("SVG rendering failed: {e}")))?;
+        Ok(out)
+    })
+    .await?;
+    Ok(([(header::CONTENT_TYPE, "image/svg+xml")], svg).into_response())
+}
+
+fn count(state: &AppRef) {
+    state
+        .http
+        .query_requests
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}

@@ -1,0 +1,183 @@
+//! The query engine state kept beside a store: a byte-bounded result cache, the
+//! per-segment function-name indexes, and the query limits.
+//!
+//! Only the part of a result computed from immutable segments is cached, keyed by
+//! the query and by `Store::segments_version()`; the head part is always computed
+//! live and merged in. A version change (flush, compaction, retention, quarantine)
+//! makes every older key unreachable, and the byte bound evicts them.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::groupby::GroupAcc;
+use super::tree::CallTree;
+use crate::error::{Result, StorageError};
+use crate::fnindex::FnIndex;
+
+/// A cached segment-part result.
+#[derive(Clone, Debug)]
+pub enum Cached {
+    Tree(CallTree),
+    Groups(GroupAcc),
+}
+
+impl Cached {
+    fn approx_bytes(&self) -> usize {
+        match self {
+            Cached::Tree(t) => {
+                // Nodes, the child map entry per node, and the names (about 32 bytes each).
+                t.nodes().len() * 96 + 256
+            }
+            Cached::Groups(g) => g.approx_bytes(),
+        }
+    }
+}
+
+#[derive(Clone)]
+struct ResultWeight;
+
+impl quick_cache::Weighter<String, Arc<Cached>> for ResultWeight {
+    fn weight(&self, k: &String, v: &Arc<Cached>) -> u64 {
+        (k.len() + v.approx_bytes()) as u64
+    }
+}
+
+#[derive(Clone)]
+struct IndexWeight;
+
+impl quick_cache::Weighter<u64, Arc<FnIndex>> for IndexWeight {
+    fn weight(&self, _: &u64, v: &Arc<FnIndex>) -> u64 {
+        v.approx_bytes() as u64
+    }
+}
+
+/// Limits every query runs under.
+#[derive(Clone, Debug)]
+pub struct QueryLimits {
+    /// Wall-clock budget of one query.
+    pub timeout: Duration,
+    /// Most nodes a merged call tree may have (memory budget of merges).
+    pub max_tree_nodes: usize,
+    /// Most distinct rows a group-by may hold (memory budget of group-bys).
+    pub max_groups: usize,
+}
+
+impl Default for QueryLimits {
+    fn default() -> Self {
+        QueryLimits {
+            timeout: Duration::from_secs(60),
+            max_tree_nodes: 4_000_000,
+            max_groups: 1_000_000,
+        }
+    }
+}
+
+/// When a query must give up; checked between sources and inside long loops.
+#[derive(Clone, Copy, Debug)]
+pub struct Deadline(Instant);
+
+/// The message prefix of a timed-out query (servers map it to 503).
+pub const TIMEOUT_PREFIX: &str = "query timed out";
+
+impl Deadline {
+    pub fn after(d: Duration) -> Self {
+        Deadline(Instant::now() + d)
+    }
+
+    pub fn check(&self) -> Result<()> {
+        if Instant::now() > self.0 {
+            Err(StorageError::QueryLimit(format!(
+                "{TIMEOUT_PREFIX}: narrow the time range or the selector"
+            )))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// Cache statistics for `/metrics`.
+#[derive(Debug, Default)]
+pub struct CacheStats {
+    pub hits: AtomicU64,
+    pub misses: AtomicU64,
+    pub fn_index_builds: AtomicU64,
+}
+
+pub struct QueryEngine {
+    results: quick_cache::sync::Cache<String, Arc<Cached>, ResultWeight>,
+    fn_indexes: quick_cache::sync::Cache<u64, Arc<FnIndex>, IndexWeight>,
+    pub stats: Arc<CacheStats>,
+    pub limits: QueryLimits,
+}
+
+impl QueryEngine {
+    /// `cache_bytes` bounds the result cache; the function indexes get a quarter more.
+    pub fn new(cache_bytes: u64, limits: QueryLimits) -> Self {
+        Self::with_stats(cache_bytes, limits, Arc::default())
+    }
+
+    /// Like [`QueryEngine::new`], counting into shared `stats` (e.g. process metrics).
+    pub fn with_stats(cache_bytes: u64, limits: QueryLimits, stats: Arc<CacheStats>) -> Self {
+        let bytes = cache_bytes.max(1 << 20);
+        QueryEngine {
+            results: quick_cache::sync::Cache::with_weighter(
+                (bytes / 4096).clamp(64, 1_000_000) as usize,
+                bytes,
+                ResultWeight,
+            ),
+            fn_indexes: quick_cache::sync::Cache::with_weighter(
+                1024,
+                (bytes / 4).max(1 << 20),
+                IndexWeight,
+            ),
+            stats,
+            limits,
+        }
+    }
+
+    pub fn deadline(&self) -> Deadline {
+        Deadline::after(self.limits.timeout)
+    }
+
+    pub fn get(&self, key: &str) -> Option<Arc<Cached>> {
+        let v = self.results.get(key);
+        let c = if v.is_some() {
+            &self.stats.hits
+        } else {
+            &self.stats.misses
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+        v
+    }
+
+    pub fn insert(&self, key: String, v: Arc<Cached>) {
+        self.results.insert(key, v);
+    }
+
+    /// Bytes held by cached results.
+    pub fn cached_bytes(&self) -> u64 {
+        self.results.weight()
+    }
+
+    pub fn cached_entries(&self) -> usize {
+        self.results.len()
+    }
+
+    /// The function index of segment `id`, built from `dict` on first use.
+    pub fn fn_index(&self, id: u64, dict: &crate::dict::Dict) -> Result<Arc<FnIndex>> {
+        if let Some(i) = self.fn_indexes.get(&id) {
+            return Ok(i);
+        }
+        let idx = Arc::new(FnIndex::build(dict)?);
+        self.stats.fn_index_builds.fetch_add(1, Ordering::Relaxed);
+        self.fn_indexes.insert(id, idx.clone());
+        Ok(idx)
+    }
+}
+
+impl Default for QueryEngine {
+    fn default() -> Self {
+        QueryEngine::new(256 << 20, QueryLimits::default())
+    }
+}

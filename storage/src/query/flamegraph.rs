@@ -1,0 +1,334 @@
+//! Pyroscope's flame graph layout (`querier.v1.FlameGraph` / `FlameGraphDiff`).
+//!
+//! `names[0]` is `"total"`. `levels[d]` lists the nodes at depth `d` ordered by x, each
+//! as `[x_delta, total, self, name]` (or, for a diff, `[xL, totalL, selfL, xR, totalR,
+//! selfR, name]`), where `x_delta` is the distance from the end of the previous node of
+//! the same level. A node's children start at `x + self` — self time is drawn on the
+//! left — and are sorted by name. Nodes below the `max_nodes` threshold are folded
+//! into one `other` child per parent, appended after the sorted children, exactly as
+//! Pyroscope lays them out; the golden fixture test checks this.
+
+use std::collections::BinaryHeap;
+
+use rustc_hash::FxHashMap;
+
+use super::tree::{CallTree, ROOT};
+
+/// Name of the node that collects children below the `max_nodes` threshold.
+pub const OTHER: &str = "other";
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FlameGraph {
+    pub names: Vec<String>,
+    pub levels: Vec<Vec<i64>>,
+    pub total: i64,
+    pub max_self: i64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FlameGraphDiff {
+    pub names: Vec<String>,
+    pub levels: Vec<Vec<i64>>,
+    pub total: i64,
+    pub max_self: i64,
+    pub left_ticks: i64,
+    pub right_ticks: i64,
+}
+
+/// A tree shape with `K` value columns per node (1 for a flame graph, 2 for a diff).
+struct Shape<'a, const K: usize> {
+    tree: &'a CallTree,
+    selfs: Vec<[i64; K]>,
+    totals: Vec<[i64; K]>,
+}
+
+impl<'a, const K: usize> Shape<'a, K> {
+    fn new(tree: &'a CallTree, selfs: Vec<[i64; K]>) -> Self {
+        let nodes = tree.nodes();
+        let mut totals = selfs.clone();
+        // Children always follow their parent, so one backward pass sums totals.
+        for i in (1..nodes.len()).rev() {
+            let p = nodes[i].parent as usize;
+            if p < totals.len() {
+                let child = totals[i];
+                for (t, c) in totals[p].iter_mut().zip(child) {
+                    *t = t.saturating_add(c);
+                }
+            }
+        }
+        Shape {
+            tree,
+            selfs,
+            totals,
+        }
+    }
+
+    fn weight(&self, node: usize) -> i64 {
+        self.totals[node].iter().sum()
+    }
+
+    /// The smallest total a node may have and still be drawn: the `max_nodes`-th
+    /// largest total, so at most about `max_nodes` nodes survive (ties keep more).
+    fn min_value(&self, max_nodes: usize) -> i64 {
+        let n = self.totals.len();
+        if max_nodes == 0 || n <= max_nodes {
+            return 0;
+        }
+        let mut heap: BinaryHeap<std::cmp::Reverse<i64>> = BinaryHeap::with_capacity(max_nodes);
+        for i in 0..n {
+            let w = self.weight(i);
+            if heap.len() < max_nodes {
+                heap.push(std::cmp::Reverse(w));
+            } else if heap.peek().is_some_and(|m| w > m.0) {
+                heap.pop();
+                heap.push(std::cmp::Reverse(w));
+            }
+        }
+        heap.peek().map_or(0, |m| m.0)
+    }
+
+    /// Returns `(names, levels, max_self)`.
+    fn layout(&self, max_nodes: usize) -> (Vec<String>, Vec<Vec<i64>>, i64) {
+        let min_value = self.min_value(max_nodes);
+        let children = self.tree.children_sorted();
+        let mut names: Vec<String> = vec!["total".to_string()];
+        let mut name_idx: FxHashMap<u32, i64> = FxHashMap::default();
+        let mut other_idx: Option<i64> = None;
+        let mut max_self = 0i64;
+
+        // A level entry: a tree node, or an `other` aggregate with its values.
+        #[derive(Clone, Copy)]
+        enum Item<const K: usize> {
+            Node(u32),
+            Other([i64; K]),
+        }
+        let mut levels: Vec<Vec<i64>> = Vec::new();
+        // (item, absolute x per column)
+        let mut current: Vec<(Item<K>, [i64; K])> = vec![(Item::Node(ROOT), [0; K])];
+        while !current.is_empty() {
+            let mut values: Vec<i64> = Vec::with_capacity(current.len() * (3 * K + 1));
+            let mut prev_end = [0i64; K];
+            let mut next: Vec<(Item<K>, [i64; K])> = Vec::new();
+            for &(item, x) in &current {
+                let (total, selfv, name) = match item {
+                    Item::Node(n) => {
+                        let name = if n == ROOT {
+                            0
+                        } else {
+                            let tn = self.tree.nodes()[n as usize].name;
+                            *name_idx.entry(tn).or_insert_with(|| {
+                                names.push(self.tree.name(tn).to_string());
+                                (names.len() - 1) as i64
+                            })
+                        };
+                        (self.totals[n as usize], self.selfs[n as usize], name)
+                    }
+                    Item::Other(v) => {
+                        let name = *other_idx.get_or_insert_with(|| {
+                            names.push(OTHER.to_string());
+                            (names.len() - 1) as i64
+                        });
+                        (v, v, name)
+                    }
+                };
+                for k in 0..K {
+                    values.push(x[k] - prev_end[k]);
+                    values.push(total[k]);
+                    values.push(selfv[k]);
+                    prev_end[k] = x[k] + total[k];
+                    max_self = max_self.max(selfv[k]);
+                }
+                values.push(name);
+                let Item::Node(n) = item else { continue };
+                let mut cx = [0i64; K];
+                for k in 0..K {
+                    cx[k] = x[k] + selfv[k];
+                }
+                let mut other = [0i64; K];
+                let mut any_other = false;
+                for &c in &children[n as usize] {
+                    let w = self.weight(c as usize);
+                    if w == 0 {
+                        continue;
+                    }
+                    if w < min_value {
+                        any_other = true;
+                        for (o, t) in other.iter_mut().zip(self.totals[c as usize]) {
+                            *o += t;
+                        }
+                        continue;
+                    }
+                    next.push((Item::Node(c), cx));
+                    for (x, t) in cx.iter_mut().zip(self.totals[c as usize]) {
+                        *x += t;
+                    }
+                }
+                if any_other {
+                    next.push((Item::Other(other), cx));
+                }
+            }
+            levels.push(values);
+            current = next;
+        }
+        (names, levels, max_self)
+    }
+}
+
+/// Lays out a finalized call tree. `max_nodes == 0` keeps every node.
+pub fn flamegraph(tree: &CallTree, max_nodes: usize) -> FlameGraph {
+    let selfs: Vec<[i64; 1]> = tree.nodes().iter().map(|n| [n.self_value]).collect();
+    let shape = Shape::new(tree, selfs);
+    let total = shape.totals.first().map_or(0, |t| t[0]);
+    let (names, levels, max_self) = shape.layout(max_nodes);
+    FlameGraph {
+        names,
+        levels,
+        total,
+        max_self,
+    }
+}
+
+/// One tree holding the union of both trees' paths, with each side's self values.
+pub fn union(left: &CallTree, right: &CallTree) -> (CallTree, Vec<[i64; 2]>) {
+    let mut u = CallTree::new();
+    let mut selfs: Vec<[i64; 2]> = vec![[0, 0]];
+    for (side, t) in [left, right].into_iter().enumerate() {
+        let mut mapped = vec![ROOT; t.nodes().len()];
+        for (i, n) in t.nodes().iter().enumerate() {
+            let node = if i == 0 {
+                ROOT
+            } else {
+                let parent = mapped.get(n.parent as usize).copied().unwrap_or(ROOT);
+                let name = u.intern(t.name(n.name));
+                u.child(parent, name)
+            };
+            mapped[i] = node;
+            let idx = node as usize;
+            if selfs.len() <= idx {
+                selfs.resize(idx + 1, [0, 0]);
+            }
+            selfs[idx][side] += n.self_value;
+        }
+    }
+    (u, selfs)
+}
+
+/// Lays out the diff of two trees; `max_nodes` applies to the sum of both sides.
+pub fn flamegraph_diff(left: &CallTree, right: &CallTree, max_nodes: usize) -> FlameGraphDiff {
+    let (u, selfs) = union(left, right);
+    let shape = Shape::new(&u, selfs);
+    let [l, r] = shape.totals.first().copied().unwrap_or([0, 0]);
+    let (names, levels, max_self) = shape.layout(max_nodes);
+    FlameGraphDiff {
+        names,
+        levels,
+        total: l.saturating_add(r),
+        max_self,
+        left_ticks: l,
+        right_ticks: r,
+    }
+}
+
+/// Rebuilds a call tree from a flame graph's levels (inverse of [`flamegraph`] when
+/// nothing was truncated). Used to check layouts against third-party fixtures.
+pub fn tree_from_levels(names: &[String], levels: &[Vec<i64>]) -> Option<CallTree> {
+    let mut tree = CallTree::new();
+    // Nodes of the previous level as (absolute x, total, self, tree node).
+    let mut prev: Vec<(i64, i64, i64, u32)> = Vec::new();
+    for (d, level) in levels.iter().enumerate() {
+        if level.len() % 4 != 0 {
+            return None;
+        }
+        let mut cur = Vec::with_capacity(level.len() / 4);
+        let mut end = 0i64;
+        for q in level.chunks_exact(4) {
+            let (x, total, selfv) = (end + q[0], q[1], q[2]);
+            end = x + total;
+            let name = names.get(usize::try_from(q[3]).ok()?)?;
+            let node = if d == 0 {
+                ROOT
+            } else {
+                let parent = prev
+                    .iter()
+                    .find(|p| p.0 + p.2 <= x && x + total <= p.0 + p.1)?
+                    .3;
+                let id = tree.intern(name);
+                tree.child(parent, id)
+            };
+            tree.add_self(node, selfv);
+            cur.push((x, total, selfv, node));
+        }
+        prev = cur;
+    }
+    tree.finalize();
+    Some(tree)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> CallTree {
+        let mut t = CallTree::new();
+        t.add_stack(&["main", "b"], 3);
+        t.add_stack(&["main", "a"], 2);
+        t.add_stack(&["main"], 1);
+        t.add_stack(&["idle"], 4);
+        t.finalize();
+        t
+    }
+
+    #[test]
+    fn levels_by_hand() {
+        let fg = flamegraph(&sample(), 0);
+        // Level 1 sorted by name: idle(4) then main(6). Level 2 under main (x=4):
+        // main's self (1) comes first, so a starts at 5, b at 7.
+        assert_eq!(fg.names, vec!["total", "idle", "main", "a", "b"]);
+        assert_eq!(
+            fg.levels,
+            vec![
+                vec![0, 10, 0, 0],
+                vec![0, 4, 4, 1, 0, 6, 1, 2],
+                vec![5, 2, 2, 3, 0, 3, 3, 4],
+            ]
+        );
+        assert_eq!(fg.total, 10);
+        assert_eq!(fg.max_self, 4);
+        let back = tree_from_levels(&fg.names, &fg.levels).expect("valid levels");
+        assert_eq!(back.folded(), sample().folded());
+    }
+
+    #[test]
+    fn truncation_folds_into_other() {
+        // Totals: total 10, main 6, idle 4, b 3, a 2. With 4 nodes the threshold is 3,
+        // so `a` (2) becomes `other` after b.
+        let fg = flamegraph(&sample(), 4);
+        assert_eq!(fg.names, vec!["total", "idle", "main", "b", "other"]);
+        assert_eq!(fg.levels[2], vec![5, 3, 3, 3, 0, 2, 2, 4]);
+    }
+
+    #[test]
+    fn diff_levels() {
+        let mut l = CallTree::new();
+        l.add_stack(&["main", "a"], 2);
+        l.finalize();
+        let mut r = CallTree::new();
+        r.add_stack(&["main", "a"], 1);
+        r.add_stack(&["main", "b"], 5);
+        r.finalize();
+        let d = flamegraph_diff(&l, &r, 0);
+        assert_eq!(d.names, vec!["total", "main", "a", "b"]);
+        assert_eq!(
+            d.levels,
+            vec![
+                vec![0, 2, 0, 0, 6, 0, 0],
+                vec![0, 2, 0, 0, 6, 0, 1],
+                vec![0, 2, 2, 0, 1, 1, 2, 0, 0, 0, 0, 5, 5, 3],
+            ]
+        );
+        assert_eq!(
+            (d.total, d.left_ticks, d.right_ticks, d.max_self),
+            (8, 2, 6, 5)
+        );
+    }
+}

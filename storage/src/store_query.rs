@@ -1,0 +1,239 @@
+//! Query methods of [`Store`] built on [`Store::scan_scoped`]: cached merges,
+//! group-by, time series and diffs.
+//!
+//! Cached queries compute the immutable-segment part once per `segments_version()`
+//! and the head part live. The version is read before the segment scan and again after
+//! the head scan: a flush between the two could move a partition from the head to a
+//! segment while neither scan saw it (or both did), so a changed version discards the
+//! split result and recomputes over everything, uncached.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use regex::Regex;
+use roaring::RoaringBitmap;
+
+use crate::error::{Result, StorageError};
+use crate::fnindex::scan_functions;
+use crate::model::{Labels, TenantId};
+use crate::query::cache::{Cached, Deadline, QueryEngine};
+use crate::query::diff::{diff_stats, DiffEntry, DiffStats};
+use crate::query::flamegraph::{flamegraph_diff, FlameGraphDiff};
+use crate::query::groupby::{group_into, GroupAcc, GroupByQuery};
+use crate::query::timeseries::{group_series, SeriesPoints};
+use crate::query::{merge_into, CallTree, Source, TimeRange};
+use crate::selector::Selector;
+use crate::store::{Scope, Store};
+
+/// Both sides of a diff and what was computed from them.
+#[derive(Clone, Debug)]
+pub struct DiffResult {
+    pub base: CallTree,
+    pub compare: CallTree,
+    pub flamegraph: FlameGraphDiff,
+    pub top: Vec<DiffEntry>,
+    pub stats: DiffStats,
+}
+
+fn key(kind: &str, tenant: &TenantId, sel: &Selector, range: TimeRange, extra: &str) -> String {
+    format!(
+        "{kind}\u{0}{tenant}\u{0}{sel}\u{0}{}..{}\u{0}{extra}",
+        range.start_ms, range.end_ms
+    )
+}
+
+impl Store {
+    /// Runs `compute` split into a cached segment part and a live head part.
+    fn cached_split<T>(
+        &self,
+        engine: &QueryEngine,
+        base_key: String,
+        compute: impl Fn(Scope) -> Result<T>,
+        to_cached: impl Fn(&T) -> Cached,
+        from_cached: impl Fn(&Cached) -> Option<T>,
+        merge: impl Fn(&mut T, T),
+    ) -> Result<T> {
+        let v1 = self.segments_version();
+        let key = format!("{base_key}\u{0}v{v1}");
+        let (mut seg, fresh) = match engine.get(&key).and_then(|c| from_cached(&c)) {
+            Some(t) => (t, false),
+            None => (compute(Scope::Segments)?, true),
+        };
+        let head = compute(Scope::Head)?;
+        if self.segments_version() != v1 {
+            return compute(Scope::All);
+        }
+        if fresh {
+            engine.insert(key, Arc::new(to_cached(&seg)));
+        }
+        merge(&mut seg, head);
+        Ok(seg)
+    }
+
+    fn merge_scope(
+        &self,
+        engine: &QueryEngine,
+        deadline: Deadline,
+        tenant: &TenantId,
+        sel: &Selector,
+        range: TimeRange,
+        scope: Scope,
+    ) -> Result<CallTree> {
+        let max = engine.limits.max_tree_nodes;
+        let trees = self.scan_scoped(tenant, range, scope, CallTree::new, |t, src| {
+            deadline.check()?;
+            merge_into(src, sel, range, t)?;
+            if max > 0 && t.nodes().len() > max {
+                return Err(tree_too_large(max));
+            }
+            Ok(())
+        })?;
+        let mut it = trees.into_iter();
+        let mut tree = it.next().unwrap_or_default();
+        for t in it {
+            tree.merge(&t);
+            if max > 0 && tree.nodes().len() > max {
+                return Err(tree_too_large(max));
+            }
+        }
+        tree.finalize();
+        Ok(tree)
+    }
+
+    /// [`Store::merge`] through the engine's result cache and limits.
+    pub fn merge_cached(
+        &self,
+        engine: &QueryEngine,
+        tenant: &TenantId,
+        sel: &Selector,
+        range: TimeRange,
+    ) -> Result<CallTree> {
+        let deadline = engine.deadline();
+        self.cached_split(
+            engine,
+            key("merge", tenant, sel, range, ""),
+            |scope| self.merge_scope(engine, deadline, tenant, sel, range, scope),
+            |t| Cached::Tree(t.clone()),
+            |c| match c {
+                Cached::Tree(t) => Some(t.clone()),
+                Cached::Groups(_) => None,
+            },
+            |a, b| {
+                a.merge(&b);
+                a.finalize();
+            },
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn group_scope(
+        &self,
+        engine: &QueryEngine,
+        deadline: Deadline,
+        tenant: &TenantId,
+        sel: &Selector,
+        range: TimeRange,
+        q: &GroupByQuery,
+        scope: Scope,
+    ) -> Result<GroupAcc> {
+        let resolve = |src: &dyn Source, re: &Regex| -> Result<RoaringBitmap> {
+            match src.segment_id() {
+                Some(id) => engine.fn_index(id, src.dict())?.matching(src.dict(), re),
+                None => Ok(scan_functions(src.dict(), re)),
+            }
+        };
+        let accs = self.scan_scoped(tenant, range, scope, GroupAcc::default, |acc, src| {
+            deadline.check()?;
+            group_into(src, sel, range, q, &resolve, acc)
+        })?;
+        let mut out = GroupAcc::default();
+        for a in &accs {
+            out.merge(a);
+            if q.max_groups > 0 && out.rows.len() > q.max_groups {
+                return Err(StorageError::QueryLimit(format!(
+                    "the group-by produces more than {} groups; add filters or fewer keys",
+                    q.max_groups
+                )));
+            }
+        }
+        Ok(out)
+    }
+
+    /// GWP group-by: rows keyed by `q.keys`, through the result cache.
+    pub fn group_by(
+        &self,
+        engine: &QueryEngine,
+        tenant: &TenantId,
+        sel: &Selector,
+        range: TimeRange,
+        q: &GroupByQuery,
+    ) -> Result<GroupAcc> {
+        let deadline = engine.deadline();
+        let mut q = q.clone();
+        if q.max_groups == 0 {
+            q.max_groups = engine.limits.max_groups;
+        }
+        self.cached_split(
+            engine,
+            key("group", tenant, sel, range, &q.fingerprint()),
+            |scope| self.group_scope(engine, deadline, tenant, sel, range, &q, scope),
+            |g| Cached::Groups(g.clone()),
+            |c| match c {
+                Cached::Groups(g) => Some(g.clone()),
+                Cached::Tree(_) => None,
+            },
+            |a, b| a.merge(&b),
+        )
+    }
+
+    /// Totals per `step_ms` over `range`, grouped by `group_by` labels, top `limit`.
+    pub fn time_series(
+        &self,
+        tenant: &TenantId,
+        sel: &Selector,
+        range: TimeRange,
+        group_by: &[String],
+        step_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<SeriesPoints>> {
+        let totals: BTreeMap<Labels, BTreeMap<i64, i64>> =
+            self.series_totals(tenant, sel, range)?;
+        Ok(group_series(
+            &totals,
+            group_by,
+            range.start_ms,
+            step_ms,
+            limit,
+        ))
+    }
+
+    /// Diff of two selections: diff flame graph, top movers and GWP statistics.
+    #[allow(clippy::too_many_arguments)]
+    pub fn diff(
+        &self,
+        engine: &QueryEngine,
+        tenant: &TenantId,
+        base: (&Selector, TimeRange),
+        compare: (&Selector, TimeRange),
+        top: usize,
+        max_nodes: usize,
+    ) -> Result<DiffResult> {
+        let b = self.merge_cached(engine, tenant, base.0, base.1)?;
+        let c = self.merge_cached(engine, tenant, compare.0, compare.1)?;
+        let flamegraph = flamegraph_diff(&b, &c, max_nodes);
+        let (top, stats) = diff_stats(&b, &c, top);
+        Ok(DiffResult {
+            base: b,
+            compare: c,
+            flamegraph,
+            top,
+            stats,
+        })
+    }
+}
+
+fn tree_too_large(max: usize) -> StorageError {
+    StorageError::QueryLimit(format!(
+        "the merged profile exceeds {max} nodes (the query memory budget); narrow the selector or time range"
+    ))
+}
