@@ -16,6 +16,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use profiledb_ingest::{Pipeline, PipelineConfig};
+use profiledb_storage::query::cache::{QueryEngine, QueryLimits};
 use profiledb_storage::{Store, StoreConfig};
 use tokio::net::TcpListener;
 use tracing::{error, info};
@@ -32,6 +33,11 @@ pub struct ServeOptions {
     pub ingest: PipelineConfig,
     /// Largest request body read, before any decompression. Default 64 MiB.
     pub max_body_bytes: usize,
+    /// Bytes of query results kept for repeated queries over immutable segments.
+    /// Default 256 MiB; 0 disables the cache.
+    pub query_cache_bytes: u64,
+    /// Per-query time and memory budgets.
+    pub query_limits: QueryLimits,
 }
 
 impl Default for ServeOptions {
@@ -42,6 +48,8 @@ impl Default for ServeOptions {
             store: StoreConfig::default(),
             ingest: PipelineConfig::default(),
             max_body_bytes: 64 << 20,
+            query_cache_bytes: 256 << 20,
+            query_limits: QueryLimits::default(),
         }
     }
 }
@@ -50,6 +58,7 @@ impl Default for ServeOptions {
 pub struct AppState {
     store: OnceLock<Arc<Store>>,
     pipeline: OnceLock<Pipeline>,
+    engine: OnceLock<Arc<QueryEngine>>,
     pub http: HttpMetrics,
     pub started: Instant,
     pub options: ServeOptions,
@@ -60,6 +69,7 @@ impl AppState {
         AppState {
             store: OnceLock::new(),
             pipeline: OnceLock::new(),
+            engine: OnceLock::new(),
             http: HttpMetrics::default(),
             started: Instant::now(),
             options,
@@ -87,6 +97,18 @@ impl AppState {
 
     pub fn pipeline_if_open(&self) -> Option<&Pipeline> {
         self.pipeline.get()
+    }
+
+    /// The query engine (result cache, function indexes, limits) of the open store.
+    pub fn engine(&self) -> Result<Arc<QueryEngine>, ApiError> {
+        self.engine
+            .get()
+            .cloned()
+            .ok_or_else(|| ApiError::unavailable("the store is still opening (replaying the WAL)"))
+    }
+
+    pub fn engine_if_open(&self) -> Option<&Arc<QueryEngine>> {
+        self.engine.get()
     }
 }
 
@@ -130,6 +152,10 @@ impl Server {
                 match Store::open(&dir, state.options.store.clone()) {
                     Ok(store) => {
                         let store = Arc::new(store);
+                        let _ = state.engine.set(Arc::new(QueryEngine::new(
+                            state.options.query_cache_bytes,
+                            state.options.query_limits.clone(),
+                        )));
                         let _ = state
                             .pipeline
                             .set(Pipeline::start(store.clone(), state.options.ingest.clone()));

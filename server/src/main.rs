@@ -80,6 +80,12 @@ enum Command {
         /// imports are welcome).
         #[arg(long)]
         ingestion_window_secs: Option<i64>,
+        /// Query result cache size in MiB (0 disables it).
+        #[arg(long, default_value_t = 256)]
+        query_cache_mb: u64,
+        /// Queries running longer than this many seconds fail with 503.
+        #[arg(long, default_value_t = 60)]
+        query_timeout_secs: u64,
     },
 }
 
@@ -109,6 +115,8 @@ fn main() -> anyhow::Result<()> {
             ingest_queue,
             max_future_skew_secs,
             ingestion_window_secs,
+            query_cache_mb,
+            query_timeout_secs,
         } => {
             let store = StoreConfig {
                 fsync: match fsync {
@@ -133,6 +141,11 @@ fn main() -> anyhow::Result<()> {
                     ..defaults.ingest
                 },
                 max_body_bytes: max_body_mb << 20,
+                query_cache_bytes: query_cache_mb << 20,
+                query_limits: profiledb_storage::query::cache::QueryLimits {
+                    timeout: std::time::Duration::from_secs(query_timeout_secs),
+                    ..defaults.query_limits
+                },
             };
             let rt = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
             rt.block_on(async {

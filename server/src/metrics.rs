@@ -6,11 +6,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use profiledb_ingest::Pipeline;
 use profiledb_storage::Store;
 
-/// Query result cache counters of every store's query engine in this process.
-pub static QUERY_CACHE: std::sync::LazyLock<
-    std::sync::Arc<profiledb_storage::query::cache::CacheStats>,
-> = std::sync::LazyLock::new(Default::default);
-
 /// HTTP-level counters.
 #[derive(Debug, Default)]
 pub struct HttpMetrics {
@@ -32,6 +27,7 @@ pub fn render(
     http: &HttpMetrics,
     store: Option<&Store>,
     pipeline: Option<&Pipeline>,
+    engine: Option<&profiledb_storage::query::cache::QueryEngine>,
     uptime_secs: u64,
 ) -> String {
     let mut out = String::new();
@@ -90,21 +86,21 @@ pub fn render(
         "profiledb_query_cache_hits_total",
         "counter",
         "Queries whose segment part came from the result cache.",
-        c(&QUERY_CACHE.hits),
+        engine.map_or(0, |e| c(&e.stats.hits)),
     );
     family(
         &mut out,
         "profiledb_query_cache_misses_total",
         "counter",
         "Queries whose segment part was computed (and then cached).",
-        c(&QUERY_CACHE.misses),
+        engine.map_or(0, |e| c(&e.stats.misses)),
     );
     family(
         &mut out,
         "profiledb_query_function_index_builds_total",
         "counter",
         "Per-segment function-name indexes built.",
-        c(&QUERY_CACHE.fn_index_builds),
+        engine.map_or(0, |e| c(&e.stats.fn_index_builds)),
     );
     if let Some(p) = pipeline {
         let s = p.stats();

@@ -2,8 +2,9 @@
 //! render endpoints, and the native group-by, time series, diff, flame graph, pprof
 //! and SVG endpoints.
 //!
-//! Every query runs on the blocking pool through a per-store [`QueryEngine`] that
-//! holds the result cache, the function-name indexes and the limits.
+//! Every query runs on the blocking pool through the store's query engine
+//! (`AppState::engine`), which holds the result cache, the function-name indexes
+//! and the limits.
 
 mod connect;
 mod native;
@@ -12,13 +13,10 @@ mod proto;
 mod querier;
 mod render;
 
-use std::sync::{Arc, LazyLock, Mutex, Weak};
-use std::time::Duration;
-
 use axum::http::StatusCode;
 use axum::Router;
-use profiledb_storage::query::cache::{QueryEngine, QueryLimits, TIMEOUT_PREFIX};
-use profiledb_storage::{Matcher, Selector, StorageError, Store, PROFILE_TYPE_LABEL};
+use profiledb_storage::query::cache::TIMEOUT_PREFIX;
+use profiledb_storage::{Matcher, Selector, StorageError, PROFILE_TYPE_LABEL};
 
 use super::AppRef;
 use crate::error::{ApiError, ApiResult};
@@ -28,55 +26,6 @@ pub fn routes() -> Router<AppRef> {
         .merge(querier::routes())
         .merge(render::routes())
         .merge(native::routes())
-}
-
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(default)
-}
-
-/// Limits from the environment (`PROFILEDB_QUERY_CACHE_MB`, `PROFILEDB_QUERY_TIMEOUT_MS`,
-/// `PROFILEDB_QUERY_MAX_NODES`, `PROFILEDB_QUERY_MAX_GROUPS`), read once per store.
-fn new_engine() -> QueryEngine {
-    let d = QueryLimits::default();
-    let limits = QueryLimits {
-        timeout: Duration::from_millis(env_u64(
-            "PROFILEDB_QUERY_TIMEOUT_MS",
-            d.timeout.as_millis() as u64,
-        )),
-        max_tree_nodes: env_u64("PROFILEDB_QUERY_MAX_NODES", d.max_tree_nodes as u64) as usize,
-        max_groups: env_u64("PROFILEDB_QUERY_MAX_GROUPS", d.max_groups as u64) as usize,
-    };
-    QueryEngine::with_stats(
-        env_u64("PROFILEDB_QUERY_CACHE_MB", 256) << 20,
-        limits,
-        crate::metrics::QUERY_CACHE.clone(),
-    )
-}
-
-/// One engine per open store. `AppState` has no slot for it, so engines live in a
-/// registry keyed by the store's identity (weak, so a closed store's engine goes).
-type Registry = Mutex<Vec<(Weak<Store>, Arc<QueryEngine>)>>;
-
-static ENGINES: LazyLock<Registry> = LazyLock::new(|| Mutex::new(Vec::new()));
-
-pub(crate) fn engine_for(store: &Arc<Store>) -> Arc<QueryEngine> {
-    let mut list = match ENGINES.lock() {
-        Ok(l) => l,
-        Err(p) => p.into_inner(),
-    };
-    list.retain(|(w, _)| w.strong_count() > 0);
-    if let Some((_, e)) = list
-        .iter()
-        .find(|(w, _)| w.upgrade().is_some_and(|s| Arc::ptr_eq(&s, store)))
-    {
-        return e.clone();
-    }
-    let e = Arc::new(new_engine());
-    list.push((Arc::downgrade(store), e.clone()));
-    e
 }
 
 /// Maps storage errors, turning timeouts into 503 and budget overruns into 422.

@@ -31,6 +31,7 @@ async fn prometheus(State(state): State<AppRef>) -> impl IntoResponse {
         &state.http,
         state.store_if_open().map(|s| s.as_ref()),
         state.pipeline_if_open(),
+        state.engine_if_open().map(|e| e.as_ref()),
         state.started.elapsed().as_secs(),
     );
     (

@@ -109,10 +109,13 @@ pub struct QueryEngine {
     fn_indexes: quick_cache::sync::Cache<u64, Arc<FnIndex>, IndexWeight>,
     pub stats: Arc<CacheStats>,
     pub limits: QueryLimits,
+    /// `cache_bytes == 0`: every query is computed (cold benchmarks, debugging).
+    results_enabled: bool,
 }
 
 impl QueryEngine {
-    /// `cache_bytes` bounds the result cache; the function indexes get a quarter more.
+    /// `cache_bytes` bounds the result cache (0 disables it); the function indexes
+    /// get a quarter more (at least 1 MiB).
     pub fn new(cache_bytes: u64, limits: QueryLimits) -> Self {
         Self::with_stats(cache_bytes, limits, Arc::default())
     }
@@ -133,6 +136,7 @@ impl QueryEngine {
             ),
             stats,
             limits,
+            results_enabled: cache_bytes > 0,
         }
     }
 
@@ -141,7 +145,11 @@ impl QueryEngine {
     }
 
     pub fn get(&self, key: &str) -> Option<Arc<Cached>> {
-        let v = self.results.get(key);
+        let v = if self.results_enabled {
+            self.results.get(key)
+        } else {
+            None
+        };
         let c = if v.is_some() {
             &self.stats.hits
         } else {
@@ -152,7 +160,9 @@ impl QueryEngine {
     }
 
     pub fn insert(&self, key: String, v: Arc<Cached>) {
-        self.results.insert(key, v);
+        if self.results_enabled {
+            self.results.insert(key, v);
+        }
     }
 
     /// Bytes held by cached results.

@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::render::{profile_type_of, range_params};
-use super::{blocking, engine_for, selector_for, storage_error};
+use super::{blocking, selector_for, storage_error};
 use crate::error::{ApiError, ApiResult};
 use crate::http::{tenant_of, AppRef};
 
@@ -119,7 +119,7 @@ async fn group_by(
         max_groups: 0,
     };
     let (store, tenant) = (state.store()?, tenant_of(&headers)?);
-    let engine = engine_for(&store);
+    let engine = state.engine()?;
     let acc = blocking(move || {
         store
             .group_by(&engine, &tenant, &sel, range, &q)
@@ -283,7 +283,7 @@ async fn diff(
     let top = r.top.clamp(1, 10_000);
     let mn = super::querier::max_nodes(r.max_nodes);
     let (store, tenant) = (state.store()?, tenant_of(&headers)?);
-    let engine = engine_for(&store);
+    let engine = state.engine()?;
     let d = blocking(move || {
         store
             .diff(&engine, &tenant, (&bs, br), (&cs, cr), top, mn)
@@ -336,7 +336,7 @@ async fn merged(
     let (sel, range) =
         range_params(p.query.as_ref(), p.from.as_ref(), p.until.as_ref()).resolve()?;
     let (store, tenant) = (state.store()?, tenant_of(headers)?);
-    let engine = engine_for(&store);
+    let engine = state.engine()?;
     let tree = blocking(move || {
         store
             .merge_cached(&engine, &tenant, &sel, range)

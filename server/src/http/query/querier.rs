@@ -17,7 +17,7 @@ use prost::Message;
 use super::connect::{decode, respond, ConnectError, ConnectResult, Encoding};
 use super::proto::querier::v1 as q;
 use super::proto::types::v1 as t;
-use super::{blocking, engine_for, selector_for};
+use super::{blocking, selector_for};
 use crate::http::{tenant_of, AppRef};
 
 /// Pyroscope's default `max_nodes` when a request leaves it unset.
@@ -101,7 +101,7 @@ async fn call(
     let limit = state.options.max_body_bytes;
     let store = state.store()?;
     let tenant = tenant_of(&headers)?;
-    let engine = engine_for(&store);
+    let engine = state.engine()?;
     macro_rules! req {
         ($ty:ty, $name:literal) => {
             decode::<$ty>(&headers, &body, concat!($name), limit)?
@@ -421,7 +421,7 @@ async fn merged_flamegraph(
 ) -> ConnectResult<FlameGraph> {
     let store = state.store()?;
     let tenant = tenant_of(headers)?;
-    let engine = engine_for(&store);
+    let engine = state.engine()?;
     let sel = selector_for(&r.profile_type_id, &r.label_selector)?;
     let range = range_ms(r.start, r.end)?;
     let mn = max_nodes(r.max_nodes);

@@ -10,7 +10,7 @@ use profiledb_storage::query::flamegraph::{flamegraph, flamegraph_diff};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{blocking, engine_for};
+use super::blocking;
 use crate::error::{ApiError, ApiResult};
 use crate::http::labels::RangeParams;
 use crate::http::{tenant_of, AppRef};
@@ -107,7 +107,7 @@ async fn render(
         range_params(p.query.as_ref(), p.from.as_ref(), p.until.as_ref()).resolve()?;
     let pt = profile_type_of(p.query.as_ref());
     let (store, tenant) = (state.store()?, tenant_of(&headers)?);
-    let engine = engine_for(&store);
+    let engine = state.engine()?;
     let mn = max_nodes(p.max_nodes);
     let (fg, series, step) = blocking(move || {
         let tree = store
@@ -173,7 +173,7 @@ async fn render_diff(
     let (rs, rr) = range_params(rq, p.right_from.as_ref(), p.right_until.as_ref()).resolve()?;
     let pt = profile_type_of(lq);
     let (store, tenant) = (state.store()?, tenant_of(&headers)?);
-    let engine = engine_for(&store);
+    let engine = state.engine()?;
     let mn = max_nodes(p.max_nodes);
     let d = blocking(move || {
         let l = store
