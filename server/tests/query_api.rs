@@ -378,6 +378,17 @@ fn pprof_export_matches_flamegraph_total_and_svg_renders() {
     assert_eq!(r.headers()["content-type"], "image/svg+xml");
     let svg = r.text().unwrap();
     assert!(svg.contains("<svg") && svg.contains("hash"));
+    // An empty range draws a plain notice, not inferno's error image.
+    let r = s
+        .client
+        .get(format!("{}/api/v1/render.svg", s.url))
+        .query(&[("query", q.as_str()), ("from", "1"), ("until", "2")])
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let svg = r.text().unwrap();
+    assert!(svg.contains("no samples in this time range"), "{svg}");
+    assert!(!svg.contains("ERROR"), "{svg}");
 
     let v = s.json(
         "/pyroscope/render",

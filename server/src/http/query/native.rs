@@ -414,9 +414,8 @@ async fn svg(
         opts.count_name = pt.split(':').nth(2).unwrap_or("samples").to_string();
         let mut out = Vec::new();
         if text.is_empty() {
-            // inferno refuses empty input; draw an explicit empty graph instead.
-            let _ = inferno::flamegraph::from_lines(&mut opts, ["no-data 0"], &mut out);
-            return Ok(out);
+            // inferno refuses empty input: say plainly that the range holds no data.
+            return Ok(empty_svg(&opts.title).into_bytes());
         }
         inferno::flamegraph::from_lines(&mut opts, text.lines(), &mut out)
             .map_err(|e| ApiError::internal(format!("SVG rendering failed: {e}")))?;
@@ -424,6 +423,20 @@ async fn svg(
     })
     .await?;
     Ok(([(header::CONTENT_TYPE, "image/svg+xml")], svg).into_response())
+}
+
+/// A small SVG saying the selection is empty, instead of an error image.
+fn empty_svg(title: &str) -> String {
+    let esc = title
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;");
+    format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"1200\" height=\"80\">\
+         <text x=\"600\" y=\"30\" text-anchor=\"middle\" font-family=\"Verdana\" font-size=\"17\">{esc}</text>\
+         <text x=\"600\" y=\"60\" text-anchor=\"middle\" font-family=\"Verdana\" font-size=\"13\">no samples in this time range</text></svg>"
+    )
 }
 
 fn count(state: &AppRef) {
