@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use indicatif::{ProgressBar, ProgressStyle};
 use profiledb::{ServeOptions, Server};
 use profiledb_ingest::{decode_pprof, PprofOptions};
@@ -51,14 +51,7 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
         args.decode_iterations = 10;
         args.requests = 20;
     }
-    if !args.profile.exists() {
-        bail!(
-            "profile {} not found: pass --profile FILE",
-            args.profile.display()
-        );
-    }
-    let raw = std::fs::read(&args.profile)
-        .with_context(|| format!("reading {}", args.profile.display()))?;
+    let raw = crate::fleet::profile_or_generated(&args.profile)?;
     let opts = PprofOptions {
         tenant: TenantId::default(),
         fallback_time_ms: 1,

@@ -4,7 +4,9 @@
 //! and writes a JSON file of its figures (with machine facts and the git commit) to
 //! `bench/results/`, so runs can be compared.
 
+mod fleet;
 mod ingest_suite;
+mod query_suite;
 mod report;
 mod storage_suite;
 
@@ -30,11 +32,21 @@ enum Suite {
     /// pprof decoding on one core, and end-to-end HTTP ingest with concurrent
     /// clients against an in-process server.
     Ingest(ingest_suite::Args),
+    /// A generated fleet pushed through an in-process server, then merge, 2-key
+    /// group-by with a function filter, time series and diff over 1 h and 1 day:
+    /// p50/p99 after a restart, on result-cache misses and hits; and the same queries
+    /// in DuckDB (if `bench/setup.sh` installed it) over the same rows in Parquet.
+    Query(query_suite::Args),
+    /// The `query` suite with the DuckDB side required (in `--quick` mode a missing
+    /// DuckDB only skips it, with a message).
+    Baseline(query_suite::Args),
 }
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().suite {
         Suite::Storage(args) => storage_suite::run(args),
         Suite::Ingest(args) => ingest_suite::run(args),
+        Suite::Query(args) => query_suite::run(args, false),
+        Suite::Baseline(args) => query_suite::run(args, true),
     }
 }

@@ -7,7 +7,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
 use profiledb_ingest::{decode_pprof, PprofOptions};
 use profiledb_storage::{Batch, Selector, Store, StoreConfig, TenantId, TimeRange};
@@ -58,14 +57,7 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
         args.series = 10;
         args.minutes = 6;
     }
-    if !args.profile.exists() {
-        bail!(
-            "profile {} not found: pass --profile FILE (the default is the shared fixture large.cpu)",
-            args.profile.display()
-        );
-    }
-    let raw = std::fs::read(&args.profile)
-        .with_context(|| format!("reading {}", args.profile.display()))?;
+    let raw = crate::fleet::profile_or_generated(&args.profile)?;
     let gz_len = if raw.starts_with(&[0x1f, 0x8b]) {
         raw.len() as u64
     } else {

@@ -1,0 +1,678 @@
+//! A deterministic, seeded fleet generator: services × hosts × time, CPU and heap
+//! profiles whose stacks have a realistic shape, emitted as pprof (for pushes to a
+//! running server) and as rows (CSV, converted to Parquet for the baseline database).
+//!
+//! Shape of a stack (root first): runtime entry frames, an RPC server layer, 4–40
+//! frames of service-specific code, then a leaf layer drawn from the shared libraries
+//! (allocator, compression, RPC client, runtime/GC) or the service's own code. Depth
+//! is 10–60. Each service has `stacks_per_service` distinct stacks whose popularity is
+//! Zipf-distributed; a profile draws `draws_per_profile` samples from it. After the
+//! deploy time (`deploy_ms`) a service runs version `v2` and spends more time in
+//! compression (so diffs across the deploy have something to find).
+//!
+//! Everything is a pure function of `(seed, service, host, timestamp)`, so any
+//! thread order produces the same data.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::Path;
+
+use anyhow::Context;
+use bytes::Bytes;
+use profiledb_ingest::proto::pprof;
+use profiledb_ingest::proto::push::v1::{PushRequest, RawProfileSeries, RawSample};
+use profiledb_ingest::proto::types::v1::LabelPair;
+use prost::Message;
+
+/// The profile type the query suites read.
+pub const CPU_TYPE: &str = "process_cpu:cpu:nanoseconds:cpu:nanoseconds";
+/// Function-name fragment only the compression layer's `deflate` frames contain.
+pub const FILTER_FUNCTION: &str = "deflate";
+
+/// splitmix64: small, fast and good enough for synthetic data.
+#[derive(Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator for a tuple of ids, independent of call order.
+    pub fn keyed(seed: u64, parts: &[u64]) -> Self {
+        let mut r = Rng(seed ^ 0x9e37_79b9_7f4a_7c15);
+        for p in parts {
+            r.0 ^= p.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            r.next_u64();
+        }
+        r
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `0..n` (n > 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        ((self.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * n as f64) as usize % n.max(1)
+    }
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct FleetConfig {
+    pub seed: u64,
+    pub services: usize,
+    /// Distinct stacks per service (the fleet has `services ×` this many).
+    pub stacks_per_service: usize,
+    /// CPU samples drawn per profile (100 Hz × 10 s would be 1000 for a busy core).
+    pub draws_per_profile: usize,
+    /// Zipf exponent of stack popularity.
+    pub zipf_s: f64,
+    /// Hosts switch from v1 to v2 at this time (ms).
+    pub deploy_ms: i64,
+}
+
+const REGIONS: [&str; 4] = ["us-east-1", "us-west-2", "eu-west-1", "ap-south-1"];
+
+/// The shared library layers.
+const RUNTIME: [&str; 8] = [
+    "runtime.main",
+    "runtime.goexit",
+    "runtime.mcall",
+    "runtime.schedule",
+    "runtime.findrunnable",
+    "runtime.gcBgMarkWorker",
+    "runtime.scanobject",
+    "runtime.memmove",
+];
+const RPC_SERVER: [&str; 6] = [
+    "grpc.(*Server).serveStreams",
+    "grpc.(*Server).handleStream",
+    "grpc.(*Server).processUnaryRPC",
+    "http2.(*Framer).ReadFrame",
+    "net/http.(*conn).serve",
+    "net/http.serverHandler.ServeHTTP",
+];
+const LEAF_LIBS: [&[&str]; 4] = [
+    &[
+        "mallocgc",
+        "runtime.(*mcache).nextFree",
+        "runtime.(*mheap).alloc",
+        "tcmalloc::Allocate",
+        "tcmalloc::Sampler::RecordAllocation",
+    ],
+    &[
+        "zlib.deflate",
+        "zlib.deflate_slow",
+        "zlib.longest_match",
+        "zstd.ZSTD_compressBlock",
+        "snappy.Compress",
+        "zlib.inflate",
+    ],
+    &[
+        "grpc.(*ClientConn).Invoke",
+        "proto.Marshal",
+        "proto.Unmarshal",
+        "syscall.Syscall",
+        "net.(*conn).Write",
+        "crypto/tls.(*Conn).Write",
+    ],
+    &[
+        "runtime.gcDrain",
+        "runtime.futex",
+        "runtime.usleep",
+        "sync.(*Mutex).Lock",
+    ],
+];
+const VERBS: [&str; 12] = [
+    "Handle", "Process", "Load", "Store", "Encode", "Decode", "Merge", "Validate", "Render",
+    "Fetch", "Index", "Plan",
+];
+const NOUNS: [&str; 12] = [
+    "Request", "Batch", "Record", "Query", "Page", "Session", "Order", "Event", "Span", "Block",
+    "Cache", "Token",
+];
+
+struct Service {
+    name: String,
+    /// Stacks as function ids, root first.
+    stacks: Vec<Vec<u32>>,
+    /// Cumulative Zipf weights over `stacks`.
+    cdf: Vec<f64>,
+    /// Stacks whose leaf is a compression frame: drawn more often after the deploy.
+    compression: Vec<u32>,
+}
+
+pub struct Fleet {
+    pub cfg: FleetConfig,
+    /// Function names; id = index.
+    pub functions: Vec<String>,
+    services: Vec<Service>,
+}
+
+/// One profile's aggregated values: (stack index within the service, count).
+pub struct Drawn {
+    pub counts: Vec<(u32, i64)>,
+}
+
+impl Fleet {
+    pub fn new(cfg: FleetConfig) -> Fleet {
+        let mut functions: Vec<String> = Vec::new();
+        let mut ids: HashMap<String, u32> = HashMap::new();
+        let mut intern = |s: &str, functions: &mut Vec<String>| -> u32 {
+            if let Some(&i) = ids.get(s) {
+                return i;
+            }
+            let i = functions.len() as u32;
+            functions.push(s.to_string());
+            ids.insert(s.to_string(), i);
+            i
+        };
+        let runtime: Vec<u32> = RUNTIME.iter().map(|f| intern(f, &mut functions)).collect();
+        let rpc: Vec<u32> = RPC_SERVER
+            .iter()
+            .map(|f| intern(f, &mut functions))
+            .collect();
+        let libs: Vec<Vec<u32>> = LEAF_LIBS
+            .iter()
+            .map(|l| l.iter().map(|f| intern(f, &mut functions)).collect())
+            .collect();
+        let mut services = Vec::with_capacity(cfg.services);
+        for s in 0..cfg.services {
+            let name = format!("svc-{s:02}");
+            let mut rng = Rng::keyed(cfg.seed, &[1, s as u64]);
+            // Service code: a few hundred functions in a few packages.
+            let own: Vec<u32> = (0..300)
+                .map(|i| {
+                    let f = format!(
+                        "{name}/pkg{}.(*{}).{}{}",
+                        i % 7,
+                        NOUNS[rng.below(NOUNS.len())],
+                        VERBS[rng.below(VERBS.len())],
+                        NOUNS[rng.below(NOUNS.len())]
+                    );
+                    intern(&f, &mut functions)
+                })
+                .collect();
+            let mut stacks = Vec::with_capacity(cfg.stacks_per_service);
+            let mut compression = Vec::new();
+            let mut seen = std::collections::HashSet::new();
+            while stacks.len() < cfg.stacks_per_service {
+                let depth = 10 + rng.below(51); // 10..=60
+                let mut st: Vec<u32> = Vec::with_capacity(depth);
+                st.push(runtime[0]);
+                st.push(rpc[rng.below(3)]);
+                st.push(rpc[3 + rng.below(3)]);
+                // Leaf layer: 0 allocator, 1 compression, 2 rpc client, 3 runtime, 4 own code.
+                let layer = match rng.below(10) {
+                    0..=1 => 0,
+                    2 => 1,
+                    3..=4 => 2,
+                    5 => 3,
+                    _ => 4,
+                };
+                let leaf_len = if layer == 4 { 0 } else { 1 + rng.below(3) };
+                while st.len() + leaf_len < depth {
+                    // Service code walks "down" its packages so stacks share prefixes.
+                    let prev = st.len() as u64;
+                    let pick = (rng.below(40) + prev as usize * 7) % own.len();
+                    st.push(own[pick]);
+                }
+                if layer < 4 {
+                    let lib = &libs[layer];
+                    let start = rng.below(lib.len());
+                    for k in 0..leaf_len {
+                        st.push(lib[(start + k) % lib.len()]);
+                    }
+                }
+                if seen.insert(st.clone()) {
+                    if layer == 1 {
+                        compression.push(stacks.len() as u32);
+                    }
+                    stacks.push(st);
+                }
+            }
+            let mut cdf = Vec::with_capacity(stacks.len());
+            let mut acc = 0.0;
+            for r in 0..stacks.len() {
+                acc += 1.0 / ((r + 1) as f64).powf(cfg.zipf_s);
+                cdf.push(acc);
+            }
+            services.push(Service {
+                name,
+                stacks,
+                cdf,
+                compression,
+            });
+        }
+        Fleet {
+            cfg,
+            functions,
+            services,
+        }
+    }
+
+    pub fn service_name(&self, s: usize) -> &str {
+        self.services.get(s).map_or("", |x| x.name.as_str())
+    }
+    pub fn host_name(h: usize) -> String {
+        format!("host-{h:03}")
+    }
+    pub fn region(h: usize) -> &'static str {
+        REGIONS[h % REGIONS.len()]
+    }
+    pub fn zone(h: usize) -> String {
+        format!(
+            "{}{}",
+            Self::region(h),
+            ["a", "b", "c"][(h / REGIONS.len()) % 3]
+        )
+    }
+    pub fn version(&self, ts_ms: i64) -> &'static str {
+        if ts_ms >= self.cfg.deploy_ms {
+            "v2"
+        } else {
+            "v1"
+        }
+    }
+    /// Global stack id (unique over the fleet).
+    pub fn stack_gid(&self, service: usize, stack: u32) -> u64 {
+        (service * self.cfg.stacks_per_service) as u64 + u64::from(stack)
+    }
+
+    /// The CPU samples of one profile.
+    pub fn draw(&self, service: usize, host: usize, ts_ms: i64, draws: usize) -> Drawn {
+        let Some(svc) = self.services.get(service) else {
+            return Drawn { counts: Vec::new() };
+        };
+        let mut rng = Rng::keyed(
+            self.cfg.seed,
+            &[2, service as u64, host as u64, ts_ms as u64],
+        );
+        // Host load jitter: ±30 %.
+        let n = ((draws as f64) * (0.7 + 0.6 * rng.unit())).max(1.0) as usize;
+        let total = svc.cdf.last().copied().unwrap_or(1.0);
+        let regress = ts_ms >= self.cfg.deploy_ms && !svc.compression.is_empty();
+        let mut counts: HashMap<u32, i64> = HashMap::with_capacity(n);
+        for _ in 0..n {
+            let idx = if regress && rng.below(8) == 0 {
+                svc.compression[rng.below(svc.compression.len())]
+            } else {
+                let x = rng.unit() * total;
+                svc.cdf
+                    .partition_point(|&c| c < x)
+                    .min(svc.stacks.len() - 1) as u32
+            };
+            *counts.entry(idx).or_default() += 1;
+        }
+        let mut counts: Vec<(u32, i64)> = counts.into_iter().collect();
+        counts.sort_unstable();
+        Drawn { counts }
+    }
+
+    /// A pprof profile: sample types `types` (name, unit), one value column per type
+    /// computed as `count × scale`.
+    pub fn pprof(
+        &self,
+        service: usize,
+        drawn: &Drawn,
+        ts_ms: i64,
+        period: (&str, &str, i64),
+        types: &[(&str, &str, i64)],
+    ) -> Vec<u8> {
+        let Some(svc) = self.services.get(service) else {
+            return Vec::new();
+        };
+        let mut strings: Vec<Bytes> = vec![Bytes::new()];
+        let mut sidx: HashMap<String, i64> = HashMap::new();
+        let mut s = |x: &str, strings: &mut Vec<Bytes>| -> i64 {
+            if let Some(&i) = sidx.get(x) {
+                return i;
+            }
+            let i = strings.len() as i64;
+            strings.push(Bytes::copy_from_slice(x.as_bytes()));
+            sidx.insert(x.to_string(), i);
+            i
+        };
+        let sample_type = types
+            .iter()
+            .map(|(t, u, _)| pprof::ValueType {
+                r#type: s(t, &mut strings),
+                unit: s(u, &mut strings),
+            })
+            .collect();
+        let period_type = Some(pprof::ValueType {
+            r#type: s(period.0, &mut strings),
+            unit: s(period.1, &mut strings),
+        });
+        // One function and one location per distinct function used.
+        let mut loc_of: HashMap<u32, u64> = HashMap::new();
+        let mut functions = Vec::new();
+        let mut locations = Vec::new();
+        let mut samples = Vec::with_capacity(drawn.counts.len());
+        for &(stack, count) in &drawn.counts {
+            let Some(st) = svc.stacks.get(stack as usize) else {
+                continue;
+            };
+            let mut location_id = Vec::with_capacity(st.len());
+            for &f in st.iter().rev() {
+                let id = *loc_of.entry(f).or_insert_with(|| {
+                    let id = locations.len() as u64 + 1;
+                    let name = self.functions.get(f as usize).map_or("?", |x| x.as_str());
+                    let name_i = strings.len() as i64;
+                    strings.push(Bytes::copy_from_slice(name.as_bytes()));
+                    functions.push(pprof::Function {
+                        id,
+                        name: name_i,
+                        system_name: name_i,
+                        filename: 0,
+                        start_line: 0,
+                    });
+                    locations.push(pprof::Location {
+                        id,
+                        mapping_id: 1,
+                        address: 0x40_0000 + u64::from(f) * 64,
+                        line: vec![pprof::Line {
+                            function_id: id,
+                            line: i64::from(f % 500) + 1,
+                            column: 0,
+                        }],
+                        is_folded: false,
+                    });
+                    id
+                });
+                location_id.push(id);
+            }
+            samples.push(pprof::Sample {
+                location_id,
+                value: types.iter().map(|t| count * t.2).collect(),
+                label: Vec::new(),
+            });
+        }
+        let bin = strings.len() as i64;
+        strings.push(Bytes::copy_from_slice(
+            format!("/usr/bin/{}", svc.name).as_bytes(),
+        ));
+        let p = pprof::Profile {
+            sample_type,
+            sample: samples,
+            mapping: vec![pprof::Mapping {
+                id: 1,
+                memory_start: 0x40_0000,
+                memory_limit: 0x4000_0000,
+                filename: bin,
+                has_functions: true,
+                ..Default::default()
+            }],
+            location: locations,
+            function: functions,
+            string_table: strings,
+            time_nanos: ts_ms * 1_000_000,
+            duration_nanos: 10_000_000_000,
+            period_type,
+            period: period.2,
+            ..Default::default()
+        };
+        p.encode_to_vec()
+    }
+
+    /// The labels of one process's series.
+    pub fn labels(&self, name: &str, service: usize, host: usize, ts_ms: i64) -> Vec<LabelPair> {
+        let kv = |k: &str, v: String| LabelPair {
+            name: k.into(),
+            value: v,
+        };
+        vec![
+            kv("__name__", name.into()),
+            kv("service_name", self.service_name(service).into()),
+            kv("host", Self::host_name(host)),
+            kv("region", Self::region(host).into()),
+            kv("zone", Self::zone(host)),
+            kv("version", self.version(ts_ms).into()),
+        ]
+    }
+
+    /// One host's push at `ts_ms`: a CPU profile per service (cpu ns and sample
+    /// count), plus heap profiles when `heap`. CSV rows of the CPU ns values go to
+    /// `rows` as `ts_ms,service,host,region,zone,version,stack_id,value`.
+    pub fn host_push(
+        &self,
+        host: usize,
+        ts_ms: i64,
+        heap: bool,
+        rows: Option<&mut Vec<u8>>,
+    ) -> (PushRequest, u64) {
+        let mut series = Vec::new();
+        let mut values = 0u64;
+        let mut rows = rows;
+        for s in 0..self.cfg.services {
+            let d = self.draw(s, host, ts_ms, self.cfg.draws_per_profile);
+            values += 2 * d.counts.len() as u64;
+            let cpu = self.pprof(
+                s,
+                &d,
+                ts_ms,
+                ("cpu", "nanoseconds", 10_000_000),
+                &[("samples", "count", 1), ("cpu", "nanoseconds", 10_000_000)],
+            );
+            if let Some(out) = rows.as_deref_mut() {
+                for &(st, c) in &d.counts {
+                    let _ = writeln!(
+                        out,
+                        "{ts_ms},{},{},{},{},{},{},{}",
+                        self.service_name(s),
+                        Self::host_name(host),
+                        Self::region(host),
+                        Self::zone(host),
+                        self.version(ts_ms),
+                        self.stack_gid(s, st),
+                        c * 10_000_000
+                    );
+                }
+            }
+            series.push(RawProfileSeries {
+                labels: self.labels("process_cpu", s, host, ts_ms),
+                samples: vec![RawSample {
+                    raw_profile: cpu,
+                    id: String::new(),
+                }],
+            });
+            if heap {
+                let d = self.draw(s, host, ts_ms ^ 0x5a5a, self.cfg.draws_per_profile / 4);
+                values += 2 * d.counts.len() as u64;
+                let mem = self.pprof(
+                    s,
+                    &d,
+                    ts_ms,
+                    ("space", "bytes", 524_288),
+                    &[
+                        ("alloc_objects", "count", 3),
+                        ("alloc_space", "bytes", 524_288),
+                    ],
+                );
+                series.push(RawProfileSeries {
+                    labels: self.labels("memory", s, host, ts_ms),
+                    samples: vec![RawSample {
+                        raw_profile: mem,
+                        id: String::new(),
+                    }],
+                });
+            }
+        }
+        (PushRequest { series }, values)
+    }
+
+    /// Writes the stack dimension as CSV: `stack_id,service,leaf,stack` (stack is the
+    /// root-first `a;b;c` of function names, quoted).
+    pub fn write_stacks_csv(&self, path: &Path) -> anyhow::Result<()> {
+        let f =
+            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+        let mut w = std::io::BufWriter::new(f);
+        writeln!(w, "stack_id,service,leaf,stack")?;
+        for (s, svc) in self.services.iter().enumerate() {
+            for (i, st) in svc.stacks.iter().enumerate() {
+                let names: Vec<&str> = st
+                    .iter()
+                    .map(|&f| self.functions.get(f as usize).map_or("?", |x| x.as_str()))
+                    .collect();
+                writeln!(
+                    w,
+                    "{},{},\"{}\",\"{}\"",
+                    self.stack_gid(s, i as u32),
+                    svc.name,
+                    names.last().copied().unwrap_or(""),
+                    names.join(";")
+                )?;
+            }
+        }
+        w.flush()?;
+        Ok(())
+    }
+}
+
+/// A stand-in for a fixture profile when `../shared/fixtures` is absent: one busy
+/// process's 10 s CPU profile from the generator (5,000 stacks, 20,000 draws).
+pub fn generated_profile() -> Vec<u8> {
+    let f = Fleet::new(FleetConfig {
+        seed: 1,
+        services: 1,
+        stacks_per_service: 5000,
+        draws_per_profile: 20_000,
+        zipf_s: 1.1,
+        deploy_ms: i64::MAX,
+    });
+    let ts = 1_700_000_000_000;
+    let d = f.draw(0, 0, ts, 20_000);
+    f.pprof(
+        0,
+        &d,
+        ts,
+        ("cpu", "nanoseconds", 10_000_000),
+        &[("samples", "count", 1), ("cpu", "nanoseconds", 10_000_000)],
+    )
+}
+
+/// The bytes of `path`, or a generated profile (with a note) when it does not exist.
+pub fn profile_or_generated(path: &Path) -> anyhow::Result<Vec<u8>> {
+    if path.exists() {
+        return std::fs::read(path).with_context(|| format!("reading {}", path.display()));
+    }
+    println!(
+        "profile {} not found: using a generated CPU profile instead",
+        path.display()
+    );
+    Ok(generated_profile())
+}
+
+/// Real fixture profiles replayed across hosts: each push re-encodes a fixture with
+/// the push's timestamp and its sample values scaled by a per-host jitter (±25 %).
+pub struct Replay {
+    profiles: Vec<(String, pprof::Profile)>,
+}
+
+impl Replay {
+    /// Loads every decodable pprof file in `dir`; `None` when there is none.
+    pub fn load(dir: &Path) -> Option<Replay> {
+        let mut profiles = Vec::new();
+        let mut entries: Vec<_> = std::fs::read_dir(dir).ok()?.flatten().collect();
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            let Ok(raw) = std::fs::read(e.path()) else {
+                continue;
+            };
+            let plain = if raw.starts_with(&[0x1f, 0x8b]) {
+                let mut out = Vec::new();
+                if std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&raw[..]), &mut out)
+                    .is_err()
+                {
+                    continue;
+                }
+                out
+            } else {
+                raw
+            };
+            if let Ok(p) = pprof::Profile::decode(Bytes::from(plain)) {
+                if !p.sample.is_empty() {
+                    profiles.push((e.file_name().to_string_lossy().into_owned(), p));
+                }
+            }
+        }
+        (!profiles.is_empty()).then_some(Replay { profiles })
+    }
+
+    pub fn len(&self) -> usize {
+        self.profiles.len()
+    }
+
+    /// The push of replay host `host` at `ts_ms`, under profile name `fixture`.
+    pub fn push(&self, seed: u64, host: usize, ts_ms: i64) -> Option<RawProfileSeries> {
+        let (name, base) = self.profiles.get(host % self.profiles.len())?;
+        let mut rng = Rng::keyed(seed, &[3, host as u64, ts_ms as u64]);
+        let mut p = base.clone();
+        for s in &mut p.sample {
+            let j = 0.75 + 0.5 * rng.unit();
+            for v in &mut s.value {
+                *v = ((*v as f64) * j) as i64;
+            }
+        }
+        p.time_nanos = ts_ms * 1_000_000;
+        let kv = |k: &str, v: String| LabelPair {
+            name: k.into(),
+            value: v,
+        };
+        Some(RawProfileSeries {
+            labels: vec![
+                kv("__name__", "fixture".into()),
+                kv("service_name", format!("replay-{}", name.replace('.', "_"))),
+                kv("host", format!("replay-{host:03}")),
+            ],
+            samples: vec![RawSample {
+                raw_profile: p.encode_to_vec(),
+                id: String::new(),
+            }],
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> FleetConfig {
+        FleetConfig {
+            seed: 7,
+            services: 2,
+            stacks_per_service: 500,
+            draws_per_profile: 200,
+            zipf_s: 1.1,
+            deploy_ms: 1_000_000,
+        }
+    }
+
+    #[test]
+    fn deterministic_and_well_shaped() {
+        let a = Fleet::new(cfg());
+        let b = Fleet::new(cfg());
+        let (pa, _) = a.host_push(1, 20_000, true, None);
+        let (pb, _) = b.host_push(1, 20_000, true, None);
+        assert_eq!(pa.encode_to_vec(), pb.encode_to_vec());
+        for svc in &a.services {
+            assert_eq!(svc.stacks.len(), 500);
+            assert!(svc.stacks.iter().all(|s| (10..=60).contains(&s.len())));
+        }
+        let opts = profiledb_ingest::PprofOptions::default();
+        let raw = &pa.series[0].samples[0].raw_profile;
+        let batch = profiledb_ingest::decode_pprof(raw, &opts).expect("decodes");
+        assert!(batch.sample_count() > 0);
+    }
+
+    #[test]
+    fn zipf_is_skewed() {
+        let f = Fleet::new(cfg());
+        let d = f.draw(0, 0, 0, 5000);
+        let top = d.counts.iter().find(|c| c.0 == 0).map_or(0, |c| c.1);
+        let total: i64 = d.counts.iter().map(|c| c.1).sum();
+        assert!(top * 20 > total, "top {top} of {total}");
+    }
+}

@@ -1,0 +1,750 @@
+//! The `query` and `baseline` suites: a generated fleet pushed through a real
+//! in-process server, then merge, 2-key group-by with a function filter, time series
+//! and diff over 1 hour and 1 day, timed over HTTP (first query after a restart,
+//! result-cache misses, cache hits); and the same queries in DuckDB over the same rows
+//! in Parquet, run by `bench/duckdb_queries.py` from the bench virtualenv
+//! (`bench/setup.sh`) in the same invocation.
+//!
+//! Data layout: the fleet covers 24 h ending at `t_end` (the last whole hour before
+//! now, minus one hour). The final hour is at full density (one push per process per
+//! `--interval` s); the 23 hours before it at `--day-interval` s, so the 1-day queries
+//! stay affordable on a small machine. Both densities are printed and recorded.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use indicatif::{ProgressBar, ProgressStyle};
+use profiledb::{ServeOptions, Server};
+use prost::Message;
+use serde_json::{json, Value};
+
+use crate::fleet::{Fleet, FleetConfig, Replay, CPU_TYPE, FILTER_FUNCTION};
+use crate::report::{self, human_bytes};
+
+#[derive(clap::Args, Clone)]
+pub struct Args {
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    #[arg(long, default_value_t = 100)]
+    hosts: usize,
+    #[arg(long, default_value_t = 10)]
+    services: usize,
+    /// Distinct stacks per service.
+    #[arg(long, default_value_t = 5000)]
+    stacks: usize,
+    /// CPU samples drawn per 10 s profile (before ±30 % host jitter).
+    #[arg(long, default_value_t = 100)]
+    draws: usize,
+    /// Seconds between pushes in the last hour.
+    #[arg(long, default_value_t = 10)]
+    interval: u64,
+    /// Seconds between pushes in the 23 hours before it.
+    #[arg(long, default_value_t = 300)]
+    day_interval: u64,
+    /// Hosts replaying the real fixture profiles (own profile name `fixture`, pushed
+    /// every 5 minutes in the last hour; 0 = none).
+    #[arg(long, default_value_t = 10)]
+    replay_hosts: usize,
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures/pprof"))]
+    fixtures: PathBuf,
+    /// Concurrent push clients.
+    #[arg(long, default_value_t = 2)]
+    clients: usize,
+    /// Timed runs per query for cache misses (and for DuckDB).
+    #[arg(long, default_value_t = 20)]
+    iterations: usize,
+    /// Timed runs per query for cache hits.
+    #[arg(long, default_value_t = 200)]
+    cached_iterations: usize,
+    /// Skip DuckDB.
+    #[arg(long)]
+    no_baseline: bool,
+    /// Keep the data (server directory, CSV, Parquet) here instead of a temp dir.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Small run for CI.
+    #[arg(long)]
+    quick: bool,
+}
+
+const HOUR: i64 = 3_600_000;
+
+struct Running {
+    rt: tokio::runtime::Runtime,
+    url: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    handle: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+impl Running {
+    fn start(dir: &Path) -> anyhow::Result<Running> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?;
+        let server = rt.block_on(Server::bind(ServeOptions {
+            listen: "127.0.0.1:0".parse()?,
+            data_dir: dir.to_path_buf(),
+            ..Default::default()
+        }))?;
+        let url = format!("http://{}", server.local_addr());
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let handle = rt.spawn(server.run(async move {
+            let _ = rx.await;
+        }));
+        let client = reqwest::blocking::Client::new();
+        let t = Instant::now();
+        while !client
+            .get(format!("{url}/ready"))
+            .send()
+            .is_ok_and(|r| r.status() == 200)
+        {
+            if t.elapsed() > Duration::from_secs(120) {
+                bail!("server at {url} not ready after 120 s");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(Running {
+            rt,
+            url,
+            stop: Some(tx),
+            handle: Some(handle),
+        })
+    }
+
+    /// Graceful stop: the server flushes its head into segments.
+    fn stop(mut self) -> anyhow::Result<()> {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(h) = self.handle.take() {
+            self.rt.block_on(h).context("server task")??;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Clone)]
+enum Req {
+    Get(String),
+    Post(&'static str, Value),
+}
+
+struct QuerySpec {
+    name: &'static str,
+    window: &'static str,
+    /// The HTTP request with the range start moved `shift` ms earlier (no data lives
+    /// there, so the answer is the same but the result-cache key differs).
+    http: Box<dyn Fn(i64) -> Req>,
+    /// Extracts the figure compared with DuckDB's (sum of the last column).
+    total: fn(&Value) -> Option<f64>,
+    sql: String,
+}
+
+fn send(client: &reqwest::blocking::Client, url: &str, r: &Req) -> anyhow::Result<Value> {
+    let resp = match r {
+        Req::Get(q) => client.get(format!("{url}{q}")).send()?,
+        Req::Post(path, body) => client.post(format!("{url}{path}")).json(body).send()?,
+    };
+    let status = resp.status();
+    let body = resp.bytes()?;
+    if !status.is_success() {
+        bail!("{status}: {}", String::from_utf8_lossy(&body));
+    }
+    serde_json::from_slice(&body).context("response is not JSON")
+}
+
+fn timed(client: &reqwest::blocking::Client, url: &str, r: &Req) -> anyhow::Result<(f64, Value)> {
+    let t = Instant::now();
+    let v = send(client, url, r)?;
+    Ok((t.elapsed().as_secs_f64() * 1e3, v))
+}
+
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn p50_p99(mut v: Vec<f64>) -> (f64, f64) {
+    v.sort_by(|a, b| a.total_cmp(b));
+    (percentile(&v, 50.0), percentile(&v, 99.0))
+}
+
+fn enc(s: &str) -> String {
+    percent_encode(s)
+}
+
+fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() * 2);
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+fn specs(t_end: i64, service: &str) -> Vec<QuerySpec> {
+    let mut out = Vec::new();
+    for (window, len, step_s) in [("1h", HOUR, 60i64), ("1d", 24 * HOUR, 900)] {
+        let start = t_end - len;
+        let mid = t_end - len / 2;
+        let svc_sel = format!("{{service_name=\"{service}\"}}");
+        let cpu = format!("process_cpu:cpu:nanoseconds:cpu:nanoseconds{svc_sel}");
+        let time = format!("ts_ms >= {start} AND ts_ms < {t_end}");
+        let where_svc = format!("profile_type = '{CPU_TYPE}' AND service = '{service}' AND {time}");
+
+        let q = cpu.clone();
+        out.push(QuerySpec {
+            name: "merge",
+            window,
+            http: Box::new(move |shift| {
+                Req::Get(format!(
+                    "/api/v1/flamegraph?query={}&from={}&until={}&max_nodes=1024",
+                    enc(&q),
+                    start - shift,
+                    t_end - 1
+                ))
+            }),
+            total: |v| v.get("total").and_then(Value::as_f64),
+            sql: format!(
+                "SELECT k.stack, m.v FROM (SELECT stack_id, sum(value) AS v FROM samples \
+                 WHERE {where_svc} GROUP BY stack_id) m JOIN stacks k USING (stack_id)"
+            ),
+        });
+
+        out.push(QuerySpec {
+            name: "group-by service,function + function filter",
+            window,
+            http: Box::new(move |shift| {
+                Req::Post(
+                    "/api/v1/query",
+                    json!({"profile_type": CPU_TYPE, "selector": "{}",
+                       "start": start - shift, "end": t_end,
+                       "group_by": ["service_name", "function"],
+                       "function": FILTER_FUNCTION, "limit": 100}),
+                )
+            }),
+            total: |v| v.get("total").and_then(Value::as_f64),
+            sql: format!(
+                "SELECT s.service, k.leaf, sum(s.value) AS v FROM samples s \
+                 JOIN (SELECT stack_id, leaf FROM stacks WHERE stack LIKE '%{FILTER_FUNCTION}%') k \
+                 USING (stack_id) WHERE s.profile_type = '{CPU_TYPE}' AND s.{time} \
+                 GROUP BY 1, 2 ORDER BY v DESC"
+            ),
+        });
+
+        let all = format!("{CPU_TYPE}{{}}");
+        out.push(QuerySpec {
+            name: "time series by service",
+            window,
+            http: Box::new(move |shift| {
+                Req::Get(format!(
+                    "/api/v1/timeseries?query={}&from={}&until={}&step={step_s}s&group_by=service_name&limit=100",
+                    enc(&all),
+                    start - shift,
+                    t_end - 1
+                ))
+            }),
+            total: |v| {
+                v.get("series")?
+                    .as_array()?
+                    .iter()
+                    .map(|s| s.get("total").and_then(Value::as_f64))
+                    .sum()
+            },
+            sql: format!(
+                "SELECT service, ts_ms // {} * {} AS bucket, sum(value) AS v FROM samples \
+                 WHERE profile_type = '{CPU_TYPE}' AND {time} GROUP BY 1, 2 ORDER BY 1, 2",
+                step_s * 1000,
+                step_s * 1000
+            ),
+        });
+
+        let sel = svc_sel.clone();
+        out.push(QuerySpec {
+            name: "diff (two halves, top 20)",
+            window,
+            http: Box::new(move |shift| {
+                Req::Post(
+                    "/api/v1/diff",
+                    json!({"profile_type": CPU_TYPE, "selector": sel,
+                       "base": {"start": start - shift, "end": mid},
+                       "compare": {"start": mid, "end": t_end}, "top": 20}),
+                )
+            }),
+            total: |v| {
+                let s = v.get("stats")?;
+                Some(s.get("samples_base")?.as_f64()? + s.get("samples_compare")?.as_f64()?)
+            },
+            sql: format!(
+                "WITH side AS (SELECT k.leaf, (s.ts_ms >= {mid}) AS cmp, sum(s.value) AS v \
+                 FROM samples s JOIN stacks k USING (stack_id) WHERE s.profile_type = '{CPU_TYPE}' \
+                 AND s.service = '{service}' AND s.{time} GROUP BY 1, 2), \
+                 tot AS (SELECT cmp, sum(v) AS t FROM side GROUP BY cmp), \
+                 shares AS (SELECT leaf, sum(CASE WHEN NOT side.cmp THEN v / t ELSE 0 END) AS b, \
+                 sum(CASE WHEN side.cmp THEN v / t ELSE 0 END) AS c FROM side JOIN tot USING (cmp) \
+                 GROUP BY leaf) \
+                 SELECT leaf, b, c, c - b AS delta, (SELECT sum(t) FROM tot) AS total \
+                 FROM shares ORDER BY abs(c - b) DESC LIMIT 20"
+            ),
+        });
+    }
+    out
+}
+
+fn venv_python() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python")
+}
+
+fn script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("duckdb_queries.py")
+}
+
+/// `Some(version)` when the bench virtualenv has DuckDB.
+fn duckdb_version() -> Option<String> {
+    let out = Command::new(venv_python())
+        .args(["-c", "import duckdb; print(duckdb.__version__)"])
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn run_python(args: &[&str]) -> anyhow::Result<Value> {
+    let out = Command::new(venv_python())
+        .arg(script())
+        .args(args)
+        .output()
+        .context("running bench/duckdb_queries.py")?;
+    if !out.status.success() {
+        bail!(
+            "duckdb_queries.py {} failed: {}",
+            args.first().copied().unwrap_or(""),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    serde_json::from_slice(&out.stdout).context("duckdb_queries.py printed no JSON")
+}
+
+fn dir_bytes(dir: &Path) -> u64 {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    rd.flatten()
+        .map(|e| {
+            let p = e.path();
+            if p.is_dir() {
+                dir_bytes(&p)
+            } else {
+                e.metadata().map_or(0, |m| m.len())
+            }
+        })
+        .sum()
+}
+
+pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
+    if args.quick {
+        args.hosts = args.hosts.min(5);
+        args.services = args.services.min(3);
+        args.stacks = args.stacks.min(1000);
+        args.day_interval = args.day_interval.max(1800);
+        args.replay_hosts = args.replay_hosts.min(2);
+        args.iterations = args.iterations.min(5);
+        args.cached_iterations = args.cached_iterations.min(30);
+    }
+    if args.interval == 0 || args.day_interval == 0 || args.hosts == 0 || args.services == 0 {
+        bail!("--interval, --day-interval, --hosts and --services must be positive");
+    }
+    let baseline = if args.no_baseline {
+        None
+    } else {
+        match duckdb_version() {
+            Some(v) => Some(v),
+            None if require_baseline && !args.quick => {
+                bail!("DuckDB is not installed in bench/.venv: run bench/setup.sh first")
+            }
+            None => {
+                println!("baseline: DuckDB not installed in bench/.venv (run bench/setup.sh); skipping the DuckDB side");
+                None
+            }
+        }
+    };
+
+    let tmp;
+    let root = match &args.data_dir {
+        Some(d) => {
+            std::fs::create_dir_all(d)?;
+            d.clone()
+        }
+        None => {
+            tmp = tempfile::tempdir()?;
+            tmp.path().to_path_buf()
+        }
+    };
+    let server_dir = root.join("profiledb");
+    let rows_dir = root.join("rows");
+    std::fs::create_dir_all(&rows_dir)?;
+
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_millis() as i64;
+    let t_end = now_ms / HOUR * HOUR - HOUR;
+    let fleet = Arc::new(Fleet::new(FleetConfig {
+        seed: args.seed,
+        services: args.services,
+        stacks_per_service: args.stacks,
+        draws_per_profile: args.draws,
+        zipf_s: 1.1,
+        deploy_ms: t_end - HOUR / 2,
+    }));
+    let replay = if args.replay_hosts > 0 {
+        let r = Replay::load(&args.fixtures);
+        if r.is_none() {
+            println!(
+                "fixtures: none decodable in {}; the fleet is generated only",
+                args.fixtures.display()
+            );
+        }
+        r.map(Arc::new)
+    } else {
+        None
+    };
+
+    // Ticks: 23 h sparse, then 1 h dense.
+    let mut ticks: Vec<i64> = Vec::new();
+    let mut t = t_end - 24 * HOUR;
+    while t < t_end - HOUR {
+        ticks.push(t);
+        t += args.day_interval as i64 * 1000;
+    }
+    let mut t = t_end - HOUR;
+    while t < t_end {
+        ticks.push(t);
+        t += args.interval as i64 * 1000;
+    }
+    let ticks = Arc::new(ticks);
+    let jobs = (ticks.len() * args.hosts) as u64;
+    println!(
+        "query suite: {} services × {} hosts; last hour every {} s, 23 h before every {} s; {} stacks/service, ~{} samples/profile; {} pushes (one per host per tick, all its services){}",
+        args.services,
+        args.hosts,
+        args.interval,
+        args.day_interval,
+        args.stacks,
+        args.draws,
+        jobs,
+        replay.as_ref().map_or(String::new(), |r| format!(
+            "; {} replay hosts cycling {} fixtures",
+            args.replay_hosts,
+            r.len()
+        ))
+    );
+    fleet
+        .write_stacks_csv(&rows_dir.join("stacks.csv"))
+        .context("writing stacks.csv")?;
+
+    // Ingest.
+    let server = Running::start(&server_dir)?;
+    let pb = ProgressBar::new(jobs).with_style(
+        ProgressStyle::with_template(
+            "push  [{bar:40}] {pos}/{len} host pushes, {per_sec}, eta {eta}",
+        )?
+        .progress_chars("=> "),
+    );
+    let next = Arc::new(AtomicU64::new(0));
+    let values = Arc::new(AtomicU64::new(0));
+    let bytes_sent = Arc::new(AtomicU64::new(0));
+    let retries = Arc::new(AtomicU64::new(0));
+    let write_rows = baseline.is_some();
+    let t_ingest = Instant::now();
+    let workers: Vec<_> = (0..args.clients.max(1))
+        .map(|w| {
+            let (fleet, replay, ticks, next, values, bytes_sent, retries, pb) = (
+                fleet.clone(),
+                replay.clone(),
+                ticks.clone(),
+                next.clone(),
+                values.clone(),
+                bytes_sent.clone(),
+                retries.clone(),
+                pb.clone(),
+            );
+            let url = server.url.clone();
+            let (hosts, replay_hosts, seed) = (args.hosts, args.replay_hosts, args.seed);
+            let rows_path = rows_dir.join(format!("samples-{w}.csv"));
+            std::thread::spawn(move || -> anyhow::Result<()> {
+                let client = reqwest::blocking::Client::new();
+                let mut rows_file = if write_rows {
+                    Some(std::io::BufWriter::new(
+                        std::fs::File::create(&rows_path)
+                            .with_context(|| format!("creating {}", rows_path.display()))?,
+                    ))
+                } else {
+                    None
+                };
+                let mut rows = Vec::new();
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= jobs {
+                        break;
+                    }
+                    let (tick, host) = ((i as usize) / hosts, (i as usize) % hosts);
+                    let Some(&ts) = ticks.get(tick) else { break };
+                    rows.clear();
+                    let (mut req, v) = fleet.host_push(
+                        host,
+                        ts,
+                        ts % 60_000 == 0,
+                        rows_file.as_ref().map(|_| &mut rows),
+                    );
+                    values.fetch_add(v, Ordering::Relaxed);
+                    if let Some(r) = &replay {
+                        if host < replay_hosts && ts >= t_end - HOUR && ts % 300_000 == 0 {
+                            if let Some(s) = r.push(seed, host, ts) {
+                                req.series.push(s);
+                            }
+                        }
+                    }
+                    if let Some(f) = rows_file.as_mut() {
+                        std::io::Write::write_all(f, &rows)?;
+                    }
+                    let body = req.encode_to_vec();
+                    bytes_sent.fetch_add(body.len() as u64, Ordering::Relaxed);
+                    loop {
+                        let r = client
+                            .post(format!("{url}/push.v1.PusherService/Push"))
+                            .header("content-type", "application/proto")
+                            .body(body.clone())
+                            .send()?;
+                        if r.status() == 429 || r.status() == 503 {
+                            retries.fetch_add(1, Ordering::Relaxed);
+                            std::thread::sleep(Duration::from_millis(20));
+                            continue;
+                        }
+                        if !r.status().is_success() {
+                            bail!(
+                                "push failed: {} {}",
+                                r.status(),
+                                r.text().unwrap_or_default()
+                            );
+                        }
+                        break;
+                    }
+                    pb.inc(1);
+                }
+                if let Some(mut f) = rows_file {
+                    std::io::Write::flush(&mut f)?;
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join()
+            .map_err(|_| anyhow::anyhow!("push client panicked"))??;
+    }
+    let ingest_secs = t_ingest.elapsed().as_secs_f64();
+    pb.finish();
+    let t_flush = Instant::now();
+    server.stop()?;
+    let flush_secs = t_flush.elapsed().as_secs_f64();
+    let stored = dir_bytes(&server_dir.join("segments"));
+    let values = values.load(Ordering::Relaxed);
+    println!(
+        "ingested {values} values ({} of push bodies) in {ingest_secs:.1} s = {:.0} values/s over HTTP; shutdown flush {flush_secs:.1} s; {} of segments",
+        human_bytes(bytes_sent.load(Ordering::Relaxed) as f64),
+        values as f64 / ingest_secs,
+        human_bytes(stored as f64)
+    );
+
+    // Baseline data: CSV → Parquet (not timed as part of any query).
+    let mut duck: Option<Value> = None;
+    let mut convert: Option<Value> = None;
+    let specs = specs(t_end, fleet.service_name(0));
+    if baseline.is_some() {
+        let rows_s = rows_dir.display().to_string();
+        println!("baseline: converting rows to Parquet with DuckDB …");
+        let c = run_python(&["convert", "--dir", &rows_s])?;
+        println!(
+            "baseline: {} rows, {} of Parquet, converted in {:.1} s",
+            c.get("rows").and_then(Value::as_u64).unwrap_or(0),
+            human_bytes(
+                c.get("parquet_bytes")
+                    .and_then(Value::as_f64)
+                    .unwrap_or(0.0)
+            ),
+            c.get("seconds").and_then(Value::as_f64).unwrap_or(0.0)
+        );
+        convert = Some(c);
+        // CSV is no longer needed.
+        for e in std::fs::read_dir(&rows_dir)?.flatten() {
+            if e.path().extension().is_some_and(|x| x == "csv") {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+        let spec: Vec<Value> = specs
+            .iter()
+            .map(|s| json!({"name": format!("{} [{}]", s.name, s.window), "sql": s.sql}))
+            .collect();
+        let spec_path = rows_dir.join("spec.json");
+        std::fs::write(&spec_path, serde_json::to_vec(&spec)?)?;
+        let pbq = ProgressBar::new_spinner().with_message("baseline: DuckDB queries");
+        pbq.enable_steady_tick(Duration::from_millis(200));
+        let d = run_python(&[
+            "run",
+            "--dir",
+            &rows_s,
+            "--spec",
+            &spec_path.display().to_string(),
+            "--iterations",
+            &args.iterations.max(1).to_string(),
+        ])?;
+        pbq.finish_and_clear();
+        duck = Some(d);
+    }
+
+    // profiledb queries.
+    let client = reqwest::blocking::Client::new();
+    let per_query = 1 + args.iterations + args.cached_iterations;
+    let pb = ProgressBar::new((specs.len() * per_query) as u64).with_style(
+        ProgressStyle::with_template("query [{bar:40}] {pos}/{len} requests {msg}")?
+            .progress_chars("=> "),
+    );
+    let mut results = Vec::new();
+    let mut shift = 0i64;
+    for s in &specs {
+        pb.set_message(format!("{} [{}]", s.name, s.window));
+        // First query after a restart: empty result cache and segment cache.
+        let server = Running::start(&server_dir)?;
+        shift += 1;
+        let (restart_ms, v) = timed(&client, &server.url, &(s.http)(shift))
+            .with_context(|| format!("{} [{}]", s.name, s.window))?;
+        pb.inc(1);
+        let total = (s.total)(&v);
+        let mut miss = Vec::with_capacity(args.iterations);
+        for _ in 0..args.iterations {
+            shift += 1;
+            miss.push(timed(&client, &server.url, &(s.http)(shift))?.0);
+            pb.inc(1);
+        }
+        let hit_req = (s.http)(0);
+        send(&client, &server.url, &hit_req)?; // fill the cache
+        let mut hit = Vec::with_capacity(args.cached_iterations);
+        for _ in 0..args.cached_iterations {
+            hit.push(timed(&client, &server.url, &hit_req)?.0);
+            pb.inc(1);
+        }
+        server.stop()?;
+        let (miss50, miss99) = p50_p99(miss);
+        let (hit50, hit99) = p50_p99(hit);
+        let key = format!("{} [{}]", s.name, s.window);
+        let d = duck.as_ref().and_then(|d| d.get(&key)).cloned();
+        let d50 = d
+            .as_ref()
+            .and_then(|d| d.get("p50_ms"))
+            .and_then(Value::as_f64);
+        let dtotal = d
+            .as_ref()
+            .and_then(|d| d.get("total"))
+            .and_then(Value::as_f64);
+        results.push(json!({
+            "query": s.name,
+            "window": s.window,
+            "restart_first_ms": restart_ms,
+            "uncached_p50_ms": miss50,
+            "uncached_p99_ms": miss99,
+            "cached_p50_ms": hit50,
+            "cached_p99_ms": hit99,
+            "total": total,
+            "duckdb": d,
+            "duckdb_p50_over_uncached_p50": d50.map(|x| x / miss50),
+            "duckdb_p50_over_cached_p50": d50.map(|x| x / hit50),
+            "totals_match": match (total, dtotal) {
+                (Some(a), Some(b)) => Some((a - b).abs() <= 1e-6 * a.abs().max(1.0)),
+                _ => None,
+            },
+        }));
+    }
+    pb.finish_and_clear();
+
+    println!();
+    println!(
+        "{:<46} {:>4} {:>9} {:>17} {:>15} {:>17} {:>8} {:>8} {:>5}",
+        "query",
+        "win",
+        "restart",
+        "uncached p50/p99",
+        "cached p50/p99",
+        "DuckDB p50/p99",
+        "×uncach",
+        "×cached",
+        "match"
+    );
+    let ms = |v: &Value, k: &str| v.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
+    for r in &results {
+        let d = r.get("duckdb").cloned().unwrap_or(Value::Null);
+        println!(
+            "{:<46} {:>4} {:>7.1}ms {:>7.1}/{:>7.1}ms {:>6.2}/{:>6.2}ms {:>7.1}/{:>7.1}ms {:>7.1}x {:>7.0}x {:>5}",
+            r.get("query").and_then(Value::as_str).unwrap_or(""),
+            r.get("window").and_then(Value::as_str).unwrap_or(""),
+            ms(r, "restart_first_ms"),
+            ms(r, "uncached_p50_ms"),
+            ms(r, "uncached_p99_ms"),
+            ms(r, "cached_p50_ms"),
+            ms(r, "cached_p99_ms"),
+            ms(&d, "p50_ms"),
+            ms(&d, "p99_ms"),
+            ms(r, "duckdb_p50_over_uncached_p50"),
+            ms(r, "duckdb_p50_over_cached_p50"),
+            match r.get("totals_match").and_then(Value::as_bool) {
+                Some(true) => "yes",
+                Some(false) => "NO",
+                None => "-",
+            }
+        );
+    }
+    let figures = json!({
+        "seed": args.seed,
+        "services": args.services,
+        "hosts": args.hosts,
+        "stacks_per_service": args.stacks,
+        "draws_per_profile": args.draws,
+        "interval_s_last_hour": args.interval,
+        "interval_s_day": args.day_interval,
+        "replay_hosts": if replay.is_some() { args.replay_hosts } else { 0 },
+        "host_pushes": jobs,
+        "values_ingested": values,
+        "push_bytes": bytes_sent.load(Ordering::Relaxed),
+        "ingest_seconds": ingest_secs,
+        "ingest_values_per_second": values as f64 / ingest_secs,
+        "ingest_retries": retries.load(Ordering::Relaxed),
+        "shutdown_flush_seconds": flush_secs,
+        "segment_bytes": stored,
+        "iterations_uncached": args.iterations,
+        "iterations_cached": args.cached_iterations,
+        "duckdb_version": baseline,
+        "duckdb_convert": convert,
+        "queries": results,
+        "note": "HTTP latency from an in-process client on loopback; uncached = result-cache miss (start shifted by a few ms), segments already decoded; restart = first query after a server restart",
+    });
+    let path = report::write(
+        if require_baseline {
+            "baseline"
+        } else {
+            "query"
+        },
+        figures,
+    )?;
+    println!("results {}", path.display());
+    Ok(())
+}
