@@ -38,6 +38,8 @@ pub struct ServeOptions {
     pub query_cache_bytes: u64,
     /// Per-query time and memory budgets.
     pub query_limits: QueryLimits,
+    /// When set, `/api/v1/admin/*` requires `Authorization: Bearer <token>`.
+    pub admin_token: Option<String>,
 }
 
 impl Default for ServeOptions {
@@ -50,6 +52,7 @@ impl Default for ServeOptions {
             max_body_bytes: 64 << 20,
             query_cache_bytes: 256 << 20,
             query_limits: QueryLimits::default(),
+            admin_token: None,
         }
     }
 }

@@ -1,13 +1,16 @@
 //! `profiledb`: the continuous-profiling database server and its admin commands.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
 use profiledb::{shutdown_signal, ServeOptions, Server};
-use profiledb_storage::{FsyncPolicy, StoreConfig};
+use profiledb_storage::compact::parse_max_age;
+use profiledb_storage::{FsyncPolicy, StorageError, Store, StoreConfig, TenantId, TimeRange};
 
 // glibc's allocator returns freed memory to the kernel between uploads and pays for
 // it in page faults (~40% of pprof decode time measured); mimalloc keeps it.
@@ -86,7 +89,227 @@ enum Command {
         /// Queries running longer than this many seconds fail with 503.
         #[arg(long, default_value_t = 60)]
         query_timeout_secs: u64,
+        /// Bearer token required by the /api/v1/admin endpoints (open when unset).
+        #[arg(long)]
+        admin_token: Option<String>,
+        /// Minutes between background compaction, downsampling and retention runs
+        /// (0 disables them).
+        #[arg(long, default_value_t = 10)]
+        compaction_interval_minutes: u64,
     },
+    /// Compact (and downsample) the segments of a data directory offline. Refuses to
+    /// run while a server uses the directory.
+    Compact {
+        #[arg(long, default_value = "./data")]
+        data_dir: PathBuf,
+        /// Only this tenant.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Only partitions overlapping [start, end), milliseconds since the epoch.
+        #[arg(long)]
+        start_ms: Option<i64>,
+        #[arg(long)]
+        end_ms: Option<i64>,
+        /// Time partition width the data was written with, in minutes.
+        #[arg(long, default_value_t = 60)]
+        partition_minutes: i64,
+        /// Do not downsample old data (merge only).
+        #[arg(long)]
+        no_downsample: bool,
+    },
+    /// List the segments of a data directory offline.
+    Segments {
+        #[arg(long, default_value = "./data")]
+        data_dir: PathBuf,
+        /// Only this tenant.
+        #[arg(long)]
+        tenant: Option<String>,
+        #[arg(long, default_value_t = 60)]
+        partition_minutes: i64,
+    },
+    /// Set a tenant's maximum data age and delete what is older, offline.
+    Retention {
+        #[arg(long, default_value = "./data")]
+        data_dir: PathBuf,
+        #[arg(long)]
+        tenant: String,
+        /// e.g. 30d, 12h, 90m; `forever` removes the limit.
+        #[arg(long)]
+        max_age: String,
+        #[arg(long, default_value_t = 60)]
+        partition_minutes: i64,
+    },
+}
+
+/// Exit code when the data directory is held by another process.
+const EXIT_LOCKED: i32 = 3;
+
+/// Opens a store for an offline command (no background threads beyond the writer
+/// and flusher); exits with a clear message if a server holds the directory.
+fn open_offline(dir: &Path, partition_minutes: i64, downsample: bool) -> anyhow::Result<Store> {
+    let cfg = StoreConfig {
+        partition_ms: partition_minutes.saturating_mul(60_000),
+        background_flush: false,
+        background_compaction: false,
+        downsample: if downsample {
+            profiledb_storage::DownsampleRule::defaults()
+        } else {
+            Vec::new()
+        },
+        ..StoreConfig::default()
+    };
+    cfg.validate().context("invalid options")?;
+    if !dir.is_dir() {
+        anyhow::bail!("{} is not a data directory", dir.display());
+    }
+    match Store::open(dir, cfg) {
+        Ok(s) => Ok(s),
+        Err(StorageError::Locked(d)) => {
+            eprintln!(
+                "error: {} is in use by another process (a running profiledb server holds its LOCK file).\n\
+                 Stop the server or use its admin API (/api/v1/admin/...) instead.",
+                d.display()
+            );
+            std::process::exit(EXIT_LOCKED);
+        }
+        Err(e) => Err(anyhow::Error::new(e).context(format!("cannot open {}", dir.display()))),
+    }
+}
+
+fn tenant_arg(t: Option<&str>) -> anyhow::Result<Option<TenantId>> {
+    t.map(|t| TenantId::new(t).map_err(|e| anyhow::anyhow!("invalid tenant: {e}")))
+        .transpose()
+}
+
+fn mib(b: u64) -> String {
+    format!("{:.2} MiB", b as f64 / (1 << 20) as f64)
+}
+
+fn cmd_compact(
+    dir: &Path,
+    tenant: Option<&str>,
+    range: Option<TimeRange>,
+    partition_minutes: i64,
+    downsample: bool,
+) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let tenant = tenant_arg(tenant)?;
+    let store = open_offline(dir, partition_minutes, downsample)?;
+    // Data still in the WAL becomes segments first, so it is compacted too.
+    store.flush().context("flushing the WAL")?;
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} compacting [{bar:40}] {pos}/{len} partitions {msg} ({elapsed})",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> "),
+    );
+    let report = store.compact(tenant.as_ref(), range, &|p| {
+        bar.set_length(p.partitions_total as u64);
+        bar.set_position(p.partitions_done as u64);
+        bar.set_message(format!("{} / {}", mib(p.bytes_done), mib(p.bytes_total)));
+    })?;
+    bar.finish_and_clear();
+    store.shutdown()?;
+    println!(
+        "compacted {} partitions in {:.2} s",
+        report.compacted.len(),
+        started.elapsed().as_secs_f64()
+    );
+    println!(
+        "segments: {} -> {}",
+        report.segments_before, report.segments_after
+    );
+    println!(
+        "bytes:    {} ({}) -> {} ({})",
+        report.bytes_before,
+        mib(report.bytes_before),
+        report.bytes_after,
+        mib(report.bytes_after)
+    );
+    let downsampled = report
+        .compacted
+        .iter()
+        .filter(|c| c.step_ms_after != c.step_ms_before)
+        .count();
+    if downsampled > 0 {
+        println!("downsampled partitions: {downsampled}");
+    }
+    for s in &report.skipped {
+        println!(
+            "skipped {} partition {}: {}",
+            s.tenant, s.partition_start_ms, s.reason
+        );
+    }
+    Ok(())
+}
+
+fn cmd_segments(dir: &Path, tenant: Option<&str>, partition_minutes: i64) -> anyhow::Result<()> {
+    let tenant = tenant_arg(tenant)?;
+    let store = open_offline(dir, partition_minutes, false)?;
+    let segs: Vec<_> = store
+        .segments()
+        .into_iter()
+        .filter(|m| tenant.as_ref().is_none_or(|t| *t == m.tenant))
+        .collect();
+    println!(
+        "{:>8} {:<16} {:>15} {:>15} {:>8} {:>5} {:>12} {:>8} {:>10}",
+        "id", "tenant", "start_ms", "end_ms", "step_ms", "level", "bytes", "series", "samples"
+    );
+    for m in &segs {
+        println!(
+            "{:>8} {:<16} {:>15} {:>15} {:>8} {:>5} {:>12} {:>8} {:>10}",
+            m.id,
+            m.tenant.as_str(),
+            m.min_time_ms,
+            m.max_time_ms + m.step_ms,
+            m.step_ms,
+            m.level,
+            m.size_bytes,
+            m.series,
+            m.rows
+        );
+    }
+    println!(
+        "{} segments, {} bytes ({})",
+        segs.len(),
+        segs.iter().map(|m| m.size_bytes).sum::<u64>(),
+        mib(segs.iter().map(|m| m.size_bytes).sum())
+    );
+    store.close_without_flush();
+    Ok(())
+}
+
+fn cmd_retention(
+    dir: &Path,
+    tenant: &str,
+    max_age: &str,
+    partition_minutes: i64,
+) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let tenant = TenantId::new(tenant).map_err(|e| anyhow::anyhow!("invalid tenant: {e}"))?;
+    let age = parse_max_age(max_age)?;
+    let store = open_offline(dir, partition_minutes, false)?;
+    let s = store.set_retention(&tenant, age)?;
+    let spinner = ProgressBar::new_spinner();
+    spinner.set_message("deleting expired segments");
+    spinner.enable_steady_tick(Duration::from_millis(100));
+    let r = store.apply_retention()?;
+    spinner.finish_and_clear();
+    store.shutdown()?;
+    match s.max_age_ms {
+        Some(ms) => println!("tenant {tenant}: max age {} s", ms / 1000),
+        None => println!("tenant {tenant}: data kept forever"),
+    }
+    println!(
+        "deleted {} segments ({}) in {:.2} s",
+        r.deleted.len(),
+        mib(r.bytes_deleted),
+        started.elapsed().as_secs_f64()
+    );
+    println!("segments: {} -> {}", r.segments_before, r.segments_after);
+    Ok(())
 }
 
 fn init_logging(format: LogFormat) {
@@ -117,6 +340,8 @@ fn main() -> anyhow::Result<()> {
             ingestion_window_secs,
             query_cache_mb,
             query_timeout_secs,
+            admin_token,
+            compaction_interval_minutes,
         } => {
             let store = StoreConfig {
                 fsync: match fsync {
@@ -126,6 +351,10 @@ fn main() -> anyhow::Result<()> {
                 },
                 head_max_bytes: head_max_mb << 20,
                 partition_ms: partition_minutes * 60_000,
+                background_compaction: compaction_interval_minutes > 0,
+                compaction_interval: Duration::from_secs(
+                    compaction_interval_minutes.saturating_mul(60),
+                ),
                 ..StoreConfig::default()
             };
             store.validate().context("invalid storage options")?;
@@ -146,6 +375,7 @@ fn main() -> anyhow::Result<()> {
                     timeout: std::time::Duration::from_secs(query_timeout_secs),
                     ..defaults.query_limits
                 },
+                admin_token: admin_token.filter(|t| !t.is_empty()),
             };
             let rt = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
             rt.block_on(async {
@@ -153,5 +383,34 @@ fn main() -> anyhow::Result<()> {
                 server.run(shutdown_signal()).await
             })
         }
+        Command::Compact {
+            data_dir,
+            tenant,
+            start_ms,
+            end_ms,
+            partition_minutes,
+            no_downsample,
+        } => {
+            let range = (start_ms.is_some() || end_ms.is_some())
+                .then(|| TimeRange::new(start_ms.unwrap_or(i64::MIN), end_ms.unwrap_or(i64::MAX)));
+            cmd_compact(
+                &data_dir,
+                tenant.as_deref(),
+                range,
+                partition_minutes,
+                !no_downsample,
+            )
+        }
+        Command::Segments {
+            data_dir,
+            tenant,
+            partition_minutes,
+        } => cmd_segments(&data_dir, tenant.as_deref(), partition_minutes),
+        Command::Retention {
+            data_dir,
+            tenant,
+            max_age,
+            partition_minutes,
+        } => cmd_retention(&data_dir, &tenant, &max_age, partition_minutes),
     }
 }

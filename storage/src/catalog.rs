@@ -8,12 +8,16 @@ use std::path::Path;
 
 use tracing::warn;
 
+use crate::compact::TenantSettings;
 use crate::error::{Result, StorageError};
+use crate::model::TenantId;
 use crate::segment::SegmentMeta;
 
 pub struct Catalog {
     db: sled::Db,
     segments: sled::Tree,
+    /// Per-tenant settings (retention): key = tenant id, value = JSON.
+    tenants: sled::Tree,
 }
 
 fn err(e: impl std::fmt::Display) -> StorageError {
@@ -48,7 +52,15 @@ impl Catalog {
             }
         };
         let segments = db.open_tree("segments").map_err(err)?;
-        Ok((Catalog { db, segments }, rebuilt))
+        let tenants = db.open_tree("tenants").map_err(err)?;
+        Ok((
+            Catalog {
+                db,
+                segments,
+                tenants,
+            },
+            rebuilt,
+        ))
     }
 
     pub fn insert(&self, meta: &SegmentMeta) -> Result<()> {
@@ -82,6 +94,39 @@ impl Catalog {
                     warn!(key = ?k, error = %e, "dropping undecodable catalog entry");
                     self.segments.remove(k).map_err(err)?;
                 }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Settings of `tenant` (defaults when none were stored).
+    pub fn tenant_settings(&self, tenant: &TenantId) -> Result<TenantSettings> {
+        match self.tenants.get(tenant.as_str()).map_err(err)? {
+            None => Ok(TenantSettings::default()),
+            Some(v) => serde_json::from_slice(&v).map_err(err),
+        }
+    }
+
+    /// Stores the settings of `tenant` (durably).
+    pub fn set_tenant_settings(&self, tenant: &TenantId, s: &TenantSettings) -> Result<()> {
+        let v = serde_json::to_vec(s).map_err(err)?;
+        self.tenants.insert(tenant.as_str(), v).map_err(err)?;
+        self.flush()
+    }
+
+    /// Every tenant with stored settings. Undecodable entries are skipped with a
+    /// warning (they behave as defaults).
+    pub fn all_tenant_settings(&self) -> Result<Vec<(TenantId, TenantSettings)>> {
+        let mut out = Vec::new();
+        for kv in self.tenants.iter() {
+            let (k, v) = kv.map_err(err)?;
+            let name = String::from_utf8_lossy(&k).into_owned();
+            match (
+                TenantId::new(name.clone()),
+                serde_json::from_slice::<TenantSettings>(&v),
+            ) {
+                (Ok(t), Ok(s)) => out.push((t, s)),
+                _ => warn!(tenant = %name, "ignoring undecodable tenant settings"),
             }
         }
         Ok(out)

@@ -45,6 +45,40 @@ pub struct StoreConfig {
     pub zstd_level: i32,
     /// Run the background flusher clock (tests turn it off to flush by hand).
     pub background_flush: bool,
+    /// Run the background compactor (compaction, downsampling, retention) every
+    /// `compaction_interval`. Only when `background_flush` is on too. Default on.
+    pub background_compaction: bool,
+    /// How often the background compactor runs. Default 10 min.
+    pub compaction_interval: Duration,
+    /// Largest decoded size (bytes) of one partition's segments that a compaction
+    /// will hold in memory; bigger partitions are skipped with a reason. Default 1 GiB.
+    pub compaction_max_bytes: u64,
+    /// Downsampling rules: partitions that ended more than `after` ago are rewritten
+    /// at `step_ms` by compaction. Default: after 7 days 60 s, after 30 days 1 h.
+    pub downsample: Vec<DownsampleRule>,
+}
+
+/// Data older than `after` is rewritten at the coarser `step_ms`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DownsampleRule {
+    pub after: Duration,
+    pub step_ms: i64,
+}
+
+impl DownsampleRule {
+    /// The default rules: after 7 days 1-minute steps, after 30 days 1-hour steps.
+    pub fn defaults() -> Vec<DownsampleRule> {
+        vec![
+            DownsampleRule {
+                after: Duration::from_secs(7 * 86_400),
+                step_ms: 60_000,
+            },
+            DownsampleRule {
+                after: Duration::from_secs(30 * 86_400),
+                step_ms: 3_600_000,
+            },
+        ]
+    }
 }
 
 impl Default for StoreConfig {
@@ -61,6 +95,10 @@ impl Default for StoreConfig {
             query_threads: 0,
             zstd_level: 3,
             background_flush: true,
+            background_compaction: true,
+            compaction_interval: Duration::from_secs(600),
+            compaction_max_bytes: 1 << 30,
+            downsample: DownsampleRule::defaults(),
         }
     }
 }
@@ -79,6 +117,9 @@ impl StoreConfig {
         }
         if self.write_queue == 0 {
             return bad("write_queue must be at least 1");
+        }
+        if self.downsample.iter().any(|r| r.step_ms <= 0) {
+            return bad("downsample step_ms must be positive");
         }
         Ok(())
     }

@@ -12,6 +12,7 @@
 
 pub mod catalog;
 mod codec;
+pub mod compact;
 pub mod config;
 pub mod dict;
 pub mod error;
@@ -27,7 +28,8 @@ pub mod store;
 mod store_query;
 pub mod wal;
 
-pub use config::{FsyncPolicy, StoreConfig};
+pub use compact::{CompactProgress, CompactReport, RetentionReport};
+pub use config::{DownsampleRule, FsyncPolicy, StoreConfig};
 pub use error::{Result, StorageError};
 pub use model::{
     Batch, Function, InvalidTenant, Labels, Location, Mapping, Sample, SeriesSamples, Stacks,

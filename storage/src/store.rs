@@ -26,6 +26,10 @@ use parking_lot::{Mutex, RwLock};
 use tracing::{error, info, warn};
 
 use crate::catalog::Catalog;
+use crate::compact::{
+    self, CompactProgress, CompactReport, CompactedPartition, Merger, RetentionReport,
+    SkippedPartition, TenantSettings,
+};
 use crate::config::{FsyncPolicy, StoreConfig};
 use crate::error::{IoContext, Result, StorageError};
 use crate::head::HeadPartition;
@@ -95,6 +99,11 @@ struct Inner {
     cache: quick_cache::sync::Cache<u64, Arc<LoadedSegment>, SegmentWeighter>,
     stats: StoreStats,
     closed: AtomicBool,
+    /// Serializes compaction, downsampling and retention with each other.
+    lifecycle: Mutex<()>,
+    /// Segments out of the live set whose files are still read by a query; deleted
+    /// as soon as nothing references them (their catalog entries are gone already).
+    retired: Mutex<Vec<Arc<SegmentHandle>>>,
     _lock: File,
 }
 
@@ -103,6 +112,8 @@ pub struct Store {
     inner: Arc<Inner>,
     tx: Sender<WriterMsg>,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    /// Dropping it stops the background compactor.
+    stop_compactor: Mutex<Option<Sender<()>>>,
 }
 
 /// Milliseconds since the Unix epoch.
@@ -187,6 +198,8 @@ impl Store {
             ),
             stats,
             closed: AtomicBool::new(false),
+            lifecycle: Mutex::new(()),
+            retired: Mutex::new(Vec::new()),
             cfg,
             _lock: lock,
         };
@@ -215,10 +228,27 @@ impl Store {
                 .spawn(move || inner.flusher_loop(frx))
                 .at(&dir)?
         };
+        let mut threads = vec![w, f];
+        let mut stop_compactor = None;
+        if inner.cfg.background_flush
+            && inner.cfg.background_compaction
+            && !inner.cfg.compaction_interval.is_zero()
+        {
+            let (stx, srx) = channel::bounded::<()>(1);
+            let inner = inner.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name("profiledb-compactor".into())
+                    .spawn(move || inner.compactor_loop(srx))
+                    .at(&dir)?,
+            );
+            stop_compactor = Some(stx);
+        }
         Ok(Store {
             inner,
             tx,
-            threads: Mutex::new(vec![w, f]),
+            threads: Mutex::new(threads),
+            stop_compactor: Mutex::new(stop_compactor),
         })
     }
 
@@ -287,6 +317,7 @@ impl Store {
         if threads.is_empty() {
             return Ok(());
         }
+        drop(self.stop_compactor.lock().take());
         let flushed = self.flush();
         self.inner.closed.store(true, Ordering::SeqCst);
         let _ = self.tx.send(WriterMsg::Shutdown);
@@ -302,6 +333,7 @@ impl Store {
     /// Used by restart tests and for a fast exit.
     pub fn close_without_flush(self) {
         let threads: Vec<_> = std::mem::take(&mut *self.threads.lock());
+        drop(self.stop_compactor.lock().take());
         self.inner.closed.store(true, Ordering::SeqCst);
         let _ = self.tx.send(WriterMsg::Abort);
         for t in threads {
@@ -338,6 +370,66 @@ impl Store {
             .values()
             .map(|h| h.meta.clone())
             .collect()
+    }
+
+    // ---- lifecycle: compaction, downsampling, retention ---------------------------
+
+    /// Merges the live segments of each tenant and time partition that has more than
+    /// one (or whose data is old enough to be downsampled per the configured rules)
+    /// into one segment, partition by partition. `tenant` and `range` restrict which
+    /// partitions are considered. `progress` is called after each partition.
+    /// Queries and writes continue meanwhile; each partition switches atomically.
+    pub fn compact(
+        &self,
+        tenant: Option<&TenantId>,
+        range: Option<TimeRange>,
+        progress: &dyn Fn(&CompactProgress),
+    ) -> Result<CompactReport> {
+        self.inner.compact(tenant, range, false, now_ms(), progress)
+    }
+
+    /// Like [`Store::compact`] with an explicit clock for downsampling decisions.
+    pub fn compact_at(
+        &self,
+        tenant: Option<&TenantId>,
+        range: Option<TimeRange>,
+        now_ms: i64,
+        progress: &dyn Fn(&CompactProgress),
+    ) -> Result<CompactReport> {
+        self.inner.compact(tenant, range, false, now_ms, progress)
+    }
+
+    /// Sets (or with `None` clears) the maximum data age of `tenant`. Takes effect
+    /// at the next retention run ([`Store::apply_retention`] or the background
+    /// compactor).
+    pub fn set_retention(
+        &self,
+        tenant: &TenantId,
+        max_age: Option<Duration>,
+    ) -> Result<TenantSettings> {
+        let mut s = self.inner.catalog.tenant_settings(tenant)?;
+        s.max_age_ms = max_age.map(compact::duration_ms);
+        if s.max_age_ms.is_some_and(|a| a <= 0) {
+            return Err(StorageError::Invalid("max_age must be positive".into()));
+        }
+        self.inner.catalog.set_tenant_settings(tenant, &s)?;
+        Ok(s)
+    }
+
+    /// The stored settings of `tenant` (defaults: keep forever).
+    pub fn tenant_settings(&self, tenant: &TenantId) -> Result<TenantSettings> {
+        self.inner.catalog.tenant_settings(tenant)
+    }
+
+    /// Deletes every segment whose newest data is older than its tenant's maximum
+    /// age, as whole files, from the catalog and the live set.
+    pub fn apply_retention(&self) -> Result<RetentionReport> {
+        self.inner.apply_retention(now_ms())
+    }
+
+    /// [`Store::apply_retention`] with an explicit clock.
+    pub fn apply_retention_at(&self, now_ms: i64) -> Result<RetentionReport> {
+        self.inner.apply_retention(now_ms)
     }
 
     /// Checks every section checksum of every segment; corrupt ones are quarantined.
@@ -781,6 +873,361 @@ impl Inner {
         self.truncate_wal()
     }
 
+    fn live_totals(&self) -> (usize, u64) {
+        let st = self.state.read();
+        (
+            st.segments.len(),
+            st.segments.values().map(|h| h.meta.size_bytes).sum(),
+        )
+    }
+
+    fn compactor_loop(self: Arc<Self>, stop: Receiver<()>) {
+        loop {
+            match stop.recv_timeout(self.cfg.compaction_interval) {
+                Err(RecvTimeoutError::Timeout) => {}
+                _ => return,
+            }
+            let now = self.now_ms();
+            match self.apply_retention(now) {
+                Ok(r) if !r.deleted.is_empty() => {
+                    info!(
+                        segments = r.deleted.len(),
+                        bytes = r.bytes_deleted,
+                        "retention deleted expired segments"
+                    )
+                }
+                Ok(_) => {}
+                Err(e) => error!(error = %e, "retention failed"),
+            }
+            match self.compact(None, None, true, now, &|_| {}) {
+                Ok(r) => {
+                    if !r.compacted.is_empty() {
+                        info!(
+                            partitions = r.compacted.len(),
+                            bytes_before = r.bytes_before,
+                            bytes_after = r.bytes_after,
+                            elapsed_ms = r.elapsed_ms,
+                            "background compaction done"
+                        );
+                    }
+                    for s in r.skipped {
+                        warn!(tenant = %s.tenant, partition = s.partition_start_ms, reason = %s.reason, "partition not compacted");
+                    }
+                }
+                Err(e) => error!(error = %e, "background compaction failed"),
+            }
+        }
+    }
+
+    fn compact(
+        &self,
+        tenant: Option<&TenantId>,
+        range: Option<TimeRange>,
+        background: bool,
+        now: i64,
+        progress: &dyn Fn(&CompactProgress),
+    ) -> Result<CompactReport> {
+        let _guard = self.lifecycle.lock();
+        let started = Instant::now();
+        self.reap_retired();
+        let (segments_before, bytes_before) = self.live_totals();
+        let grace = compact::duration_ms(self.cfg.flush_grace);
+
+        // Plan under the read lock: group live segments by tenant and partition.
+        type Key = (TenantId, i64, i64);
+        let mut groups: BTreeMap<Key, Vec<Arc<SegmentHandle>>> = BTreeMap::new();
+        {
+            let st = self.state.read();
+            for h in st.segments.values() {
+                let m = &h.meta;
+                if tenant.is_some_and(|t| *t != m.tenant)
+                    || range
+                        .is_some_and(|r| !r.overlaps(m.partition_start_ms, m.partition_end_ms()))
+                    || (background && m.partition_end_ms().saturating_add(grace) > now)
+                {
+                    continue;
+                }
+                groups
+                    .entry((m.tenant.clone(), m.partition_start_ms, m.partition_ms))
+                    .or_default()
+                    .push(h.clone());
+            }
+        }
+        let mut report = CompactReport {
+            segments_before,
+            bytes_before,
+            ..Default::default()
+        };
+        let mut plan = Vec::new();
+        for ((t, start, width), handles) in groups {
+            let steps: Vec<i64> = handles.iter().map(|h| h.meta.step_ms).collect();
+            match compact::output_step(start + width, width, &steps, &self.cfg.downsample, now) {
+                None => report.skipped.push(SkippedPartition {
+                    tenant: t,
+                    partition_start_ms: start,
+                    reason: format!("segments have incompatible steps {steps:?}"),
+                }),
+                Some(step) => {
+                    if handles.len() > 1 || steps.iter().any(|&s| s != step) {
+                        plan.push((t, start, handles, step));
+                    }
+                }
+            }
+        }
+        let mut prog = CompactProgress {
+            partitions_total: plan.len(),
+            bytes_total: plan
+                .iter()
+                .flat_map(|p| p.2.iter())
+                .map(|h| h.meta.size_bytes)
+                .sum(),
+            ..Default::default()
+        };
+        progress(&prog);
+        for (t, start, handles, step) in plan {
+            if self.closed.load(Ordering::SeqCst) {
+                break;
+            }
+            let bytes: u64 = handles.iter().map(|h| h.meta.size_bytes).sum();
+            match self.compact_partition(handles, step)? {
+                Ok(done) => report.compacted.push(done),
+                Err(reason) => report.skipped.push(SkippedPartition {
+                    tenant: t,
+                    partition_start_ms: start,
+                    reason,
+                }),
+            }
+            prog.partitions_done += 1;
+            prog.bytes_done += bytes;
+            progress(&prog);
+        }
+        let (segments_after, bytes_after) = self.live_totals();
+        report.segments_after = segments_after;
+        report.bytes_after = bytes_after;
+        report.elapsed_ms = started.elapsed().as_millis() as u64;
+        Ok(report)
+    }
+
+    /// Merges `handles` (one tenant and partition) into one segment at `step`.
+    /// `Ok(Err(reason))` when the partition was left as it was.
+    fn compact_partition(
+        &self,
+        handles: Vec<Arc<SegmentHandle>>,
+        step: i64,
+    ) -> Result<std::result::Result<CompactedPartition, String>> {
+        let Some(first) = handles.first().map(|h| h.meta.clone()) else {
+            return Ok(Err("no segments".into()));
+        };
+        let budget = self.cfg.compaction_max_bytes as usize;
+        let mut merger = Merger::new(step);
+        let mut decoded = 0usize;
+        // The heavy part runs without any store lock: sources are immutable files.
+        for h in &handles {
+            let seg = match self.cache.get(&h.meta.id) {
+                Some(s) => s,
+                None => match h.file.load() {
+                    Ok(s) => Arc::new(s),
+                    Err(e) if e.is_corruption() => {
+                        self.quarantine(h, &e);
+                        return Ok(Err(format!(
+                            "segment {} is corrupt and was quarantined",
+                            h.meta.id
+                        )));
+                    }
+                    Err(e) => return Err(e),
+                },
+            };
+            decoded += seg.approx_bytes();
+            if decoded + merger.approx_bytes() > budget {
+                return Ok(Err(format!(
+                    "decoded size of the partition exceeds the compaction memory budget ({budget} bytes)"
+                )));
+            }
+            if let Err(e) = merger.add(&seg) {
+                return Ok(Err(format!("segment {} cannot be merged: {e}", h.meta.id)));
+            }
+        }
+        let mut sources: BTreeSet<u64> = BTreeSet::new();
+        for h in &handles {
+            sources.insert(h.meta.id);
+            // Transitively: a source's own sources may linger as files whose
+            // deletion was deferred; they must never be adopted again.
+            sources.extend(h.meta.sources.iter().copied());
+        }
+        let meta = SegmentMeta {
+            id: self.next_segment_id.fetch_add(1, Ordering::SeqCst),
+            tenant: first.tenant.clone(),
+            partition_start_ms: first.partition_start_ms,
+            partition_ms: first.partition_ms,
+            step_ms: step,
+            min_time_ms: 0,
+            max_time_ms: 0,
+            level: handles.iter().map(|h| h.meta.level).max().unwrap_or(0) + 1,
+            max_lsn: handles.iter().map(|h| h.meta.max_lsn).max().unwrap_or(0),
+            series: 0,
+            rows: 0,
+            value_total: 0,
+            created_ms: now_ms(),
+            sources: sources.into_iter().collect(),
+            file: String::new(),
+            size_bytes: 0,
+            checksum: 0,
+        };
+        let input = merger.finish(meta);
+        let meta = segment::write_segment(&self.dir, input, self.cfg.zstd_level)?;
+        let path = self.dir.join(&meta.file);
+        let expected = handles
+            .iter()
+            .fold(0i64, |a, h| a.wrapping_add(h.meta.value_total));
+        let undo = |why: String| -> Result<std::result::Result<CompactedPartition, String>> {
+            // File first: a catalog entry without its file is dropped at open.
+            fs::remove_file(&path).at(&path)?;
+            self.catalog.remove(meta.id)?;
+            self.catalog.flush()?;
+            Ok(Err(why))
+        };
+        if meta.value_total != expected {
+            return undo(format!(
+                "merged value total {} differs from the sources' {expected}; sources kept",
+                meta.value_total
+            ));
+        }
+        let file = SegmentFile::open(&path)?;
+        self.catalog.insert(&meta)?;
+        self.catalog.flush()?;
+        let new = Arc::new(SegmentHandle {
+            meta: meta.clone(),
+            file,
+        });
+        {
+            let mut st = self.state.write();
+            let intact = handles.iter().all(|h| {
+                st.segments
+                    .get(&h.meta.id)
+                    .is_some_and(|x| Arc::ptr_eq(x, h))
+            });
+            if !intact {
+                drop(st);
+                return undo("sources changed during compaction; try again".into());
+            }
+            for h in &handles {
+                st.segments.remove(&h.meta.id);
+            }
+            st.segments.insert(meta.id, new);
+            self.segments_version.fetch_add(1, Ordering::SeqCst);
+        }
+        let done = CompactedPartition {
+            tenant: meta.tenant.clone(),
+            partition_start_ms: meta.partition_start_ms,
+            sources: handles.iter().map(|h| h.meta.id).collect(),
+            output: meta.id,
+            level: meta.level,
+            step_ms_before: handles.iter().map(|h| h.meta.step_ms).min().unwrap_or(step),
+            step_ms_after: step,
+            bytes_before: handles.iter().map(|h| h.meta.size_bytes).sum(),
+            bytes_after: meta.size_bytes,
+            rows_before: handles.iter().map(|h| h.meta.rows).sum(),
+            rows_after: meta.rows,
+        };
+        self.retire(handles)?;
+        Ok(Ok(done))
+    }
+
+    /// Deletes segments already taken out of the live set: catalog entries now, files
+    /// once no query still holds them (waiting a little, then deferring).
+    fn retire(&self, handles: Vec<Arc<SegmentHandle>>) -> Result<()> {
+        for h in &handles {
+            self.cache.remove(&h.meta.id);
+            self.catalog.remove(h.meta.id)?;
+        }
+        self.catalog.flush()?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut pending = handles;
+        loop {
+            let mut err = None;
+            pending.retain(|h| {
+                if Arc::strong_count(h) > 1 {
+                    return true;
+                }
+                if let Err(e) = delete_segment_file(self, h) {
+                    err = Some(e);
+                }
+                false
+            });
+            if let Some(e) = err {
+                self.retired.lock().extend(pending);
+                return Err(e);
+            }
+            if pending.is_empty() || Instant::now() >= deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        if !pending.is_empty() {
+            warn!(
+                segments = pending.len(),
+                "replaced segments still read by a query; deleting them later"
+            );
+            self.retired.lock().extend(pending);
+        }
+        Ok(())
+    }
+
+    /// Deletes deferred files that nothing references any more.
+    fn reap_retired(&self) {
+        let mut r = self.retired.lock();
+        r.retain(|h| {
+            if Arc::strong_count(h) > 1 {
+                return true;
+            }
+            if let Err(e) = delete_segment_file(self, h) {
+                warn!(error = %e, "could not delete a replaced segment file; reconcile removes it at open");
+            }
+            false
+        });
+    }
+
+    fn apply_retention(&self, now: i64) -> Result<RetentionReport> {
+        let _guard = self.lifecycle.lock();
+        let started = Instant::now();
+        self.reap_retired();
+        let (segments_before, bytes_before) = self.live_totals();
+        let limits: HashMap<TenantId, i64> = self
+            .catalog
+            .all_tenant_settings()?
+            .into_iter()
+            .filter_map(|(t, s)| s.max_age_ms.map(|a| (t, a)))
+            .collect();
+        let expired: Vec<Arc<SegmentHandle>> = {
+            let mut st = self.state.write();
+            let ids: Vec<u64> = st
+                .segments
+                .values()
+                .filter(|h| {
+                    limits.get(&h.meta.tenant).is_some_and(|&age| {
+                        h.meta.max_time_ms.saturating_add(h.meta.step_ms) <= now.saturating_sub(age)
+                    })
+                })
+                .map(|h| h.meta.id)
+                .collect();
+            let out: Vec<_> = ids.iter().filter_map(|id| st.segments.remove(id)).collect();
+            if !out.is_empty() {
+                self.segments_version.fetch_add(1, Ordering::SeqCst);
+            }
+            out
+        };
+        let deleted: Vec<u64> = expired.iter().map(|h| h.meta.id).collect();
+        self.retire(expired)?;
+        let (segments_after, bytes_after) = self.live_totals();
+        Ok(RetentionReport {
+            deleted,
+            bytes_deleted: bytes_before - bytes_after.min(bytes_before),
+            segments_before,
+            segments_after,
+            elapsed_ms: started.elapsed().as_millis() as u64,
+        })
+    }
+
     fn truncate_wal(&self) -> Result<()> {
         let mut wal = self.wal.lock();
         let min_needed = {
@@ -946,6 +1393,19 @@ fn apply_batch(
         applied += part.write().apply(lsn, batch);
     }
     applied
+}
+
+fn delete_segment_file(inner: &Inner, h: &SegmentHandle) -> Result<()> {
+    inner.cache.remove(&h.meta.id);
+    match fs::remove_file(&h.file.path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(StorageError::io(&h.file.path, e)),
+    }
+    if let Some(parent) = h.file.path.parent() {
+        segment::sync_dir(parent)?;
+    }
+    Ok(())
 }
 
 fn move_to_quarantine(dir: &Path, file: &Path) -> Result<()> {

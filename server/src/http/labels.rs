@@ -162,8 +162,13 @@ async fn merge(
         )));
     }
     let (sel, range) = p.resolve()?;
-    let (store, tenant) = (state.store()?, tenant_of(&headers)?);
-    let tree = blocking(move || Ok(store.merge(&tenant, &sel, range)?)).await?;
+    let (store, tenant, engine) = (state.store()?, tenant_of(&headers)?, state.engine()?);
+    let tree = blocking(move || {
+        store
+            .merge_cached(&engine, &tenant, &sel, range)
+            .map_err(crate::http::query_error)
+    })
+    .await?;
     Ok(if format == "json" {
         let stacks: Vec<serde_json::Value> = tree
             .folded()

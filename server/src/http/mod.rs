@@ -1,8 +1,10 @@
 //! HTTP routes. Each submodule owns one family of endpoints.
 
+mod admin;
 mod ingest;
 mod labels;
 mod query;
+pub(crate) use query::storage_error as query_error;
 mod system;
 
 use std::sync::atomic::Ordering;
@@ -43,6 +45,7 @@ pub fn router(state: AppRef) -> Router {
         .merge(ingest::routes())
         .merge(labels::routes())
         .merge(query::routes())
+        .merge(admin::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(

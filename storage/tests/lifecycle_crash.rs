@@ -1,0 +1,216 @@
+//! Compaction crash safety with a real child process: the child writes batches,
+//! flushes and compacts in a loop (downsampling too); the parent kills it with
+//! SIGKILL at random points — mostly right after it announces a compaction — then
+//! reopens the store and checks every acknowledged batch is present exactly once,
+//! and that no orphan segment files remain.
+//!
+//! The child is this same test binary, re-executed with `PROFILEDB_COMPACT_CHILD` set.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+use profiledb_storage::{DownsampleRule, Selector, Store, StoreConfig, TenantId, TimeRange};
+
+const CHILD_ENV: &str = "PROFILEDB_COMPACT_CHILD";
+const TEST_NAME: &str = "sigkill_during_compaction_keeps_data_exactly_once";
+
+fn config() -> StoreConfig {
+    StoreConfig {
+        partition_ms: 60_000,
+        step_ms: 1_000,
+        flush_grace: Duration::ZERO,
+        background_flush: false,
+        query_threads: 2,
+        // Everything is years old: outputs are downsampled to 10 s steps.
+        downsample: vec![DownsampleRule {
+            after: Duration::from_secs(86_400),
+            step_ms: 10_000,
+        }],
+        ..StoreConfig::default()
+    }
+}
+
+fn batch_samples(i: u64) -> Vec<TSample> {
+    let base = 1_600_000_000_000i64;
+    (0..30)
+        .map(|j| TSample {
+            labels: vec![
+                ("batch".into(), i.to_string()),
+                ("service_name".into(), format!("svc{}", i % 3)),
+            ],
+            ts: base + ((i as i64) * 13 + j * 7) % 600 * 1_000,
+            stack: vec![
+                TFrame::Func("main".into()),
+                TFrame::Func(format!("work{}", (i as i64 + j) % 6)),
+                TFrame::Addr(0x40 + (j as u64 % 5)),
+            ],
+            value: (i as i64 % 13) + j + 1,
+        })
+        .collect()
+}
+
+fn expected_total(i: u64) -> i64 {
+    batch_samples(i).iter().map(|s| s.value).sum()
+}
+
+fn run_child(dir: &str) {
+    let start: u64 = std::env::var("PROFILEDB_COMPACT_START")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let store = Store::open(dir, config()).unwrap();
+    let tenant = TenantId::default();
+    let mut i = start;
+    loop {
+        for _ in 0..3 {
+            store
+                .write(build_batch(&tenant, &batch_samples(i)))
+                .unwrap();
+            println!("ACK {i}");
+            i += 1;
+        }
+        store.flush().unwrap();
+        println!("COMPACT");
+        store.compact(None, None, &|_| {}).unwrap();
+        println!("DONE");
+    }
+}
+
+fn segment_files(dir: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let root = dir.join("segments");
+    if let Ok(rd) = std::fs::read_dir(&root) {
+        for t in rd {
+            let t = t.unwrap().path();
+            for f in std::fs::read_dir(&t).unwrap() {
+                let p = f.unwrap().path();
+                out.push(p.strip_prefix(dir).unwrap().to_string_lossy().into_owned());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn check(store: &Store, acked: &BTreeSet<u64>, next_start: u64) -> usize {
+    let tenant = TenantId::default();
+    let totals = store
+        .series_totals(&tenant, &Selector::default(), TimeRange::all())
+        .unwrap();
+    let mut stored: BTreeMap<u64, i64> = BTreeMap::new();
+    for (labels, pts) in &totals {
+        let id: u64 = labels.get("batch").unwrap().parse().unwrap();
+        *stored.entry(id).or_insert(0) += pts.values().sum::<i64>();
+    }
+    for id in acked {
+        assert_eq!(
+            stored.get(id).copied(),
+            Some(expected_total(*id)),
+            "acknowledged batch {id}"
+        );
+    }
+    for (id, total) in &stored {
+        assert!(*id < next_start, "unknown batch {id}");
+        assert_eq!(
+            *total,
+            expected_total(*id),
+            "batch {id} lost or double counted"
+        );
+    }
+    let tree = store
+        .merge(&tenant, &Selector::default(), TimeRange::all())
+        .unwrap();
+    assert_eq!(tree.total(), stored.values().sum::<i64>());
+    // No orphans: the files are exactly the live segments, none replaced by another.
+    let segs = store.segments();
+    let mut live: Vec<String> = segs.iter().map(|m| m.file.clone()).collect();
+    live.sort();
+    assert_eq!(
+        segment_files(store.dir()),
+        live,
+        "orphan or missing segment files"
+    );
+    let ids: BTreeSet<u64> = segs.iter().map(|m| m.id).collect();
+    for m in &segs {
+        assert!(
+            m.sources.iter().all(|s| !ids.contains(s)),
+            "both old and new live"
+        );
+    }
+    stored.len()
+}
+
+#[test]
+fn sigkill_during_compaction_keeps_data_exactly_once() {
+    if let Ok(dir) = std::env::var(CHILD_ENV) {
+        run_child(&dir);
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let mut acked: BTreeSet<u64> = BTreeSet::new();
+    let mut next_start = 0u64;
+    let mut rng = 0x9E3779B97F4A7C15u64;
+    let mut kills = 0;
+    let mut kills_mid_compaction = 0;
+    for round in 0..12 {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        // Kill after the k-th compaction announcement plus a random delay.
+        let kill_at_compaction = 1 + rng % 4;
+        let delay_us = (rng >> 8) % 40_000;
+        let mut child = Command::new(&exe)
+            .args(["--exact", TEST_NAME, "--nocapture", "--test-threads=1"])
+            .env(CHILD_ENV, dir.path())
+            .env("PROFILEDB_COMPACT_START", next_start.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let out = BufReader::new(child.stdout.take().unwrap());
+        let mut compactions = 0;
+        let mut max_id = next_start;
+        let mut killed = false;
+        let mut finished_after_kill = false;
+        for line in out.lines() {
+            let Ok(line) = line else { break };
+            if let Some(id) = line.strip_prefix("ACK ") {
+                let id: u64 = id.trim().parse().unwrap();
+                acked.insert(id);
+                max_id = max_id.max(id);
+            } else if line.starts_with("COMPACT") {
+                compactions += 1;
+                if compactions >= kill_at_compaction && !killed {
+                    std::thread::sleep(Duration::from_micros(delay_us));
+                    child.kill().unwrap(); // SIGKILL
+                    killed = true;
+                    kills += 1;
+                }
+            } else if line.starts_with("DONE") && killed {
+                finished_after_kill = true;
+            }
+        }
+        let status = child.wait().unwrap();
+        assert!(killed, "round {round}: child exited on its own ({status})");
+        if !finished_after_kill {
+            kills_mid_compaction += 1;
+        }
+        next_start = max_id + 4;
+    }
+    let store = Store::open(dir.path(), config()).unwrap();
+    let stored = check(&store, &acked, next_start);
+    // And once more after a clean compaction.
+    store.compact(None, None, &|_| {}).unwrap();
+    check(&store, &acked, next_start);
+    eprintln!(
+        "compaction crash test: {kills} kills ({kills_mid_compaction} before the compaction finished), {} acknowledged, {stored} stored, {} segments",
+        acked.len(),
+        store.segments().len()
+    );
+}
