@@ -170,6 +170,19 @@ fn admin_api_compacts_lists_and_applies_retention() {
     assert_eq!(left["count"], 1);
     assert_eq!(value_total(&left), 5);
 
+    // Both runs are visible in /metrics (6 sources → 3 outputs; 3 segments expired).
+    let metrics = s.get("/metrics").text().unwrap();
+    for line in [
+        "profiledb_storage_partitions_compacted_total 3",
+        "profiledb_storage_segments_compacted_away_total 6",
+        "profiledb_storage_retention_segments_deleted_total 3",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "missing {line:?} in /metrics"
+        );
+    }
+
     // Bad input.
     let r = s
         .client

@@ -35,6 +35,13 @@ counters! {
     queries => "Queries executed.",
     segment_cache_hits => "Segment loads served from the decoded-segment cache.",
     segment_cache_misses => "Segment loads that read the file.",
+    partitions_compacted => "Partitions rewritten by compaction or downsampling.",
+    segments_compacted_away => "Source segments replaced by compaction.",
+    compaction_bytes_read => "Bytes of source segments compacted.",
+    compaction_bytes_written => "Bytes of segments written by compaction.",
+    compaction_skipped_partitions => "Partitions compaction left alone (over the memory budget).",
+    retention_segments_deleted => "Segments deleted by retention.",
+    retention_bytes_deleted => "Bytes deleted by retention.",
 }
 
 pub(crate) fn inc(c: &AtomicU64, n: u64) {

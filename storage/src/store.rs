@@ -1005,6 +1005,19 @@ impl Inner {
         report.segments_after = segments_after;
         report.bytes_after = bytes_after;
         report.elapsed_ms = started.elapsed().as_millis() as u64;
+        inc(
+            &self.stats.partitions_compacted,
+            report.compacted.len() as u64,
+        );
+        for c in &report.compacted {
+            inc(&self.stats.segments_compacted_away, c.sources.len() as u64);
+            inc(&self.stats.compaction_bytes_read, c.bytes_before);
+            inc(&self.stats.compaction_bytes_written, c.bytes_after);
+        }
+        inc(
+            &self.stats.compaction_skipped_partitions,
+            report.skipped.len() as u64,
+        );
         Ok(report)
     }
 
@@ -1219,13 +1232,19 @@ impl Inner {
         let deleted: Vec<u64> = expired.iter().map(|h| h.meta.id).collect();
         self.retire(expired)?;
         let (segments_after, bytes_after) = self.live_totals();
-        Ok(RetentionReport {
+        let report = RetentionReport {
             deleted,
             bytes_deleted: bytes_before - bytes_after.min(bytes_before),
             segments_before,
             segments_after,
             elapsed_ms: started.elapsed().as_millis() as u64,
-        })
+        };
+        inc(
+            &self.stats.retention_segments_deleted,
+            report.deleted.len() as u64,
+        );
+        inc(&self.stats.retention_bytes_deleted, report.bytes_deleted);
+        Ok(report)
     }
 
     fn truncate_wal(&self) -> Result<()> {
