@@ -1,0 +1,567 @@
+//! The agent's main loop: drain perf buffers, aggregate, flush and push.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use perf_event::data::Record as PerfRecord;
+use thiserror::Error;
+
+use crate::aggregate::{is_kernel_addr, RawKey, Window};
+use crate::config::EventKind;
+use crate::guard::{CpuGuard, GuardError};
+use crate::perf::{self, EventFd, PerfError, PerfOptions, Target, MISC_COMM_EXEC};
+use crate::pprof::{self, LabelConfig, LabeledStack};
+use crate::procs::{MmapInfo, ProcessTable};
+use crate::proto::push::PushRequest;
+use crate::push::{HttpTransport, PushStats, Pusher, RetryPolicy};
+use crate::symbolize::{HostSymbolizer, SymbolStats};
+use crate::unwind::DwarfUnwinder;
+
+/// `PERF_CONTEXT_MAX`: callchain entries at or above are context markers.
+const PERF_CONTEXT_MAX: u64 = (-4095i64) as u64;
+/// Deepest stack kept.
+pub const MAX_FRAMES: usize = 256;
+
+#[derive(Debug, Error)]
+pub enum AgentError {
+    #[error(transparent)]
+    Perf(#[from] PerfError),
+    #[error(transparent)]
+    Guard(#[from] GuardError),
+    #[error("none of the processes {0:?} exist")]
+    NoProcess(Vec<u32>),
+}
+
+/// Everything the agent needs to run.
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    pub server: String,
+    pub pids: Vec<u32>,
+    pub duration: Option<Duration>,
+    pub push_interval: Duration,
+    pub frequency: u64,
+    pub events: Vec<EventKind>,
+    pub labels: LabelConfig,
+    pub max_cpu_percent: f64,
+    /// Window over which the CPU guard averages.
+    pub guard_window: Duration,
+    /// Bytes of user stack copied per sample for DWARF unwinding (0 = off).
+    pub stack_bytes: u32,
+    /// Distinct stacks kept per window.
+    pub max_stacks: usize,
+    /// Windows waiting to be pushed.
+    pub max_queue: usize,
+    pub retry: RetryPolicy,
+    pub verbose: bool,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        Self {
+            server: "http://127.0.0.1:4040".into(),
+            pids: Vec::new(),
+            duration: None,
+            push_interval: Duration::from_secs(10),
+            frequency: 19,
+            events: vec![EventKind::CpuClock],
+            labels: LabelConfig::default(),
+            max_cpu_percent: 1.0,
+            guard_window: Duration::from_secs(60),
+            stack_bytes: 16 * 1024,
+            max_stacks: 20_000,
+            max_queue: 6,
+            retry: RetryPolicy::default(),
+            verbose: false,
+        }
+    }
+}
+
+/// What happened during a run.
+#[derive(Clone, Debug, Default)]
+pub struct Summary {
+    pub events: Vec<EventKind>,
+    pub fds: usize,
+    pub samples: u64,
+    pub idle_samples: u64,
+    pub lost_samples: u64,
+    pub dropped_stack_samples: u64,
+    pub windows: u64,
+    pub push: PushStats,
+    pub symbols: SymbolStats,
+    pub user_frames_fp: u64,
+    pub user_frames_dwarf: u64,
+    pub user_stacks: u64,
+    pub cpu_percent: f64,
+    pub guard_tripped: Option<f64>,
+    pub warnings: Vec<String>,
+}
+
+impl Summary {
+    /// Average user stack depth per sample as kept (DWARF where it went deeper).
+    pub fn avg_user_depth(&self) -> f64 {
+        if self.user_stacks == 0 {
+            0.0
+        } else {
+            self.user_frames_dwarf as f64 / self.user_stacks as f64
+        }
+    }
+
+    /// Average user stack depth of the kernel's frame-pointer callchains alone.
+    pub fn avg_fp_depth(&self) -> f64 {
+        if self.user_stacks == 0 {
+            0.0
+        } else {
+            self.user_frames_fp as f64 / self.user_stacks as f64
+        }
+    }
+}
+
+/// Maps cgroup ids to paths (cgroup v2: the id is the directory's inode number).
+#[derive(Default)]
+struct CgroupNames {
+    names: HashMap<u64, String>,
+    scanned: Option<Instant>,
+}
+
+impl CgroupNames {
+    fn scan(&mut self) {
+        if self
+            .scanned
+            .is_some_and(|t| t.elapsed() < Duration::from_secs(30))
+        {
+            return;
+        }
+        self.scanned = Some(Instant::now());
+        let Some(root) = cgroup2_root() else {
+            return;
+        };
+        let root = root.as_path();
+        let mut stack = vec![root.to_path_buf()];
+        let mut seen = 0usize;
+        while let Some(dir) = stack.pop() {
+            seen += 1;
+            if seen > 100_000 || self.names.len() > 100_000 {
+                break;
+            }
+            if let Ok(md) = std::fs::metadata(&dir) {
+                use std::os::unix::fs::MetadataExt;
+                let rel = dir
+                    .strip_prefix(root)
+                    .map(|p| p.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                self.names.insert(md.ino(), format!("/{rel}"));
+            }
+            if let Ok(rd) = std::fs::read_dir(&dir) {
+                for e in rd.flatten() {
+                    if e.file_type().is_ok_and(|t| t.is_dir()) {
+                        stack.push(e.path());
+                    }
+                }
+            }
+        }
+    }
+
+    fn get(&mut self, id: u64) -> Option<String> {
+        if id == 0 {
+            return None;
+        }
+        if !self.names.contains_key(&id) {
+            self.scan();
+        }
+        self.names.get(&id).cloned()
+    }
+}
+
+/// The cgroup v2 hierarchy: `/sys/fs/cgroup` (unified) or `/sys/fs/cgroup/unified`
+/// (hybrid systems). Sample cgroup ids are inode numbers in it.
+fn cgroup2_root() -> Option<std::path::PathBuf> {
+    const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
+    for p in ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"] {
+        let Ok(c) = std::ffi::CString::new(p) else {
+            continue;
+        };
+        // SAFETY: statfs writes into a zeroed struct we own; the path is NUL-terminated.
+        let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        if unsafe { libc::statfs(c.as_ptr(), &mut st) } == 0
+            && st.f_type as i64 == CGROUP2_SUPER_MAGIC
+        {
+            return Some(p.into());
+        }
+    }
+    None
+}
+
+struct State {
+    cfg: AgentConfig,
+    events: Vec<EventKind>,
+    procs: ProcessTable,
+    window: Window,
+    symbolizer: HostSymbolizer,
+    unwinder: DwarfUnwinder,
+    cgroups: CgroupNames,
+    summary: Summary,
+    frames: Vec<u64>,
+    user: Vec<u64>,
+}
+
+impl State {
+    fn handle(&mut self, event: u8, misc: u16, rec: &PerfRecord<'_>) {
+        match rec {
+            PerfRecord::Sample(s) => self.on_sample(event, s),
+            PerfRecord::Mmap2(m) => {
+                let path = String::from_utf8_lossy(&m.filename);
+                let dev = perf_devnum(m.maj(), m.min());
+                if m.prot & libc::PROT_EXEC as u32 != 0 {
+                    self.procs.on_mmap(
+                        m.pid,
+                        &MmapInfo {
+                            start: m.addr,
+                            len: m.len,
+                            pgoff: m.pgoff,
+                            path: &path,
+                            dev,
+                            ino: m.ino().unwrap_or(0),
+                        },
+                    );
+                }
+            }
+            PerfRecord::Mmap(m) => {
+                // Plain MMAP records only come for executable mappings here.
+                let path = String::from_utf8_lossy(&m.filename);
+                self.procs.on_mmap(
+                    m.pid,
+                    &MmapInfo {
+                        start: m.addr,
+                        len: m.len,
+                        pgoff: m.pgoff,
+                        path: &path,
+                        dev: 0,
+                        ino: 0,
+                    },
+                );
+            }
+            PerfRecord::Comm(c) => {
+                let comm = String::from_utf8_lossy(&c.comm);
+                self.procs
+                    .on_comm(c.pid, c.tid, &comm, misc & MISC_COMM_EXEC != 0);
+            }
+            PerfRecord::Fork(f) => self.procs.on_fork(f.pid, f.ppid, f.tid),
+            PerfRecord::Exit(e) => self.procs.on_exit(e.pid, e.tid),
+            PerfRecord::Lost(l) => self.summary.lost_samples += l.lost,
+            PerfRecord::CGroup(c) => {
+                let path = String::from_utf8_lossy(&c.path).into_owned();
+                self.cgroups.names.insert(c.id, path);
+            }
+            _ => {}
+        }
+    }
+
+    fn on_sample(&mut self, event: u8, s: &perf_event::data::Sample<'_>) {
+        self.summary.samples += 1;
+        let pid = s.pid().unwrap_or(0);
+        if pid == 0 {
+            self.summary.idle_samples += 1;
+            return;
+        }
+        if self.procs.get(pid).is_none() {
+            self.procs.load_from_proc(pid);
+        }
+        self.frames.clear();
+        self.user.clear();
+        let mut in_kernel = false;
+        let mut saw_marker = false;
+        if let Some(chain) = s.callchain() {
+            for &ip in chain {
+                if ip >= PERF_CONTEXT_MAX {
+                    saw_marker = true;
+                    in_kernel = ip == (-128i64) as u64; // PERF_CONTEXT_KERNEL
+                    continue;
+                }
+                if in_kernel || (!saw_marker && is_kernel_addr(ip)) {
+                    if self.frames.len() < MAX_FRAMES {
+                        self.frames.push(ip);
+                    }
+                } else if self.user.len() < MAX_FRAMES {
+                    self.user.push(ip);
+                }
+            }
+        }
+        if self.frames.is_empty() && self.user.is_empty() {
+            if let Some(ip) = s.ip() {
+                if is_kernel_addr(ip) {
+                    self.frames.push(ip);
+                } else {
+                    self.user.push(ip);
+                }
+            }
+        }
+        // The kernel walks frame pointers even through code built without them and
+        // then reads garbage: cut the chain at the first return address outside every
+        // executable mapping of the process (the leaf is kept: it may be JIT code).
+        if let Some(p) = self.procs.get(pid) {
+            let keep = self
+                .user
+                .iter()
+                .skip(1)
+                .position(|&a| p.lookup(a.saturating_sub(1)).is_none())
+                .map_or(self.user.len(), |i| i + 1);
+            self.user.truncate(keep);
+        }
+        // DWARF: unwind the copied user stack; keep it if it goes deeper.
+        let fp_user = self.user.len();
+        let mut dwarf_user = 0;
+        if let (Some(regs), Some(stack)) = (s.regs_user(), s.stack_user()) {
+            if !stack.is_empty() {
+                let mut d = Vec::with_capacity(32);
+                self.unwinder
+                    .unwind(&self.procs, pid, &regs.regs, stack, &mut d);
+                dwarf_user = d.len();
+                if d.len() > self.user.len() {
+                    d.truncate(MAX_FRAMES);
+                    self.user = d;
+                }
+            }
+        }
+        if fp_user > 0 || dwarf_user > 0 {
+            self.summary.user_stacks += 1;
+            self.summary.user_frames_fp += fp_user as u64;
+            self.summary.user_frames_dwarf += dwarf_user.max(fp_user) as u64;
+        }
+        let room = MAX_FRAMES.saturating_sub(self.frames.len());
+        self.frames.extend(self.user.iter().take(room));
+        let key = RawKey {
+            event,
+            pid,
+            cgroup: s.cgroup().unwrap_or(0),
+            frames: self.frames.as_slice().into(),
+        };
+        self.window.add(key, 1);
+    }
+
+    /// Closes the window: symbolize, build one pprof per event, encode the request.
+    fn flush(&mut self) -> Option<Vec<u8>> {
+        let now = SystemTime::now();
+        let start = self.window.start;
+        self.summary.dropped_stack_samples += self.window.dropped_samples;
+        let raw = self.window.take(now);
+        self.summary.windows += 1;
+        if raw.is_empty() {
+            self.procs.gc();
+            return None;
+        }
+        let stacks: Vec<(u32, &[u64])> = raw.iter().map(|(k, _)| (k.pid, &k.frames[..])).collect();
+        let symbolized = self.symbolizer.symbolize(&self.procs, &stacks);
+        let mut per_event: Vec<Vec<LabeledStack>> = vec![Vec::new(); self.events.len()];
+        let mut comms: HashMap<u32, String> = HashMap::new();
+        for ((key, count), frames) in raw.iter().zip(symbolized) {
+            let comm = comms
+                .entry(key.pid)
+                .or_insert_with(|| {
+                    self.procs
+                        .get(key.pid)
+                        .map(|p| p.comm.clone())
+                        .unwrap_or_default()
+                })
+                .clone();
+            let cgroup = self.cgroups.get(key.cgroup);
+            let labels = self
+                .cfg
+                .labels
+                .sample_labels(key.pid, &comm, cgroup.as_deref());
+            if let Some(v) = per_event.get_mut(key.event as usize) {
+                v.push(LabeledStack {
+                    labels,
+                    frames,
+                    count: *count,
+                });
+            }
+        }
+        self.procs.gc();
+        self.unwinder.retain(&self.procs);
+        let period_ns = (1_000_000_000u64 / self.cfg.frequency.max(1)) as i64;
+        let time_nanos = nanos_since_epoch(start);
+        let duration = now.duration_since(start).unwrap_or_default().as_nanos() as i64;
+        let mut req = PushRequest::default();
+        for (i, stacks) in per_event.into_iter().enumerate() {
+            if stacks.is_empty() {
+                continue;
+            }
+            let merged = pprof::merge_stacks(stacks);
+            let profile = pprof::build_profile(&merged, period_ns, time_nanos, duration);
+            let name = self.events.get(i).map(|e| e.name()).unwrap_or("cpu-clock");
+            req.series.push(pprof::push_series(
+                &self.cfg.labels.series_labels(name),
+                &profile,
+            ));
+        }
+        self.summary.symbols = self.symbolizer.stats;
+        match pprof::encode_push_body(&req) {
+            Ok(b) => Some(b),
+            Err(e) => {
+                eprintln!("profiledb-agent: encoding the window failed: {e}");
+                None
+            }
+        }
+    }
+}
+
+fn perf_devnum(maj: Option<u32>, min: Option<u32>) -> u64 {
+    match (maj, min) {
+        (Some(a), Some(b)) => crate::procs::makedev(a as u64, b as u64),
+        _ => 0,
+    }
+}
+
+fn nanos_since_epoch(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+fn drain(fds: &mut [EventFd], state: &mut State) {
+    for f in fds.iter_mut() {
+        // Bound the work per round so one busy fd cannot starve the others.
+        for _ in 0..100_000 {
+            let Some(rec) = f.sampler.next_record() else {
+                break;
+            };
+            let misc = rec.misc();
+            let event = f.event;
+            if let Ok(r) = rec.parse_record() {
+                state.handle(event, misc, &r);
+            };
+        }
+    }
+}
+
+/// Runs the agent until `stop` is set, the duration passes or the CPU guard trips.
+pub fn run(cfg: AgentConfig, stop: &AtomicBool) -> Result<Summary, AgentError> {
+    let mut procs = ProcessTable::new();
+    let cpus = perf::online_cpus();
+    let target = if cfg.pids.is_empty() {
+        procs.load_all();
+        Target::System { cpus }
+    } else {
+        let mut tids = Vec::new();
+        for &p in &cfg.pids {
+            if procs.load_from_proc(p) {
+                tids.extend(perf::threads_of(p));
+            }
+        }
+        if tids.is_empty() {
+            return Err(AgentError::NoProcess(cfg.pids.clone()));
+        }
+        Target::Threads { tids, cpus }
+    };
+    let opts = PerfOptions {
+        frequency: cfg.frequency,
+        kernel: true,
+        stack_bytes: cfg.stack_bytes,
+        pages: if cfg.stack_bytes > 0 { 256 } else { 32 },
+    };
+    let perf::Opened {
+        mut fds,
+        events,
+        warnings,
+    } = perf::open_all(&cfg.events, &target, &opts)?;
+    for w in &warnings {
+        eprintln!("profiledb-agent: {w}");
+    }
+    let mut summary = Summary {
+        events: events.clone(),
+        fds: fds.len(),
+        warnings,
+        ..Default::default()
+    };
+    eprintln!(
+        "profiledb-agent: sampling {} at {} Hz with {} fd(s), events {:?}, pushing every {:?} to {}",
+        if cfg.pids.is_empty() {
+            "the whole machine".to_string()
+        } else {
+            format!("pids {:?}", cfg.pids)
+        },
+        cfg.frequency,
+        fds.len(),
+        events.iter().map(|e| e.name()).collect::<Vec<_>>(),
+        cfg.push_interval,
+        cfg.server
+    );
+    let pusher = Pusher::spawn(
+        HttpTransport::new(&cfg.server, Duration::from_secs(10)),
+        cfg.retry,
+        cfg.max_queue,
+    );
+    let mut guard = CpuGuard::new(cfg.max_cpu_percent, cfg.guard_window)?;
+    summary.warnings.extend(
+        (!HostSymbolizer::new().kernel_readable())
+            .then(|| "/proc/kallsyms unreadable: kernel frames stay unsymbolized".to_string()),
+    );
+    let mut cgroups = CgroupNames::default();
+    cgroups.scan();
+    let mut state = State {
+        window: Window::new(cfg.max_stacks),
+        cfg: cfg.clone(),
+        events,
+        procs,
+        symbolizer: HostSymbolizer::new(),
+        unwinder: DwarfUnwinder::new(),
+        cgroups,
+        summary,
+        frames: Vec::new(),
+        user: Vec::new(),
+    };
+    let started = Instant::now();
+    let mut next_flush = started + cfg.push_interval;
+    let mut next_guard = started + Duration::from_secs(1);
+    let tick = Duration::from_millis(if cfg.stack_bytes > 0 { 100 } else { 250 });
+    loop {
+        std::thread::sleep(tick);
+        drain(&mut fds, &mut state);
+        let now = Instant::now();
+        let done = stop.load(Ordering::Relaxed)
+            || cfg
+                .duration
+                .is_some_and(|d| now.duration_since(started) >= d);
+        if done {
+            break;
+        }
+        if now >= next_flush {
+            next_flush = now + cfg.push_interval;
+            if let Some(body) = state.flush() {
+                pusher.submit(body);
+            }
+            if cfg.verbose {
+                let p = pusher.stats();
+                eprintln!(
+                    "profiledb-agent: window {}: {} samples so far, {} lost, {} windows pushed, {} dropped",
+                    state.summary.windows, state.summary.samples, state.summary.lost_samples, p.pushed_windows, p.dropped()
+                );
+            }
+        }
+        if now >= next_guard {
+            next_guard = now + Duration::from_secs(1);
+            if let Some(pct) = guard.check()? {
+                eprintln!(
+                    "profiledb-agent: own CPU use {pct:.2}% over the last {:?} exceeds --max-cpu-percent {}: stopping sampling",
+                    cfg.guard_window, cfg.max_cpu_percent
+                );
+                state.summary.guard_tripped = Some(pct);
+                break;
+            }
+        }
+    }
+    for f in fds.iter_mut() {
+        let _ = f.sampler.disable();
+    }
+    drain(&mut fds, &mut state);
+    drop(fds);
+    if let Some(body) = state.flush() {
+        pusher.submit(body);
+    }
+    let mut summary = state.summary;
+    summary.push = pusher.finish(Duration::from_secs(15));
+    summary.cpu_percent = guard.average_percent();
+    Ok(summary)
+}

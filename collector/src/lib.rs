@@ -1,0 +1,55 @@
+//! `profiledb-agent`: a lightweight perf_event collector that feeds profiledb.
+//!
+//! The agent samples CPU stacks with `perf_event_open` (through perf-event2): one fd per
+//! event per CPU in system-wide mode (or per thread and CPU with `--pid`), user +
+//! kernel callchains, pid/tid and the cgroup id where the kernel supports it. It tracks
+//! `mmap2`/`comm`/`fork`/`exit` records from the moment sampling starts (after a scan of
+//! `/proc` for the processes already running), so processes that exit inside a push
+//! window still symbolize at the end of it.
+//!
+//! Every push interval the raw `(labels, stack) → count` window is symbolized on the
+//! host with [blazesym](https://docs.rs/blazesym) (ELF symbol tables of the mapped
+//! files, `/proc/kallsyms` for the kernel), encoded as one pprof per event type and
+//! pushed to `POST /push.v1.PusherService/Push`. Pushing happens on its own thread with
+//! a bounded queue, bounded retries with backoff and drop accounting; a CPU guard stops
+//! sampling when the agent's own CPU use passes its budget.
+//!
+//! The crate depends on neither the storage engine nor the server: its pprof and
+//! push.v1 messages are generated from its own small protos (`proto/`).
+//!
+//! Modules:
+//! - [`config`]: parsing of durations, tags and events from the command line.
+//! - [`procs`]: the process table (maps, comm, fork/exit) fed by perf records.
+//! - [`symbolize`]: host symbolization with caches keyed by file identity.
+//! - [`aggregate`]: the per-window `(labels, stack) → count` map and its bounds.
+//! - [`pprof`]: building the pprof `Profile` and the push request.
+//! - [`push`]: the pusher thread, retries, drop accounting, the HTTP transport.
+//! - [`guard`]: the CPU overhead guard (`/proc/self/stat`).
+//! - [`perf`]: opening the perf_event fds and decoding their records.
+//! - [`unwind`]: DWARF unwinding of user stacks copied by the kernel (framehop).
+//! - [`agent`]: the main loop tying the above together.
+
+pub mod agent;
+pub mod aggregate;
+pub mod config;
+pub mod guard;
+pub mod perf;
+pub mod pprof;
+pub mod procs;
+pub mod push;
+pub mod symbolize;
+pub mod unwind;
+
+/// Messages generated from `proto/` at build time.
+pub mod proto {
+    /// `perftools.profiles` (pprof).
+    #[allow(clippy::all, missing_docs)]
+    pub mod pprof {
+        include!(concat!(env!("OUT_DIR"), "/perftools.profiles.rs"));
+    }
+    /// `push.v1` (Pyroscope push API).
+    #[allow(clippy::all, missing_docs)]
+    pub mod push {
+        include!(concat!(env!("OUT_DIR"), "/push.v1.rs"));
+    }
+}
