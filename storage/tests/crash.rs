@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::*;
-use profiledb_storage::{Selector, Store, StoreConfig, TenantId, TimeRange};
+use profiledb_storage::{Store, StoreConfig, TenantId};
 
 const CHILD_ENV: &str = "PROFILEDB_CRASH_CHILD";
 
@@ -142,39 +142,11 @@ fn sigkill_at_random_points_loses_no_acknowledged_write() {
     }
 
     let store = Store::open(dir.path(), crash_config()).unwrap();
-    let tenant = TenantId::default();
-    let totals = store
-        .series_totals(&tenant, &Selector::default(), TimeRange::all())
-        .unwrap();
-    let mut stored: std::collections::BTreeMap<u64, i64> = std::collections::BTreeMap::new();
-    for (labels, pts) in &totals {
-        let id: u64 = labels.get("batch").unwrap().parse().unwrap();
-        *stored.entry(id).or_insert(0) += pts.values().sum::<i64>();
-    }
-    for id in &acked {
-        assert_eq!(
-            stored.get(id).copied(),
-            Some(expected_total(*id)),
-            "acknowledged batch {id}"
-        );
-    }
-    for (id, total) in &stored {
-        assert!(*id < next_start, "unknown batch {id}");
-        assert_eq!(
-            *total,
-            expected_total(*id),
-            "batch {id} partially stored or double counted"
-        );
-    }
-    // The merged tree agrees with the per-series totals.
-    let tree = store
-        .merge(&tenant, &Selector::default(), TimeRange::all())
-        .unwrap();
-    assert_eq!(tree.total(), stored.values().sum::<i64>());
+    let stored = check_acknowledged(&store, &acked, next_start, expected_total);
     eprintln!(
         "crash test: {} acknowledged batches, {} stored, {} segments",
         acked.len(),
-        stored.len(),
+        stored,
         store.segments().len()
     );
 }

@@ -8,13 +8,13 @@
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::*;
-use profiledb_storage::{DownsampleRule, Selector, Store, StoreConfig, TenantId, TimeRange};
+use profiledb_storage::{DownsampleRule, Store, StoreConfig, TenantId};
 
 const CHILD_ENV: &str = "PROFILEDB_COMPACT_CHILD";
 const TEST_NAME: &str = "sigkill_during_compaction_keeps_data_exactly_once";
@@ -98,34 +98,7 @@ fn segment_files(dir: &std::path::Path) -> Vec<String> {
 }
 
 fn check(store: &Store, acked: &BTreeSet<u64>, next_start: u64) -> usize {
-    let tenant = TenantId::default();
-    let totals = store
-        .series_totals(&tenant, &Selector::default(), TimeRange::all())
-        .unwrap();
-    let mut stored: BTreeMap<u64, i64> = BTreeMap::new();
-    for (labels, pts) in &totals {
-        let id: u64 = labels.get("batch").unwrap().parse().unwrap();
-        *stored.entry(id).or_insert(0) += pts.values().sum::<i64>();
-    }
-    for id in acked {
-        assert_eq!(
-            stored.get(id).copied(),
-            Some(expected_total(*id)),
-            "acknowledged batch {id}"
-        );
-    }
-    for (id, total) in &stored {
-        assert!(*id < next_start, "unknown batch {id}");
-        assert_eq!(
-            *total,
-            expected_total(*id),
-            "batch {id} lost or double counted"
-        );
-    }
-    let tree = store
-        .merge(&tenant, &Selector::default(), TimeRange::all())
-        .unwrap();
-    assert_eq!(tree.total(), stored.values().sum::<i64>());
+    let stored = check_acknowledged(store, acked, next_start, expected_total);
     // No orphans: the files are exactly the live segments, none replaced by another.
     let segs = store.segments();
     let mut live: Vec<String> = segs.iter().map(|m| m.file.clone()).collect();
@@ -142,7 +115,7 @@ fn check(store: &Store, acked: &BTreeSet<u64>, next_start: u64) -> usize {
             "both old and new live"
         );
     }
-    stored.len()
+    stored
 }
 
 #[test]

@@ -172,3 +172,45 @@ pub fn test_config() -> StoreConfig {
         ..StoreConfig::default()
     }
 }
+
+/// The crash tests' verdict: every acknowledged batch (series label `batch=<id>`) is
+/// stored with exactly `expected(id)`, any other stored batch is complete and below
+/// `next_start` (in flight at a kill), and the merged tree agrees. Returns the number
+/// of batches stored.
+pub fn check_acknowledged(
+    store: &profiledb_storage::Store,
+    acked: &std::collections::BTreeSet<u64>,
+    next_start: u64,
+    expected: impl Fn(u64) -> i64,
+) -> usize {
+    use profiledb_storage::{Selector, TimeRange};
+    let tenant = TenantId::default();
+    let totals = store
+        .series_totals(&tenant, &Selector::default(), TimeRange::all())
+        .unwrap();
+    let mut stored: BTreeMap<u64, i64> = BTreeMap::new();
+    for (labels, pts) in &totals {
+        let id: u64 = labels.get("batch").unwrap().parse().unwrap();
+        *stored.entry(id).or_insert(0) += pts.values().sum::<i64>();
+    }
+    for id in acked {
+        assert_eq!(
+            stored.get(id).copied(),
+            Some(expected(*id)),
+            "acknowledged batch {id}"
+        );
+    }
+    for (id, total) in &stored {
+        assert!(*id < next_start, "unknown batch {id}");
+        assert_eq!(
+            *total,
+            expected(*id),
+            "batch {id} partially stored, lost or double counted"
+        );
+    }
+    let tree = store
+        .merge(&tenant, &Selector::default(), TimeRange::all())
+        .unwrap();
+    assert_eq!(tree.total(), stored.values().sum::<i64>());
+    stored.len()
+}
