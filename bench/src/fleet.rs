@@ -276,6 +276,14 @@ impl Fleet {
             "v1"
         }
     }
+    /// Stack `stack` of `service` as function ids (into `functions`), root first.
+    pub fn stack(&self, service: usize, stack: u32) -> Option<&[u32]> {
+        self.services
+            .get(service)?
+            .stacks
+            .get(stack as usize)
+            .map(Vec::as_slice)
+    }
     /// Global stack id (unique over the fleet).
     pub fn stack_gid(&self, service: usize, stack: u32) -> u64 {
         (service * self.cfg.stacks_per_service) as u64 + u64::from(stack)

@@ -6,6 +6,7 @@
 
 mod fleet;
 mod ingest_suite;
+mod lifecycle_suite;
 mod query_suite;
 mod report;
 mod storage_suite;
@@ -40,6 +41,15 @@ enum Suite {
     /// The `query` suite with the DuckDB side required (in `--quick` mode a missing
     /// DuckDB only skips it, with a message).
     Baseline(query_suite::Args),
+    /// A generated fleet over 7 simulated days written with several level-0 segments
+    /// per hourly partition, then compacted and downsampled to 60 s and 1 h: bytes on
+    /// disk after each step, compaction throughput and peak RSS, with merge answers
+    /// checked unchanged after every step.
+    Lifecycle(lifecycle_suite::Args),
+    /// One compaction pass of the `lifecycle` suite in a process of its own (its
+    /// peak RSS is that pass's alone). Internal.
+    #[command(hide = true)]
+    LifecycleStep(lifecycle_suite::StepArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -48,5 +58,7 @@ fn main() -> anyhow::Result<()> {
         Suite::Ingest(args) => ingest_suite::run(args),
         Suite::Query(args) => query_suite::run(args, false),
         Suite::Baseline(args) => query_suite::run(args, true),
+        Suite::Lifecycle(args) => lifecycle_suite::run(args),
+        Suite::LifecycleStep(args) => lifecycle_suite::run_step(args),
     }
 }

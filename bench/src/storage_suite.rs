@@ -36,7 +36,8 @@ pub struct Args {
     data_dir: Option<PathBuf>,
 }
 
-fn dir_bytes(dir: &std::path::Path, ext: &str) -> u64 {
+/// Total size of the files under `dir` (recursively) whose extension is `ext`.
+pub(crate) fn dir_bytes(dir: &std::path::Path, ext: &str) -> u64 {
     let mut total = 0;
     let Ok(rd) = std::fs::read_dir(dir) else {
         return 0;

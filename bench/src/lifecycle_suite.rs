@@ -1,0 +1,754 @@
+//! The `lifecycle` suite (issue 6's figures): a generated fleet over `--days`
+//! simulated days (1 h partitions, 10 s steps) written through the real write path
+//! (`Store::write`: WAL with fsync, head) and flushed `--segments-per-partition`
+//! times per hour, so each partition holds several level-0 segments; then the real,
+//! durable compaction (`Store::compact_at`: decode, merge, tmp + fsync + rename,
+//! catalog, atomic swap, deletion of the sources) and downsampling to 60 s and to
+//! 1 h under the default rules, with simulated clocks. Each step runs in a child
+//! process of its own (`bench lifecycle-step`), which opens the store (empty segment
+//! cache, so every source is read and decoded), compacts and reports its own VmHWM as
+//! the step's peak memory. Afterwards the store is reopened here and checked: files
+//! on disk are exactly the live segments, and merge totals per profile type and per
+//! stack equal those after the flush (the suite fails otherwise).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{bail, ensure, Context};
+use indicatif::{ProgressBar, ProgressStyle};
+use profiledb_storage::segment::SegmentMeta;
+use profiledb_storage::{
+    Batch, CompactReport, Function, Labels, Location, Mapping, Sample, Selector, SeriesSamples,
+    Store, StoreConfig, TenantId, TimeRange, NAME_LABEL, PROFILE_TYPE_LABEL,
+};
+use serde_json::{json, Value};
+
+use crate::fleet::{Fleet, FleetConfig};
+use crate::report::{self, human_bytes};
+use crate::storage_suite::dir_bytes;
+
+const STEP_MS: i64 = 10_000;
+const HOUR: i64 = 3_600_000;
+const DAY: i64 = 24 * HOUR;
+/// Start of the simulated week: a fixed hour boundary (2023-11-14 22:00 UTC), so the
+/// data, and the bytes, do not depend on when the suite runs.
+const T0_MS: i64 = 1_700_000_000_000 / HOUR * HOUR;
+
+/// (series name, profile type id, value per drawn sample) — the series a push of the
+/// fleet's CPU profile (every 10 s) and heap profile (every minute) decodes into.
+const CPU_TYPES: [(&str, &str, i64); 2] = [
+    (
+        "process_cpu",
+        "process_cpu:samples:count:cpu:nanoseconds",
+        1,
+    ),
+    (
+        "process_cpu",
+        "process_cpu:cpu:nanoseconds:cpu:nanoseconds",
+        10_000_000,
+    ),
+];
+const HEAP_TYPES: [(&str, &str, i64); 2] = [
+    ("memory", "memory:alloc_objects:count:space:bytes", 3),
+    ("memory", "memory:alloc_space:bytes:space:bytes", 524_288),
+];
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Simulated days of data (one 1 h partition per hour).
+    #[arg(long, default_value_t = 7)]
+    days: i64,
+    #[arg(long, default_value_t = 6)]
+    hosts: usize,
+    #[arg(long, default_value_t = 4)]
+    services: usize,
+    /// Distinct stacks per service.
+    #[arg(long, default_value_t = 1000)]
+    stacks: usize,
+    /// CPU samples drawn per 10 s profile (±30 % host jitter); heap profiles draw a
+    /// quarter of that once a minute.
+    #[arg(long, default_value_t = 100)]
+    draws: usize,
+    /// Flushes per hour of data, i.e. level-0 segments per partition (divides 360).
+    #[arg(long, default_value_t = 3)]
+    segments_per_partition: i64,
+    /// Threads generating and writing batches (one batch per host per flush interval).
+    #[arg(long, default_value_t = 2)]
+    writers: usize,
+    /// Small run for CI: 7 days of 1 host × 1 service, 100 stacks, 20 draws, 2 segments
+    /// per partition.
+    #[arg(long)]
+    quick: bool,
+    /// Keep the data directory here (must be empty or absent) instead of a temporary one.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+}
+
+fn config() -> StoreConfig {
+    StoreConfig {
+        // The suite decides when to flush (to get several segments per partition)
+        // and compacts by hand; no background flusher or compactor. Everything else
+        // — fsync always, 1 h partitions, 10 s steps, zstd 3, the 1 GiB compaction
+        // budget and the default downsampling rules — is the server's default.
+        background_flush: false,
+        ..StoreConfig::default()
+    }
+}
+
+/// VmHWM / VmRSS of this process in bytes (Linux).
+fn proc_status_kib(field: &str) -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with(field))?;
+    let kib: u64 = line
+        .trim_start_matches(field)
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
+}
+
+/// One batch: one host's CPU (and heap) profiles of every service over `[from, to)`.
+fn host_batch(fleet: &Fleet, host: usize, from: i64, to: i64, draws: usize) -> (Batch, [i64; 4]) {
+    let mut b = Batch::new(TenantId::default());
+    let mut totals = [0i64; 4];
+    let mut functions: HashMap<u32, u32> = HashMap::new();
+    let mut locations: HashMap<(usize, u32), u32> = HashMap::new();
+    let mut stacks: HashMap<(usize, u32), u32> = HashMap::new();
+    let mut series: HashMap<(usize, usize, &'static str), usize> = HashMap::new();
+    let mut locs = Vec::new();
+    for s in 0..fleet.cfg.services {
+        b.symbols.mappings.push(Mapping {
+            file: format!("/usr/bin/{}", fleet.service_name(s)),
+            build_id: String::new(),
+        });
+        let mapping = (b.symbols.mappings.len() - 1) as u32;
+        let mut ts = from;
+        while ts < to {
+            let heap = ts % 60_000 == 0;
+            let profiles = [
+                Some((fleet.draw(s, host, ts, draws), &CPU_TYPES, 0)),
+                heap.then(|| (fleet.draw(s, host, ts ^ 0x5a5a, draws / 4), &HEAP_TYPES, 2)),
+            ];
+            for (drawn, types, base) in profiles.into_iter().flatten() {
+                for &(stack, count) in &drawn.counts {
+                    let idx = match stacks.get(&(s, stack)) {
+                        Some(&i) => i,
+                        None => {
+                            locs.clear();
+                            for &f in fleet.stack(s, stack).unwrap_or(&[]) {
+                                let loc = *locations.entry((s, f)).or_insert_with(|| {
+                                    let function = *functions.entry(f).or_insert_with(|| {
+                                        b.symbols.functions.push(Function {
+                                            name: fleet.functions[f as usize].clone(),
+                                            file: String::new(),
+                                        });
+                                        (b.symbols.functions.len() - 1) as u32
+                                    });
+                                    b.symbols.locations.push(Location {
+                                        function: Some(function),
+                                        mapping: Some(mapping),
+                                        address: 0x40_0000 + u64::from(f) * 64,
+                                        line: f % 500 + 1,
+                                    });
+                                    (b.symbols.locations.len() - 1) as u32
+                                });
+                                locs.push(loc);
+                            }
+                            let i = b.stacks.push(&locs);
+                            stacks.insert((s, stack), i);
+                            i
+                        }
+                    };
+                    let version = fleet.version(ts);
+                    for (k, &(name, ptype, scale)) in types.iter().enumerate() {
+                        let si = *series.entry((s, base + k, version)).or_insert_with(|| {
+                            let mut l = Labels::new(
+                                fleet
+                                    .labels(name, s, host, ts)
+                                    .into_iter()
+                                    .map(|p| (p.name, p.value)),
+                            );
+                            l.set(NAME_LABEL, name);
+                            l.set(PROFILE_TYPE_LABEL, ptype);
+                            b.series.push(SeriesSamples {
+                                labels: l,
+                                samples: Vec::new(),
+                            });
+                            b.series.len() - 1
+                        });
+                        let value = count * scale;
+                        b.series[si].samples.push(Sample {
+                            timestamp_ms: ts,
+                            stack: idx,
+                            value,
+                        });
+                        totals[base + k] += value;
+                    }
+                }
+            }
+            ts += STEP_MS;
+        }
+    }
+    (b, totals)
+}
+
+fn all_types() -> impl Iterator<Item = &'static str> {
+    CPU_TYPES.iter().chain(&HEAP_TYPES).map(|t| t.1)
+}
+
+/// What must not change: per profile type, the merge total and the merged value of
+/// every stack.
+#[derive(PartialEq)]
+struct Answers {
+    totals: BTreeMap<&'static str, i64>,
+    folded: BTreeMap<&'static str, BTreeMap<String, i64>>,
+}
+
+fn answers(store: &Store) -> anyhow::Result<Answers> {
+    let t = TenantId::default();
+    let mut a = Answers {
+        totals: BTreeMap::new(),
+        folded: BTreeMap::new(),
+    };
+    for ptype in all_types() {
+        let tree = store.merge(
+            &t,
+            &Selector::parse(&format!("{ptype}{{}}"))?,
+            TimeRange::all(),
+        )?;
+        a.totals.insert(ptype, tree.total());
+        a.folded.insert(ptype, tree.folded());
+    }
+    Ok(a)
+}
+
+/// Fails with the first difference between `before` and `after`.
+fn same_answers(step: &str, before: &Answers, after: &Answers) -> anyhow::Result<()> {
+    if before == after {
+        return Ok(());
+    }
+    for ptype in all_types() {
+        let (b, a) = (before.totals[ptype], after.totals[ptype]);
+        ensure!(
+            a == b,
+            "{step}: merge total of {ptype} changed from {b} to {a}"
+        );
+        let (fb, fa) = (&before.folded[ptype], &after.folded[ptype]);
+        ensure!(
+            fb.len() == fa.len(),
+            "{step}: {ptype} has {} stacks, {} before",
+            fa.len(),
+            fb.len()
+        );
+        if let Some((k, v)) = fb.iter().find(|(k, v)| fa.get(*k) != Some(*v)) {
+            bail!(
+                "{step}: {ptype} stack {k} was {v}, now {:?}",
+                fa.get(k).copied()
+            );
+        }
+    }
+    bail!("{step}: answers changed")
+}
+
+struct Disk {
+    segments: usize,
+    bytes: u64,
+    rows: u64,
+    series: u64,
+    levels: BTreeMap<u32, usize>,
+    steps: BTreeMap<i64, usize>,
+    max_per_partition: usize,
+    min_per_partition: usize,
+}
+
+fn disk(segs: &[SegmentMeta]) -> Disk {
+    let mut per_partition: BTreeMap<i64, usize> = BTreeMap::new();
+    let mut d = Disk {
+        segments: segs.len(),
+        bytes: segs.iter().map(|s| s.size_bytes).sum(),
+        rows: segs.iter().map(|s| s.rows).sum(),
+        series: segs.iter().map(|s| s.series).sum(),
+        levels: BTreeMap::new(),
+        steps: BTreeMap::new(),
+        max_per_partition: 0,
+        min_per_partition: 0,
+    };
+    for s in segs {
+        *d.levels.entry(s.level).or_default() += 1;
+        *d.steps.entry(s.step_ms).or_default() += 1;
+        *per_partition.entry(s.partition_start_ms).or_default() += 1;
+    }
+    d.max_per_partition = per_partition.values().copied().max().unwrap_or(0);
+    d.min_per_partition = per_partition.values().copied().min().unwrap_or(0);
+    d
+}
+
+fn disk_json(d: &Disk) -> Value {
+    json!({
+        "segments": d.segments,
+        "bytes": d.bytes,
+        "rows": d.rows,
+        "series_in_segments": d.series,
+        "segments_per_level": d.levels.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
+        "segments_per_step_ms": d.steps.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
+        "segments_per_partition_min": d.min_per_partition,
+        "segments_per_partition_max": d.max_per_partition,
+    })
+}
+
+/// Reopens the store and checks that the segment files on disk are exactly the live
+/// segments (no orphan left by the step), returning the `.seg` bytes on disk.
+fn reopen_checked(dir: &Path) -> anyhow::Result<(Store, u64)> {
+    let store = Store::open(dir, config())?;
+    let live: u64 = store.segments().iter().map(|s| s.size_bytes).sum();
+    let mut files = 0usize;
+    let seg_dir = dir.join("segments");
+    for t in std::fs::read_dir(&seg_dir).with_context(|| seg_dir.display().to_string())? {
+        for f in std::fs::read_dir(t?.path())? {
+            if f?.path().extension().is_some_and(|x| x == "seg") {
+                files += 1;
+            }
+        }
+    }
+    let on_disk = dir_bytes(&seg_dir, "seg");
+    ensure!(
+        files == store.segments().len() && on_disk == live,
+        "{files} segment files ({on_disk} bytes) on disk, {} live segments ({live} bytes)",
+        store.segments().len()
+    );
+    Ok((store, on_disk))
+}
+
+struct Step {
+    name: &'static str,
+    report: CompactReport,
+    seconds: f64,
+    rss_before: Option<u64>,
+    peak_rss: Option<u64>,
+    check_seconds: f64,
+    disk: Disk,
+}
+
+impl Step {
+    fn input_mb_per_s(&self) -> f64 {
+        self.report.bytes_before as f64 / 1e6 / self.seconds
+    }
+    fn json(&self) -> Value {
+        let c = &self.report.compacted;
+        json!({
+            "partitions_rewritten": c.len(),
+            "source_segments": c.iter().map(|p| p.sources.len()).sum::<usize>(),
+            "rows_before": c.iter().map(|p| p.rows_before).sum::<u64>(),
+            "rows_after": c.iter().map(|p| p.rows_after).sum::<u64>(),
+            "segments_before": self.report.segments_before,
+            "segments_after": self.report.segments_after,
+            "bytes_before": self.report.bytes_before,
+            "bytes_after": self.report.bytes_after,
+            "seconds": self.seconds,
+            "input_mb_per_second": self.input_mb_per_s(),
+            "input_rows_per_second": c.iter().map(|p| p.rows_before).sum::<u64>() as f64 / self.seconds,
+            "rss_before_bytes": self.rss_before,
+            "peak_rss_bytes": self.peak_rss,
+            "after": disk_json(&self.disk),
+            "check_seconds": self.check_seconds,
+            "answers_unchanged": true,
+        })
+    }
+}
+
+/// Arguments of the hidden `lifecycle-step` subcommand: one compaction pass in a
+/// process of its own, so its VmHWM is the peak memory of that pass alone.
+#[derive(clap::Args)]
+pub struct StepArgs {
+    #[arg(long)]
+    data_dir: PathBuf,
+    /// The simulated clock for downsampling decisions (ms since the epoch).
+    #[arg(long, allow_hyphen_values = true)]
+    now_ms: i64,
+    #[arg(long)]
+    name: String,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct StepOutcome {
+    report: CompactReport,
+    seconds: f64,
+    rss_before: Option<u64>,
+    peak_rss: Option<u64>,
+}
+
+/// The child side: open the store (empty segment cache, so every source is read and
+/// decoded), compact at `now_ms` with a progress bar on stderr, close it (flushing
+/// the catalog) and print the outcome as JSON on stdout.
+pub fn run_step(args: StepArgs) -> anyhow::Result<()> {
+    let store = Store::open(&args.data_dir, config())?;
+    let pb = ProgressBar::new(1).with_style(
+        ProgressStyle::with_template(
+            "{msg} [{bar:40}] {binary_bytes}/{binary_total_bytes} of segments, {binary_bytes_per_sec}, eta {eta}",
+        )?
+        .progress_chars("=> "),
+    );
+    pb.set_message(args.name);
+    let rss_before = proc_status_kib("VmRSS:");
+    let started = Instant::now();
+    let report = store.compact_at(None, None, args.now_ms, &|p| {
+        pb.set_length(p.bytes_total.max(1));
+        pb.set_position(p.bytes_done);
+    })?;
+    let seconds = started.elapsed().as_secs_f64();
+    pb.finish_and_clear();
+    store.shutdown()?;
+    drop(store);
+    let out = StepOutcome {
+        report,
+        seconds,
+        rss_before,
+        peak_rss: proc_status_kib("VmHWM:"),
+    };
+    println!("{}", serde_json::to_string(&out)?);
+    Ok(())
+}
+
+/// Runs one compaction pass at the simulated clock `now` in a child process, then
+/// reopens the store here and checks files and answers against `before`.
+fn step(
+    dir: &Path,
+    name: &'static str,
+    now: i64,
+    before: &Answers,
+    expect_step_ms: i64,
+) -> anyhow::Result<Step> {
+    let exe = std::env::current_exe().context("locating the bench binary")?;
+    let out = std::process::Command::new(exe)
+        .arg("lifecycle-step")
+        .arg("--data-dir")
+        .arg(dir)
+        .arg("--now-ms")
+        .arg(now.to_string())
+        .arg("--name")
+        .arg(name)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .context("running the lifecycle-step child")?;
+    ensure!(
+        out.status.success(),
+        "{name}: child process failed: {}",
+        out.status
+    );
+    let o: StepOutcome = serde_json::from_slice(&out.stdout)
+        .with_context(|| format!("{name}: reading the child's outcome"))?;
+    let report = o.report;
+    ensure!(
+        report.skipped.is_empty(),
+        "{name}: partitions skipped: {:?}",
+        report.skipped
+    );
+    let (store, _) = reopen_checked(dir)?;
+    let d = disk(&store.segments());
+    ensure!(
+        d.max_per_partition == 1,
+        "{name}: a partition still has {} segments",
+        d.max_per_partition
+    );
+    ensure!(
+        d.steps.keys().all(|&s| s == expect_step_ms),
+        "{name}: segment steps {:?}, expected {expect_step_ms} ms",
+        d.steps
+    );
+    let c = Instant::now();
+    let after = answers(&store)?;
+    same_answers(name, before, &after)?;
+    let check_seconds = c.elapsed().as_secs_f64();
+    store.shutdown()?;
+    Ok(Step {
+        name,
+        report,
+        seconds: o.seconds,
+        rss_before: o.rss_before,
+        peak_rss: o.peak_rss,
+        check_seconds,
+        disk: d,
+    })
+}
+
+fn opt_bytes(b: Option<u64>) -> String {
+    b.map_or_else(|| "n/a".into(), |b| human_bytes(b as f64))
+}
+
+pub fn run(mut args: Args) -> anyhow::Result<()> {
+    if args.quick {
+        args.hosts = 1;
+        args.services = 1;
+        args.stacks = 100;
+        args.draws = 20;
+        args.segments_per_partition = 2;
+    }
+    ensure!(args.days > 0, "--days must be positive");
+    ensure!(
+        args.segments_per_partition > 0 && (HOUR / STEP_MS) % args.segments_per_partition == 0,
+        "--segments-per-partition must divide 360"
+    );
+    ensure!(args.hosts > 0 && args.services > 0 && args.stacks > 0);
+    let writers = args.writers.clamp(1, args.hosts);
+    let t_end = T0_MS + args.days * DAY;
+    let fleet = Fleet::new(FleetConfig {
+        seed: args.seed,
+        services: args.services,
+        stacks_per_service: args.stacks,
+        draws_per_profile: args.draws,
+        zipf_s: 1.1,
+        // Half-way through: v1 → v2 makes new series, as a deploy does.
+        deploy_ms: T0_MS + args.days * DAY / 2,
+    });
+
+    let tmp;
+    let dir = match &args.data_dir {
+        Some(d) => d.clone(),
+        None => {
+            tmp = tempfile::tempdir()?;
+            tmp.path().to_path_buf()
+        }
+    };
+    if dir.join("segments").exists() {
+        bail!(
+            "{} already holds a store; give an empty directory",
+            dir.display()
+        );
+    }
+
+    // ---- write: one batch per host per flush interval, flushed after each interval.
+    let store = Store::open(&dir, config())?;
+    let chunk_ms = HOUR / args.segments_per_partition;
+    let chunks = args.days * DAY / chunk_ms;
+    let pb = ProgressBar::new(chunks as u64).with_style(
+        ProgressStyle::with_template(
+            "{msg} [{bar:40}] {pos}/{len} flush intervals ({per_sec}), eta {eta}",
+        )?
+        .progress_chars("=> "),
+    );
+    pb.set_message("write");
+    let mut expected = [0i64; 4];
+    let mut batches = 0u64;
+    let mut samples = 0u64;
+    let mut write_secs = 0.0;
+    let mut flush_secs = 0.0;
+    for c in 0..chunks {
+        let from = T0_MS + c * chunk_ms;
+        let w = Instant::now();
+        let results: Vec<anyhow::Result<([i64; 4], u64, u64)>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..writers)
+                .map(|i| {
+                    let (fleet, store) = (&fleet, &store);
+                    let (hosts, draws) = (args.hosts, args.draws);
+                    scope.spawn(move || -> anyhow::Result<([i64; 4], u64, u64)> {
+                        let mut totals = [0i64; 4];
+                        let (mut n, mut v) = (0u64, 0u64);
+                        for h in (i..hosts).step_by(writers) {
+                            let (b, t) = host_batch(fleet, h, from, from + chunk_ms, draws);
+                            v += b.sample_count() as u64;
+                            store.write(b)?;
+                            n += 1;
+                            for (x, y) in totals.iter_mut().zip(t) {
+                                *x += y;
+                            }
+                        }
+                        Ok((totals, n, v))
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| bail!("writer panicked")))
+                .collect()
+        });
+        for r in results {
+            let (t, n, v) = r?;
+            for (x, y) in expected.iter_mut().zip(t) {
+                *x += y;
+            }
+            batches += n;
+            samples += v;
+        }
+        write_secs += w.elapsed().as_secs_f64();
+        let f = Instant::now();
+        store.flush()?;
+        flush_secs += f.elapsed().as_secs_f64();
+        pb.inc(1);
+    }
+    pb.finish_and_clear();
+    let flushed = disk(&store.segments());
+    let partitions = (args.days * 24) as usize;
+    ensure!(
+        flushed.min_per_partition == args.segments_per_partition as usize
+            && flushed.max_per_partition == args.segments_per_partition as usize,
+        "expected {} level-0 segments in each partition, found {}..={}",
+        args.segments_per_partition,
+        flushed.min_per_partition,
+        flushed.max_per_partition
+    );
+    let before = answers(&store)?;
+    for (ptype, want) in all_types().zip(expected) {
+        let got = before.totals[ptype];
+        ensure!(
+            got == want,
+            "after flush: merge total of {ptype} is {got}, {want} were written"
+        );
+    }
+    store.shutdown()?;
+    drop(store);
+    let (store, flushed_disk) = reopen_checked(&dir)?;
+    drop(store);
+
+    // ---- compaction and downsampling, each on a freshly opened store. The clocks
+    // are simulated: "now" is the end of the data (nothing old enough to downsample),
+    // then 8 days later (past the 7-day rule: 60 s), then 31 days later (past the
+    // 30-day rule: 1 h).
+    let steps = [
+        ("compaction", t_end, STEP_MS),
+        ("downsample 60 s", t_end + 8 * DAY, 60_000),
+        ("downsample 1 h", t_end + 31 * DAY, HOUR),
+    ];
+    let mut done: Vec<Step> = Vec::new();
+    for (name, now, step_ms) in steps {
+        let s = step(&dir, name, now, &before, step_ms)?;
+        ensure!(
+            s.report.compacted.len() == partitions,
+            "{name}: {} of {partitions} partitions rewritten",
+            s.report.compacted.len()
+        );
+        done.push(s);
+    }
+    let compaction = &done[0];
+
+    // ---- report
+    let figures = json!({
+        "days": args.days,
+        "hosts": args.hosts,
+        "services": args.services,
+        "stacks_per_service": args.stacks,
+        "draws_per_profile": args.draws,
+        "seed": args.seed,
+        "step_ms": STEP_MS,
+        "partition_ms": HOUR,
+        "partitions": partitions,
+        "segments_per_partition": args.segments_per_partition,
+        "writers": writers,
+        "quick": args.quick,
+        "write": {
+            "batches": batches,
+            "samples": samples,
+            "value_total_per_type": all_types().zip(expected).map(|(t, v)| (t.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
+            "write_seconds": write_secs,
+            "samples_per_second": samples as f64 / write_secs,
+            "flush_seconds": flush_secs,
+        },
+        "flushed": disk_json(&flushed),
+        "flushed_seg_file_bytes": flushed_disk,
+        "compaction": compaction.json(),
+        "downsample_60s": done[1].json(),
+        "downsample_1h": done[2].json(),
+        "bytes_compacted_over_flushed": compaction.disk.bytes as f64 / flushed.bytes as f64,
+        "bytes_60s_over_flushed": done[1].disk.bytes as f64 / flushed.bytes as f64,
+        "bytes_1h_over_flushed": done[2].disk.bytes as f64 / flushed.bytes as f64,
+        "answers_checked": "merge total and per-stack values of each of the 4 profile types, after a reopen, identical after every step",
+    });
+    println!();
+    println!(
+        "lifecycle suite: {} days × {} hosts × {} services ({} stacks, {} draws per 10 s CPU profile, heap every minute)",
+        args.days, args.hosts, args.services, args.stacks, args.draws
+    );
+    println!(
+        "  written                {samples} samples in {batches} batches, {:.0} samples/s (fsync always); flushes {flush_secs:.1} s",
+        samples as f64 / write_secs
+    );
+    println!(
+        "  flushed                {:>10} in {:>5} segments ({} per partition, {} rows)",
+        human_bytes(flushed.bytes as f64),
+        flushed.segments,
+        args.segments_per_partition,
+        flushed.rows
+    );
+    for s in &done {
+        println!(
+            "  {:<22} {:>10} in {:>5} segments ({:5.1} % of flushed, {} rows), {:.2} s, {:.2} MB/s of input, peak RSS {} (RSS before {})",
+            format!("after {}", s.name),
+            human_bytes(s.disk.bytes as f64),
+            s.disk.segments,
+            100.0 * s.disk.bytes as f64 / flushed.bytes as f64,
+            s.disk.rows,
+            s.seconds,
+            s.input_mb_per_s(),
+            opt_bytes(s.peak_rss),
+            opt_bytes(s.rss_before),
+        );
+    }
+    println!("  answers                merge totals and per-stack values of 4 profile types unchanged after every step (checked after reopen)");
+    let path = report::write("lifecycle", figures)?;
+    println!("  results                {}", path.display());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answers_with(total: i64, stack_value: i64) -> Answers {
+        let mut a = Answers {
+            totals: BTreeMap::new(),
+            folded: BTreeMap::new(),
+        };
+        for t in all_types() {
+            a.totals.insert(t, total);
+            a.folded
+                .insert(t, BTreeMap::from([("main;work".to_string(), stack_value)]));
+        }
+        a
+    }
+
+    #[test]
+    fn changed_answers_fail_the_suite() {
+        let before = answers_with(10, 10);
+        assert!(same_answers("x", &before, &answers_with(10, 10)).is_ok());
+        let e = same_answers("x", &before, &answers_with(11, 10)).unwrap_err();
+        assert!(e.to_string().contains("merge total"), "{e}");
+        let e = same_answers("x", &before, &answers_with(10, 9)).unwrap_err();
+        assert!(e.to_string().contains("main;work"), "{e}");
+    }
+
+    #[test]
+    fn batches_carry_every_profile_type() {
+        let fleet = Fleet::new(FleetConfig {
+            seed: 1,
+            services: 2,
+            stacks_per_service: 50,
+            draws_per_profile: 40,
+            zipf_s: 1.1,
+            deploy_ms: T0_MS + 30_000,
+        });
+        let (b, totals) = host_batch(&fleet, 3, T0_MS, T0_MS + 60_000, 40);
+        b.validate().unwrap();
+        assert!(totals.iter().all(|&t| t > 0), "{totals:?}");
+        let mut types: Vec<&str> = b
+            .series
+            .iter()
+            .filter_map(|s| s.labels.profile_type())
+            .collect();
+        types.sort_unstable();
+        types.dedup();
+        assert_eq!(types.len(), 4);
+        // 2 services × 2 CPU types × (v1, v2) + 2 services × 2 heap types (one minute, at T0: v1).
+        assert_eq!(b.series.len(), 12);
+        let sum: i64 = b
+            .series
+            .iter()
+            .flat_map(|s| &s.samples)
+            .map(|x| x.value)
+            .sum();
+        assert_eq!(sum, totals.iter().sum::<i64>());
+    }
+}
