@@ -26,7 +26,13 @@ pub fn routes() -> Router<AppRef> {
 }
 
 /// Reads the whole body, refusing more than `limit` bytes with 413.
+///
+/// An oversized body is still read (and discarded) up to twice the limit before the
+/// 413 goes out: answering while the client is still sending makes most HTTP
+/// clients report a broken pipe instead of the status. Past that the connection is
+/// dropped.
 pub async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> ApiResult<Bytes> {
+    use http_body_util::BodyExt;
     let too_large = || {
         ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -34,31 +40,41 @@ pub async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> ApiResu
             format!("request body exceeds the limit max_body_bytes = {limit}"),
         )
     };
-    if let Some(len) = headers
+    let drain_cap = (limit as u64).saturating_mul(2);
+    let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok())
-    {
-        if len > limit as u64 {
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > drain_cap) {
+        return Err(too_large());
+    }
+    let mut over = declared.is_some_and(|len| len > limit as u64);
+    let capacity = declared.map_or(0, |l| l.min(limit as u64) as usize);
+    let mut buf = bytes::BytesMut::with_capacity(if over { 0 } else { capacity });
+    let mut seen = 0u64;
+    let mut body = body;
+    while let Some(frame) = body.frame().await {
+        let frame = frame
+            .map_err(|e| ApiError::bad_request(format!("could not read the request body: {e}")))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        seen += data.len() as u64;
+        if seen > drain_cap {
             return Err(too_large());
         }
-    }
-    match axum::body::to_bytes(body, limit).await {
-        Ok(b) => Ok(b),
-        Err(e) => {
-            let inner = e.into_inner();
-            if inner
-                .downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some()
-            {
-                Err(too_large())
-            } else {
-                Err(ApiError::bad_request(format!(
-                    "could not read the request body: {inner}"
-                )))
-            }
+        if !over && buf.len() + data.len() > limit {
+            over = true;
+            buf = bytes::BytesMut::new();
+        }
+        if !over {
+            buf.extend_from_slice(&data);
         }
     }
+    if over {
+        return Err(too_large());
+    }
+    Ok(buf.freeze())
 }
 
 fn content_type(headers: &HeaderMap) -> &str {
@@ -78,6 +94,9 @@ async fn ingest(
         .http
         .ingest_requests
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    // The body is read first: answering while a client is still sending makes it
+    // see a broken pipe instead of the error.
+    let bytes = read_body(body, &headers, state.options.max_body_bytes).await?;
     let pipeline = state.pipeline()?;
     let tenant = tenant_of(&headers)?;
     let now = now_ms();
@@ -86,7 +105,6 @@ async fn ingest(
         now,
         &pipeline.config().limits,
     )?;
-    let bytes = read_body(body, &headers, state.options.max_body_bytes).await?;
     let ct = content_type(&headers);
     let payload = if ct.starts_with("multipart/form-data") {
         let boundary = multer::parse_boundary(ct).map_err(|e| {
@@ -166,6 +184,7 @@ async fn push(State(state): State<AppRef>, headers: HeaderMap, body: Body) -> Ap
         .http
         .ingest_requests
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let bytes = read_body(body, &headers, state.options.max_body_bytes).await?;
     let pipeline = state.pipeline()?;
     let ct = content_type(&headers).to_string();
     let encoding = PushEncoding::from_content_type(&ct).ok_or_else(|| {
@@ -176,7 +195,6 @@ async fn push(State(state): State<AppRef>, headers: HeaderMap, body: Body) -> Ap
         )
     })?;
     let tenant = tenant_of(&headers)?;
-    let bytes = read_body(body, &headers, state.options.max_body_bytes).await?;
     if bytes.is_empty() && encoding == PushEncoding::Json {
         return Err(ApiError::bad_request(
             "empty request body: expected a JSON PushRequest",
