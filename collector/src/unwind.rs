@@ -435,9 +435,25 @@ mod tests {
             unsafe {
                 std::arch::asm!("lea {ip}, [rip]", "mov {sp}, rsp", "mov {bp}, rbp", ip = out(reg) ip, sp = out(reg) sp, bp = out(reg) bp);
             }
-            let len = 16 * 1024;
-            // SAFETY: the 16 KiB above sp is this thread's live stack (tests run on
-            // threads with 2 MiB stacks and we are only a few frames deep).
+            // The live stack runs from sp up to the top of its mapping, which may be
+            // only a few KiB away: never read past it.
+            let top = std::fs::read_to_string("/proc/self/maps")
+                .ok()
+                .and_then(|maps| {
+                    maps.lines().find_map(|l| {
+                        let (range, _) = l.split_once(' ')?;
+                        let (a, b) = range.split_once('-')?;
+                        let (a, b) = (
+                            u64::from_str_radix(a, 16).ok()?,
+                            u64::from_str_radix(b, 16).ok()?,
+                        );
+                        (a <= sp && sp < b).then_some(b)
+                    })
+                })
+                .expect("sp lies in a mapping");
+            let len = (16 * 1024).min((top - sp) as usize);
+            // SAFETY: [sp, sp + len) lies inside this thread's mapped stack (checked
+            // against /proc/self/maps above), and the frames it holds are live.
             let stack = unsafe { std::slice::from_raw_parts(sp as *const u8, len) }.to_vec();
             (ip, sp, bp, stack)
         }
