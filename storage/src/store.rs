@@ -870,7 +870,13 @@ impl Inner {
                 self.segments_version.fetch_add(1, Ordering::SeqCst);
             }
         }
-        self.truncate_wal()
+        // The segment is live now: a failed truncation must not make the caller retry
+        // the flush (that would store the partition twice). The WAL is truncated again
+        // after the next flush, and replay skips what segments already hold.
+        if let Err(e) = self.truncate_wal() {
+            error!(error = %e, "WAL truncation failed; it is retried after the next flush");
+        }
+        Ok(())
     }
 
     fn live_totals(&self) -> (usize, u64) {

@@ -158,6 +158,9 @@ impl Wal {
 
     fn rotate(&mut self, first_lsn: u64) -> Result<()> {
         let path = self.dir.join(file_name(first_lsn));
+        // After replay dropped a torn first record, the next LSN names the same file
+        // again: forget the old entry, or truncation would delete the active file.
+        self.files.retain(|f| f.path != path);
         let f = OpenOptions::new()
             .create(true)
             .append(true)
@@ -185,8 +188,11 @@ impl Wal {
                     self.active = None;
                     self.active_bytes = 0;
                 }
-                fs::remove_file(&f.path).at(&f.path)?;
-                removed += 1;
+                match fs::remove_file(&f.path) {
+                    Ok(()) => removed += 1,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(crate::StorageError::io(&f.path, e)),
+                }
             } else {
                 keep.push(f);
             }
@@ -320,6 +326,32 @@ mod tests {
         let (got, rep, _) = replay(tmp.path());
         assert_eq!(got, vec![(1, b"first".to_vec())]);
         assert_eq!(rep.truncated_bytes, (HEADER_LEN + 6) as u64);
+    }
+
+    /// A crash that tore the only record of a new file leaves an empty file whose
+    /// name the next commit reuses; truncation must not delete that active file.
+    #[test]
+    fn reusing_a_torn_files_name_keeps_the_new_records() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (_, _, mut wal) = replay(tmp.path());
+        wal.append(1, b"one");
+        wal.commit(1, true).unwrap();
+        drop(wal);
+        // The crash: file 2 holds only half of record 2.
+        fs::write(tmp.path().join(file_name(2)), [9, 0, 0, 0, 1]).unwrap();
+        let (got, rep, mut wal) = replay(tmp.path());
+        assert_eq!(got.len(), 1);
+        assert_eq!(rep.last_lsn, 1);
+        wal.append(2, b"two");
+        wal.commit(2, true).unwrap();
+        assert_eq!(
+            wal.truncate_before(2).unwrap(),
+            1,
+            "only file 1 is fully flushed"
+        );
+        drop(wal);
+        let (got, _, _) = replay(tmp.path());
+        assert_eq!(got, vec![(2, b"two".to_vec())]);
     }
 
     #[test]
