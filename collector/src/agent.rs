@@ -13,7 +13,7 @@ use crate::guard::{CpuGuard, GuardError};
 use crate::perf::{self, EventFd, PerfError, PerfOptions, Target, MISC_COMM_EXEC};
 use crate::pprof::{self, LabelConfig, LabeledStack};
 use crate::procs::{MmapInfo, ProcessTable};
-use crate::proto::push::PushRequest;
+use crate::proto::push::v1::PushRequest;
 use crate::push::{HttpTransport, PushStats, Pusher, RetryPolicy};
 use crate::symbolize::{HostSymbolizer, SymbolStats};
 use crate::unwind::DwarfUnwinder;

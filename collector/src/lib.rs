@@ -40,16 +40,27 @@ pub mod push;
 pub mod symbolize;
 pub mod unwind;
 
-/// Messages generated from `proto/` at build time.
+/// Messages generated from the workspace `proto/` folder at build time. Modules
+/// mirror the proto packages because generated code refers across them by path.
+#[allow(clippy::all, missing_docs)]
 pub mod proto {
-    /// `perftools.profiles` (pprof).
-    #[allow(clippy::all, missing_docs)]
-    pub mod pprof {
-        include!(concat!(env!("OUT_DIR"), "/perftools.profiles.rs"));
+    pub mod perftools {
+        /// `perftools.profiles` (pprof).
+        pub mod profiles {
+            include!(concat!(env!("OUT_DIR"), "/perftools.profiles.rs"));
+        }
     }
-    /// `push.v1` (Pyroscope push API).
-    #[allow(clippy::all, missing_docs)]
+    pub mod types {
+        /// `types.v1` (label pairs).
+        pub mod v1 {
+            include!(concat!(env!("OUT_DIR"), "/types.v1.rs"));
+        }
+    }
     pub mod push {
-        include!(concat!(env!("OUT_DIR"), "/push.v1.rs"));
+        /// `push.v1` (Pyroscope push API).
+        pub mod v1 {
+            include!(concat!(env!("OUT_DIR"), "/push.v1.rs"));
+        }
     }
+    pub use perftools::profiles as pprof;
 }

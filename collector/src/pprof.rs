@@ -13,7 +13,8 @@ use flate2::Compression;
 use prost::Message;
 
 use crate::proto::pprof::{Function, Label, Line, Location, Mapping, Profile, Sample, ValueType};
-use crate::proto::push::{LabelPair, PushRequest, RawProfileSeries, RawSample};
+use crate::proto::push::v1::{PushRequest, RawProfileSeries, RawSample};
+use crate::proto::types::v1::LabelPair;
 use crate::symbolize::{Frame, ModuleRef};
 
 /// Label pairs, sorted by name when built by this module.
@@ -206,6 +207,7 @@ pub fn build_profile(
                             vec![Line {
                                 function_id,
                                 line: 0,
+                                column: 0,
                             }]
                         } else {
                             Vec::new()
@@ -233,7 +235,7 @@ pub fn build_profile(
                 .collect(),
         });
     }
-    p.string_table = strings.table;
+    p.string_table = strings.table.into_iter().map(String::into_bytes).collect();
     p
 }
 
@@ -365,8 +367,8 @@ mod tests {
         let bytes = p.encode_to_vec();
         let d = Profile::decode(&bytes[..]).expect("decodes");
         assert_eq!(d, p);
-        let s = |i: i64| d.string_table[i as usize].as_str();
-        assert_eq!(d.string_table[0], "");
+        let s = |i: i64| std::str::from_utf8(&d.string_table[i as usize]).unwrap();
+        assert!(d.string_table[0].is_empty());
         assert_eq!(s(d.sample_type[0].r#type), "samples");
         assert_eq!(s(d.sample_type[1].unit), "nanoseconds");
         assert_eq!(d.period, 52_631_578);
