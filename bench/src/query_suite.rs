@@ -66,6 +66,11 @@ pub struct Args {
     /// Keep the data (server directory, CSV, Parquet) here instead of a temp dir.
     #[arg(long)]
     data_dir: Option<PathBuf>,
+    /// With `--data-dir`: when the directory already holds a finished ingest of the
+    /// same fleet (its `manifest.json`), skip pushing and converting and only query.
+    /// Lets query-engine work be measured repeatedly without re-ingesting.
+    #[arg(long, requires = "data_dir")]
+    reuse: bool,
     /// Small run for CI.
     #[arg(long)]
     quick: bool,
@@ -395,10 +400,52 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
     let rows_dir = root.join("rows");
     std::fs::create_dir_all(&rows_dir)?;
 
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)?
-        .as_millis() as i64;
-    let t_end = now_ms / HOUR * HOUR - HOUR;
+    // Everything that shapes the stored data; a reused directory must match it.
+    let fleet_key = json!({
+        "seed": args.seed, "hosts": args.hosts, "services": args.services,
+        "stacks": args.stacks, "draws": args.draws, "interval": args.interval,
+        "day_interval": args.day_interval, "replay_hosts": args.replay_hosts,
+    });
+    let manifest_path = root.join("manifest.json");
+    let reused: Option<Value> = if args.reuse {
+        std::fs::read(&manifest_path)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            .filter(|m| m.get("fleet") == Some(&fleet_key))
+    } else {
+        None
+    };
+    if reused.is_none() && std::fs::read_dir(&server_dir).is_ok_and(|mut d| d.next().is_some()) {
+        bail!(
+            "{} already holds data (of another fleet, or an unfinished run); remove it or pass --reuse with the same fleet flags",
+            server_dir.display()
+        );
+    }
+    // A reused directory ingested without the baseline has no Parquet to query.
+    let baseline = match &reused {
+        Some(m) if m.get("duckdb_convert").is_none_or(Value::is_null) => {
+            if baseline.is_some() {
+                println!(
+                    "baseline: the reused directory has no Parquet rows; skipping the DuckDB side"
+                );
+            }
+            None
+        }
+        _ => baseline,
+    };
+    let t_end = match reused
+        .as_ref()
+        .and_then(|m| m.get("t_end"))
+        .and_then(Value::as_i64)
+    {
+        Some(t) => t,
+        None => {
+            let now_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)?
+                .as_millis() as i64;
+            now_ms / HOUR * HOUR - HOUR
+        }
+    };
     let fleet = Arc::new(Fleet::new(FleetConfig {
         seed: args.seed,
         services: args.services,
@@ -420,178 +467,206 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
         None
     };
 
-    // Ticks: 23 h sparse, then 1 h dense.
-    let mut ticks: Vec<i64> = Vec::new();
-    let mut t = t_end - 24 * HOUR;
-    while t < t_end - HOUR {
-        ticks.push(t);
-        t += args.day_interval as i64 * 1000;
-    }
-    let mut t = t_end - HOUR;
-    while t < t_end {
-        ticks.push(t);
-        t += args.interval as i64 * 1000;
-    }
-    let ticks = Arc::new(ticks);
-    let jobs = (ticks.len() * args.hosts) as u64;
-    println!(
-        "query suite: {} services × {} hosts; last hour every {} s, 23 h before every {} s; {} stacks/service, ~{} samples/profile; {} pushes (one per host per tick, all its services){}",
-        args.services,
-        args.hosts,
-        args.interval,
-        args.day_interval,
-        args.stacks,
-        args.draws,
-        jobs,
-        replay.as_ref().map_or(String::new(), |r| format!(
-            "; {} replay hosts cycling {} fixtures",
-            args.replay_hosts,
-            r.len()
-        ))
-    );
-    fleet
-        .write_stacks_csv(&rows_dir.join("stacks.csv"))
-        .context("writing stacks.csv")?;
+    let ingest: Value = match reused {
+        Some(m) => {
+            println!("reusing the ingested fleet in {} (--reuse)", root.display());
+            m
+        }
+        None => {
+            // Ticks: 23 h sparse, then 1 h dense.
+            let mut ticks: Vec<i64> = Vec::new();
+            let mut t = t_end - 24 * HOUR;
+            while t < t_end - HOUR {
+                ticks.push(t);
+                t += args.day_interval as i64 * 1000;
+            }
+            let mut t = t_end - HOUR;
+            while t < t_end {
+                ticks.push(t);
+                t += args.interval as i64 * 1000;
+            }
+            let ticks = Arc::new(ticks);
+            let jobs = (ticks.len() * args.hosts) as u64;
+            println!(
+            "query suite: {} services × {} hosts; last hour every {} s, 23 h before every {} s; {} stacks/service, ~{} samples/profile; {} pushes (one per host per tick, all its services){}",
+            args.services,
+            args.hosts,
+            args.interval,
+            args.day_interval,
+            args.stacks,
+            args.draws,
+            jobs,
+            replay.as_ref().map_or(String::new(), |r| format!(
+                "; {} replay hosts cycling {} fixtures",
+                args.replay_hosts,
+                r.len()
+            ))
+        );
+            fleet
+                .write_stacks_csv(&rows_dir.join("stacks.csv"))
+                .context("writing stacks.csv")?;
 
-    // Ingest.
-    let server = Running::start(&server_dir)?;
-    let pb = ProgressBar::new(jobs).with_style(
-        ProgressStyle::with_template(
-            "push  [{bar:40}] {pos}/{len} host pushes, {per_sec}, eta {eta}",
-        )?
-        .progress_chars("=> "),
-    );
-    let next = Arc::new(AtomicU64::new(0));
-    let values = Arc::new(AtomicU64::new(0));
-    let bytes_sent = Arc::new(AtomicU64::new(0));
-    let retries = Arc::new(AtomicU64::new(0));
-    let write_rows = baseline.is_some();
-    let t_ingest = Instant::now();
-    let workers: Vec<_> = (0..args.clients.max(1))
-        .map(|w| {
-            let (fleet, replay, ticks, next, values, bytes_sent, retries, pb) = (
-                fleet.clone(),
-                replay.clone(),
-                ticks.clone(),
-                next.clone(),
-                values.clone(),
-                bytes_sent.clone(),
-                retries.clone(),
-                pb.clone(),
+            // Ingest.
+            let server = Running::start(&server_dir)?;
+            let pb = ProgressBar::new(jobs).with_style(
+                ProgressStyle::with_template(
+                    "push  [{bar:40}] {pos}/{len} host pushes, {per_sec}, eta {eta}",
+                )?
+                .progress_chars("=> "),
             );
-            let url = server.url.clone();
-            let (hosts, replay_hosts, seed) = (args.hosts, args.replay_hosts, args.seed);
-            let rows_path = rows_dir.join(format!("samples-{w}.csv"));
-            std::thread::spawn(move || -> anyhow::Result<()> {
-                let client = reqwest::blocking::Client::new();
-                let mut rows_file = if write_rows {
-                    Some(std::io::BufWriter::new(
-                        std::fs::File::create(&rows_path)
-                            .with_context(|| format!("creating {}", rows_path.display()))?,
-                    ))
-                } else {
-                    None
-                };
-                let mut rows = Vec::new();
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= jobs {
-                        break;
-                    }
-                    let (tick, host) = ((i as usize) / hosts, (i as usize) % hosts);
-                    let Some(&ts) = ticks.get(tick) else { break };
-                    rows.clear();
-                    let (mut req, v) = fleet.host_push(
-                        host,
-                        ts,
-                        ts % 60_000 == 0,
-                        rows_file.as_ref().map(|_| &mut rows),
+            let next = Arc::new(AtomicU64::new(0));
+            let values = Arc::new(AtomicU64::new(0));
+            let bytes_sent = Arc::new(AtomicU64::new(0));
+            let retries = Arc::new(AtomicU64::new(0));
+            let write_rows = baseline.is_some();
+            let t_ingest = Instant::now();
+            let workers: Vec<_> = (0..args.clients.max(1))
+                .map(|w| {
+                    let (fleet, replay, ticks, next, values, bytes_sent, retries, pb) = (
+                        fleet.clone(),
+                        replay.clone(),
+                        ticks.clone(),
+                        next.clone(),
+                        values.clone(),
+                        bytes_sent.clone(),
+                        retries.clone(),
+                        pb.clone(),
                     );
-                    values.fetch_add(v, Ordering::Relaxed);
-                    if let Some(r) = &replay {
-                        if host < replay_hosts && ts >= t_end - HOUR && ts % 300_000 == 0 {
-                            if let Some(s) = r.push(seed, host, ts) {
-                                req.series.push(s);
+                    let url = server.url.clone();
+                    let (hosts, replay_hosts, seed) = (args.hosts, args.replay_hosts, args.seed);
+                    let rows_path = rows_dir.join(format!("samples-{w}.csv"));
+                    std::thread::spawn(move || -> anyhow::Result<()> {
+                        let client = reqwest::blocking::Client::new();
+                        let mut rows_file = if write_rows {
+                            Some(std::io::BufWriter::new(
+                                std::fs::File::create(&rows_path)
+                                    .with_context(|| format!("creating {}", rows_path.display()))?,
+                            ))
+                        } else {
+                            None
+                        };
+                        let mut rows = Vec::new();
+                        loop {
+                            let i = next.fetch_add(1, Ordering::Relaxed);
+                            if i >= jobs {
+                                break;
                             }
-                        }
-                    }
-                    if let Some(f) = rows_file.as_mut() {
-                        std::io::Write::write_all(f, &rows)?;
-                    }
-                    let body = req.encode_to_vec();
-                    bytes_sent.fetch_add(body.len() as u64, Ordering::Relaxed);
-                    loop {
-                        let r = client
-                            .post(format!("{url}/push.v1.PusherService/Push"))
-                            .header("content-type", "application/proto")
-                            .body(body.clone())
-                            .send()?;
-                        if r.status() == 429 || r.status() == 503 {
-                            retries.fetch_add(1, Ordering::Relaxed);
-                            std::thread::sleep(Duration::from_millis(20));
-                            continue;
-                        }
-                        if !r.status().is_success() {
-                            bail!(
-                                "push failed: {} {}",
-                                r.status(),
-                                r.text().unwrap_or_default()
+                            let (tick, host) = ((i as usize) / hosts, (i as usize) % hosts);
+                            let Some(&ts) = ticks.get(tick) else { break };
+                            rows.clear();
+                            let (mut req, v) = fleet.host_push(
+                                host,
+                                ts,
+                                ts % 60_000 == 0,
+                                rows_file.as_ref().map(|_| &mut rows),
                             );
+                            values.fetch_add(v, Ordering::Relaxed);
+                            if let Some(r) = &replay {
+                                if host < replay_hosts && ts >= t_end - HOUR && ts % 300_000 == 0 {
+                                    if let Some(s) = r.push(seed, host, ts) {
+                                        req.series.push(s);
+                                    }
+                                }
+                            }
+                            if let Some(f) = rows_file.as_mut() {
+                                std::io::Write::write_all(f, &rows)?;
+                            }
+                            let body = req.encode_to_vec();
+                            bytes_sent.fetch_add(body.len() as u64, Ordering::Relaxed);
+                            loop {
+                                let r = client
+                                    .post(format!("{url}/push.v1.PusherService/Push"))
+                                    .header("content-type", "application/proto")
+                                    .body(body.clone())
+                                    .send()?;
+                                if r.status() == 429 || r.status() == 503 {
+                                    retries.fetch_add(1, Ordering::Relaxed);
+                                    std::thread::sleep(Duration::from_millis(20));
+                                    continue;
+                                }
+                                if !r.status().is_success() {
+                                    bail!(
+                                        "push failed: {} {}",
+                                        r.status(),
+                                        r.text().unwrap_or_default()
+                                    );
+                                }
+                                break;
+                            }
+                            pb.inc(1);
                         }
-                        break;
-                    }
-                    pb.inc(1);
-                }
-                if let Some(mut f) = rows_file {
-                    std::io::Write::flush(&mut f)?;
-                }
-                Ok(())
-            })
-        })
-        .collect();
-    for w in workers {
-        w.join()
-            .map_err(|_| anyhow::anyhow!("push client panicked"))??;
-    }
-    let ingest_secs = t_ingest.elapsed().as_secs_f64();
-    pb.finish();
-    let t_flush = Instant::now();
-    server.stop()?;
-    let flush_secs = t_flush.elapsed().as_secs_f64();
-    let stored = dir_bytes(&server_dir.join("segments"));
-    let values = values.load(Ordering::Relaxed);
-    println!(
-        "ingested {values} values ({} of push bodies) in {ingest_secs:.1} s = {:.0} values/s over HTTP; shutdown flush {flush_secs:.1} s; {} of segments",
-        human_bytes(bytes_sent.load(Ordering::Relaxed) as f64),
-        values as f64 / ingest_secs,
-        human_bytes(stored as f64)
-    );
+                        if let Some(mut f) = rows_file {
+                            std::io::Write::flush(&mut f)?;
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            for w in workers {
+                w.join()
+                    .map_err(|_| anyhow::anyhow!("push client panicked"))??;
+            }
+            let ingest_secs = t_ingest.elapsed().as_secs_f64();
+            pb.finish();
+            let t_flush = Instant::now();
+            server.stop()?;
+            let flush_secs = t_flush.elapsed().as_secs_f64();
+            let stored = dir_bytes(&server_dir.join("segments"));
+            let values = values.load(Ordering::Relaxed);
+            println!(
+            "ingested {values} values ({} of push bodies) in {ingest_secs:.1} s = {:.0} values/s over HTTP; shutdown flush {flush_secs:.1} s; {} of segments",
+            human_bytes(bytes_sent.load(Ordering::Relaxed) as f64),
+            values as f64 / ingest_secs,
+            human_bytes(stored as f64)
+        );
 
-    // Baseline data: CSV → Parquet (not timed as part of any query).
+            // Baseline data: CSV → Parquet (not timed as part of any query).
+            let mut convert: Option<Value> = None;
+            if baseline.is_some() {
+                let rows_s = rows_dir.display().to_string();
+                println!("baseline: converting rows to Parquet with DuckDB …");
+                let c = run_python(&["convert", "--dir", &rows_s])?;
+                println!(
+                    "baseline: {} rows, {} of Parquet, converted in {:.1} s",
+                    c.get("rows").and_then(Value::as_u64).unwrap_or(0),
+                    human_bytes(
+                        c.get("parquet_bytes")
+                            .and_then(Value::as_f64)
+                            .unwrap_or(0.0)
+                    ),
+                    c.get("seconds").and_then(Value::as_f64).unwrap_or(0.0)
+                );
+                convert = Some(c);
+                // CSV is no longer needed.
+                for e in std::fs::read_dir(&rows_dir)?.flatten() {
+                    if e.path().extension().is_some_and(|x| x == "csv") {
+                        let _ = std::fs::remove_file(e.path());
+                    }
+                }
+            }
+            let m = json!({
+                "fleet": fleet_key,
+                "t_end": t_end,
+                "host_pushes": jobs,
+                "values_ingested": values,
+                "push_bytes": bytes_sent.load(Ordering::Relaxed),
+                "ingest_seconds": ingest_secs,
+                "ingest_values_per_second": values as f64 / ingest_secs,
+                "ingest_retries": retries.load(Ordering::Relaxed),
+                "shutdown_flush_seconds": flush_secs,
+                "segment_bytes": stored,
+                "duckdb_convert": convert,
+            });
+            std::fs::write(&manifest_path, serde_json::to_vec_pretty(&m)?)
+                .with_context(|| format!("writing {}", manifest_path.display()))?;
+            m
+        }
+    };
+
     let mut duck: Option<Value> = None;
-    let mut convert: Option<Value> = None;
     let specs = specs(t_end, fleet.service_name(0));
     if baseline.is_some() {
         let rows_s = rows_dir.display().to_string();
-        println!("baseline: converting rows to Parquet with DuckDB …");
-        let c = run_python(&["convert", "--dir", &rows_s])?;
-        println!(
-            "baseline: {} rows, {} of Parquet, converted in {:.1} s",
-            c.get("rows").and_then(Value::as_u64).unwrap_or(0),
-            human_bytes(
-                c.get("parquet_bytes")
-                    .and_then(Value::as_f64)
-                    .unwrap_or(0.0)
-            ),
-            c.get("seconds").and_then(Value::as_f64).unwrap_or(0.0)
-        );
-        convert = Some(c);
-        // CSV is no longer needed.
-        for e in std::fs::read_dir(&rows_dir)?.flatten() {
-            if e.path().extension().is_some_and(|x| x == "csv") {
-                let _ = std::fs::remove_file(e.path());
-            }
-        }
         let spec: Vec<Value> = specs
             .iter()
             .map(|s| json!({"name": format!("{} [{}]", s.name, s.window), "sql": s.sql}))
@@ -713,7 +788,7 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
             }
         );
     }
-    let figures = json!({
+    let mut figures = json!({
         "seed": args.seed,
         "services": args.services,
         "hosts": args.hosts,
@@ -722,21 +797,20 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
         "interval_s_last_hour": args.interval,
         "interval_s_day": args.day_interval,
         "replay_hosts": if replay.is_some() { args.replay_hosts } else { 0 },
-        "host_pushes": jobs,
-        "values_ingested": values,
-        "push_bytes": bytes_sent.load(Ordering::Relaxed),
-        "ingest_seconds": ingest_secs,
-        "ingest_values_per_second": values as f64 / ingest_secs,
-        "ingest_retries": retries.load(Ordering::Relaxed),
-        "shutdown_flush_seconds": flush_secs,
-        "segment_bytes": stored,
         "iterations_uncached": args.iterations,
         "iterations_cached": args.cached_iterations,
         "duckdb_version": baseline,
-        "duckdb_convert": convert,
         "queries": results,
         "note": "HTTP latency from an in-process client on loopback; uncached = result-cache miss (start shifted by a few ms), segments already decoded; restart = first query after a server restart",
     });
+    // The ingest figures (from this run, or from the reused directory's manifest).
+    if let (Some(f), Some(i)) = (figures.as_object_mut(), ingest.as_object()) {
+        for (k, v) in i {
+            if k != "fleet" {
+                f.insert(k.clone(), v.clone());
+            }
+        }
+    }
     let path = report::write(
         if require_baseline {
             "baseline"

@@ -97,6 +97,20 @@ pub fn render(
     );
     family(
         &mut out,
+        "profiledb_query_response_cache_hits_total",
+        "counter",
+        "Query answers served whole from the cache (ranges wholly in immutable segments).",
+        engine.map_or(0, |e| c(&e.stats.body_hits)),
+    );
+    family(
+        &mut out,
+        "profiledb_query_response_cache_misses_total",
+        "counter",
+        "Cacheable query answers that had to be computed.",
+        engine.map_or(0, |e| c(&e.stats.body_misses)),
+    );
+    family(
+        &mut out,
         "profiledb_query_function_index_builds_total",
         "counter",
         "Per-segment function-name indexes built.",

@@ -92,3 +92,63 @@ fn cache_hit_then_invalidation() {
     assert_eq!(metric(&s, "profiledb_query_cache_misses_total"), m1 + 1);
     assert_eq!(total(&s, t), 5 * SCALE);
 }
+
+fn native_flamegraph(s: &TestServer, from_s: i64) -> (Value, String) {
+    let r = s
+        .client
+        .get(format!("{}/api/v1/flamegraph", s.url))
+        .query(&[
+            ("query", format!("{CPU}{{}}")),
+            ("from", from_s.to_string()),
+            ("until", (from_s + 59).to_string()),
+        ])
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let text = r.text().unwrap();
+    (serde_json::from_str(&text).unwrap(), text)
+}
+
+/// Whole answers over ranges wholly in segments are served from the cache, byte for
+/// byte; a late write into the range is never answered from it, and after its flush
+/// the answer is recomputed and cached again.
+#[test]
+fn answers_are_cached_only_while_segments_alone_answer() {
+    let s = TestServer::start_with(|o| {
+        o.store.flush_grace = Duration::from_millis(200);
+    });
+    let t = (profiledb_storage::now_ms() / 1000 - 3 * 3600) / 60 * 60;
+    ingest(&s, t, "main;a 3\nmain;b 1\n");
+    wait_segments(&s, 1);
+    let hits = || metric(&s, "profiledb_query_response_cache_hits_total");
+    let misses = || metric(&s, "profiledb_query_response_cache_misses_total");
+
+    let (h0, m0) = (hits(), misses());
+    let (v1, body1) = native_flamegraph(&s, t);
+    assert_eq!(v1["total"], 4 * SCALE);
+    assert_eq!((hits(), misses()), (h0, m0 + 1));
+    let (_, body2) = native_flamegraph(&s, t);
+    assert_eq!(
+        body2, body1,
+        "a cached answer is the computed one, byte for byte"
+    );
+    assert_eq!((hits(), misses()), (h0 + 1, m0 + 1));
+
+    // A late write puts a head partition over the range: computed live, not cached.
+    ingest(&s, t, "main;c 2\n");
+    let (v3, _) = native_flamegraph(&s, t);
+    assert_eq!(v3["total"], 6 * SCALE);
+    assert_eq!(
+        hits(),
+        h0 + 1,
+        "no answer-cache lookup while the head overlaps"
+    );
+
+    // Flushed: a new segment version, so a fresh computation, then hits again.
+    wait_segments(&s, 2);
+    let (v4, body4) = native_flamegraph(&s, t);
+    assert_eq!(v4["total"], 6 * SCALE);
+    let (_, body5) = native_flamegraph(&s, t);
+    assert_eq!(body5, body4);
+    assert_eq!(hits(), h0 + 2);
+}

@@ -450,10 +450,13 @@ impl Store {
 
     /// Merges the selected samples of `range` into one call tree.
     pub fn merge(&self, tenant: &TenantId, sel: &Selector, range: TimeRange) -> Result<CallTree> {
-        let trees = self.inner.run(tenant, range, CallTree::new, |t, src| {
-            query::merge_into(src, sel, range, t)
-        })?;
-        let mut it = trees.into_iter();
+        let trees = self.inner.run(
+            tenant,
+            range,
+            || (CallTree::new(), query::Scratch::default()),
+            |(t, s), src| query::merge_into(src, sel, range, t, s),
+        )?;
+        let mut it = trees.into_iter().map(|(t, _)| t);
         let mut tree = it.next().unwrap_or_default();
         for t in it {
             tree.merge(&t);
@@ -546,6 +549,22 @@ impl Store {
     /// segments only is still valid while this value is unchanged.
     pub fn segments_version(&self) -> u64 {
         self.inner.segments_version.load(Ordering::SeqCst)
+    }
+
+    /// `Some(segments_version)` when no head partition of `tenant` (nor one being
+    /// flushed) overlaps any of `ranges`: an answer over them then comes from
+    /// immutable segments alone and stays valid while that version is unchanged.
+    /// Read under one lock, so a flush (which moves a partition and bumps the version
+    /// under the write lock) is either wholly before or wholly after it.
+    pub fn segments_only_version(&self, tenant: &TenantId, ranges: &[TimeRange]) -> Option<u64> {
+        let st = self.inner.state.read();
+        for p in st.head.values().chain(st.flushing.iter()) {
+            let g = p.read();
+            if &g.tenant == tenant && ranges.iter().any(|r| r.overlaps(g.start_ms, g.end_ms())) {
+                return None;
+            }
+        }
+        Some(self.segments_version())
     }
 
     /// Runs `f` over every data source (head partitions and segments) of `tenant`

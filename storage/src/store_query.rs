@@ -21,7 +21,7 @@ use crate::query::diff::{diff_stats, DiffEntry, DiffStats};
 use crate::query::flamegraph::{flamegraph_diff, FlameGraphDiff};
 use crate::query::groupby::{group_into, GroupAcc, GroupByQuery};
 use crate::query::timeseries::{group_series, SeriesPoints};
-use crate::query::{merge_into, CallTree, Source, TimeRange};
+use crate::query::{merge_into, CallTree, Scratch, Source, TimeRange};
 use crate::selector::Selector;
 use crate::store::{Scope, Store};
 
@@ -80,15 +80,24 @@ impl Store {
         scope: Scope,
     ) -> Result<CallTree> {
         let max = engine.limits.max_tree_nodes;
-        let trees = self.scan_scoped(tenant, range, scope, CallTree::new, |t, src| {
-            deadline.check()?;
-            merge_into(src, sel, range, t)?;
-            if max > 0 && t.nodes().len() > max {
-                return Err(tree_too_large(max));
-            }
-            Ok(())
-        })?;
-        let mut it = trees.into_iter();
+        let trees = self.scan_scoped(
+            tenant,
+            range,
+            scope,
+            || (CallTree::new(), Scratch::take()),
+            |(t, s), src| {
+                deadline.check()?;
+                merge_into(src, sel, range, t, s)?;
+                if max > 0 && t.nodes().len() > max {
+                    return Err(tree_too_large(max));
+                }
+                Ok(())
+            },
+        )?;
+        let mut it = trees.into_iter().map(|(t, s)| {
+            s.give_back();
+            t
+        });
         let mut tree = it.next().unwrap_or_default();
         for t in it {
             tree.merge(&t);
@@ -116,7 +125,7 @@ impl Store {
             |t| Cached::Tree(t.clone()),
             |c| match c {
                 Cached::Tree(t) => Some(t.clone()),
-                Cached::Groups(_) => None,
+                _ => None,
             },
             |a, b| {
                 a.merge(&b);
@@ -142,12 +151,20 @@ impl Store {
                 None => Ok(scan_functions(src.dict(), re)),
             }
         };
-        let accs = self.scan_scoped(tenant, range, scope, GroupAcc::default, |acc, src| {
-            deadline.check()?;
-            group_into(src, sel, range, q, &resolve, acc)
-        })?;
+        let accs = self.scan_scoped(
+            tenant,
+            range,
+            scope,
+            || (GroupAcc::default(), Scratch::take()),
+            |(acc, s), src| {
+                deadline.check()?;
+                group_into(src, sel, range, q, &resolve, acc, s)
+            },
+        )?;
         let mut out = GroupAcc::default();
-        for a in &accs {
+        for (a, s) in accs {
+            s.give_back();
+            let a = &a;
             out.merge(a);
             if q.max_groups > 0 && out.rows.len() > q.max_groups {
                 return Err(StorageError::QueryLimit(format!(
@@ -180,7 +197,7 @@ impl Store {
             |g| Cached::Groups(g.clone()),
             |c| match c {
                 Cached::Groups(g) => Some(g.clone()),
-                Cached::Tree(_) => None,
+                _ => None,
             },
             |a, b| a.merge(&b),
         )

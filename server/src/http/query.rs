@@ -6,6 +6,7 @@
 //! (`AppState::engine`), which holds the result cache, the function-name indexes
 //! and the limits.
 
+mod answers;
 mod connect;
 mod native;
 mod pprof;

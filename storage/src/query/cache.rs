@@ -20,6 +20,9 @@ use crate::fnindex::FnIndex;
 pub enum Cached {
     Tree(CallTree),
     Groups(GroupAcc),
+    /// A finished response body (the server caches whole answers that came from
+    /// immutable segments only).
+    Body(Arc<[u8]>),
 }
 
 impl Cached {
@@ -30,6 +33,7 @@ impl Cached {
                 t.nodes().len() * 96 + 256
             }
             Cached::Groups(g) => g.approx_bytes(),
+            Cached::Body(b) => b.len() + 64,
         }
     }
 }
@@ -102,6 +106,9 @@ pub struct CacheStats {
     pub hits: AtomicU64,
     pub misses: AtomicU64,
     pub fn_index_builds: AtomicU64,
+    /// Whole answers served from / missing in the cache (see [`Cached::Body`]).
+    pub body_hits: AtomicU64,
+    pub body_misses: AtomicU64,
 }
 
 pub struct QueryEngine {
@@ -163,6 +170,25 @@ impl QueryEngine {
         if self.results_enabled {
             self.results.insert(key, v);
         }
+    }
+
+    /// A cached response body; counted apart from the segment-part lookups.
+    pub fn get_body(&self, key: &str) -> Option<Arc<[u8]>> {
+        let v = if self.results_enabled {
+            self.results.get(key).and_then(|c| match &*c {
+                Cached::Body(b) => Some(b.clone()),
+                _ => None,
+            })
+        } else {
+            None
+        };
+        let c = if v.is_some() {
+            &self.stats.body_hits
+        } else {
+            &self.stats.body_misses
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+        v
     }
 
     /// Bytes held by cached results.

@@ -12,7 +12,9 @@ use regex::Regex;
 use roaring::RoaringBitmap;
 use rustc_hash::FxHashMap;
 
-use super::{steps, Source, TimeRange};
+use super::scratch::{Memo, Scratch};
+use super::tree::frame_name;
+use super::{node_values, steps, Source, TimeRange};
 use crate::dict::{Dict, NO_PARENT};
 use crate::error::{Result, StorageError};
 use crate::selector::Selector;
@@ -114,57 +116,96 @@ impl GroupAcc {
     }
 }
 
-/// Which stack nodes survive the function filters, or `None` when there are none.
-pub fn node_filter(
-    dict: &Dict,
-    include: Option<&RoaringBitmap>,
-    exclude: Option<&RoaringBitmap>,
-) -> Option<Vec<bool>> {
-    if include.is_none() && exclude.is_none() {
-        return None;
-    }
-    let loc_flags = |fns: &RoaringBitmap| -> Vec<bool> {
-        dict.locations
-            .iter()
-            .map(|l| l.function.is_some_and(|f| fns.contains(f)))
-            .collect()
-    };
-    // contains[i]: some frame on the path root..=i matches.
-    let contains = |fns: &RoaringBitmap| -> Vec<bool> {
-        let lf = loc_flags(fns);
-        let n = dict.node_count();
-        let mut out = vec![false; n];
-        for i in 0..n {
-            let own = lf
-                .get(dict.node_locations[i] as usize)
-                .copied()
-                .unwrap_or(false);
-            let p = dict.parents[i];
-            out[i] = own || (p != NO_PARENT && out.get(p as usize).copied().unwrap_or(false));
-        }
-        out
-    };
-    let inc = include.map(contains);
-    let exc = exclude.map(contains);
-    let n = dict.node_count();
-    Some(
-        (0..n)
-            .map(|i| inc.as_ref().is_none_or(|v| v[i]) && !exc.as_ref().is_some_and(|v| v[i]))
-            .collect(),
-    )
+/// Bit set in a filter memo entry when some frame on the path root..=node matches
+/// the include set.
+const HAS_INCLUDED: u32 = 1;
+/// Likewise for the exclude set.
+const HAS_EXCLUDED: u32 = 2;
+
+/// The function filters of one source, resolved to function ids.
+struct NodeFilter {
+    include: Option<RoaringBitmap>,
+    exclude: Option<RoaringBitmap>,
 }
 
-fn binary_name(dict: &Dict, loc: u32) -> String {
+impl NodeFilter {
+    fn is_noop(&self) -> bool {
+        self.include.is_none() && self.exclude.is_none()
+    }
+
+    /// Whether samples of stack node `node` pass. Visits only `node`'s ancestors not
+    /// yet memoised in `memo`, so a query pays for the stacks it touches.
+    fn keeps(&self, dict: &Dict, node: u32, memo: &mut Memo, path: &mut Vec<u32>) -> bool {
+        let flags = self.flags(dict, node, memo, path);
+        (self.include.is_none() || flags & HAS_INCLUDED != 0) && flags & HAS_EXCLUDED == 0
+    }
+
+    fn flags(&self, dict: &Dict, node: u32, memo: &mut Memo, path: &mut Vec<u32>) -> u32 {
+        path.clear();
+        let mut n = node;
+        let mut flags = 0;
+        loop {
+            if let Some(f) = memo.get(n) {
+                flags = f;
+                break;
+            }
+            path.push(n);
+            match dict.parents.get(n as usize) {
+                Some(&p) if p != NO_PARENT && p < n => n = p,
+                _ => break,
+            }
+        }
+        for &n in path.iter().rev() {
+            let f = dict
+                .node_locations
+                .get(n as usize)
+                .and_then(|&l| dict.locations.get(l as usize))
+                .and_then(|l| l.function);
+            if let Some(f) = f {
+                if self.include.as_ref().is_some_and(|b| b.contains(f)) {
+                    flags |= HAS_INCLUDED;
+                }
+                if self.exclude.as_ref().is_some_and(|b| b.contains(f)) {
+                    flags |= HAS_EXCLUDED;
+                }
+            }
+            memo.set(n, flags);
+        }
+        flags
+    }
+}
+
+fn binary_name(dict: &Dict, loc: u32) -> &str {
     dict.locations
         .get(loc as usize)
         .and_then(|l| l.mapping)
         .and_then(|m| dict.mappings.get(m as usize))
-        .map(|m| dict.str(m.file).to_string())
+        .map(|m| dict.str(m.file))
         .unwrap_or_default()
+}
+
+/// Strings of one source's stack-derived key values, each interned once.
+#[derive(Default)]
+struct KeyNames {
+    names: Vec<String>,
+    ids: FxHashMap<String, u32>,
+}
+
+impl KeyNames {
+    fn id(&mut self, s: &str) -> u32 {
+        if let Some(&id) = self.ids.get(s) {
+            return id;
+        }
+        let id = self.names.len() as u32;
+        self.names.push(s.to_string());
+        self.ids.insert(s.to_string(), id);
+        id
+    }
 }
 
 /// Adds the group-by rows of `src` to `acc`. `resolve` maps a function regex to the
 /// matching function ids of `src`'s dictionary.
+#[allow(clippy::too_many_arguments)]
 pub fn group_into(
     src: &dyn Source,
     sel: &Selector,
@@ -172,6 +213,7 @@ pub fn group_into(
     q: &GroupByQuery,
     resolve: &dyn Fn(&dyn Source, &Regex) -> Result<RoaringBitmap>,
     acc: &mut GroupAcc,
+    scratch: &mut Scratch,
 ) -> Result<()> {
     let series = src.index().select(&sel.matchers);
     if series.is_empty() {
@@ -182,147 +224,182 @@ pub fn group_into(
         return Ok(());
     }
     let dict = src.dict();
-    let label_keys: Vec<(usize, &str)> = q
+    let label_keys: Vec<&str> = q
         .keys
         .iter()
-        .enumerate()
-        .filter_map(|(i, k)| match k {
-            GroupKey::Label(l) => Some((i, l.as_str())),
+        .filter_map(|k| match k {
+            GroupKey::Label(l) => Some(l.as_str()),
             _ => None,
         })
         .collect();
     let stack_keys = q.keys.iter().any(GroupKey::is_stack_derived);
-
-    let include = match &q.include {
-        Some(re) => Some(resolve(src, re)?),
-        None => None,
+    let filter = NodeFilter {
+        include: match &q.include {
+            Some(re) => Some(resolve(src, re)?),
+            None => None,
+        },
+        exclude: match &q.exclude {
+            Some(re) => Some(resolve(src, re)?),
+            None => None,
+        },
     };
-    let exclude = match &q.exclude {
-        Some(re) => Some(resolve(src, re)?),
-        None => None,
-    };
-    let filter = node_filter(dict, include.as_ref(), exclude.as_ref());
 
-    // Label groups of this source, then values per (label group, stack node).
-    let mut groups: Vec<Vec<String>> = Vec::new();
-    let mut group_ids: FxHashMap<Vec<String>, u32> = FxHashMap::default();
-    let mut values: FxHashMap<(u32, u32), i64> = FxHashMap::default();
+    // Series grouped by their values of the label keys.
+    let mut groups: Vec<(Vec<String>, RoaringBitmap)> = Vec::new();
+    let mut group_ids: FxHashMap<Vec<String>, usize> = FxHashMap::default();
     for sid in series.iter() {
         let labels = src.labels(sid);
         let lv: Vec<String> = label_keys
             .iter()
-            .map(|(_, name)| labels.and_then(|l| l.get(name)).unwrap_or("").to_string())
+            .map(|name| labels.and_then(|l| l.get(name)).unwrap_or("").to_string())
             .collect();
-        let g = match group_ids.get(&lv) {
-            Some(&g) => g,
-            None => {
-                let g = groups.len() as u32;
-                group_ids.insert(lv.clone(), g);
-                groups.push(lv);
-                g
-            }
-        };
-        let keep = filter.as_deref();
-        src.for_each_row(sid, &mut |t, node, v| {
-            if t < lo || t >= hi || v == 0 {
-                return;
-            }
-            if let Some(k) = keep {
-                if !k.get(node as usize).copied().unwrap_or(false) {
-                    return;
-                }
-            }
-            // Without stack keys every node of a group collapses into one row.
-            let node = if stack_keys { node } else { 0 };
-            let e = values.entry((g, node)).or_insert(0);
-            *e = e.saturating_add(v);
-        })?;
+        let g = *group_ids.entry(lv.clone()).or_insert_with(|| {
+            groups.push((lv, RoaringBitmap::new()));
+            groups.len() - 1
+        });
+        groups[g].1.insert(sid);
     }
 
-    let mut leaf_names: FxHashMap<u32, String> = FxHashMap::default();
-    let mut leaf_bins: FxHashMap<u32, String> = FxHashMap::default();
-    let mut frame_names: FxHashMap<u32, String> = FxHashMap::default();
-    let name_of = |cache: &mut FxHashMap<u32, String>, loc: u32| -> String {
-        cache
-            .entry(loc)
-            .or_insert_with(|| super::tree::frame_name(dict, loc))
-            .clone()
-    };
-    for (&(g, node), &v) in &values {
-        acc.total = acc.total.saturating_add(v);
-        // Candidate values for each key; the rows are their cartesian product.
-        let mut choices: Vec<Vec<String>> = Vec::with_capacity(q.keys.len());
-        let label_vals = &groups[g as usize];
-        let mut li = 0;
-        for k in &q.keys {
-            match k {
-                GroupKey::Label(_) => {
-                    choices.push(vec![label_vals[li].clone()]);
-                    li += 1;
+    scratch.keep.prepare(dict.node_count());
+    scratch.names.prepare(dict.locations.len());
+    scratch.nodes.prepare(dict.locations.len());
+    let mut names = KeyNames::default();
+    // Per (group, stack-derived key ids): the summed value. Label keys are implied by
+    // the group.
+    let mut rows: FxHashMap<(usize, Vec<u32>), i64> = FxHashMap::default();
+    let mut pairs = std::mem::take(&mut scratch.pairs);
+    let mut path = std::mem::take(&mut scratch.path);
+    let mut choices: Vec<Vec<u32>> = Vec::with_capacity(q.keys.len());
+    let mut frames: Vec<u32> = Vec::new();
+    let result = (|| -> Result<()> {
+        for (g, (_, members)) in groups.iter().enumerate() {
+            node_values(src, members, lo, hi, scratch)?;
+            std::mem::swap(&mut pairs, &mut scratch.pairs);
+            for &(node, v) in &pairs {
+                if !filter.is_noop() && !filter.keeps(dict, node, &mut scratch.keep, &mut path) {
+                    continue;
                 }
-                GroupKey::Function => {
-                    let loc = dict.node_locations.get(node as usize).copied().unwrap_or(0);
-                    choices.push(vec![name_of(&mut leaf_names, loc)]);
+                acc.total = acc.total.saturating_add(v);
+                if !stack_keys {
+                    let e = rows.entry((g, Vec::new())).or_insert(0);
+                    *e = e.saturating_add(v);
+                    continue;
                 }
-                GroupKey::Binary => {
-                    let loc = dict.node_locations.get(node as usize).copied().unwrap_or(0);
-                    let b = leaf_bins
-                        .entry(loc)
-                        .or_insert_with(|| binary_name(dict, loc))
-                        .clone();
-                    choices.push(vec![b]);
-                }
-                GroupKey::FunctionTotal => {
-                    let mut names: Vec<String> = Vec::new();
-                    for loc in dict.stack(node) {
-                        let n = name_of(&mut frame_names, loc);
-                        if !names.contains(&n) {
-                            names.push(n);
+                choices.clear();
+                for k in &q.keys {
+                    let leaf_loc = dict.node_locations.get(node as usize).copied().unwrap_or(0);
+                    match k {
+                        GroupKey::Label(_) => {}
+                        GroupKey::Function => {
+                            let id = match scratch.names.get(leaf_loc) {
+                                Some(id) => id,
+                                None => {
+                                    let id = names.id(&frame_name(dict, leaf_loc));
+                                    scratch.names.set(leaf_loc, id);
+                                    id
+                                }
+                            };
+                            choices.push(vec![id]);
+                        }
+                        GroupKey::Binary => {
+                            let id = match scratch.nodes.get(leaf_loc) {
+                                Some(id) => id,
+                                None => {
+                                    let id = names.id(binary_name(dict, leaf_loc));
+                                    scratch.nodes.set(leaf_loc, id);
+                                    id
+                                }
+                            };
+                            choices.push(vec![id]);
+                        }
+                        GroupKey::FunctionTotal => {
+                            frames.clear();
+                            let mut n = node;
+                            loop {
+                                let loc = dict.node_locations.get(n as usize).copied().unwrap_or(0);
+                                let id = match scratch.names.get(loc) {
+                                    Some(id) => id,
+                                    None => {
+                                        let id = names.id(&frame_name(dict, loc));
+                                        scratch.names.set(loc, id);
+                                        id
+                                    }
+                                };
+                                if !frames.contains(&id) {
+                                    frames.push(id);
+                                }
+                                match dict.parents.get(n as usize) {
+                                    Some(&p) if p != NO_PARENT && p < n => n = p,
+                                    _ => break,
+                                }
+                            }
+                            choices.push(frames.clone());
                         }
                     }
-                    choices.push(names);
+                }
+                // Rows are the cartesian product of the choices (only `function_total`
+                // offers more than one).
+                let mut idx = vec![0usize; choices.len()];
+                'product: loop {
+                    let key: Vec<u32> = idx.iter().zip(&choices).map(|(&i, c)| c[i]).collect();
+                    let e = rows.entry((g, key)).or_insert(0);
+                    *e = e.saturating_add(v);
+                    let mut d = choices.len();
+                    loop {
+                        if d == 0 {
+                            break 'product;
+                        }
+                        d -= 1;
+                        idx[d] += 1;
+                        if idx[d] < choices[d].len() {
+                            break;
+                        }
+                        idx[d] = 0;
+                    }
+                }
+                if q.max_groups > 0 && rows.len() > q.max_groups {
+                    return Err(too_many_groups(q.max_groups));
                 }
             }
         }
-        let mut idx = vec![0usize; choices.len()];
-        if choices.iter().any(|c| c.is_empty()) {
-            continue;
-        }
-        loop {
-            let key: Vec<String> = idx
-                .iter()
-                .zip(&choices)
-                .map(|(&i, c)| c[i].clone())
-                .collect();
-            let e = acc.rows.entry(key).or_insert(0);
-            *e = e.saturating_add(v);
-            // Advance the odometer.
-            let mut d = choices.len();
-            loop {
-                if d == 0 {
-                    break;
+        Ok(())
+    })();
+    scratch.pairs = pairs;
+    scratch.path = path;
+    scratch.end_source();
+    result?;
+
+    // Back to strings, in key order.
+    for ((g, ids), v) in rows {
+        let label_vals = &groups[g].0;
+        let (mut li, mut si) = (0, 0);
+        let key: Vec<String> = q
+            .keys
+            .iter()
+            .map(|k| {
+                if k.is_stack_derived() {
+                    si += 1;
+                    ids.get(si - 1)
+                        .and_then(|&id| names.names.get(id as usize))
+                        .cloned()
+                        .unwrap_or_default()
+                } else {
+                    li += 1;
+                    label_vals.get(li - 1).cloned().unwrap_or_default()
                 }
-                d -= 1;
-                idx[d] += 1;
-                if idx[d] < choices[d].len() {
-                    break;
-                }
-                idx[d] = 0;
-                if d == 0 {
-                    d = usize::MAX;
-                    break;
-                }
-            }
-            if d == usize::MAX || choices.is_empty() {
-                break;
-            }
-        }
-        if q.max_groups > 0 && acc.rows.len() > q.max_groups {
-            return Err(StorageError::QueryLimit(format!(
-                "the group-by produces more than {} groups; add filters or fewer keys",
-                q.max_groups
-            )));
-        }
+            })
+            .collect();
+        let e = acc.rows.entry(key).or_insert(0);
+        *e = e.saturating_add(v);
+    }
+    if q.max_groups > 0 && acc.rows.len() > q.max_groups {
+        return Err(too_many_groups(q.max_groups));
     }
     Ok(())
+}
+
+fn too_many_groups(max: usize) -> StorageError {
+    StorageError::QueryLimit(format!(
+        "the group-by produces more than {max} groups; add filters or fewer keys"
+    ))
 }

@@ -9,6 +9,7 @@ pub mod cache;
 pub mod diff;
 pub mod flamegraph;
 pub mod groupby;
+pub mod scratch;
 pub mod timeseries;
 pub mod tree;
 
@@ -24,6 +25,7 @@ use crate::model::Labels;
 use crate::segment::LoadedSegment;
 use crate::selector::Selector;
 
+pub use scratch::Scratch;
 pub use tree::{CallTree, TreeNode};
 
 /// A half-open time range `[start_ms, end_ms)` in milliseconds since the epoch.
@@ -107,12 +109,13 @@ pub(crate) fn steps(src: &dyn Source, range: TimeRange) -> (u32, u32) {
     )
 }
 
-/// Adds the selected samples of `src` to `tree`.
+/// Adds the selected samples of `src` to `tree`, using `scratch` (one per thread).
 pub fn merge_into(
     src: &dyn Source,
     sel: &Selector,
     range: TimeRange,
     tree: &mut CallTree,
+    scratch: &mut Scratch,
 ) -> Result<()> {
     let series = src.index().select(&sel.matchers);
     if series.is_empty() {
@@ -122,17 +125,33 @@ pub fn merge_into(
     if lo >= hi {
         return Ok(());
     }
-    let mut values = vec![0i64; src.dict().node_count()];
+    node_values(src, &series, lo, hi, scratch)?;
+    let pairs = std::mem::take(&mut scratch.pairs);
+    tree.add_node_values(src.dict(), &pairs, scratch);
+    scratch.pairs = pairs;
+    scratch.end_source();
+    Ok(())
+}
+
+/// Sums the rows of `series` in steps `[lo, hi)` per stack node into `scratch.pairs`
+/// (node order, non-zero sums only).
+pub(crate) fn node_values(
+    src: &dyn Source,
+    series: &RoaringBitmap,
+    lo: u32,
+    hi: u32,
+    scratch: &mut Scratch,
+) -> Result<()> {
+    let vals = &mut scratch.values;
+    vals.prepare(src.dict().node_count());
     for sid in series.iter() {
         src.for_each_row(sid, &mut |t, stack, v| {
             if t >= lo && t < hi {
-                if let Some(slot) = values.get_mut(stack as usize) {
-                    *slot = slot.saturating_add(v);
-                }
+                vals.add(stack, v);
             }
         })?;
     }
-    tree.add_dict_values(src.dict(), &values);
+    vals.drain(&mut scratch.pairs);
     Ok(())
 }
 

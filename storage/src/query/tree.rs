@@ -2,8 +2,11 @@
 //! from. Nodes are keyed by `(parent, frame name)`, so the same function reached
 //! through the same path merges across series, segments and the head.
 
+use std::borrow::Cow;
+
 use rustc_hash::FxHashMap;
 
+use super::scratch::Scratch;
 use crate::dict::{Dict, NO_PARENT};
 
 pub const ROOT: u32 = 0;
@@ -39,14 +42,14 @@ impl PartialEq for CallTree {
 
 /// Display name of a frame: the function name, or for unsymbolized frames the
 /// binary and address, so they stay distinguishable and can be symbolized later.
-pub fn frame_name(dict: &Dict, loc: u32) -> String {
+pub fn frame_name(dict: &Dict, loc: u32) -> Cow<'_, str> {
     let Some(l) = dict.locations.get(loc as usize) else {
         return "[unknown]".into();
     };
     if let Some(f) = l.function.and_then(|f| dict.functions.get(f as usize)) {
         let name = dict.str(f.name);
         if !name.is_empty() {
-            return name.to_string();
+            return name.into();
         }
     }
     let binary = l
@@ -57,8 +60,8 @@ pub fn frame_name(dict: &Dict, loc: u32) -> String {
         .unwrap_or("");
     match (binary.is_empty(), l.address) {
         (true, 0) => "[unknown]".into(),
-        (true, a) => format!("0x{a:x}"),
-        (false, a) => format!("{binary}+0x{a:x}"),
+        (true, a) => format!("0x{a:x}").into(),
+        (false, a) => format!("{binary}+0x{a:x}").into(),
     }
 }
 
@@ -120,60 +123,70 @@ impl CallTree {
         self.add_self(node, value);
     }
 
-    /// Adds per-node self values of a segment or head stack tree.
-    pub fn add_dict_values(&mut self, dict: &Dict, self_values: &[i64]) {
-        let n = dict.node_count().min(self_values.len());
-        // Backward pass: a node is needed if it or a descendant carries a value.
-        let mut needed = vec![false; n];
-        for i in (0..n).rev() {
-            if self_values[i] != 0 {
-                needed[i] = true;
-            }
-            if needed[i] {
-                let p = dict.parents[i];
-                if p != NO_PARENT && (p as usize) < n {
-                    needed[p as usize] = true;
-                }
+    /// Adds `(stack node, self value)` pairs of a segment or head stack tree. Only the
+    /// given nodes and their ancestors are visited; `scratch`'s node and name memos
+    /// must be empty or hold this same dictionary's entries.
+    pub fn add_node_values(&mut self, dict: &Dict, pairs: &[(u32, i64)], scratch: &mut Scratch) {
+        scratch.nodes.prepare(dict.node_count());
+        scratch.names.prepare(dict.locations.len());
+        let mut path = std::mem::take(&mut scratch.path);
+        for &(node, v) in pairs {
+            if let Some(t) = self.tree_node(dict, node, scratch, &mut path) {
+                self.add_self(t, v);
             }
         }
-        // Forward pass: parents precede children, so their tree nodes already exist.
-        let mut mapped = vec![u32::MAX; n];
-        let mut names: Vec<u32> = vec![u32::MAX; dict.locations.len()];
-        for i in 0..n {
-            if !needed[i] {
-                continue;
+        scratch.path = path;
+    }
+
+    /// The tree node of stack node `node`, created with its missing ancestors.
+    fn tree_node(
+        &mut self,
+        dict: &Dict,
+        node: u32,
+        s: &mut Scratch,
+        path: &mut Vec<u32>,
+    ) -> Option<u32> {
+        path.clear();
+        let mut n = node;
+        let mut parent = ROOT;
+        // Climb to the nearest ancestor already in the tree. Parents precede their
+        // children (checked when the dictionary was decoded), so this terminates.
+        loop {
+            if let Some(t) = s.nodes.get(n) {
+                parent = t;
+                break;
             }
-            let p = dict.parents[i];
-            let parent = if p == NO_PARENT {
-                ROOT
-            } else {
-                mapped.get(p as usize).copied().unwrap_or(ROOT)
-            };
-            let loc = dict.node_locations[i] as usize;
-            let name = match names.get(loc) {
-                Some(&id) if id != u32::MAX => id,
-                _ => {
-                    let id = self.intern(&frame_name(dict, loc as u32));
-                    if let Some(slot) = names.get_mut(loc) {
-                        *slot = id;
-                    }
+            path.push(n);
+            match dict.parents.get(n as usize) {
+                Some(&p) if p != NO_PARENT && p < n => n = p,
+                Some(_) => break,
+                None => return None,
+            }
+        }
+        for &n in path.iter().rev() {
+            let loc = dict.node_locations.get(n as usize).copied().unwrap_or(0);
+            let name = match s.names.get(loc) {
+                Some(id) => id,
+                None => {
+                    let id = self.intern(&frame_name(dict, loc));
+                    s.names.set(loc, id);
                     id
                 }
             };
-            let node = self.child(parent, name);
-            mapped[i] = node;
-            if self_values[i] != 0 {
-                self.add_self(node, self_values[i]);
-            }
+            parent = self.child(parent, name);
+            s.nodes.set(n, parent);
         }
+        Some(parent)
     }
 
     /// Merges `other` into `self`.
     pub fn merge(&mut self, other: &CallTree) {
+        // Each distinct name is hashed once, not once per node.
+        let names: Vec<u32> = other.names.iter().map(|n| self.intern(n)).collect();
         let mut mapped = vec![ROOT; other.nodes.len()];
         for (i, n) in other.nodes.iter().enumerate().skip(1) {
             let parent = mapped[n.parent as usize];
-            let name = self.intern(&other.names[n.name as usize]);
+            let name = names[n.name as usize];
             let node = self.child(parent, name);
             mapped[i] = node;
             if n.self_value != 0 {

@@ -2,19 +2,20 @@
 //! graph JSON, pprof export and an SVG flame graph.
 
 use axum::extract::{Query, State};
-use axum::http::{header, HeaderMap};
-use axum::response::{IntoResponse, Response};
+use axum::http::{header, HeaderMap, Uri};
+use axum::response::Response;
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Router;
 use bytes::Bytes;
 use profiledb_ingest::parse_time;
 use profiledb_storage::query::flamegraph::{flamegraph, FlameGraphDiff};
 use profiledb_storage::query::groupby::{GroupByQuery, GroupKey};
-use profiledb_storage::{now_ms, Selector, TimeRange};
+use profiledb_storage::{now_ms, Selector, TenantId, TimeRange};
 use regex::Regex;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::answers::cached_answer;
 use super::render::{profile_type_of, range_params};
 use super::{blocking, selector_for, storage_error};
 use crate::error::{ApiError, ApiResult};
@@ -104,7 +105,7 @@ async fn group_by(
     State(state): State<AppRef>,
     headers: HeaderMap,
     body: Bytes,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Response> {
     count(&state);
     let r: GroupByRequest = json_body(&body)?;
     if r.group_by.len() > 16 {
@@ -118,24 +119,39 @@ async fn group_by(
         exclude: compile("exclude_function", r.exclude_function.as_ref())?,
         max_groups: 0,
     };
-    let (store, tenant) = (state.store()?, tenant_of(&headers)?);
-    let engine = state.engine()?;
-    let acc = blocking(move || {
-        store
-            .group_by(&engine, &tenant, &sel, range, &q)
-            .map_err(storage_error)
+    let tenant = tenant_of(&headers)?;
+    let key = format!("query\u{0}{}", String::from_utf8_lossy(&body));
+    cached_answer(&state, &tenant, &[range], key, JSON, || async {
+        let (store, engine, t) = (state.store()?, state.engine()?, tenant.clone());
+        let acc = blocking(move || {
+            store
+                .group_by(&engine, &t, &sel, range, &q)
+                .map_err(storage_error)
+        })
+        .await?;
+        let rows: Vec<Value> = acc
+            .sorted(r.limit)
+            .into_iter()
+            .map(|(key, value)| json!({"key": key, "value": value}))
+            .collect();
+        to_json(&json!({
+            "group_by": r.group_by,
+            "rows": rows,
+            "total": acc.total,
+        }))
     })
-    .await?;
-    let rows: Vec<Value> = acc
-        .sorted(r.limit)
-        .into_iter()
-        .map(|(key, value)| json!({"key": key, "value": value}))
-        .collect();
-    Ok(Json(json!({
-        "group_by": r.group_by,
-        "rows": rows,
-        "total": acc.total,
-    })))
+    .await
+}
+
+const JSON: &str = "application/json";
+
+fn to_json(v: &Value) -> ApiResult<Vec<u8>> {
+    serde_json::to_vec(v).map_err(|e| ApiError::internal(format!("JSON encoding failed: {e}")))
+}
+
+/// The raw query string of a GET: with the resolved ranges, the answer's cache key.
+fn raw_query(uri: &Uri) -> String {
+    format!("{}?{}", uri.path(), uri.query().unwrap_or(""))
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -179,8 +195,9 @@ fn step_ms(s: &str) -> ApiResult<i64> {
 async fn timeseries(
     State(state): State<AppRef>,
     headers: HeaderMap,
+    uri: Uri,
     q: Result<Query<SeriesParams>, axum::extract::rejection::QueryRejection>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Response> {
     count(&state);
     let p = q.map(|Query(p)| p).map_err(|e| {
         ApiError::bad_request(format!("invalid query parameters: {}", e.body_text()))
@@ -207,23 +224,25 @@ async fn timeseries(
         .map(String::from)
         .collect();
     let limit = p.limit.unwrap_or(0);
-    let g2 = group.clone();
-    let list =
-        blocking(move || Ok(store.time_series(&tenant, &sel, range, &g2, step, limit)?)).await?;
-    let series: Vec<Value> = list
-        .into_iter()
-        .map(|s| {
-            let labels: serde_json::Map<String, Value> = s
-                .labels
-                .iter()
-                .map(|(k, v)| (k.clone(), Value::String(v.clone())))
-                .collect();
-            json!({"labels": labels, "total": s.total(), "points": s.points})
-        })
-        .collect();
-    Ok(Json(
-        json!({"step_ms": step, "group_by": group, "series": series}),
-    ))
+    let key = raw_query(&uri);
+    cached_answer(&state, &tenant, &[range], key, JSON, || async {
+        let (g2, t) = (group.clone(), tenant.clone());
+        let list =
+            blocking(move || Ok(store.time_series(&t, &sel, range, &g2, step, limit)?)).await?;
+        let series: Vec<Value> = list
+            .into_iter()
+            .map(|s| {
+                let labels: serde_json::Map<String, Value> = s
+                    .labels
+                    .iter()
+                    .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+                    .collect();
+                json!({"labels": labels, "total": s.total(), "points": s.points})
+            })
+            .collect();
+        to_json(&json!({"step_ms": step, "group_by": group, "series": series}))
+    })
+    .await
 }
 
 #[derive(Debug, Deserialize)]
@@ -264,11 +283,7 @@ pub fn diff_json(d: &FlameGraphDiff) -> Value {
 }
 
 /// `POST /api/v1/diff`
-async fn diff(
-    State(state): State<AppRef>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> ApiResult<Json<Value>> {
+async fn diff(State(state): State<AppRef>, headers: HeaderMap, body: Bytes) -> ApiResult<Response> {
     count(&state);
     let r: DiffRequest = json_body(&body)?;
     let side = |s: &Side| -> ApiResult<(Selector, TimeRange)> {
@@ -282,33 +297,37 @@ async fn diff(
     let (cs, cr) = side(&r.compare)?;
     let top = r.top.clamp(1, 10_000);
     let mn = super::querier::max_nodes(r.max_nodes);
-    let (store, tenant) = (state.store()?, tenant_of(&headers)?);
-    let engine = state.engine()?;
-    let d = blocking(move || {
-        store
-            .diff(&engine, &tenant, (&bs, br), (&cs, cr), top, mn)
-            .map_err(storage_error)
-    })
-    .await?;
-    let top: Vec<Value> = d
-        .top
-        .iter()
-        .map(|e| {
-            json!({"function": e.function, "base_share": e.base_share,
-                   "compare_share": e.compare_share, "delta": e.delta})
+    let tenant = tenant_of(&headers)?;
+    let key = format!("diff\u{0}{}", String::from_utf8_lossy(&body));
+    cached_answer(&state, &tenant, &[br, cr], key, JSON, || async {
+        let (store, engine, t) = (state.store()?, state.engine()?, tenant.clone());
+        let d = blocking(move || {
+            store
+                .diff(&engine, &t, (&bs, br), (&cs, cr), top, mn)
+                .map_err(storage_error)
         })
-        .collect();
-    Ok(Json(json!({
-        "flamegraph": diff_json(&d.flamegraph),
-        "top": top,
-        "stats": {
-            "manhattan": d.stats.manhattan,
-            "entropy_base": d.stats.entropy_base,
-            "entropy_compare": d.stats.entropy_compare,
-            "samples_base": d.stats.samples_base,
-            "samples_compare": d.stats.samples_compare,
-        },
-    })))
+        .await?;
+        let top: Vec<Value> = d
+            .top
+            .iter()
+            .map(|e| {
+                json!({"function": e.function, "base_share": e.base_share,
+                       "compare_share": e.compare_share, "delta": e.delta})
+            })
+            .collect();
+        to_json(&json!({
+            "flamegraph": diff_json(&d.flamegraph),
+            "top": top,
+            "stats": {
+                "manhattan": d.stats.manhattan,
+                "entropy_base": d.stats.entropy_base,
+                "entropy_compare": d.stats.entropy_compare,
+                "samples_base": d.stats.samples_base,
+                "samples_compare": d.stats.samples_compare,
+            },
+        }))
+    })
+    .await
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -327,87 +346,120 @@ fn merge_params(
         .map_err(|e| ApiError::bad_request(format!("invalid query parameters: {}", e.body_text())))
 }
 
+/// The merged tree of a resolved selection.
 async fn merged(
     state: &AppRef,
-    headers: &HeaderMap,
-    p: &MergeParams,
-) -> ApiResult<(profiledb_storage::CallTree, TimeRange)> {
-    count(state);
-    let (sel, range) =
-        range_params(p.query.as_ref(), p.from.as_ref(), p.until.as_ref()).resolve()?;
-    let (store, tenant) = (state.store()?, tenant_of(headers)?);
-    let engine = state.engine()?;
-    let tree = blocking(move || {
+    tenant: &TenantId,
+    sel: Selector,
+    range: TimeRange,
+) -> ApiResult<profiledb_storage::CallTree> {
+    let (store, engine, tenant) = (state.store()?, state.engine()?, tenant.clone());
+    blocking(move || {
         store
             .merge_cached(&engine, &tenant, &sel, range)
             .map_err(storage_error)
     })
-    .await?;
-    Ok((tree, range))
+    .await
+}
+
+/// Resolves a merge request, then answers it through the answer cache with `render`.
+async fn merge_answer<R>(
+    state: AppRef,
+    headers: HeaderMap,
+    uri: Uri,
+    p: MergeParams,
+    content_type: &'static str,
+    render: R,
+) -> ApiResult<Response>
+where
+    R: FnOnce(profiledb_storage::CallTree, &MergeParams, TimeRange) -> ApiResult<Vec<u8>>
+        + Send
+        + 'static,
+{
+    count(&state);
+    let (sel, range) =
+        range_params(p.query.as_ref(), p.from.as_ref(), p.until.as_ref()).resolve()?;
+    let tenant = tenant_of(&headers)?;
+    cached_answer(
+        &state,
+        &tenant,
+        &[range],
+        raw_query(&uri),
+        content_type,
+        || async {
+            let tree = merged(&state, &tenant, sel, range).await?;
+            blocking(move || render(tree, &p, range)).await
+        },
+    )
+    .await
 }
 
 /// `GET /api/v1/flamegraph`: the Pyroscope flame graph as plain JSON numbers.
 async fn flamegraph_json(
     State(state): State<AppRef>,
     headers: HeaderMap,
+    uri: Uri,
     q: Result<Query<MergeParams>, axum::extract::rejection::QueryRejection>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Response> {
     let p = merge_params(q)?;
-    let (tree, _) = merged(&state, &headers, &p).await?;
-    let fg = flamegraph(&tree, super::querier::max_nodes(p.max_nodes));
-    Ok(Json(json!({
-        "names": fg.names, "levels": fg.levels, "total": fg.total, "maxSelf": fg.max_self,
-    })))
+    merge_answer(state, headers, uri, p, JSON, |tree, p, _| {
+        let fg = flamegraph(&tree, super::querier::max_nodes(p.max_nodes));
+        to_json(&json!({
+            "names": fg.names, "levels": fg.levels, "total": fg.total, "maxSelf": fg.max_self,
+        }))
+    })
+    .await
 }
 
 /// `GET /api/v1/pprof`: gzip'd pprof, so `go tool pprof <url>` works directly.
 async fn pprof(
     State(state): State<AppRef>,
     headers: HeaderMap,
+    uri: Uri,
     q: Result<Query<MergeParams>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Response> {
     let p = merge_params(q)?;
-    let pt = profile_type_of(p.query.as_ref());
-    let (tree, range) = merged(&state, &headers, &p).await?;
-    let bytes = blocking(move || {
-        let prof = super::pprof::profile_from_tree(
-            &tree,
-            &pt,
-            range.start_ms,
-            range.end_ms - range.start_ms,
-        );
-        super::pprof::gzip(&prost::Message::encode_to_vec(&prof))
-            .map_err(|e| ApiError::internal(format!("gzip failed: {e}")))
-    })
-    .await?;
-    Ok((
-        [
-            (header::CONTENT_TYPE, "application/octet-stream"),
-            (
-                header::CONTENT_DISPOSITION,
-                "attachment; filename=\"profile.pb.gz\"",
-            ),
-        ],
-        bytes,
+    let mut resp = merge_answer(
+        state,
+        headers,
+        uri,
+        p,
+        "application/octet-stream",
+        |tree, p, range| {
+            let pt = profile_type_of(p.query.as_ref());
+            let prof = super::pprof::profile_from_tree(
+                &tree,
+                &pt,
+                range.start_ms,
+                range.end_ms - range.start_ms,
+            );
+            super::pprof::gzip(&prost::Message::encode_to_vec(&prof))
+                .map_err(|e| ApiError::internal(format!("gzip failed: {e}")))
+        },
     )
-        .into_response())
+    .await?;
+    resp.headers_mut().insert(
+        header::CONTENT_DISPOSITION,
+        header::HeaderValue::from_static("attachment; filename=\"profile.pb.gz\""),
+    );
+    Ok(resp)
 }
 
 /// `GET /api/v1/render.svg`: an interactive SVG flame graph (inferno).
 async fn svg(
     State(state): State<AppRef>,
     headers: HeaderMap,
+    uri: Uri,
     q: Result<Query<MergeParams>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Response> {
     let p = merge_params(q)?;
-    let title = p
-        .title
-        .clone()
-        .or_else(|| p.query.clone())
-        .unwrap_or_else(|| "profiledb".into());
-    let (tree, _) = merged(&state, &headers, &p).await?;
-    let pt = profile_type_of(p.query.as_ref());
-    let svg = blocking(move || {
+    merge_answer(state, headers, uri, p, "image/svg+xml", |tree, p, _| {
+        let title = p
+            .title
+            .clone()
+            .or_else(|| p.query.clone())
+            .unwrap_or_else(|| "profiledb".into());
+        let pt = profile_type_of(p.query.as_ref());
         let text = tree.to_folded_text();
         let mut opts = inferno::flamegraph::Options::default();
         opts.title = title;
@@ -421,8 +473,7 @@ async fn svg(
             .map_err(|e| ApiError::internal(format!("SVG rendering failed: {e}")))?;
         Ok(out)
     })
-    .await?;
-    Ok(([(header::CONTENT_TYPE, "image/svg+xml")], svg).into_response())
+    .await
 }
 
 /// A small SVG saying the selection is empty, instead of an error image.

@@ -1,0 +1,199 @@
+//! Per-thread scratch space of a query: dense arrays indexed by stack node (or
+//! location) that are allocated once per query thread and reset only where a source
+//! touched them.
+//!
+//! A segment holds the stacks of every service of its tenant and hour, so anything
+//! sized by the segment's node count per query (a `vec![0; nodes]`, a pass over all
+//! nodes) makes a query over one service pay for all of them. With these arrays a
+//! source costs what its selected rows and their stacks cost.
+
+use std::sync::Mutex;
+
+/// Grows `v` to `n` zeroed slots. A first allocation goes through `alloc_zeroed`,
+/// whose fresh pages the OS maps lazily: only the pages a query touches cost anything.
+fn grow_zeroed<T: Copy + Default>(v: &mut Vec<T>, n: usize) {
+    if v.len() >= n {
+        return;
+    }
+    if v.is_empty() {
+        *v = vec![T::default(); n];
+    } else {
+        v.resize(n, T::default());
+    }
+}
+
+/// Sums of values per stack node, with the list of nodes touched.
+#[derive(Default)]
+pub struct NodeValues {
+    values: Vec<i64>,
+    /// Nodes whose slot went from zero to non-zero (a node may appear twice when its
+    /// sum returned to zero in between; [`NodeValues::drain`] dedups).
+    touched: Vec<u32>,
+}
+
+impl NodeValues {
+    /// Makes room for `nodes` slots. Every slot is zero between sources.
+    pub fn prepare(&mut self, nodes: usize) {
+        grow_zeroed(&mut self.values, nodes);
+    }
+
+    /// Adds `v` to `node`; out-of-range nodes are ignored (the caller validated them).
+    #[inline]
+    pub fn add(&mut self, node: u32, v: i64) {
+        if let Some(slot) = self.values.get_mut(node as usize) {
+            if *slot == 0 {
+                self.touched.push(node);
+            }
+            *slot = slot.saturating_add(v);
+        }
+    }
+
+    /// The non-zero `(node, sum)` pairs in node order (parents before children), and
+    /// every slot back to zero.
+    pub fn drain(&mut self, out: &mut Vec<(u32, i64)>) {
+        out.clear();
+        self.touched.sort_unstable();
+        self.touched.dedup();
+        for &n in &self.touched {
+            if let Some(slot) = self.values.get_mut(n as usize) {
+                if *slot != 0 {
+                    out.push((n, *slot));
+                }
+                *slot = 0;
+            }
+        }
+        self.touched.clear();
+    }
+}
+
+/// A memo `index → u32` that resets in time proportional to the entries set.
+/// Slots hold `value + 1` so that zero, the state of fresh pages, means "unset".
+#[derive(Default)]
+pub struct Memo {
+    slots: Vec<u32>,
+    set: Vec<u32>,
+}
+
+impl Memo {
+    pub fn prepare(&mut self, n: usize) {
+        grow_zeroed(&mut self.slots, n);
+    }
+
+    #[inline]
+    pub fn get(&self, i: u32) -> Option<u32> {
+        match self.slots.get(i as usize) {
+            Some(&v) if v != 0 => Some(v - 1),
+            _ => None,
+        }
+    }
+
+    /// Sets slot `i` to `v` (`v < u32::MAX`; larger values are not stored).
+    #[inline]
+    pub fn set(&mut self, i: u32, v: u32) {
+        let Some(stored) = v.checked_add(1) else {
+            return;
+        };
+        if let Some(slot) = self.slots.get_mut(i as usize) {
+            if *slot == 0 {
+                self.set.push(i);
+            }
+            *slot = stored;
+        }
+    }
+
+    /// Forgets every entry.
+    pub fn reset(&mut self) {
+        for &i in &self.set {
+            if let Some(slot) = self.slots.get_mut(i as usize) {
+                *slot = 0;
+            }
+        }
+        self.set.clear();
+    }
+}
+
+/// Everything a query thread reuses from one source to the next.
+#[derive(Default)]
+pub struct Scratch {
+    pub values: NodeValues,
+    /// Stack node → node of the tree being built (or any per-node derived id).
+    pub nodes: Memo,
+    /// Location → interned frame name of the tree being built.
+    pub names: Memo,
+    /// Stack node → filter verdict (0 = drop, 1 = keep), for function filters.
+    pub keep: Memo,
+    pub pairs: Vec<(u32, i64)>,
+    pub path: Vec<u32>,
+}
+
+/// Scratch spaces of finished queries, kept so the next query's threads start with
+/// arrays already sized and faulted in. Only clean scratch (every source ended) is
+/// returned; a query that failed half-way drops its own.
+static POOL: Mutex<Vec<Scratch>> = Mutex::new(Vec::new());
+
+/// At most this many pooled scratch spaces (one per query thread of a few
+/// concurrent queries); the rest are freed.
+const POOL_MAX: usize = 4;
+
+impl Scratch {
+    /// Forgets the per-source memos (they are keyed by this source's ids).
+    pub fn end_source(&mut self) {
+        self.nodes.reset();
+        self.names.reset();
+        self.keep.reset();
+    }
+
+    /// A clean scratch space, from the pool when one is there.
+    pub fn take() -> Scratch {
+        POOL.lock()
+            .ok()
+            .and_then(|mut p| p.pop())
+            .unwrap_or_default()
+    }
+
+    /// Returns a clean scratch space to the pool.
+    pub fn give_back(self) {
+        if let Ok(mut p) = POOL.lock() {
+            if p.len() < POOL_MAX {
+                p.push(self);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drain_returns_sorted_nonzero_sums_and_resets() {
+        let mut v = NodeValues::default();
+        v.prepare(10);
+        v.add(7, 3);
+        v.add(2, 5);
+        v.add(7, -3); // back to zero: dropped
+        v.add(7, 4); // touched twice
+        v.add(99, 1); // out of range: ignored
+        let mut out = Vec::new();
+        v.drain(&mut out);
+        assert_eq!(out, vec![(2, 5), (7, 4)]);
+        v.drain(&mut out);
+        assert!(out.is_empty());
+        assert!(v.values.iter().all(|&x| x == 0));
+    }
+
+    #[test]
+    fn memo_resets_only_what_was_set() {
+        let mut m = Memo::default();
+        m.prepare(5);
+        m.set(1, 10);
+        m.set(1, 11);
+        m.set(4, 0);
+        assert_eq!(m.get(1), Some(11));
+        assert_eq!(m.get(4), Some(0));
+        assert_eq!(m.get(2), None);
+        assert_eq!(m.set.len(), 2);
+        m.reset();
+        assert!((0..5).all(|i| m.get(i).is_none()));
+    }
+}
