@@ -7,6 +7,7 @@
 //! and the limits.
 
 mod connect;
+mod diffsvg;
 mod native;
 mod pprof;
 mod proto;
@@ -26,6 +27,7 @@ pub fn routes() -> Router<AppRef> {
         .merge(querier::routes())
         .merge(render::routes())
         .merge(native::routes())
+        .merge(diffsvg::routes())
 }
 
 /// Maps storage errors, turning timeouts into 503 and budget overruns into 422.
