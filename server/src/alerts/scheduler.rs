@@ -25,7 +25,13 @@ pub(crate) async fn run_rule(alerts: Arc<Alerts>, rule: Arc<Rule>, state: Arc<Mu
         let now = now_ms();
         if now >= next_eval {
             evaluate(&alerts, &rule, &state, now).await;
-            next_eval = now + rule.interval_ms;
+            // Fixed rate, so `for` is reached after exactly for/interval evaluations;
+            // ticks missed while an evaluation overran are skipped, not bunched.
+            next_eval = if next_eval + rule.interval_ms > now {
+                next_eval + rule.interval_ms
+            } else {
+                now + rule.interval_ms
+            };
         }
         deliver_due(&alerts, &rule, &state).await;
         let retry_at = lock(&state)
