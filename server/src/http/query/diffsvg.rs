@@ -88,10 +88,8 @@ async fn diff_svg(
         let c = store.merge_cached(&engine, &tenant, &sel, cmp).map_err(storage_error)?;
         let (bt, ct) = (b.to_folded_text(), c.to_folded_text());
         if bt.is_empty() && ct.is_empty() {
-            return Ok(format!(
-                "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"1200\" height=\"60\"><text x=\"600\" y=\"35\" text-anchor=\"middle\" font-family=\"Verdana\" font-size=\"15\">no samples in either range</text></svg>"
-            )
-            .into_bytes());
+            return Ok(
+                "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"1200\" height=\"60\"><text x=\"600\" y=\"35\" text-anchor=\"middle\" font-family=\"Verdana\" font-size=\"15\">no samples in either range</text></svg>".as_bytes().to_vec());
         }
         let mut folded = Vec::new();
         let opts = inferno::differential::Options {
