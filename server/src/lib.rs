@@ -229,7 +229,7 @@ impl Server {
             return Err(e);
         }
         if let Some(a) = state.alerts.get() {
-            a.stop();
+            a.stop().await;
         }
         if let Some(store) = state.store.get().cloned() {
             info!("flushing the head to segments");

@@ -183,3 +183,36 @@ fn documents(tree: &sled::Tree) -> Result<Vec<(String, Vec<u8>)>> {
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alert_documents_survive_reopen_and_removal_takes_the_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("catalog");
+        {
+            let (c, _) = Catalog::open(&path).unwrap();
+            c.put_alert_rule("b", br#"{"name":"b"}"#).unwrap();
+            c.put_alert_rule("a", br#"{"name":"a"}"#).unwrap();
+            c.put_alert_state("a", b"{}").unwrap();
+        }
+        let (c, rebuilt) = Catalog::open(&path).unwrap();
+        assert!(!rebuilt);
+        let names: Vec<String> = c
+            .alert_rules()
+            .unwrap()
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(names, ["a", "b"]);
+        assert_eq!(
+            c.alert_states().unwrap(),
+            vec![("a".to_string(), b"{}".to_vec())]
+        );
+        assert!(c.remove_alert_rule("a").unwrap());
+        assert!(!c.remove_alert_rule("a").unwrap());
+        assert!(c.alert_states().unwrap().is_empty());
+    }
+}

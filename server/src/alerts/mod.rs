@@ -68,8 +68,27 @@ pub fn target_index(t: Target) -> usize {
 pub(crate) struct Entry {
     pub rule: Arc<Rule>,
     pub state: Arc<Mutex<RuleState>>,
+    stop: Arc<scheduler::Stop>,
     task: tokio::task::JoinHandle<()>,
 }
+
+impl Entry {
+    /// Lets the task finish the evaluation or delivery it is in (so a notification
+    /// sent is also recorded as sent), then waits for it to end.
+    async fn stop(self) -> Arc<Mutex<RuleState>> {
+        self.stop.request();
+        if tokio::time::timeout(STOP_TIMEOUT, self.task).await.is_err() {
+            warn!(
+                rule = self.rule.name(),
+                "alert rule task did not stop in time"
+            );
+        }
+        self.state
+    }
+}
+
+/// Longest wait for a rule task to finish its step: a delivery has a 10 s timeout.
+const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The alerting subsystem of one open store.
 pub struct Alerts {
@@ -95,6 +114,8 @@ pub enum AlertError {
     Storage(#[from] profiledb_storage::StorageError),
     #[error("cannot encode: {0}")]
     Encode(#[from] serde_json::Error),
+    #[error("{0}")]
+    Task(String),
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -151,7 +172,7 @@ impl Alerts {
             match rule {
                 Ok(r) => {
                     let st = states.remove(&name).unwrap_or_default();
-                    alerts.install(r, st);
+                    alerts.install(Arc::new(r), Arc::new(Mutex::new(st)));
                 }
                 Err(e) => {
                     warn!(rule = %name, error = %e, "ignoring a stored alert rule that no longer validates")
@@ -178,56 +199,94 @@ impl Alerts {
             .map_or(60_000, |d| d.as_millis() as i64)
     }
 
-    fn install(self: &Arc<Self>, rule: Rule, st: RuleState) {
-        let rule = Arc::new(rule);
-        let state = Arc::new(Mutex::new(st));
+    /// Starts the task of a rule that is not running (the caller removed or stopped
+    /// any previous one).
+    fn install(self: &Arc<Self>, rule: Arc<Rule>, state: Arc<Mutex<RuleState>>) {
+        let stop = Arc::new(scheduler::Stop::default());
         let task = self.handle.spawn(scheduler::run_rule(
             self.clone(),
             rule.clone(),
             state.clone(),
+            stop.clone(),
         ));
         let name = rule.name().to_string();
-        if let Some(old) = lock(&self.rules).insert(name, Entry { rule, state, task }) {
-            old.task.abort();
+        let entry = Entry {
+            rule,
+            state,
+            stop,
+            task,
+        };
+        if let Some(old) = lock(&self.rules).insert(name, entry) {
+            // Not reached: callers take the old entry out first.
+            old.stop.request();
         }
     }
 
     /// Stores and starts a rule. `replace` = PUT semantics. The state of a replaced
     /// rule is kept, so an alert firing under the old version still resolves once.
-    /// Blocking.
-    pub fn upsert(
+    pub async fn upsert(
         self: &Arc<Self>,
         spec: RuleSpec,
         replace: bool,
     ) -> Result<Arc<Rule>, AlertError> {
-        let rule = Rule::validate(spec).map_err(AlertError::Invalid)?;
+        let rule = Arc::new(Rule::validate(spec).map_err(AlertError::Invalid)?);
         let name = rule.name().to_string();
-        let prev = {
-            let rules = lock(&self.rules);
-            match rules.get(&name) {
-                Some(_) if !replace => return Err(AlertError::Exists(name)),
-                Some(e) => Some(lock(&e.state).clone()),
-                None => None,
+        let old = {
+            let mut rules = lock(&self.rules);
+            if rules.contains_key(&name) && !replace {
+                return Err(AlertError::Exists(name));
             }
+            rules.remove(&name)
         };
-        self.store
-            .catalog()
-            .put_alert_rule(&name, &serde_json::to_vec(&rule.spec)?)?;
-        self.install(rule, prev.unwrap_or_default());
-        self.rule(&name).ok_or(AlertError::NotFound(name))
+        let (old_rule, state) = match old {
+            Some(e) => (Some(e.rule.clone()), e.stop().await),
+            None => (None, Arc::new(Mutex::new(RuleState::default()))),
+        };
+        let json = serde_json::to_vec(&rule.spec)?;
+        let a = self.clone();
+        let n2 = name.clone();
+        let is_new = old_rule.is_none();
+        let stored = tokio::task::spawn_blocking(move || {
+            a.store.catalog().put_alert_rule(&n2, &json)?;
+            if is_new {
+                // Overwrites any state left behind by a deleted rule of this name.
+                let fresh = serde_json::to_vec(&RuleState::default())?;
+                a.store.catalog().put_alert_state(&n2, &fresh)?;
+            }
+            Ok::<_, AlertError>(())
+        })
+        .await
+        .map_err(|e| AlertError::Task(format!("storing the rule failed: {e}")))
+        .and_then(|r| r);
+        match stored {
+            Ok(()) => {
+                self.install(rule.clone(), state);
+                Ok(rule)
+            }
+            Err(e) => {
+                if let Some(r) = old_rule {
+                    self.install(r, state);
+                }
+                Err(e)
+            }
+        }
     }
 
-    /// Stops and forgets a rule and its state. Blocking.
-    pub fn remove(&self, name: &str) -> Result<(), AlertError> {
+    /// Stops and forgets a rule and its state.
+    pub async fn remove(self: &Arc<Self>, name: &str) -> Result<(), AlertError> {
         let entry = lock(&self.rules).remove(name);
-        let existed = self.store.catalog().remove_alert_rule(name)?;
-        match entry {
-            Some(e) => {
-                e.task.abort();
-                Ok(())
-            }
-            None if existed => Ok(()),
-            None => Err(AlertError::NotFound(name.to_string())),
+        let found = entry.is_some();
+        if let Some(e) = entry {
+            e.stop().await;
+        }
+        let (a, n) = (self.clone(), name.to_string());
+        let existed = tokio::task::spawn_blocking(move || a.store.catalog().remove_alert_rule(&n))
+            .await
+            .map_err(|e| AlertError::Task(format!("removing the rule failed: {e}")))??;
+        if found || existed {
+            Ok(())
+        } else {
+            Err(AlertError::NotFound(name.to_string()))
         }
     }
 
@@ -243,10 +302,14 @@ impl Alerts {
             .collect()
     }
 
-    /// Stops every rule task (at shutdown, before the store closes).
-    pub fn stop(&self) {
-        for e in lock(&self.rules).values() {
-            e.task.abort();
+    /// Stops every rule task (at shutdown, before the store closes), letting each
+    /// finish the step it is in.
+    pub async fn stop(&self) {
+        let entries: Vec<Entry> = std::mem::take(&mut *lock(&self.rules))
+            .into_values()
+            .collect();
+        for e in entries {
+            e.stop().await;
         }
     }
 

@@ -3,11 +3,12 @@
 //! the blocking pool; the state is persisted before anything is sent and after every
 //! delivery.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use profiledb_storage::now_ms;
+use tokio::sync::Notify;
 use tracing::{error, info, warn};
 
 use super::deliver::{self, backoff_ms, MAX_ATTEMPTS};
@@ -16,12 +17,35 @@ use super::rule::Rule;
 use super::state::{AlertState, NotificationKind, RuleState, Target};
 use super::{lock, target_index, Alerts};
 
-pub(crate) async fn run_rule(alerts: Arc<Alerts>, rule: Arc<Rule>, state: Arc<Mutex<RuleState>>) {
+/// Asks a rule task to end after its current step.
+#[derive(Debug, Default)]
+pub(crate) struct Stop {
+    requested: AtomicBool,
+    wake: Notify,
+}
+
+impl Stop {
+    pub fn request(&self) {
+        self.requested.store(true, Ordering::SeqCst);
+        self.wake.notify_one();
+    }
+
+    fn requested(&self) -> bool {
+        self.requested.load(Ordering::SeqCst)
+    }
+}
+
+pub(crate) async fn run_rule(
+    alerts: Arc<Alerts>,
+    rule: Arc<Rule>,
+    state: Arc<Mutex<RuleState>>,
+    stop: Arc<Stop>,
+) {
     // After a restart, keep the rhythm instead of evaluating at once.
     let mut next_eval = lock(&state)
         .last_eval_ms
         .map_or(0, |t| t + rule.interval_ms);
-    loop {
+    while !stop.requested() {
         let now = now_ms();
         if now >= next_eval {
             evaluate(&alerts, &rule, &state, now).await;
@@ -33,7 +57,7 @@ pub(crate) async fn run_rule(alerts: Arc<Alerts>, rule: Arc<Rule>, state: Arc<Mu
                 now + rule.interval_ms
             };
         }
-        deliver_due(&alerts, &rule, &state).await;
+        deliver_due(&alerts, &rule, &state, &stop).await;
         let retry_at = lock(&state)
             .outbox
             .iter()
@@ -42,7 +66,10 @@ pub(crate) async fn run_rule(alerts: Arc<Alerts>, rule: Arc<Rule>, state: Arc<Mu
             .unwrap_or(i64::MAX);
         let wake = next_eval.min(retry_at);
         let wait = (wake - now_ms()).clamp(10, 3_600_000);
-        tokio::time::sleep(Duration::from_millis(wait as u64)).await;
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(wait as u64)) => {}
+            _ = stop.wake.notified() => {}
+        }
     }
 }
 
@@ -168,8 +195,13 @@ async fn refresh_alertmanager(
     }
 }
 
-async fn deliver_due(alerts: &Arc<Alerts>, rule: &Arc<Rule>, state: &Arc<Mutex<RuleState>>) {
-    loop {
+async fn deliver_due(
+    alerts: &Arc<Alerts>,
+    rule: &Arc<Rule>,
+    state: &Arc<Mutex<RuleState>>,
+    stop: &Stop,
+) {
+    while !stop.requested() {
         let now = now_ms();
         let item = {
             let s = lock(state);

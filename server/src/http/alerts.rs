@@ -11,7 +11,6 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::query::blocking;
 use super::{tenant_of, AppRef, TENANT_HEADER};
 use crate::alerts::deliver::{figures, links};
 use crate::alerts::rule::{Rule, RuleSpec};
@@ -41,7 +40,7 @@ impl From<AlertError> for ApiError {
                 ApiError::new(StatusCode::NOT_FOUND, "not_found", e.to_string())
             }
             AlertError::Storage(s) => s.into(),
-            AlertError::Encode(_) => ApiError::internal(e.to_string()),
+            AlertError::Encode(_) | AlertError::Task(_) => ApiError::internal(e.to_string()),
         }
     }
 }
@@ -109,9 +108,7 @@ async fn store_rule(
     spec: RuleSpec,
     replace: bool,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
-    let a = alerts(state)?;
-    let a2 = a.clone();
-    let rule = blocking(move || Ok(a2.upsert(spec, replace)?)).await?;
+    let rule = alerts(state)?.upsert(spec, replace).await?;
     let status = if replace {
         StatusCode::OK
     } else {
@@ -151,8 +148,7 @@ async fn delete_rule(
     State(state): State<AppRef>,
     Path(name): Path<String>,
 ) -> ApiResult<StatusCode> {
-    let a = alerts(&state)?;
-    blocking(move || Ok(a.remove(&name)?)).await?;
+    alerts(&state)?.remove(&name).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
