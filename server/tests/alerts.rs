@@ -161,6 +161,12 @@ struct Webhook {
 
 impl Webhook {
     fn start() -> Webhook {
+        Self::failing_first(0)
+    }
+
+    /// Answers 503 to the first `fail` requests (which are not recorded).
+    fn failing_first(fail: u32) -> Webhook {
+        let fail = Arc::new(AtomicU32::new(fail));
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}/hook", l.local_addr().unwrap());
         let bodies = Arc::new(Mutex::new(Vec::new()));
@@ -169,6 +175,7 @@ impl Webhook {
             for conn in l.incoming() {
                 let Ok(mut conn) = conn else { continue };
                 let b3 = b2.clone();
+                let fail = fail.clone();
                 std::thread::spawn(move || {
                     let mut r = BufReader::new(conn.try_clone().unwrap());
                     loop {
@@ -197,6 +204,15 @@ impl Webhook {
                         let mut body = vec![0; len];
                         if r.read_exact(&mut body).is_err() {
                             return;
+                        }
+                        let failing = fail
+                            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                            .is_ok();
+                        if failing {
+                            let _ = conn.write_all(
+                                b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n",
+                            );
+                            continue;
                         }
                         if let Ok(v) = serde_json::from_slice(&body) {
                             b3.lock().unwrap().push(v);
@@ -393,6 +409,64 @@ fn share_jump_fires_after_for_and_resolves_once() {
     );
     assert!(metrics.contains("profiledb_alerts{state=\"resolved\"} 1"));
     assert!(metrics.contains("profiledb_alert_rule_evaluations_total"));
+}
+
+fn metric(s: &TestServer, line_prefix: &str) -> u64 {
+    let text = s.get("/metrics").text().unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(line_prefix))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{line_prefix} not in /metrics"))
+}
+
+#[test]
+fn failed_deliveries_are_retried_with_backoff_and_counted() {
+    let hook = Webhook::failing_first(3);
+    let s = fast_server(|o| o.alerts.webhook_url = Some(hook.url.clone()));
+    let base = baseline(&s, 3_600_000, 10, 4000, 50, None);
+    let _feeder = Feeder::start(&s.url, 1000, 200, None);
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        post_rule(&s, &rule("retry", base, json!({"for": "0s"}))).0,
+        201
+    );
+    let queued = wait_for(30, "a failed attempt", || {
+        let r = rule_state(&s, "retry");
+        let q = r["notifications_queued"].as_array()?.first()?.clone();
+        (q["attempts"].as_u64()? >= 1).then_some(q)
+    });
+    assert!(
+        queued["last_error"].as_str().unwrap().contains("503"),
+        "{queued}"
+    );
+    // 3 failures: retries after 0.5 s, 1 s, 2 s, then delivered.
+    wait_for(30, "the delivery after retries", || {
+        hook.with_status("firing").pop()
+    });
+    assert_eq!(
+        metric(
+            &s,
+            "profiledb_alert_notifications_failed_total{target=\"webhook\"}"
+        ),
+        3
+    );
+    assert_eq!(
+        metric(
+            &s,
+            "profiledb_alert_notifications_retried_total{target=\"webhook\"}"
+        ),
+        3
+    );
+    assert_eq!(
+        metric(
+            &s,
+            "profiledb_alert_notifications_sent_total{target=\"webhook\"}"
+        ),
+        1
+    );
+    assert_eq!(metric(&s, "profiledb_alert_notifications_queued"), 0);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(hook.with_status("firing").len(), 1);
 }
 
 #[test]

@@ -200,3 +200,25 @@ pub fn target_url(
         Target::Webhook => webhook.map(str::to_string),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_a_minute() {
+        let v: Vec<i64> = (1..=9).map(backoff_ms).collect();
+        assert_eq!(v, [500, 1000, 2000, 4000, 8000, 16000, 32000, 60000, 60000]);
+        let total: i64 = (1..MAX_ATTEMPTS).map(backoff_ms).sum();
+        assert!((15 * 60_000..30 * 60_000).contains(&total), "{total}");
+    }
+
+    #[test]
+    fn target_urls() {
+        assert_eq!(
+            target_url(Target::Alertmanager, Some("http://am:9093/"), None).as_deref(),
+            Some("http://am:9093/api/v2/alerts")
+        );
+        assert_eq!(target_url(Target::Webhook, None, None), None);
+    }
+}

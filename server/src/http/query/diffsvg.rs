@@ -101,6 +101,7 @@ async fn diff_svg(
         let text = String::from_utf8_lossy(&folded).into_owned();
         let mut fo = inferno::flamegraph::Options::default();
         fo.title = title;
+        fo.count_name = pt.split(':').nth(2).unwrap_or("samples").to_string();
         let mut out = Vec::new();
         inferno::flamegraph::from_lines(&mut fo, text.lines(), &mut out)
             .map_err(|e| ApiError::internal(format!("SVG rendering failed: {e}")))?;
