@@ -217,6 +217,21 @@ async fn deliver_due(
             alerts.opts.alertmanager_url.as_deref(),
             alerts.opts.webhook_url.as_deref(),
         );
+        let Some(url) = url else {
+            // Queued for a target the server is no longer configured with (restarted
+            // with other flags): nothing to retry.
+            warn!(
+                rule = rule.name(),
+                target = item.target.as_str(),
+                "dropping a notification for a target that is no longer configured"
+            );
+            alerts.metrics.dropped[i].fetch_add(1, Ordering::Relaxed);
+            lock(state).outbox.retain(|o| {
+                !(o.target == item.target && o.notification.key() == item.notification.key())
+            });
+            persist(alerts, rule, state).await;
+            continue;
+        };
         let n = &item.notification;
         let payload = match item.target {
             Target::Alertmanager => {
@@ -239,16 +254,10 @@ async fn deliver_due(
         if item.attempts > 0 {
             alerts.metrics.retried[i].fetch_add(1, Ordering::Relaxed);
         }
-        let res = match url {
-            // The target was configured when this was queued but is not any more.
-            None => Err("target no longer configured".to_string()),
-            Some(url) => {
-                let agent = alerts.agent.clone();
-                tokio::task::spawn_blocking(move || deliver::post_json(&agent, &url, &payload))
-                    .await
-                    .unwrap_or_else(|e| Err(e.to_string()))
-            }
-        };
+        let agent = alerts.agent.clone();
+        let res = tokio::task::spawn_blocking(move || deliver::post_json(&agent, &url, &payload))
+            .await
+            .unwrap_or_else(|e| Err(e.to_string()));
         let key = n.key();
         {
             let mut s = lock(state);
