@@ -328,8 +328,12 @@ fn share_jump_fires_after_for_and_resolves_once() {
     assert_eq!(pending["active_at"], firing["active_at"]);
     // Fires at the first evaluation at least `for` (2 s) after it became pending, so
     // within one interval (1 s) after `for`.
+    // Evaluations run at a fixed 1 s rate, so this is 2000 ms plus scheduling lag;
+    // the upper bound is loose on purpose (a loaded machine can skip a tick). The
+    // exact "first evaluation after `for`" rule is checked with simulated time in
+    // alerts::eval's unit tests.
     assert!(
-        (2000..=3000).contains(&(fired - active)),
+        (2000..=6000).contains(&(fired - active)),
         "fired {} ms after pending",
         fired - active
     );
@@ -603,6 +607,30 @@ fn bad_rules_are_refused_and_nothing_is_stored() {
         .unwrap();
     assert_eq!(put.status(), 400);
     assert_eq!(rule_state(&s, "good")["rule"]["window"], "3s");
+    // Rules belong to the tenant that created them.
+    let other = s
+        .client
+        .get(format!("{}/api/v1/alerts/rules/good", s.url))
+        .header("X-Scope-OrgID", "other")
+        .send()
+        .unwrap();
+    assert_eq!(other.status(), 404);
+    let other: Value = s
+        .client
+        .get(format!("{}/api/v1/alerts/rules", s.url))
+        .header("X-Scope-OrgID", "other")
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert!(other["rules"].as_array().unwrap().is_empty());
+    let del = s
+        .client
+        .delete(format!("{}/api/v1/alerts/rules/good", s.url))
+        .header("X-Scope-OrgID", "other")
+        .send()
+        .unwrap();
+    assert_eq!(del.status(), 404);
     let del = s
         .client
         .delete(format!("{}/api/v1/alerts/rules/good", s.url))

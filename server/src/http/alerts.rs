@@ -53,14 +53,30 @@ fn alerts(state: &AppRef) -> ApiResult<Arc<Alerts>> {
         .ok_or_else(|| ApiError::unavailable("the store is still opening (replaying the WAL)"))
 }
 
-/// The body as a rule; the tenant comes from `X-Scope-OrgID` unless the body names one.
+/// The body as a rule of the request's tenant (`X-Scope-OrgID`, or the default).
 fn spec_of(headers: &HeaderMap, body: &Bytes) -> ApiResult<RuleSpec> {
     let mut spec: RuleSpec = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("invalid rule: {e}")))?;
-    if spec.tenant.is_none() && headers.contains_key(TENANT_HEADER) {
-        spec.tenant = Some(tenant_of(headers)?.as_str().to_string());
+    let tenant = tenant_of(headers)?;
+    match &spec.tenant {
+        Some(t) if t.trim() != tenant.as_str() => {
+            return Err(ApiError::bad_request(format!(
+                "the rule names tenant {t:?} but the request is for {:?} ({TENANT_HEADER})",
+                tenant.as_str()
+            )))
+        }
+        _ => spec.tenant = Some(tenant.as_str().to_string()),
     }
     Ok(spec)
+}
+
+/// Rules are visible only to their tenant; another tenant's rule is "not found".
+fn own(a: &Alerts, headers: &HeaderMap, name: &str) -> ApiResult<(Arc<Rule>, RuleState)> {
+    let tenant = tenant_of(headers)?;
+    a.list()
+        .into_iter()
+        .find(|(r, _)| r.name() == name && r.tenant == tenant)
+        .ok_or_else(|| ApiError::from(AlertError::NotFound(name.to_string())))
 }
 
 fn ms(t: Option<i64>) -> Value {
@@ -87,19 +103,25 @@ fn rule_json(a: &Alerts, rule: &Rule, s: &RuleState) -> Value {
     })
 }
 
-async fn list_rules(State(state): State<AppRef>) -> ApiResult<Json<Value>> {
+async fn list_rules(State(state): State<AppRef>, headers: HeaderMap) -> ApiResult<Json<Value>> {
     let a = alerts(&state)?;
-    let rules: Vec<Value> = a.list().iter().map(|(r, s)| rule_json(&a, r, s)).collect();
+    let tenant = tenant_of(&headers)?;
+    let rules: Vec<Value> = a
+        .list()
+        .iter()
+        .filter(|(r, _)| r.tenant == tenant)
+        .map(|(r, s)| rule_json(&a, r, s))
+        .collect();
     Ok(Json(json!({ "rules": rules })))
 }
 
-async fn get_rule(State(state): State<AppRef>, Path(name): Path<String>) -> ApiResult<Json<Value>> {
+async fn get_rule(
+    State(state): State<AppRef>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> ApiResult<Json<Value>> {
     let a = alerts(&state)?;
-    let (r, s) = a
-        .list()
-        .into_iter()
-        .find(|(r, _)| r.name() == name)
-        .ok_or_else(|| ApiError::from(AlertError::NotFound(name)))?;
+    let (r, s) = own(&a, &headers, &name)?;
     Ok(Json(rule_json(&a, &r, &s)))
 }
 
@@ -135,6 +157,11 @@ async fn put_rule(
     body: Bytes,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
     let spec = spec_of(&headers, &body)?;
+    let a = alerts(&state)?;
+    if a.rule(&name).is_some() {
+        // Replacing needs the rule to be the caller's.
+        own(&a, &headers, &name)?;
+    }
     if spec.name.trim() != name {
         return Err(ApiError::bad_request(format!(
             "the body names rule {:?} but the path names {name:?}",
@@ -146,9 +173,12 @@ async fn put_rule(
 
 async fn delete_rule(
     State(state): State<AppRef>,
+    headers: HeaderMap,
     Path(name): Path<String>,
 ) -> ApiResult<StatusCode> {
-    alerts(&state)?.remove(&name).await?;
+    let a = alerts(&state)?;
+    own(&a, &headers, &name)?;
+    a.remove(&name).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -161,8 +191,10 @@ struct ListParams {
 /// `GET /api/v1/alerts`: pending and firing alerts with their figures.
 async fn list_alerts(
     State(state): State<AppRef>,
+    headers: HeaderMap,
     q: Result<Query<ListParams>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Json<Value>> {
+    let tenant = tenant_of(&headers)?;
     let all = q.map(|Query(p)| p.all.unwrap_or(false)).map_err(|e| {
         ApiError::bad_request(format!("invalid query parameters: {}", e.body_text()))
     })?;
@@ -170,6 +202,7 @@ async fn list_alerts(
     let list: Vec<Value> = a
         .list()
         .iter()
+        .filter(|(r, _)| r.tenant == tenant)
         .filter(|(_, s)| all || matches!(s.state, AlertState::Pending | AlertState::Firing))
         .map(|(r, s)| {
             let mut labels = r.spec.labels.clone();
