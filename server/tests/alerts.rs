@@ -818,7 +818,7 @@ fn delivers_to_a_real_alertmanager() {
         }
     });
     let base = baseline(&s, 3_600_000, 10, 4000, 50, None);
-    let _feeder = Feeder::start(&s.url, 1000, 200, None);
+    let feeder = Feeder::start(&s.url, 1000, 200, None);
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(
         post_rule(&s, &rule("am-hot", base, json!({"for": "0s"}))).0,
@@ -844,8 +844,26 @@ fn delivers_to_a_real_alertmanager() {
         .unwrap()
         .contains("/api/v1/diff.svg?"));
     assert!(alert["generatorURL"].as_str().unwrap().starts_with(&s.url));
-    let metrics = s.get("/metrics").text().unwrap();
     assert!(
-        !metrics.contains("profiledb_alert_notifications_sent_total{target=\"alertmanager\"} 0")
+        metric(
+            &s,
+            "profiledb_alert_notifications_sent_total{target=\"alertmanager\"}"
+        ) >= 1
     );
+    // Back to normal: the resolved alert (endsAt = resolve time) leaves the active list.
+    feeder.hot.store(50, Ordering::Relaxed);
+    wait_for(60, "the alert to resolve in Alertmanager", || {
+        let v: Value = client
+            .get(format!("{am_url}/api/v2/alerts"))
+            .send()
+            .ok()?
+            .json()
+            .ok()?;
+        let active = v
+            .as_array()?
+            .iter()
+            .any(|a| a["labels"]["alertname"] == "am-hot" && a["status"]["state"] == "active");
+        (!active).then_some(())
+    });
+    assert_eq!(rule_state(&s, "am-hot")["state"], "resolved");
 }
