@@ -5,6 +5,8 @@
 //! so `/ready` can answer 503 while a large WAL replays and 200 once the store is
 //! open; every data endpoint answers 503 until then.
 
+pub mod alerts;
+pub mod cli;
 pub mod error;
 pub mod http;
 pub mod metrics;
@@ -40,6 +42,8 @@ pub struct ServeOptions {
     pub query_limits: QueryLimits,
     /// When set, `/api/v1/admin/*` requires `Authorization: Bearer <token>`.
     pub admin_token: Option<String>,
+    /// Alert rules from a file and where notifications go.
+    pub alerts: alerts::AlertOptions,
 }
 
 impl Default for ServeOptions {
@@ -53,6 +57,7 @@ impl Default for ServeOptions {
             query_cache_bytes: 256 << 20,
             query_limits: QueryLimits::default(),
             admin_token: None,
+            alerts: alerts::AlertOptions::default(),
         }
     }
 }
@@ -62,6 +67,8 @@ pub struct AppState {
     store: OnceLock<Arc<Store>>,
     pipeline: OnceLock<Pipeline>,
     engine: OnceLock<Arc<QueryEngine>>,
+    /// The alerting subsystem, started once the store is open.
+    pub alerts: OnceLock<Arc<alerts::Alerts>>,
     pub http: HttpMetrics,
     pub started: Instant,
     pub options: ServeOptions,
@@ -73,6 +80,7 @@ impl AppState {
             store: OnceLock::new(),
             pipeline: OnceLock::new(),
             engine: OnceLock::new(),
+            alerts: OnceLock::new(),
             http: HttpMetrics::default(),
             started: Instant::now(),
             options,
@@ -150,15 +158,35 @@ impl Server {
 
         let opener = {
             let state = state.clone();
+            let handle = tokio::runtime::Handle::current();
+            let fail_tx = fail_tx.clone();
             tokio::task::spawn_blocking(move || {
                 let dir = state.options.data_dir.clone();
                 match Store::open(&dir, state.options.store.clone()) {
                     Ok(store) => {
                         let store = Arc::new(store);
-                        let _ = state.engine.set(Arc::new(QueryEngine::new(
+                        let engine = Arc::new(QueryEngine::new(
                             state.options.query_cache_bytes,
                             state.options.query_limits.clone(),
-                        )));
+                        ));
+                        let _ = state.engine.set(engine.clone());
+                        match alerts::Alerts::start(
+                            store.clone(),
+                            engine,
+                            state.options.alerts.clone(),
+                            format!("http://{addr}"),
+                            handle,
+                        ) {
+                            Ok(a) => {
+                                let _ = state.alerts.set(a);
+                            }
+                            Err(e) => {
+                                let _ = fail_tx.blocking_send(
+                                    anyhow::Error::new(e).context("cannot start alerting"),
+                                );
+                                return;
+                            }
+                        }
                         let _ = state
                             .pipeline
                             .set(Pipeline::start(store.clone(), state.options.ingest.clone()));
@@ -199,6 +227,9 @@ impl Server {
         let _ = opener.await;
         if let Some(e) = open_failure.lock().ok().and_then(|mut s| s.take()) {
             return Err(e);
+        }
+        if let Some(a) = state.alerts.get() {
+            a.stop().await;
         }
         if let Some(store) = state.store.get().cloned() {
             info!("flushing the head to segments");

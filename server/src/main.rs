@@ -96,6 +96,61 @@ enum Command {
         /// (0 disables them).
         #[arg(long, default_value_t = 10)]
         compaction_interval_minutes: u64,
+        /// Alert rules to store at start (YAML; replaces stored rules of the same
+        /// name). An invalid file stops the server with the reason.
+        #[arg(long, value_name = "FILE")]
+        rules: Option<PathBuf>,
+        /// Prometheus Alertmanager base URL; alerts go to <URL>/api/v2/alerts.
+        #[arg(long, value_name = "URL")]
+        alertmanager_url: Option<String>,
+        /// URL receiving alert notifications as JSON (one POST per firing and per
+        /// resolved alert).
+        #[arg(long, value_name = "URL")]
+        alert_webhook_url: Option<String>,
+        /// Base URL of this server in the links alerts carry (default
+        /// http://<listen address>).
+        #[arg(long, value_name = "URL")]
+        external_url: Option<String>,
+    },
+    /// Print the functions whose share moved most between two time ranges, with the
+    /// Manhattan distance, entropies and sample counts (asks a running server).
+    ///
+    /// Times are RFC 3339 (2026-01-02T15:04:05Z), unix seconds/ms, or relative to now
+    /// (now-2h). Example:
+    ///   profiledb diff --selector '{service_name="api"}' \
+    ///     --base-from now-25h --base-until now-24h --compare-from now-1h
+    #[command(verbatim_doc_comment)]
+    Diff {
+        /// The server to ask.
+        #[arg(long, default_value = "http://127.0.0.1:4040")]
+        server: String,
+        /// Profile type id.
+        #[arg(long, default_value = "process_cpu:cpu:nanoseconds:cpu:nanoseconds")]
+        profile_type: String,
+        /// Label selector, e.g. '{service_name="api"}'.
+        #[arg(long, default_value = "")]
+        selector: String,
+        /// Start of the base range.
+        #[arg(long)]
+        base_from: String,
+        /// End of the base range.
+        #[arg(long)]
+        base_until: String,
+        /// Start of the compare range.
+        #[arg(long)]
+        compare_from: String,
+        /// End of the compare range (default now).
+        #[arg(long, default_value = "now")]
+        compare_until: String,
+        /// Rows (and the k of the Manhattan distance).
+        #[arg(long, default_value_t = 10)]
+        top: usize,
+        /// Tenant (X-Scope-OrgID).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Print the server's JSON answer instead of the table.
+        #[arg(long)]
+        json: bool,
     },
     /// Compact (and downsample) the segments of a data directory offline. Refuses to
     /// run while a server uses the directory.
@@ -342,7 +397,22 @@ fn main() -> anyhow::Result<()> {
             query_timeout_secs,
             admin_token,
             compaction_interval_minutes,
+            rules,
+            alertmanager_url,
+            alert_webhook_url,
+            external_url,
         } => {
+            let rules = match &rules {
+                None => Vec::new(),
+                Some(path) => {
+                    let text = std::fs::read_to_string(path)
+                        .with_context(|| format!("cannot read rules file {}", path.display()))?;
+                    profiledb::alerts::rule::parse_rules_file(&text).map_err(|e| {
+                        anyhow::anyhow!("invalid rules file {}: {e}", path.display())
+                    })?
+                }
+            };
+            let nonempty = |s: Option<String>| s.filter(|s| !s.trim().is_empty());
             let store = StoreConfig {
                 fsync: match fsync {
                     Fsync::Always => FsyncPolicy::Always,
@@ -376,6 +446,13 @@ fn main() -> anyhow::Result<()> {
                     ..defaults.query_limits
                 },
                 admin_token: admin_token.filter(|t| !t.is_empty()),
+                alerts: profiledb::alerts::AlertOptions {
+                    alertmanager_url: nonempty(alertmanager_url),
+                    webhook_url: nonempty(alert_webhook_url),
+                    external_url: nonempty(external_url),
+                    rules,
+                    resend_delay: None,
+                },
             };
             let rt = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
             rt.block_on(async {
@@ -412,5 +489,44 @@ fn main() -> anyhow::Result<()> {
             max_age,
             partition_minutes,
         } => cmd_retention(&data_dir, &tenant, &max_age, partition_minutes),
+        Command::Diff {
+            server,
+            profile_type,
+            selector,
+            base_from,
+            base_until,
+            compare_from,
+            compare_until,
+            top,
+            tenant,
+            json,
+        } => {
+            let now = profiledb_storage::now_ms();
+            let t = |what: &'static str, v: &str| {
+                profiledb::alerts::time::parse_instant(what, v, now).map_err(anyhow::Error::msg)
+            };
+            let req = profiledb::cli::DiffArgs {
+                server,
+                profile_type,
+                selector,
+                base: (
+                    t("--base-from", &base_from)?,
+                    t("--base-until", &base_until)?,
+                ),
+                compare: (
+                    t("--compare-from", &compare_from)?,
+                    t("--compare-until", &compare_until)?,
+                ),
+                top,
+                tenant,
+            };
+            let answer = profiledb::cli::diff(&req)?;
+            if json {
+                println!("{answer:#}");
+            } else {
+                print!("{}", profiledb::cli::diff_table(&req, &answer));
+            }
+            Ok(())
+        }
     }
 }

@@ -1,8 +1,11 @@
-//! The sled catalog: segment metadata (and later tenant settings and alert rules).
+//! The sled catalog: segment metadata, tenant settings, and alert rules and states.
 //!
 //! The catalog is an index, not the source of truth: every segment's footer carries
 //! its metadata, so [`crate::Store::open`] reconciles the catalog with the files and
-//! can rebuild it from scratch if sled cannot open it.
+//! can rebuild it from scratch if sled cannot open it. Alert rules and alert states
+//! are the exception: they exist only here (a `rules.yaml` given to `serve` is the way
+//! to restore rules after a rebuild). The catalog stores them as opaque JSON documents
+//! keyed by rule name; the server owns their schema.
 
 use std::path::Path;
 
@@ -18,6 +21,10 @@ pub struct Catalog {
     segments: sled::Tree,
     /// Per-tenant settings (retention): key = tenant id, value = JSON.
     tenants: sled::Tree,
+    /// Alert rules: key = rule name, value = the rule as JSON.
+    alert_rules: sled::Tree,
+    /// Alert evaluation state and delivery bookkeeping: key = rule name, value = JSON.
+    alert_state: sled::Tree,
 }
 
 fn err(e: impl std::fmt::Display) -> StorageError {
@@ -53,11 +60,15 @@ impl Catalog {
         };
         let segments = db.open_tree("segments").map_err(err)?;
         let tenants = db.open_tree("tenants").map_err(err)?;
+        let alert_rules = db.open_tree("alert_rules").map_err(err)?;
+        let alert_state = db.open_tree("alert_state").map_err(err)?;
         Ok((
             Catalog {
                 db,
                 segments,
                 tenants,
+                alert_rules,
+                alert_state,
             },
             rebuilt,
         ))
@@ -130,5 +141,78 @@ impl Catalog {
             }
         }
         Ok(out)
+    }
+
+    /// Every stored alert rule as (name, JSON document), ordered by name.
+    pub fn alert_rules(&self) -> Result<Vec<(String, Vec<u8>)>> {
+        documents(&self.alert_rules)
+    }
+
+    /// Stores (or replaces) the rule `name`, durably.
+    pub fn put_alert_rule(&self, name: &str, json: &[u8]) -> Result<()> {
+        self.alert_rules.insert(name, json).map_err(err)?;
+        self.flush()
+    }
+
+    /// Removes the rule `name` and its state, durably. Returns whether it existed.
+    pub fn remove_alert_rule(&self, name: &str) -> Result<bool> {
+        let existed = self.alert_rules.remove(name).map_err(err)?.is_some();
+        self.alert_state.remove(name).map_err(err)?;
+        self.flush()?;
+        Ok(existed)
+    }
+
+    /// Every stored alert state as (rule name, JSON document), ordered by name.
+    pub fn alert_states(&self) -> Result<Vec<(String, Vec<u8>)>> {
+        documents(&self.alert_state)
+    }
+
+    /// Stores the state of rule `name`, durably (flushed before returning, so a
+    /// delivery recorded here survives a crash).
+    pub fn put_alert_state(&self, name: &str, json: &[u8]) -> Result<()> {
+        self.alert_state.insert(name, json).map_err(err)?;
+        self.flush()
+    }
+}
+
+fn documents(tree: &sled::Tree) -> Result<Vec<(String, Vec<u8>)>> {
+    let mut out = Vec::new();
+    for kv in tree.iter() {
+        let (k, v) = kv.map_err(err)?;
+        out.push((String::from_utf8_lossy(&k).into_owned(), v.to_vec()));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alert_documents_survive_reopen_and_removal_takes_the_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("catalog");
+        {
+            let (c, _) = Catalog::open(&path).unwrap();
+            c.put_alert_rule("b", br#"{"name":"b"}"#).unwrap();
+            c.put_alert_rule("a", br#"{"name":"a"}"#).unwrap();
+            c.put_alert_state("a", b"{}").unwrap();
+        }
+        let (c, rebuilt) = Catalog::open(&path).unwrap();
+        assert!(!rebuilt);
+        let names: Vec<String> = c
+            .alert_rules()
+            .unwrap()
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(names, ["a", "b"]);
+        assert_eq!(
+            c.alert_states().unwrap(),
+            vec![("a".to_string(), b"{}".to_vec())]
+        );
+        assert!(c.remove_alert_rule("a").unwrap());
+        assert!(!c.remove_alert_rule("a").unwrap());
+        assert!(c.alert_states().unwrap().is_empty());
     }
 }

@@ -256,6 +256,11 @@ impl Store {
         &self.inner.cfg
     }
 
+    /// The metadata catalog (the server keeps its alert rules and states there).
+    pub fn catalog(&self) -> &Catalog {
+        &self.inner.catalog
+    }
+
     pub fn dir(&self) -> &Path {
         &self.inner.dir
     }

@@ -1,6 +1,7 @@
 //! HTTP routes. Each submodule owns one family of endpoints.
 
 mod admin;
+mod alerts;
 mod ingest;
 mod labels;
 mod query;
@@ -46,6 +47,7 @@ pub fn router(state: AppRef) -> Router {
         .merge(labels::routes())
         .merge(query::routes())
         .merge(admin::routes())
+        .merge(alerts::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(

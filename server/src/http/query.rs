@@ -8,6 +8,7 @@
 
 mod answers;
 mod connect;
+mod diffsvg;
 mod native;
 mod pprof;
 mod proto;
@@ -27,6 +28,7 @@ pub fn routes() -> Router<AppRef> {
         .merge(querier::routes())
         .merge(render::routes())
         .merge(native::routes())
+        .merge(diffsvg::routes())
 }
 
 /// Maps storage errors, turning timeouts into 503 and budget overruns into 422.

@@ -27,13 +27,16 @@ async fn ready(State(state): State<AppRef>) -> impl IntoResponse {
 }
 
 async fn prometheus(State(state): State<AppRef>) -> impl IntoResponse {
-    let body = metrics::render(
+    let mut body = metrics::render(
         &state.http,
         state.store_if_open().map(|s| s.as_ref()),
         state.pipeline_if_open(),
         state.engine_if_open().map(|e| e.as_ref()),
         state.started.elapsed().as_secs(),
     );
+    if let Some(a) = state.alerts.get() {
+        a.render_metrics(&mut body);
+    }
     (
         [(
             header::CONTENT_TYPE,
