@@ -32,6 +32,7 @@
 pub mod agent;
 pub mod aggregate;
 pub mod config;
+pub mod elfsyms;
 pub mod guard;
 pub mod perf;
 pub mod pprof;
