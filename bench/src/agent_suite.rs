@@ -62,7 +62,6 @@ struct Run {
     cpu_percent_stat: f64,
     cpu_percent_rusage: f64,
     peak_rss_kib: u64,
-    maxrss_rusage_kib: u64,
     peak_anon_kib: u64,
     peak_file_kib: u64,
     peak_fds: u64,
@@ -190,8 +189,10 @@ fn fd_count(pid: u32) -> Option<u64> {
     Some(std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count() as u64)
 }
 
-/// Waits for `pid` and returns (user + system CPU seconds, max RSS KiB) from rusage.
-fn wait_rusage(pid: u32) -> anyhow::Result<(f64, u64)> {
+/// Waits for `pid` and returns its user + system CPU seconds from rusage. (Not its
+/// `ru_maxrss`: Linux carries the spawning process's high-water mark over `exec`, so
+/// for a child of this bench it reports the bench's own size; peak RSS is `VmHWM`.)
+fn wait_rusage(pid: u32) -> anyhow::Result<f64> {
     let mut status = 0;
     // SAFETY: rusage is plain data we own; wait4 writes into it.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
@@ -205,7 +206,7 @@ fn wait_rusage(pid: u32) -> anyhow::Result<(f64, u64)> {
         bail!("the agent failed (wait status {status:#x})");
     }
     let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    Ok((tv(ru.ru_utime) + tv(ru.ru_stime), ru.ru_maxrss as u64))
+    Ok(tv(ru.ru_utime) + tv(ru.ru_stime))
 }
 
 /// The agent binary: built with cargo for this bench's profile when run through cargo.
@@ -370,14 +371,14 @@ fn measure(
         run.peak_fds = run.peak_fds.max(fd_count(pid).unwrap_or(0));
         pb.set_position(t0.elapsed().as_secs().min(seconds));
         pb.set_message(format!("peak RSS {}", human_bytes((hwm * 1024) as f64)));
-        std::thread::sleep(Duration::from_millis(200));
+        // VmHWM is gone once the agent exits: poll often enough to see the end.
+        std::thread::sleep(Duration::from_millis(100));
     }
-    let (cpu_total, maxrss) = wait_rusage(pid)?;
+    let cpu_total = wait_rusage(pid)?;
     run.wall_s = t0.elapsed().as_secs_f64();
     pb.finish();
     run.cpu_percent_stat = 100.0 * last_cpu.0 / last_cpu.1.max(1e-9);
     run.cpu_percent_rusage = 100.0 * cpu_total / run.wall_s;
-    run.maxrss_rusage_kib = maxrss;
     let log = std::fs::read_to_string(&log_path).unwrap_or_default();
     run.summary = log
         .lines()
@@ -487,7 +488,7 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
             r.frequency,
             r.cpu_percent_stat,
             r.cpu_percent_rusage,
-            human_bytes((r.peak_rss_kib.max(r.maxrss_rusage_kib) * 1024) as f64),
+            human_bytes((r.peak_rss_kib * 1024) as f64),
             human_bytes((r.peak_anon_kib * 1024) as f64),
             human_bytes((r.peak_file_kib * 1024) as f64),
             r.peak_fds,
@@ -509,7 +510,6 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
                 "cpu_percent_of_one_cpu_proc_stat": r.cpu_percent_stat,
                 "cpu_percent_of_one_cpu_rusage": r.cpu_percent_rusage,
                 "peak_rss_bytes_vmhwm": r.peak_rss_kib * 1024,
-                "peak_rss_bytes_rusage": r.maxrss_rusage_kib * 1024,
                 "peak_rss_anon_bytes": r.peak_anon_kib * 1024,
                 "peak_rss_file_bytes": r.peak_file_kib * 1024,
                 "peak_fds": r.peak_fds,

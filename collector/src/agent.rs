@@ -456,6 +456,17 @@ impl Encoder {
     }
 }
 
+/// Ring buffer pages per fd: room for 8 drain ticks (100 ms each) of samples at
+/// `frequency` with `stack_bytes` of copied stack (+ ~1 KiB of callchain and header),
+/// as a power of two between 16 (64 KiB) and 256 (1 MiB). With the default 16 KiB
+/// stacks that is 64 pages (256 KiB) per CPU at 19 Hz and 256 at 99 Hz. This memory
+/// is the kernel's (locked, outside the agent's RSS), so it is sized, not maximised.
+fn ring_pages(frequency: u64, stack_bytes: u32) -> usize {
+    let per_tick = frequency.saturating_mul(u64::from(stack_bytes) + 1024) / 10;
+    let pages = (per_tick.saturating_mul(8) / 4096).max(16);
+    (pages.next_power_of_two() as usize).min(256)
+}
+
 fn perf_devnum(maj: Option<u32>, min: Option<u32>) -> u64 {
     match (maj, min) {
         (Some(a), Some(b)) => crate::procs::makedev(a as u64, b as u64),
@@ -508,7 +519,7 @@ pub fn run(cfg: AgentConfig, stop: &AtomicBool) -> Result<Summary, AgentError> {
         frequency: cfg.frequency,
         kernel: true,
         stack_bytes: cfg.stack_bytes,
-        pages: if cfg.stack_bytes > 0 { 256 } else { 32 },
+        pages: ring_pages(cfg.frequency, cfg.stack_bytes),
     };
     let perf::Opened {
         mut fds,
@@ -623,4 +634,17 @@ pub fn run(cfg: AgentConfig, stop: &AtomicBool) -> Result<Summary, AgentError> {
     };
     summary.cpu_percent = guard.average_percent();
     Ok(summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_sizes() {
+        assert_eq!(ring_pages(19, 16 * 1024), 64);
+        assert_eq!(ring_pages(99, 16 * 1024), 256);
+        assert_eq!(ring_pages(19, 0), 16);
+        assert_eq!(ring_pages(10_000, 65_528), 256);
+    }
 }

@@ -1,6 +1,7 @@
 //! Streaming ELF symbol lookup by file offset, in bounded memory.
 //!
-//! blazesym maps a whole ELF file and indexes its symbol table; for big binaries on
+//! A mapping symbolizer (blazesym, which the agent used before) maps the whole ELF
+//! file and indexes its symbol table; for big binaries on
 //! the host (a `librustc_driver` has 4 MB of `.symtab` and 20 MB of `.strtab`) every
 //! page it touches counts as the agent's RSS, which put the agent at ~45 MB of
 //! file-backed RSS. Here the symbol tables are read with `pread` in fixed-size chunks

@@ -7,8 +7,8 @@
 //!
 //! User frames are resolved by file offset against the ELF symbol tables of the
 //! mapped file with [`crate::elfsyms`] (streamed with `pread`, never mapped: memory is
-//! O(addresses), not O(file)); kernel frames against `/proc/kallsyms` with blazesym
-//! (maintained by the libbpf project for exactly this job; it parses kallsyms once).
+//! O(addresses), not O(file)); kernel frames against `/proc/kallsyms`
+//! ([`crate::kallsyms`], read once into a compact index).
 //! Results live in bounded caches keyed by file identity — the GNU build id when the
 //! file has one, else (device, inode, mtime, size) — so a rebuilt binary at the same
 //! path is never answered from stale entries, and the same library mapped by many
@@ -23,12 +23,9 @@ use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use blazesym::symbolize::source::{Kernel, Source};
-use blazesym::symbolize::{Input, Symbolizer};
-use blazesym::MaybeDefault;
-
 use crate::aggregate::is_kernel_addr;
 use crate::elfsyms::ElfSyms;
+use crate::kallsyms::KernelSymbols;
 use crate::procs::{FileId, Mapping, ProcessTable};
 
 /// The mapping a user frame belongs to, as written into pprof.
@@ -219,7 +216,8 @@ impl Batch {
 
 /// Symbolizer with bounded caches; lives for the agent's lifetime (on its own thread).
 pub struct HostSymbolizer {
-    kernel_syms: Symbolizer,
+    /// Loaded on the first kernel frame (`None` until then).
+    kallsyms: Option<KernelSymbols>,
     names: BoundedCache<(FileKey, u64), Option<Arc<str>>>,
     kernel: BoundedCache<u64, Option<Arc<str>>>,
     files: BoundedCache<Arc<FileId>, Option<Arc<FileInfo>>>,
@@ -237,16 +235,19 @@ impl Default for HostSymbolizer {
 impl HostSymbolizer {
     /// Whether `/proc/kallsyms` shows real addresses (not hidden by kptr_restrict).
     pub fn kallsyms_readable() -> bool {
-        // With kptr_restrict, /proc/kallsyms lists all-zero addresses.
-        std::fs::read_to_string("/proc/kallsyms")
-            .map(|s| {
-                s.lines().take(64).any(|l| {
-                    l.split(' ')
-                        .next()
-                        .is_some_and(|a| a.chars().any(|c| c != '0'))
-                })
+        use std::io::{BufRead, BufReader};
+        // With kptr_restrict, /proc/kallsyms lists all-zero addresses. Only the first
+        // lines are read: the whole file is ~5 MB of text the kernel generates.
+        let Ok(f) = std::fs::File::open("/proc/kallsyms") else {
+            return false;
+        };
+        BufReader::new(f).lines().take(64).any(|l| {
+            l.is_ok_and(|l| {
+                l.split(' ')
+                    .next()
+                    .is_some_and(|a| a.chars().any(|c| c != '0'))
             })
-            .unwrap_or(false)
+        })
     }
 }
 
@@ -257,10 +258,7 @@ fn hex(b: &[u8]) -> String {
 impl HostSymbolizer {
     pub fn new() -> Self {
         Self {
-            kernel_syms: Symbolizer::builder()
-                .enable_code_info(false)
-                .enable_inlined_fns(false)
-                .build(),
+            kallsyms: None,
             names: BoundedCache::new(MAX_NAMES),
             kernel: BoundedCache::new(MAX_KERNEL),
             files: BoundedCache::new(MAX_FILES),
@@ -338,27 +336,17 @@ impl HostSymbolizer {
     fn resolve_kernel(&mut self, addrs: &mut Vec<u64>) {
         addrs.sort_unstable();
         addrs.dedup();
-        let names: Vec<Option<Arc<str>>> = if self.kernel_readable {
-            let k = Kernel {
-                vmlinux: MaybeDefault::None,
-                debug_syms: false,
-                ..Default::default()
-            };
-            match self
-                .kernel_syms
-                .symbolize(&Source::Kernel(k), Input::AbsAddr(&addrs[..]))
-            {
-                Ok(syms) => syms
-                    .into_iter()
-                    .map(|s| s.into_sym().map(|s| Arc::from(&*s.name)))
-                    .collect(),
-                Err(_) => vec![None; addrs.len()],
-            }
-        } else {
-            vec![None; addrs.len()]
-        };
-        for (a, n) in addrs.iter().zip(names) {
-            self.kernel.insert(*a, n);
+        if self.kernel_readable && self.kallsyms.is_none() {
+            // Unreadable now means unreadable later: do not retry every window.
+            self.kallsyms = Some(KernelSymbols::load().unwrap_or_default());
+        }
+        for a in addrs.iter() {
+            let name = self
+                .kallsyms
+                .as_ref()
+                .and_then(|k| k.lookup(*a))
+                .map(Arc::from);
+            self.kernel.insert(*a, name);
         }
     }
 
@@ -467,6 +455,17 @@ impl HostSymbolizer {
     }
 }
 
+/// Gives freed heap memory back to the OS. A window's batch, frames and pprof are
+/// a burst of allocations on this thread's malloc arena; without this, glibc keeps
+/// the arena at its high-water mark (measured: +6 MB of RSS at 99 Hz).
+fn trim_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases free memory; it has no preconditions.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// A symbolizer on its own thread fed through a bounded queue. Each job's batch is
 /// symbolized and handed with the job to `sink` (on the same thread), in order.
 pub struct SymbolizerThread<J: Send + 'static> {
@@ -491,6 +490,7 @@ impl<J: Send + 'static> SymbolizerThread<J> {
                     let frames = s.symbolize(&batch);
                     drop(batch);
                     sink(job, frames);
+                    trim_heap();
                 }
                 s.stats
             })?;
