@@ -387,7 +387,6 @@ impl State {
         }
         self.procs.gc();
         self.unwinder.retain(&self.procs);
-        self.unwinder.release_pages();
     }
 }
 
@@ -609,6 +608,10 @@ pub fn run(cfg: AgentConfig, stop: &AtomicBool) -> Result<Summary, AgentError> {
         }
         if now >= next_guard {
             next_guard = now + Duration::from_secs(1);
+            // Every second, not every window: in 10 s the unwinder touches enough
+            // of other processes' big binaries (rustc, test binaries) to add ~15 MB
+            // of file-backed RSS; one madvise per cached file costs microseconds.
+            state.unwinder.release_pages();
             if let Some(pct) = guard.check()? {
                 eprintln!(
                     "profiledb-agent: own CPU use {pct:.2}% over the last {:?} exceeds --max-cpu-percent {}: stopping sampling",
