@@ -13,6 +13,8 @@
 //! unsymbolized frames (names that are only an address, `0x…` or `module+0x…`)
 //! overall and inside the busy binaries (ELF files with symbols), and the average
 //! stack depth and share of complete stacks (down to `_start`) of each busy binary.
+//! A last, shorter run at the highest frequency with `--stack-bytes 0` shows the
+//! depth frame-pointer callchains alone reach on each build.
 //!
 //! When perf_event_open is not permitted the suite prints the kernel's reason and
 //! exits successfully.
@@ -49,7 +51,12 @@ pub struct Args {
     /// suite runs `cargo build -p profiledb-agent` for the same profile first).
     #[arg(long)]
     agent: Option<PathBuf>,
-    /// Short run for CI (5 s per frequency, 1 s push interval).
+    /// Seconds of one more run at the highest frequency with `--stack-bytes 0`
+    /// (frame-pointer callchains only, no DWARF unwinding), to show the stack depth
+    /// each build gets without DWARF; 0 skips it.
+    #[arg(long, default_value_t = 20)]
+    fp_only_seconds: u64,
+    /// Short run for CI (5 s per frequency, 3 s frame-pointer-only, 1 s push interval).
     #[arg(long)]
     quick: bool,
 }
@@ -58,6 +65,9 @@ pub struct Args {
 #[derive(Default)]
 struct Run {
     frequency: u64,
+    /// `--stack-bytes 0`: frame-pointer callchains only.
+    fp_only: bool,
+    seconds: u64,
     wall_s: f64,
     cpu_percent_stat: f64,
     cpu_percent_rusage: f64,
@@ -297,15 +307,23 @@ fn folded(
     Ok(FoldedStats::parse(&body))
 }
 
-fn measure(
-    agent: &Path,
-    url: &str,
-    busy: &(PathBuf, PathBuf),
-    frequency: u64,
-    seconds: u64,
-    push_interval: &str,
-    dir: &Path,
-) -> anyhow::Result<Run> {
+/// What every run shares.
+struct Setup<'a> {
+    agent: &'a Path,
+    url: &'a str,
+    busy: &'a (PathBuf, PathBuf),
+    push_interval: &'a str,
+    dir: &'a Path,
+}
+
+fn measure(setup: &Setup<'_>, frequency: u64, fp_only: bool, seconds: u64) -> anyhow::Result<Run> {
+    let Setup {
+        agent,
+        url,
+        busy,
+        push_interval,
+        dir,
+    } = *setup;
     // The load outlives the agent by a margin so both cores stay busy throughout.
     let load_secs = (seconds + 10).to_string();
     let _nofp = Kill(
@@ -321,14 +339,15 @@ fn measure(
             .spawn()?,
     );
     std::thread::sleep(Duration::from_millis(300));
-    let log_path = dir.join(format!("agent-{frequency}.log"));
+    let run_label = format!("f{frequency}{}", if fp_only { "-fp-only" } else { "" });
+    let log_path = dir.join(format!("agent-{run_label}.log"));
     let log = std::fs::File::create(&log_path)?;
-    let run_label = format!("f{frequency}");
     let t0 = Instant::now();
     let child = Command::new(agent)
         .args(["--server", url, "--frequency", &frequency.to_string()])
         .args(["--duration", &format!("{seconds}s")])
         .args(["--push-interval", push_interval])
+        .args(["--stack-bytes", if fp_only { "0" } else { "16384" }])
         .args(["--tag", &format!("bench_run={run_label}")])
         // The suite measures overhead; the guard must not cut the run short.
         .args(["--max-cpu-percent", "50"])
@@ -341,12 +360,15 @@ fn measure(
     std::mem::forget(child);
     let pb = ProgressBar::new(seconds).with_style(
         ProgressStyle::with_template(&format!(
-            "agent {frequency:>3} Hz [{{bar:40}}] {{pos}}/{{len}} s {{msg}}"
+            "agent {frequency:>3} Hz{} [{{bar:40}}] {{pos}}/{{len}} s {{msg}}",
+            if fp_only { " FP only" } else { "" }
         ))?
         .progress_chars("=> "),
     );
     let mut run = Run {
         frequency,
+        fp_only,
+        seconds,
         ..Default::default()
     };
     let mut last_cpu = (0.0, 0.0);
@@ -401,6 +423,7 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
     }
     let push_interval = if args.quick {
         args.seconds = 5;
+        args.fp_only_seconds = args.fp_only_seconds.min(3);
         "1s"
     } else {
         "10s"
@@ -437,17 +460,24 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
         std::thread::sleep(Duration::from_millis(10));
     }
 
+    let setup = Setup {
+        agent: &agent,
+        url: &url,
+        busy: &busy,
+        push_interval,
+        dir: dir.path(),
+    };
     let mut runs = Vec::new();
     for &f in &args.frequencies {
-        runs.push(measure(
-            &agent,
-            &url,
-            &busy,
-            f,
-            args.seconds,
-            push_interval,
-            dir.path(),
-        )?);
+        runs.push(measure(&setup, f, false, args.seconds)?);
+    }
+    if let Some(&f) = args
+        .frequencies
+        .iter()
+        .max()
+        .filter(|_| args.fp_only_seconds > 0)
+    {
+        runs.push(measure(&setup, f, true, args.fp_only_seconds)?);
     }
     let _ = stop_tx.send(());
     rt.block_on(handle)??;
@@ -461,7 +491,7 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
         args.seconds
     );
     println!(
-        "  {:>5} | {:>8} {:>8} | {:>9} {:>9} {:>9} | {:>4} | {:>9} {:>8} | {:>7} {:>7} | {:>14} {:>14}",
+        "  {:>9} | {:>8} {:>8} | {:>9} {:>9} {:>9} | {:>4} | {:>9} {:>8} | {:>7} {:>7} | {:>14} {:>14}",
         "Hz",
         "CPU%stat",
         "CPU%ru",
@@ -478,14 +508,15 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
     );
     let mut figures = BTreeMap::new();
     for r in &runs {
-        let per_s = r.delivered_samples as f64 / args.seconds as f64;
+        let per_s = r.delivered_samples as f64 / r.seconds as f64;
+        let label = format!("{}{}", r.frequency, if r.fp_only { " FP-only" } else { "" });
         let busy_unsym = ratio(
             r.nofp.unsymbolized_frames + r.fp.unsymbolized_frames,
             r.nofp.frames + r.fp.frames,
         );
         println!(
-            "  {:>5} | {:>7.3}% {:>7.3}% | {:>9} {:>9} {:>9} | {:>4} | {:>9.1} {:>8} | {:>6.2}% {:>6.2}% | {:>5.1} ({:>3.0}%) {:>6.1} ({:>3.0}%)",
-            r.frequency,
+            "  {:>9} | {:>7.3}% {:>7.3}% | {:>9} {:>9} {:>9} | {:>4} | {:>9.1} {:>8} | {:>6.2}% {:>6.2}% | {:>5.1} ({:>3.0}%) {:>6.1} ({:>3.0}%)",
+            label,
             r.cpu_percent_stat,
             r.cpu_percent_rusage,
             human_bytes((r.peak_rss_kib * 1024) as f64),
@@ -502,10 +533,15 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
             100.0 * r.fp.complete_share(),
         );
         figures.insert(
-            format!("hz_{}", r.frequency),
+            format!(
+                "hz_{}{}",
+                r.frequency,
+                if r.fp_only { "_fp_only" } else { "" }
+            ),
             json!({
                 "frequency_hz": r.frequency,
-                "seconds": args.seconds,
+                "stack_bytes": if r.fp_only { 0 } else { 16384 },
+                "seconds": r.seconds,
                 "wall_seconds": r.wall_s,
                 "cpu_percent_of_one_cpu_proc_stat": r.cpu_percent_stat,
                 "cpu_percent_of_one_cpu_rusage": r.cpu_percent_rusage,
@@ -526,9 +562,15 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
     }
     println!("  (CPU%stat: utime+stime from /proc/<pid>/stat over the wall time; CPU%ru: wait4 rusage, whole lifetime;");
     println!("   unsym%: frames named only by address, all processes; busy%: the same inside the two busy binaries;");
-    println!("   depth: average frames of samples whose leaf is a busy function, (share reaching _start))");
+    println!("   depth: average frames of samples whose leaf is a busy function, (share reaching _start);");
+    println!("   FP-only: --stack-bytes 0, the kernel's frame-pointer callchains without DWARF unwinding)");
     for r in &runs {
-        println!("  agent {} Hz: {}", r.frequency, r.summary);
+        println!(
+            "  agent {} Hz{}: {}",
+            r.frequency,
+            if r.fp_only { " --stack-bytes 0" } else { "" },
+            r.summary
+        );
     }
     let path = report::write(
         "agent",
