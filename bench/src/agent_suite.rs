@@ -11,7 +11,8 @@
 //! `/proc/<pid>/status` at its highest), peak open fds (`/proc/<pid>/fd`); and from
 //! the server (the ground truth of what was delivered): samples per second,
 //! unsymbolized frames (names that are only an address, `0x…` or `module+0x…`)
-//! overall and inside the busy binaries (ELF files with symbols), and the average
+//! overall and in the busy processes' stacks (their binary has symbols; libc may
+//! not), and the average
 //! stack depth and share of complete stacks (down to `_start`) of each busy binary.
 //! A last, shorter run at the highest frequency with `--stack-bytes 0` shows the
 //! depth frame-pointer callchains alone reach on each build.
@@ -561,7 +562,7 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
         );
     }
     println!("  (CPU%stat: utime+stime from /proc/<pid>/stat over the wall time; CPU%ru: wait4 rusage, whole lifetime;");
-    println!("   unsym%: frames named only by address, all processes; busy%: the same inside the two busy binaries;");
+    println!("   unsym%: frames named only by address, all processes; busy%: the same in the two busy processes' stacks;");
     println!("   depth: average frames of samples whose leaf is a busy function, (share reaching _start);");
     println!("   FP-only: --stack-bytes 0, the kernel's frame-pointer callchains without DWARF unwinding)");
     for r in &runs {

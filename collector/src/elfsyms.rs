@@ -94,7 +94,6 @@ impl ElfSyms {
         if eh.get(0..4) != Some(b"\x7fELF") || eh.get(4) != Some(&2) || eh.get(5) != Some(&1) {
             return Err(ElfError::Unsupported);
         }
-        let m = ElfError::Malformed;
         let phoff = u64_at(&eh, 32).ok_or(ElfError::Malformed)?;
         let shoff = u64_at(&eh, 40).ok_or(ElfError::Malformed)?;
         let phentsize = u16_at(&eh, 54).ok_or(ElfError::Malformed)? as usize;
@@ -102,7 +101,7 @@ impl ElfSyms {
         let shentsize = u16_at(&eh, 58).ok_or(ElfError::Malformed)? as usize;
         let shnum = u16_at(&eh, 60).ok_or(ElfError::Malformed)? as usize;
         if phnum > MAX_HEADERS || shnum > MAX_HEADERS || (phnum > 0 && phentsize < 56) {
-            return Err(m);
+            return Err(ElfError::Malformed);
         }
         let mut loads = Vec::new();
         if phnum > 0 {
