@@ -345,7 +345,9 @@ impl State {
     /// Closes the window: captures each stack's mappings and labels (cheap; the
     /// process table lives here) and queues it for the symbolizer thread, which
     /// builds and pushes the pprof. Exited processes can be dropped right after.
-    fn flush(&mut self) {
+    /// `last`: the final window at shutdown waits for room in the queue instead of
+    /// being dropped (sampling has stopped, nothing is lost by waiting).
+    fn flush(&mut self, last: bool) {
         let now = SystemTime::now();
         let start = self.window.start;
         self.summary.dropped_stack_samples += self.window.dropped_samples;
@@ -379,7 +381,12 @@ impl State {
                 start,
                 end: now,
             };
-            if !self.symbolizer.submit(job, batch) {
+            let queued = if last {
+                self.symbolizer.submit_wait(job, batch)
+            } else {
+                self.symbolizer.submit(job, batch)
+            };
+            if !queued {
                 eprintln!(
                     "profiledb-agent: the symbolizer is still busy with earlier windows: window dropped"
                 );
@@ -598,7 +605,7 @@ pub fn run(cfg: AgentConfig, stop: &AtomicBool) -> Result<Summary, AgentError> {
         }
         if now >= next_flush {
             next_flush = now + cfg.push_interval;
-            state.flush();
+            state.flush(false);
             if cfg.verbose {
                 eprintln!(
                     "profiledb-agent: window {}: {} samples so far, {} lost",
@@ -627,7 +634,7 @@ pub fn run(cfg: AgentConfig, stop: &AtomicBool) -> Result<Summary, AgentError> {
     }
     drain(&mut fds, &mut state);
     drop(fds);
-    state.flush();
+    state.flush(true);
     let mut summary = state.summary;
     // Symbolizes what is queued; then the encoder (the pusher's other owner) is gone.
     summary.symbols = state.symbolizer.finish();

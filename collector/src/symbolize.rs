@@ -515,6 +515,18 @@ impl<J: Send + 'static> SymbolizerThread<J> {
         }
     }
 
+    /// Queues a window, waiting for room; false only if the thread is gone.
+    pub fn submit_wait(&mut self, job: J, batch: Batch) -> bool {
+        let ok = self
+            .tx
+            .as_ref()
+            .is_some_and(|tx| tx.send((job, batch)).is_ok());
+        if !ok {
+            self.dropped += 1;
+        }
+        ok
+    }
+
     /// Waits until every queued window went through `sink`; returns the totals.
     pub fn finish(mut self) -> SymbolStats {
         self.tx = None;
@@ -701,5 +713,29 @@ mod tests {
         );
         assert_eq!(stats.frames, 6);
         assert_eq!(stats.dropped_windows, 0);
+    }
+
+    #[test]
+    fn full_symbolizer_queue_drops_and_counts_instead_of_blocking() {
+        let (started_tx, started_rx) = mpsc::channel::<u32>();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let mut t = SymbolizerThread::spawn(1, move |job: u32, _frames| {
+            let _ = started_tx.send(job);
+            let _ = go_rx.recv();
+        })
+        .expect("spawn");
+        assert!(t.submit(1, Batch::default()));
+        assert_eq!(started_rx.recv().ok(), Some(1), "thread busy with window 1");
+        assert!(t.submit(2, Batch::default()), "window 2 waits in the queue");
+        assert!(!t.submit(3, Batch::default()), "window 3 does not fit");
+        for _ in 0..3 {
+            let _ = go_tx.send(());
+        }
+        // the final window at shutdown waits for room instead
+        assert!(t.submit_wait(4, Batch::default()));
+        let stats = t.finish();
+        assert_eq!(stats.dropped_windows, 1);
+        let seen: Vec<u32> = started_rx.try_iter().collect();
+        assert_eq!(seen, vec![2, 4]);
     }
 }
