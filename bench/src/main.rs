@@ -4,6 +4,7 @@
 //! and writes a JSON file of its figures (with machine facts and the git commit) to
 //! `bench/results/`, so runs can be compared.
 
+mod agent_suite;
 mod fleet;
 mod ingest_suite;
 mod lifecycle_suite;
@@ -46,6 +47,12 @@ enum Suite {
     /// disk after each step, compaction throughput and peak RSS, with merge answers
     /// checked unchanged after every step.
     Lifecycle(lifecycle_suite::Args),
+    /// The real `profiledb-agent` sampling the whole machine at 19 and 99 Hz while
+    /// both cores are busy (a release Rust program built with and without frame
+    /// pointers), pushing to an in-process server: agent CPU % of one CPU, peak RSS,
+    /// fds, samples/s delivered, unsymbolized frames, stack depth. Skips when
+    /// perf_event_open is not permitted.
+    Agent(agent_suite::Args),
     /// One compaction pass of the `lifecycle` suite in a process of its own (its
     /// peak RSS is that pass's alone). Internal.
     #[command(hide = true)]
@@ -59,6 +66,7 @@ fn main() -> anyhow::Result<()> {
         Suite::Query(args) => query_suite::run(args, false),
         Suite::Baseline(args) => query_suite::run(args, true),
         Suite::Lifecycle(args) => lifecycle_suite::run(args),
+        Suite::Agent(args) => agent_suite::run(args),
         Suite::LifecycleStep(args) => lifecycle_suite::run_step(args),
     }
 }

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use perf_event::data::Record as PerfRecord;
@@ -11,11 +12,11 @@ use crate::aggregate::{is_kernel_addr, RawKey, Window};
 use crate::config::EventKind;
 use crate::guard::{CpuGuard, GuardError};
 use crate::perf::{self, EventFd, PerfError, PerfOptions, Target, MISC_COMM_EXEC};
-use crate::pprof::{self, LabelConfig, LabeledStack};
+use crate::pprof::{self, LabelConfig, LabeledStack, Labels};
 use crate::procs::{MmapInfo, ProcessTable};
 use crate::proto::push::v1::PushRequest;
 use crate::push::{HttpTransport, PushStats, Pusher, RetryPolicy};
-use crate::symbolize::{HostSymbolizer, SymbolStats};
+use crate::symbolize::{Batch, Frame, HostSymbolizer, SymbolStats, SymbolizerThread};
 use crate::unwind::DwarfUnwinder;
 
 /// `PERF_CONTEXT_MAX`: callchain entries at or above are context markers.
@@ -29,6 +30,8 @@ pub enum AgentError {
     Perf(#[from] PerfError),
     #[error(transparent)]
     Guard(#[from] GuardError),
+    #[error("starting the symbolizer thread: {0}")]
+    Thread(std::io::Error),
     #[error("none of the processes {0:?} exist")]
     NoProcess(Vec<u32>),
 }
@@ -195,10 +198,9 @@ fn cgroup2_root() -> Option<std::path::PathBuf> {
 
 struct State {
     cfg: AgentConfig,
-    events: Vec<EventKind>,
     procs: ProcessTable,
     window: Window,
-    symbolizer: HostSymbolizer,
+    symbolizer: SymbolizerThread<WindowJob>,
     unwinder: DwarfUnwinder,
     cgroups: CgroupNames,
     summary: Summary,
@@ -340,49 +342,98 @@ impl State {
         self.window.add(key, 1);
     }
 
-    /// Closes the window: symbolize, build one pprof per event, encode the request.
-    fn flush(&mut self) -> Option<Vec<u8>> {
+    /// Closes the window: captures each stack's mappings and labels (cheap; the
+    /// process table lives here) and queues it for the symbolizer thread, which
+    /// builds and pushes the pprof. Exited processes can be dropped right after.
+    /// `last`: the final window at shutdown waits for room in the queue instead of
+    /// being dropped (sampling has stopped, nothing is lost by waiting).
+    fn flush(&mut self, last: bool) {
         let now = SystemTime::now();
         let start = self.window.start;
         self.summary.dropped_stack_samples += self.window.dropped_samples;
         let raw = self.window.take(now);
         self.summary.windows += 1;
-        if raw.is_empty() {
-            self.procs.gc();
-            return None;
-        }
-        let stacks: Vec<(u32, &[u64])> = raw.iter().map(|(k, _)| (k.pid, &k.frames[..])).collect();
-        let symbolized = self.symbolizer.symbolize(&self.procs, &stacks);
-        let mut per_event: Vec<Vec<LabeledStack>> = vec![Vec::new(); self.events.len()];
-        let mut comms: HashMap<u32, String> = HashMap::new();
-        for ((key, count), frames) in raw.iter().zip(symbolized) {
-            let comm = comms
-                .entry(key.pid)
-                .or_insert_with(|| {
-                    self.procs
-                        .get(key.pid)
-                        .map(|p| p.comm.clone())
-                        .unwrap_or_default()
-                })
-                .clone();
-            let cgroup = self.cgroups.get(key.cgroup);
-            let labels = self
-                .cfg
-                .labels
-                .sample_labels(key.pid, &comm, cgroup.as_deref());
-            if let Some(v) = per_event.get_mut(key.event as usize) {
-                v.push(LabeledStack {
-                    labels,
-                    frames,
-                    count: *count,
-                });
+        if !raw.is_empty() {
+            let mut batch = Batch::default();
+            let mut samples = Vec::with_capacity(raw.len());
+            let mut labels: HashMap<(u32, u64), Labels> = HashMap::new();
+            for (key, count) in &raw {
+                batch.push(&self.procs, key.pid, &key.frames);
+                let l = labels
+                    .entry((key.pid, key.cgroup))
+                    .or_insert_with(|| {
+                        let comm = self
+                            .procs
+                            .get(key.pid)
+                            .map(|p| p.comm.as_str())
+                            .unwrap_or_default();
+                        let cgroup = self.cgroups.get(key.cgroup);
+                        self.cfg
+                            .labels
+                            .sample_labels(key.pid, comm, cgroup.as_deref())
+                    })
+                    .clone();
+                samples.push((key.event, l, *count));
+            }
+            drop(raw);
+            let job = WindowJob {
+                samples,
+                start,
+                end: now,
+            };
+            let queued = if last {
+                self.symbolizer.submit_wait(job, batch)
+            } else {
+                self.symbolizer.submit(job, batch)
+            };
+            if !queued {
+                eprintln!(
+                    "profiledb-agent: the symbolizer is still busy with earlier windows: window dropped"
+                );
             }
         }
         self.procs.gc();
         self.unwinder.retain(&self.procs);
-        let period_ns = (1_000_000_000u64 / self.cfg.frequency.max(1)) as i64;
-        let time_nanos = nanos_since_epoch(start);
-        let duration = now.duration_since(start).unwrap_or_default().as_nanos() as i64;
+    }
+}
+
+/// A captured window waiting for symbols: per stack (same order as the batch's
+/// stacks) its event, sample labels and count.
+struct WindowJob {
+    samples: Vec<(u8, Labels, u64)>,
+    start: SystemTime,
+    end: SystemTime,
+}
+
+/// What the symbolizer thread needs to turn symbolized windows into pushes.
+struct Encoder {
+    labels: LabelConfig,
+    events: Vec<EventKind>,
+    frequency: u64,
+    pusher: Arc<Pusher>,
+    verbose: bool,
+}
+
+impl Encoder {
+    /// Builds one pprof per event from a symbolized window and queues the push.
+    fn encode(&mut self, job: WindowJob, frames: Vec<Vec<Frame>>) {
+        let mut per_event: Vec<Vec<LabeledStack>> = vec![Vec::new(); self.events.len()];
+        for ((event, labels, count), frames) in job.samples.into_iter().zip(frames) {
+            if let Some(v) = per_event.get_mut(event as usize) {
+                v.push(LabeledStack {
+                    labels,
+                    frames,
+                    count,
+                });
+            }
+        }
+        let period_ns = (1_000_000_000u64 / self.frequency.max(1)) as i64;
+        let time_nanos = nanos_since_epoch(job.start);
+        let duration = job
+            .end
+            .duration_since(job.start)
+            .unwrap_or_default()
+            .as_nanos() as i64;
         let mut req = PushRequest::default();
         for (i, stacks) in per_event.into_iter().enumerate() {
             if stacks.is_empty() {
@@ -392,19 +443,34 @@ impl State {
             let profile = pprof::build_profile(&merged, period_ns, time_nanos, duration);
             let name = self.events.get(i).map(|e| e.name()).unwrap_or("cpu-clock");
             req.series.push(pprof::push_series(
-                &self.cfg.labels.series_labels(name),
+                &self.labels.series_labels(name),
                 &profile,
             ));
         }
-        self.summary.symbols = self.symbolizer.stats;
         match pprof::encode_push_body(&req) {
-            Ok(b) => Some(b),
-            Err(e) => {
-                eprintln!("profiledb-agent: encoding the window failed: {e}");
-                None
-            }
+            Ok(b) => self.pusher.submit(b),
+            Err(e) => eprintln!("profiledb-agent: encoding the window failed: {e}"),
+        }
+        if self.verbose {
+            let p = self.pusher.stats();
+            eprintln!(
+                "profiledb-agent: window queued for push; {} windows pushed, {} dropped",
+                p.pushed_windows,
+                p.dropped()
+            );
         }
     }
+}
+
+/// Ring buffer pages per fd: room for 8 drain ticks (100 ms each) of samples at
+/// `frequency` with `stack_bytes` of copied stack (+ ~1 KiB of callchain and header),
+/// as a power of two between 16 (64 KiB) and 256 (1 MiB). With the default 16 KiB
+/// stacks that is 64 pages (256 KiB) per CPU at 19 Hz and 256 at 99 Hz. This memory
+/// is the kernel's (locked, outside the agent's RSS), so it is sized, not maximised.
+fn ring_pages(frequency: u64, stack_bytes: u32) -> usize {
+    let per_tick = frequency.saturating_mul(u64::from(stack_bytes) + 1024) / 10;
+    let pages = (per_tick.saturating_mul(8) / 4096).max(16);
+    (pages.next_power_of_two() as usize).min(256)
 }
 
 fn perf_devnum(maj: Option<u32>, min: Option<u32>) -> u64 {
@@ -459,7 +525,7 @@ pub fn run(cfg: AgentConfig, stop: &AtomicBool) -> Result<Summary, AgentError> {
         frequency: cfg.frequency,
         kernel: true,
         stack_bytes: cfg.stack_bytes,
-        pages: if cfg.stack_bytes > 0 { 256 } else { 32 },
+        pages: ring_pages(cfg.frequency, cfg.stack_bytes),
     };
     let perf::Opened {
         mut fds,
@@ -488,24 +554,34 @@ pub fn run(cfg: AgentConfig, stop: &AtomicBool) -> Result<Summary, AgentError> {
         cfg.push_interval,
         cfg.server
     );
-    let pusher = Pusher::spawn(
+    let pusher = Arc::new(Pusher::spawn(
         HttpTransport::new(&cfg.server, Duration::from_secs(10)),
         cfg.retry,
         cfg.max_queue,
-    );
+    ));
     let mut guard = CpuGuard::new(cfg.max_cpu_percent, cfg.guard_window)?;
-    summary.warnings.extend(
-        (!HostSymbolizer::new().kernel_readable())
-            .then(|| "/proc/kallsyms unreadable: kernel frames stay unsymbolized".to_string()),
-    );
+    if !HostSymbolizer::kallsyms_readable() {
+        summary
+            .warnings
+            .push("/proc/kallsyms unreadable: kernel frames stay unsymbolized".to_string());
+    }
+    let mut encoder = Encoder {
+        labels: cfg.labels.clone(),
+        events: events.clone(),
+        frequency: cfg.frequency,
+        pusher: pusher.clone(),
+        verbose: cfg.verbose,
+    };
+    // Two windows may wait for symbols: 20 s at the default push interval.
+    let symbolizer = SymbolizerThread::spawn(2, move |job, frames| encoder.encode(job, frames))
+        .map_err(AgentError::Thread)?;
     let mut cgroups = CgroupNames::default();
     cgroups.scan();
     let mut state = State {
         window: Window::new(cfg.max_stacks),
         cfg: cfg.clone(),
-        events,
         procs,
-        symbolizer: HostSymbolizer::new(),
+        symbolizer,
         unwinder: DwarfUnwinder::new(),
         cgroups,
         summary,
@@ -529,19 +605,20 @@ pub fn run(cfg: AgentConfig, stop: &AtomicBool) -> Result<Summary, AgentError> {
         }
         if now >= next_flush {
             next_flush = now + cfg.push_interval;
-            if let Some(body) = state.flush() {
-                pusher.submit(body);
-            }
+            state.flush(false);
             if cfg.verbose {
-                let p = pusher.stats();
                 eprintln!(
-                    "profiledb-agent: window {}: {} samples so far, {} lost, {} windows pushed, {} dropped",
-                    state.summary.windows, state.summary.samples, state.summary.lost_samples, p.pushed_windows, p.dropped()
+                    "profiledb-agent: window {}: {} samples so far, {} lost",
+                    state.summary.windows, state.summary.samples, state.summary.lost_samples
                 );
             }
         }
         if now >= next_guard {
             next_guard = now + Duration::from_secs(1);
+            // Every second, not every window: in 10 s the unwinder touches enough
+            // of other processes' big binaries (rustc, test binaries) to add ~15 MB
+            // of file-backed RSS; one madvise per cached file costs microseconds.
+            state.unwinder.release_pages();
             if let Some(pct) = guard.check()? {
                 eprintln!(
                     "profiledb-agent: own CPU use {pct:.2}% over the last {:?} exceeds --max-cpu-percent {}: stopping sampling",
@@ -557,11 +634,27 @@ pub fn run(cfg: AgentConfig, stop: &AtomicBool) -> Result<Summary, AgentError> {
     }
     drain(&mut fds, &mut state);
     drop(fds);
-    if let Some(body) = state.flush() {
-        pusher.submit(body);
-    }
+    state.flush(true);
     let mut summary = state.summary;
-    summary.push = pusher.finish(Duration::from_secs(15));
+    // Symbolizes what is queued; then the encoder (the pusher's other owner) is gone.
+    summary.symbols = state.symbolizer.finish();
+    summary.push = match Arc::try_unwrap(pusher) {
+        Ok(p) => p.finish(Duration::from_secs(15)),
+        Err(p) => p.stats(),
+    };
     summary.cpu_percent = guard.average_percent();
     Ok(summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_sizes() {
+        assert_eq!(ring_pages(19, 16 * 1024), 64);
+        assert_eq!(ring_pages(99, 16 * 1024), 256);
+        assert_eq!(ring_pages(19, 0), 16);
+        assert_eq!(ring_pages(10_000, 65_528), 256);
+    }
 }

@@ -7,10 +7,11 @@
 //! `/proc` for the processes already running), so processes that exit inside a push
 //! window still symbolize at the end of it.
 //!
-//! Every push interval the raw `(labels, stack) → count` window is symbolized on the
-//! host with [blazesym](https://docs.rs/blazesym) (ELF symbol tables of the mapped
-//! files, `/proc/kallsyms` for the kernel), encoded as one pprof per event type and
-//! pushed to `POST /push.v1.PusherService/Push`. Pushing happens on its own thread with
+//! Every push interval the raw `(labels, stack) → count` window, with the mapping of
+//! each user address, is handed to a symbolizer thread, which resolves it on the host
+//! (ELF symbol tables of the mapped files read with `pread`, separate debug files by
+//! build id, `/proc/kallsyms` for the kernel), encodes one pprof per event type and
+//! queues it for `POST /push.v1.PusherService/Push`. Pushing happens on its own thread with
 //! a bounded queue, bounded retries with backoff and drop accounting; a CPU guard stops
 //! sampling when the agent's own CPU use passes its budget.
 //!
@@ -20,7 +21,9 @@
 //! Modules:
 //! - [`config`]: parsing of durations, tags and events from the command line.
 //! - [`procs`]: the process table (maps, comm, fork/exit) fed by perf records.
-//! - [`symbolize`]: host symbolization with caches keyed by file identity.
+//! - [`symbolize`]: the symbolizer thread and its bounded caches keyed by file identity.
+//! - [`elfsyms`]: ELF symbol lookup by file offset in bounded memory (no mmap).
+//! - [`kallsyms`]: the compact kernel symbol index.
 //! - [`aggregate`]: the per-window `(labels, stack) → count` map and its bounds.
 //! - [`pprof`]: building the pprof `Profile` and the push request.
 //! - [`push`]: the pusher thread, retries, drop accounting, the HTTP transport.
@@ -32,7 +35,9 @@
 pub mod agent;
 pub mod aggregate;
 pub mod config;
+pub mod elfsyms;
 pub mod guard;
+pub mod kallsyms;
 pub mod perf;
 pub mod pprof;
 pub mod procs;

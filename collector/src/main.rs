@@ -139,7 +139,7 @@ fn main() -> Result<()> {
     };
     eprintln!(
         "profiledb-agent: done: events {:?}, {} fds, {} samples ({} idle, {} lost, {} over the stack bound), \
-         {} windows, {} pushed, {} dropped (queue full {}, failed {}, shutdown {}), {} failed attempts, \
+         {} windows ({} dropped by a busy symbolizer), {} pushed, {} dropped (queue full {}, failed {}, shutdown {}), {} failed attempts, \
          {:.1}% frames unsymbolized, avg user stack depth {:.1} (frame-pointer callchain alone {:.1}), agent CPU {:.3}%{}",
         s.events.iter().map(|e| e.name()).collect::<Vec<_>>(),
         s.fds,
@@ -148,6 +148,7 @@ fn main() -> Result<()> {
         s.lost_samples,
         s.dropped_stack_samples,
         s.windows,
+        s.symbols.dropped_windows,
         s.push.pushed_windows,
         s.push.dropped(),
         s.push.dropped_queue_full,

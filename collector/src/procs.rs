@@ -18,7 +18,7 @@ pub struct FileId {
 }
 
 /// One executable mapping of a process.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Mapping {
     pub start: u64,
     pub end: u64,

@@ -4,8 +4,11 @@
 //! the leaf. With `PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER` each sample also
 //! carries the user registers (ip, sp, bp) and a copy of the top of the user stack;
 //! this module unwinds that copy with the `.eh_frame`/`.debug_frame` CFI of the mapped
-//! ELF files. Per file the unwind sections are read once (through a private read-only
-//! mmap, copied out, so the file is not kept mapped) and cached by file identity; per
+//! ELF files. Per file the unwind sections are found once and used in place from a
+//! private read-only mmap of the file, cached by file identity (only the pages the
+//! unwinder touches become resident, and [`DwarfUnwinder::release_pages`] gives
+//! those back after every push window, so big binaries such as `librustc_driver`
+//! do not pile up in the agent's RSS); per
 //! process a framehop unwinder with one module per executable mapping is built
 //! lazily and rebuilt when the process's maps change.
 //!
@@ -56,6 +59,16 @@ impl FileMap {
             return None;
         }
         Some(Self { ptr, len })
+    }
+
+    /// Drops the resident pages from this process's page tables. They stay in the
+    /// page cache and fault back in (a minor fault) if touched again.
+    fn release(&self) {
+        // SAFETY: ptr/len describe a live private read-only file mapping that is never
+        // written: discarding its pages cannot change what later reads see.
+        unsafe {
+            libc::madvise(self.ptr, self.len, libc::MADV_DONTNEED);
+        }
     }
 
     fn bytes(&self) -> &[u8] {
@@ -357,6 +370,19 @@ impl Files {
         self.map.insert(file.clone(), v.clone());
         v
     }
+
+    fn release_pages(&self) {
+        for info in self.map.values().flatten() {
+            // All sections of a file share one mapping.
+            if let Some(d) = [&info.eh_frame, &info.eh_frame_hdr, &info.debug_frame]
+                .into_iter()
+                .flatten()
+                .next()
+            {
+                d.map.release();
+            }
+        }
+    }
 }
 
 /// Unwinds user stacks from registers + a copy of the stack.
@@ -389,6 +415,12 @@ impl DwarfUnwinder {
     /// Forgets unwinders of processes no longer in the table.
     pub fn retain(&mut self, procs: &ProcessTable) {
         self.inner.retain(procs);
+    }
+
+    /// Gives back the resident pages of the cached files' mappings (see
+    /// [`FileMap::release`]): what the next window needs faults back in cheaply.
+    pub fn release_pages(&self) {
+        self.files.release_pages();
     }
 }
 
@@ -471,7 +503,7 @@ mod tests {
         let n = u.unwind(&procs, me, &[bp, sp, ip], &stack, &mut out);
         assert!(n >= 4, "only {n} frames: {out:x?}");
         let mut s = crate::symbolize::HostSymbolizer::new();
-        let frames = s.symbolize(&procs, &[(me, &out[..])]);
+        let frames = s.symbolize_procs(&procs, &[(me, &out[..])]);
         let names: Vec<String> = frames[0].iter().map(|f| f.display_name()).collect();
         assert!(
             names.iter().any(|n| n.contains("unwinds_own_stack")),
