@@ -96,6 +96,8 @@ struct Inner {
     /// Bumped whenever the set of live segments changes (flush, quarantine, and later
     /// compaction and retention), so result caches know their entries went stale.
     segments_version: AtomicU64,
+    /// Name-level frame tree shared by all queries (see [`query::frames`]).
+    frames: query::frames::Frames,
     cache: quick_cache::sync::Cache<u64, Arc<LoadedSegment>, SegmentWeighter>,
     stats: StoreStats,
     closed: AtomicBool,
@@ -191,6 +193,7 @@ impl Store {
             next_lsn: AtomicU64::new(report.last_lsn.max(max_seg_lsn) + 1),
             next_segment_id: AtomicU64::new(max_id + 1),
             segments_version: AtomicU64::new(1),
+            frames: Default::default(),
             cache: quick_cache::sync::Cache::with_weighter(
                 cache_items,
                 cfg.segment_cache_bytes,
@@ -455,19 +458,12 @@ impl Store {
 
     /// Merges the selected samples of `range` into one call tree.
     pub fn merge(&self, tenant: &TenantId, sel: &Selector, range: TimeRange) -> Result<CallTree> {
-        let trees = self.inner.run(
-            tenant,
-            range,
-            || (CallTree::new(), query::Scratch::default()),
-            |(t, s), src| query::merge_into(src, sel, range, t, s),
-        )?;
-        let mut it = trees.into_iter().map(|(t, _)| t);
-        let mut tree = it.next().unwrap_or_default();
-        for t in it {
-            tree.merge(&t);
-        }
-        tree.finalize();
-        Ok(tree)
+        self.merge_frames_scope(tenant, sel, range, Scope::All, 0, &|| Ok(()))
+    }
+
+    /// The store's shared frame tree (see [`query::frames`]).
+    pub(crate) fn frames(&self) -> &query::frames::Frames {
+        &self.inner.frames
     }
 
     /// Label sets of the selected series with data in `range`.

@@ -19,9 +19,11 @@ use crate::model::{Labels, TenantId};
 use crate::query::cache::{Cached, Deadline, QueryEngine};
 use crate::query::diff::{diff_stats, DiffEntry, DiffStats};
 use crate::query::flamegraph::{flamegraph_diff, FlameGraphDiff};
-use crate::query::groupby::{group_into, GroupAcc, GroupByQuery};
+use crate::query::groupby::{
+    frames_can_group, group_frames, group_into, FrameGroups, GroupAcc, GroupByQuery,
+};
 use crate::query::timeseries::{group_series, SeriesPoints};
-use crate::query::{merge_into, CallTree, Scratch, Source, TimeRange};
+use crate::query::{merge_frames, CallTree, Scratch, Source, TimeRange};
 use crate::selector::Selector;
 use crate::store::{Scope, Store};
 
@@ -79,31 +81,56 @@ impl Store {
         range: TimeRange,
         scope: Scope,
     ) -> Result<CallTree> {
-        let max = engine.limits.max_tree_nodes;
-        let trees = self.scan_scoped(
+        let check = || deadline.check();
+        self.merge_frames_scope(
             tenant,
+            sel,
             range,
             scope,
-            || (CallTree::new(), Scratch::take()),
-            |(t, s), src| {
-                deadline.check()?;
-                merge_into(src, sel, range, t, s)?;
-                if max > 0 && t.nodes().len() > max {
-                    return Err(tree_too_large(max));
-                }
-                Ok(())
-            },
-        )?;
-        let mut it = trees.into_iter().map(|(t, s)| {
+            engine.limits.max_tree_nodes,
+            &check,
+        )
+    }
+
+    /// Merges the selected samples of `scope` by frame-tree id on the scan threads,
+    /// then builds the call tree once. `max_nodes` (0 = unbounded) is the memory
+    /// budget; `check` is called before each source (deadlines).
+    pub(crate) fn merge_frames_scope(
+        &self,
+        tenant: &TenantId,
+        sel: &Selector,
+        range: TimeRange,
+        scope: Scope,
+        max_nodes: usize,
+        check: &(dyn Fn() -> Result<()> + Sync),
+    ) -> Result<CallTree> {
+        let frames = self.frames().for_query();
+        let accs = self.scan_scoped(tenant, range, scope, Scratch::take, |s, src| {
+            check()?;
+            merge_frames(src, sel, range, &frames, s)
+        })?;
+        let (mut pairs, mut part) = (Vec::new(), Vec::new());
+        for mut s in accs {
+            s.gids.drain(&mut part);
+            pairs.extend_from_slice(&part);
             s.give_back();
-            t
-        });
-        let mut tree = it.next().unwrap_or_default();
-        for t in it {
-            tree.merge(&t);
-            if max > 0 && tree.nodes().len() > max {
-                return Err(tree_too_large(max));
+        }
+        // Threads' sums of the same gid are combined.
+        pairs.sort_unstable_by_key(|p| p.0);
+        pairs.dedup_by(|b, a| {
+            if a.0 == b.0 {
+                a.1 = a.1.saturating_add(b.1);
+                true
+            } else {
+                false
             }
+        });
+        if max_nodes > 0 && pairs.len() > max_nodes {
+            return Err(tree_too_large(max_nodes));
+        }
+        let mut tree = CallTree::from_frames(&frames.read(), &pairs);
+        if max_nodes > 0 && tree.nodes().len() > max_nodes {
+            return Err(tree_too_large(max_nodes));
         }
         tree.finalize();
         Ok(tree)
@@ -151,6 +178,27 @@ impl Store {
                 None => Ok(scan_functions(src.dict(), re)),
             }
         };
+        if frames_can_group(q) {
+            let frames = self.frames().for_query();
+            let accs = self.scan_scoped(
+                tenant,
+                range,
+                scope,
+                || (FrameGroups::default(), Scratch::take()),
+                |(acc, s), src| {
+                    deadline.check()?;
+                    group_frames(src, sel, range, q, &resolve, &frames, acc, s)
+                },
+            )?;
+            let accs: Vec<FrameGroups> = accs
+                .into_iter()
+                .map(|(a, s)| {
+                    s.give_back();
+                    a
+                })
+                .collect();
+            return FrameGroups::into_rows(accs, &frames.read(), q);
+        }
         let accs = self.scan_scoped(
             tenant,
             range,

@@ -8,10 +8,12 @@
 //! tantivy index for segments), then to a per-stack-node flag in one forward pass over
 //! the stack tree, so no frame is matched against a regex per row.
 
+use parking_lot::RwLock;
 use regex::Regex;
 use roaring::RoaringBitmap;
 use rustc_hash::FxHashMap;
 
+use super::frames::{self, FrameTree, ROOT_GID};
 use super::scratch::{Memo, Scratch};
 use super::tree::frame_name;
 use super::{node_values, steps, Source, TimeRange};
@@ -402,4 +404,259 @@ fn too_many_groups(max: usize) -> StorageError {
     StorageError::QueryLimit(format!(
         "the group-by produces more than {max} groups; add filters or fewer keys"
     ))
+}
+
+/// A thread's group-by over frame-tree ids (see [`super::frames`]): sums per
+/// (label group, frame) across every source the thread scanned, converted to rows
+/// once per query by [`FrameGroups::into_rows`].
+#[derive(Default)]
+pub struct FrameGroups {
+    groups: Vec<Vec<String>>,
+    group_ids: FxHashMap<Vec<String>, u32>,
+    /// `(group, gid)` → sum; gid is the root when no key is stack-derived.
+    values: FxHashMap<(u32, u32), i64>,
+    /// Name ids matching the include / exclude regexes, from every source's
+    /// function index. A path's verdict depends only on its names, and a source's
+    /// set covers every name on the paths of its own stacks.
+    include_names: rustc_hash::FxHashSet<u32>,
+    exclude_names: rustc_hash::FxHashSet<u32>,
+    /// gid → filter flags (+1), kept across the thread's sources.
+    flags: FxHashMap<u32, u32>,
+    pub total: i64,
+}
+
+/// Whether a query can run over frame ids: `binary` needs each leaf's mapping,
+/// which is per location, not per frame name.
+pub fn frames_can_group(q: &GroupByQuery) -> bool {
+    !q.keys.contains(&GroupKey::Binary)
+}
+
+impl FrameGroups {
+    fn flags(&mut self, tree: &FrameTree, gid: u32) -> u32 {
+        let mut path = Vec::new();
+        let mut g = gid;
+        let mut flags = 0;
+        loop {
+            if let Some(&f) = self.flags.get(&g) {
+                flags = f;
+                break;
+            }
+            if g == ROOT_GID {
+                break;
+            }
+            path.push(g);
+            let p = tree.parent(g);
+            g = if p < g { p } else { ROOT_GID };
+        }
+        for &g in path.iter().rev() {
+            let name = tree.name_of(g);
+            if self.include_names.contains(&name) {
+                flags |= HAS_INCLUDED;
+            }
+            if self.exclude_names.contains(&name) {
+                flags |= HAS_EXCLUDED;
+            }
+            self.flags.insert(g, flags);
+        }
+        flags
+    }
+
+    /// Rows of all threads' accumulators, keyed by strings in `q.keys` order.
+    pub fn into_rows(
+        accs: Vec<FrameGroups>,
+        tree: &FrameTree,
+        q: &GroupByQuery,
+    ) -> Result<GroupAcc> {
+        let mut out = GroupAcc::default();
+        let stack_keys = q.keys.iter().any(GroupKey::is_stack_derived);
+        let mut path_names: FxHashMap<u32, Vec<u32>> = FxHashMap::default();
+        for acc in accs {
+            out.total = out.total.saturating_add(acc.total);
+            for ((g, gid), v) in acc.values {
+                let labels = acc.groups.get(g as usize).map_or(&[][..], |l| &l[..]);
+                let mut choices: Vec<Vec<String>> = Vec::with_capacity(q.keys.len());
+                let mut li = 0;
+                for k in &q.keys {
+                    match k {
+                        GroupKey::Label(_) => {
+                            choices.push(vec![labels.get(li).cloned().unwrap_or_default()]);
+                            li += 1;
+                        }
+                        GroupKey::Function | GroupKey::Binary => {
+                            choices.push(vec![tree.name(tree.name_of(gid)).to_string()]);
+                        }
+                        GroupKey::FunctionTotal => {
+                            let names = path_names.entry(gid).or_insert_with(|| {
+                                let mut names = Vec::new();
+                                let mut g = gid;
+                                while g != ROOT_GID {
+                                    let n = tree.name_of(g);
+                                    if !names.contains(&n) {
+                                        names.push(n);
+                                    }
+                                    let p = tree.parent(g);
+                                    g = if p < g { p } else { ROOT_GID };
+                                }
+                                names
+                            });
+                            choices.push(names.iter().map(|&n| tree.name(n).to_string()).collect());
+                        }
+                    }
+                }
+                if stack_keys && gid == ROOT_GID {
+                    continue;
+                }
+                if choices.iter().any(|c| c.is_empty()) {
+                    continue;
+                }
+                let mut idx = vec![0usize; choices.len()];
+                'product: loop {
+                    let key: Vec<String> = idx
+                        .iter()
+                        .zip(&choices)
+                        .map(|(&i, c)| c[i].clone())
+                        .collect();
+                    let e = out.rows.entry(key).or_insert(0);
+                    *e = e.saturating_add(v);
+                    let mut d = choices.len();
+                    loop {
+                        if d == 0 {
+                            break 'product;
+                        }
+                        d -= 1;
+                        idx[d] += 1;
+                        if idx[d] < choices[d].len() {
+                            break;
+                        }
+                        idx[d] = 0;
+                    }
+                }
+                if q.max_groups > 0 && out.rows.len() > q.max_groups {
+                    return Err(too_many_groups(q.max_groups));
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Adds `src`'s selected samples to `acc` by (label group, frame id).
+#[allow(clippy::too_many_arguments)]
+pub fn group_frames(
+    src: &dyn Source,
+    sel: &Selector,
+    range: TimeRange,
+    q: &GroupByQuery,
+    resolve: &dyn Fn(&dyn Source, &Regex) -> Result<RoaringBitmap>,
+    tree: &RwLock<FrameTree>,
+    acc: &mut FrameGroups,
+    scratch: &mut Scratch,
+) -> Result<()> {
+    let series = src.index().select(&sel.matchers);
+    if series.is_empty() {
+        return Ok(());
+    }
+    let (lo, hi) = steps(src, range);
+    if lo >= hi {
+        return Ok(());
+    }
+    let dict = src.dict();
+    let label_keys: Vec<&str> = q
+        .keys
+        .iter()
+        .filter_map(|k| match k {
+            GroupKey::Label(l) => Some(l.as_str()),
+            _ => None,
+        })
+        .collect();
+    let stack_keys = q.keys.iter().any(GroupKey::is_stack_derived);
+    let filtered = q.include.is_some() || q.exclude.is_some();
+
+    // Series grouped by their values of the label keys.
+    let mut members: Vec<(u32, RoaringBitmap)> = Vec::new();
+    let mut local: FxHashMap<u32, usize> = FxHashMap::default();
+    for sid in series.iter() {
+        let labels = src.labels(sid);
+        let lv: Vec<String> = label_keys
+            .iter()
+            .map(|name| labels.and_then(|l| l.get(name)).unwrap_or("").to_string())
+            .collect();
+        let g = match acc.group_ids.get(&lv) {
+            Some(&g) => g,
+            None => {
+                let g = acc.groups.len() as u32;
+                acc.groups.push(lv.clone());
+                acc.group_ids.insert(lv, g);
+                g
+            }
+        };
+        let i = *local.entry(g).or_insert_with(|| {
+            members.push((g, RoaringBitmap::new()));
+            members.len() - 1
+        });
+        members[i].1.insert(sid);
+    }
+
+    let generation = tree.read().generation();
+    let slots = src
+        .gid_memo()
+        .map(|m| m.slots(generation, dict.node_count()));
+    let mut per_group: Vec<(u32, Vec<(u32, i64)>)> = Vec::with_capacity(members.len());
+    let mut path = std::mem::take(&mut scratch.path);
+    let mut gid_pairs = Vec::new();
+    for (g, set) in &members {
+        node_values(src, set, lo, hi, scratch)?;
+        let pairs = std::mem::take(&mut scratch.pairs);
+        frames::add_pairs(
+            tree,
+            dict,
+            slots.as_deref(),
+            &pairs,
+            &mut scratch.gids,
+            &mut scratch.nodes,
+            &mut scratch.names,
+            &mut path,
+        );
+        scratch.pairs = pairs;
+        scratch.gids.drain(&mut gid_pairs);
+        per_group.push((*g, std::mem::take(&mut gid_pairs)));
+    }
+    scratch.path = path;
+    scratch.end_source();
+
+    // This source's matching function names, now that its frames have name ids.
+    let t = tree.read();
+    for (re, set) in [
+        (&q.include, &mut acc.include_names),
+        (&q.exclude, &mut acc.exclude_names),
+    ] {
+        let Some(re) = re else { continue };
+        for f in resolve(src, re)?.iter() {
+            let Some(func) = dict.functions.get(f as usize) else {
+                continue;
+            };
+            if let Some(id) = t.name_id(dict.str(func.name)) {
+                set.insert(id);
+            }
+        }
+    }
+    for (g, pairs) in per_group {
+        for (gid, v) in pairs {
+            if filtered {
+                let f = acc.flags(&t, gid);
+                let keep = (q.include.is_none() || f & HAS_INCLUDED != 0) && f & HAS_EXCLUDED == 0;
+                if !keep {
+                    continue;
+                }
+            }
+            acc.total = acc.total.saturating_add(v);
+            let key = (g, if stack_keys { gid } else { ROOT_GID });
+            let e = acc.values.entry(key).or_insert(0);
+            *e = e.saturating_add(v);
+        }
+    }
+    if q.max_groups > 0 && acc.values.len() > q.max_groups.saturating_mul(64) {
+        return Err(too_many_groups(q.max_groups));
+    }
+    Ok(())
 }

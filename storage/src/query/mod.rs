@@ -8,6 +8,7 @@
 pub mod cache;
 pub mod diff;
 pub mod flamegraph;
+pub mod frames;
 pub mod groupby;
 pub mod scratch;
 pub mod timeseries;
@@ -16,6 +17,7 @@ pub mod tree;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use parking_lot::RwLock;
 use roaring::RoaringBitmap;
 
 use crate::dict::Dict;
@@ -24,6 +26,7 @@ use crate::index::LabelIndex;
 use crate::model::Labels;
 use crate::segment::LoadedSegment;
 use crate::selector::Selector;
+use frames::{FrameTree, GidMemo};
 
 pub use scratch::Scratch;
 pub use tree::{CallTree, TreeNode};
@@ -68,6 +71,10 @@ pub trait Source {
     fn segment_id(&self) -> Option<u64> {
         None
     }
+    /// The persistent stack node → frame-tree id memo of an immutable source.
+    fn gid_memo(&self) -> Option<&GidMemo> {
+        None
+    }
 }
 
 impl Source for LoadedSegment {
@@ -98,6 +105,9 @@ impl Source for LoadedSegment {
     fn segment_id(&self) -> Option<u64> {
         Some(self.meta.id)
     }
+    fn gid_memo(&self) -> Option<&GidMemo> {
+        Some(&self.gids)
+    }
 }
 
 pub(crate) fn steps(src: &dyn Source, range: TimeRange) -> (u32, u32) {
@@ -109,12 +119,14 @@ pub(crate) fn steps(src: &dyn Source, range: TimeRange) -> (u32, u32) {
     )
 }
 
-/// Adds the selected samples of `src` to `tree`, using `scratch` (one per thread).
-pub fn merge_into(
+/// Adds the selected samples of `src` to the per-thread sums by frame-tree id in
+/// `scratch.gids` (see [`frames`]); the call tree is built once per query with
+/// [`CallTree::from_frames`].
+pub fn merge_frames(
     src: &dyn Source,
     sel: &Selector,
     range: TimeRange,
-    tree: &mut CallTree,
+    tree: &RwLock<FrameTree>,
     scratch: &mut Scratch,
 ) -> Result<()> {
     let series = src.index().select(&sel.matchers);
@@ -126,9 +138,25 @@ pub fn merge_into(
         return Ok(());
     }
     node_values(src, &series, lo, hi, scratch)?;
+    let dict = src.dict();
+    let generation = tree.read().generation();
+    let slots = src
+        .gid_memo()
+        .map(|m| m.slots(generation, dict.node_count()));
     let pairs = std::mem::take(&mut scratch.pairs);
-    tree.add_node_values(src.dict(), &pairs, scratch);
+    let mut path = std::mem::take(&mut scratch.path);
+    frames::add_pairs(
+        tree,
+        dict,
+        slots.as_deref(),
+        &pairs,
+        &mut scratch.gids,
+        &mut scratch.nodes,
+        &mut scratch.names,
+        &mut path,
+    );
     scratch.pairs = pairs;
+    scratch.path = path;
     scratch.end_source();
     Ok(())
 }

@@ -116,6 +116,8 @@ impl Memo {
 #[derive(Default)]
 pub struct Scratch {
     pub values: NodeValues,
+    /// Sums by frame-tree id across the sources a thread merged.
+    pub gids: NodeValues,
     /// Stack node → node of the tree being built (or any per-node derived id).
     pub nodes: Memo,
     /// Location → interned frame name of the tree being built.

@@ -6,7 +6,7 @@ use std::borrow::Cow;
 
 use rustc_hash::FxHashMap;
 
-use super::scratch::Scratch;
+use super::frames::{FrameTree, ROOT_GID};
 use crate::dict::{Dict, NO_PARENT};
 
 pub const ROOT: u32 = 0;
@@ -26,6 +26,10 @@ pub struct CallTree {
     nodes: Vec<TreeNode>,
     children: FxHashMap<(u32, u32), u32>,
     totals_valid: bool,
+    /// Whether `name_ids` and `children` are up to date. Trees built in bulk by
+    /// [`CallTree::from_frames`] are mostly only rendered, so their lookup maps are
+    /// built on first need.
+    indexed: bool,
 }
 
 impl Default for CallTree {
@@ -73,6 +77,7 @@ impl CallTree {
             nodes: Vec::new(),
             children: FxHashMap::default(),
             totals_valid: true,
+            indexed: true,
         };
         let root = t.intern("total");
         t.nodes.push(TreeNode {
@@ -84,7 +89,70 @@ impl CallTree {
         t
     }
 
+    fn ensure_index(&mut self) {
+        if self.indexed {
+            return;
+        }
+        self.name_ids.clear();
+        for (i, n) in self.names.iter().enumerate() {
+            self.name_ids.entry(n.clone()).or_insert(i as u32);
+        }
+        self.children.clear();
+        for (i, n) in self.nodes.iter().enumerate().skip(1) {
+            self.children.insert((n.parent, n.name), i as u32);
+        }
+        self.indexed = true;
+    }
+
+    /// A tree of `pairs` (`(gid, self value)` of `frames`, any order).
+    pub fn from_frames(frames: &FrameTree, pairs: &[(u32, i64)]) -> CallTree {
+        let mut t = CallTree::new();
+        t.indexed = false;
+        let mut node_of: FxHashMap<u32, u32> = FxHashMap::default();
+        node_of.insert(ROOT_GID, ROOT);
+        let mut name_of: FxHashMap<u32, u32> = FxHashMap::default();
+        name_of.insert(0, 0);
+        let mut path = Vec::new();
+        for &(gid, v) in pairs {
+            if v == 0 {
+                continue;
+            }
+            path.clear();
+            let mut g = gid;
+            // Parents have smaller gids and the root maps to ROOT: this terminates.
+            let mut parent = loop {
+                if let Some(&n) = node_of.get(&g) {
+                    break n;
+                }
+                path.push(g);
+                let p = frames.parent(g);
+                g = if p < g { p } else { ROOT_GID };
+            };
+            for &g in path.iter().rev() {
+                let gname = frames.name_of(g);
+                let name = *name_of.entry(gname).or_insert_with(|| {
+                    t.names.push(frames.name(gname).to_string());
+                    (t.names.len() - 1) as u32
+                });
+                t.nodes.push(TreeNode {
+                    parent,
+                    name,
+                    self_value: 0,
+                    total: 0,
+                });
+                parent = (t.nodes.len() - 1) as u32;
+                node_of.insert(g, parent);
+            }
+            if let Some(n) = t.nodes.get_mut(parent as usize) {
+                n.self_value = n.self_value.saturating_add(v);
+            }
+            t.totals_valid = false;
+        }
+        t
+    }
+
     pub fn intern(&mut self, name: &str) -> u32 {
+        self.ensure_index();
         if let Some(&id) = self.name_ids.get(name) {
             return id;
         }
@@ -95,6 +163,7 @@ impl CallTree {
     }
 
     pub fn child(&mut self, parent: u32, name: u32) -> u32 {
+        self.ensure_index();
         *self.children.entry((parent, name)).or_insert_with(|| {
             self.nodes.push(TreeNode {
                 parent,
@@ -121,62 +190,6 @@ impl CallTree {
             node = self.child(node, name);
         }
         self.add_self(node, value);
-    }
-
-    /// Adds `(stack node, self value)` pairs of a segment or head stack tree. Only the
-    /// given nodes and their ancestors are visited; `scratch`'s node and name memos
-    /// must be empty or hold this same dictionary's entries.
-    pub fn add_node_values(&mut self, dict: &Dict, pairs: &[(u32, i64)], scratch: &mut Scratch) {
-        scratch.nodes.prepare(dict.node_count());
-        scratch.names.prepare(dict.locations.len());
-        let mut path = std::mem::take(&mut scratch.path);
-        for &(node, v) in pairs {
-            if let Some(t) = self.tree_node(dict, node, scratch, &mut path) {
-                self.add_self(t, v);
-            }
-        }
-        scratch.path = path;
-    }
-
-    /// The tree node of stack node `node`, created with its missing ancestors.
-    fn tree_node(
-        &mut self,
-        dict: &Dict,
-        node: u32,
-        s: &mut Scratch,
-        path: &mut Vec<u32>,
-    ) -> Option<u32> {
-        path.clear();
-        let mut n = node;
-        let mut parent = ROOT;
-        // Climb to the nearest ancestor already in the tree. Parents precede their
-        // children (checked when the dictionary was decoded), so this terminates.
-        loop {
-            if let Some(t) = s.nodes.get(n) {
-                parent = t;
-                break;
-            }
-            path.push(n);
-            match dict.parents.get(n as usize) {
-                Some(&p) if p != NO_PARENT && p < n => n = p,
-                Some(_) => break,
-                None => return None,
-            }
-        }
-        for &n in path.iter().rev() {
-            let loc = dict.node_locations.get(n as usize).copied().unwrap_or(0);
-            let name = match s.names.get(loc) {
-                Some(id) => id,
-                None => {
-                    let id = self.intern(&frame_name(dict, loc));
-                    s.names.set(loc, id);
-                    id
-                }
-            };
-            parent = self.child(parent, name);
-            s.nodes.set(n, parent);
-        }
-        Some(parent)
     }
 
     /// Merges `other` into `self`.

@@ -283,6 +283,7 @@ impl SegmentFile {
             stacks,
             values,
             totals,
+            gids: Default::default(),
         })
     }
 }
@@ -309,6 +310,8 @@ pub struct LoadedSegment {
     values: Vec<u8>,
     /// Per series: `(step index, total)` for every step with data.
     totals: Vec<Vec<(u32, i64)>>,
+    /// Stack node → id in the store's frame tree, filled in by queries.
+    pub gids: crate::query::frames::GidMemo,
 }
 
 impl LoadedSegment {
@@ -365,6 +368,8 @@ impl LoadedSegment {
 
     pub fn approx_bytes(&self) -> usize {
         self.dict.approx_bytes()
+            // The frame-tree memo queries add (4 bytes per stack node).
+            + self.dict.node_count() * 4
             + self.index.approx_bytes()
             + self.times.len()
             + self.stacks.len()

@@ -1,0 +1,414 @@
+//! The frame tree shared by every source of a store: one node per distinct path of
+//! frame *names* from the root, with a global id (`gid`).
+//!
+//! Each segment's stack tree is keyed by location (function, line, address), so two
+//! segments, or two lines of one function, give different nodes for what a flame
+//! graph shows as one frame. Merging used to rebuild the name-level tree from every
+//! segment's location-level nodes on every query (tens of thousands of hash lookups
+//! per segment). Instead, each loaded segment remembers, per stack node, its gid in
+//! this shared tree, filled in the first time a query touches the node. A merge then
+//! costs one array lookup per distinct stack of the selected rows, sums values per
+//! gid, and builds its call tree once at the end.
+//!
+//! The tree only grows; once it passes [`Frames::max_nodes`] a query starts a fresh
+//! one (a new generation). Queries in flight keep the tree they started with, and
+//! segment memos of an older generation are rebuilt on their next use.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+use rustc_hash::FxHashMap;
+
+use super::scratch::Memo;
+use super::tree::frame_name;
+use crate::dict::{Dict, NO_PARENT};
+
+/// The root's gid.
+pub const ROOT_GID: u32 = 0;
+
+/// Name-level frame tree. gid 0 is the root; a node's parent always has a smaller gid.
+pub struct FrameTree {
+    generation: u64,
+    parents: Vec<u32>,
+    names: Vec<u32>,
+    children: FxHashMap<(u32, u32), u32>,
+    name_strs: Vec<String>,
+    name_ids: FxHashMap<String, u32>,
+}
+
+impl FrameTree {
+    fn new(generation: u64) -> Self {
+        FrameTree {
+            generation,
+            parents: vec![ROOT_GID],
+            names: vec![0],
+            children: FxHashMap::default(),
+            name_strs: vec!["total".to_string()],
+            // The root's name, as `CallTree::new` interns it.
+            name_ids: std::iter::once(("total".to_string(), 0)).collect(),
+        }
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    pub fn len(&self) -> usize {
+        self.parents.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.parents.len() <= 1
+    }
+
+    /// Parent gid (the root is its own parent).
+    pub fn parent(&self, gid: u32) -> u32 {
+        self.parents.get(gid as usize).copied().unwrap_or(ROOT_GID)
+    }
+
+    pub fn name_of(&self, gid: u32) -> u32 {
+        self.names.get(gid as usize).copied().unwrap_or(0)
+    }
+
+    pub fn name(&self, name: u32) -> &str {
+        self.name_strs.get(name as usize).map_or("", String::as_str)
+    }
+
+    /// The id of name `s`, if some frame has it.
+    pub fn name_id(&self, s: &str) -> Option<u32> {
+        self.name_ids.get(s).copied()
+    }
+
+    fn intern(&mut self, s: &str) -> u32 {
+        if let Some(&id) = self.name_ids.get(s) {
+            return id;
+        }
+        let id = self.name_strs.len() as u32;
+        self.name_strs.push(s.to_string());
+        self.name_ids.insert(s.to_string(), id);
+        id
+    }
+
+    fn child(&mut self, parent: u32, name: u32) -> u32 {
+        let next = self.parents.len() as u32;
+        let gid = *self.children.entry((parent, name)).or_insert(next);
+        if gid == next {
+            self.parents.push(parent);
+            self.names.push(name);
+        }
+        gid
+    }
+
+    /// The gid of `dict`'s stack node `node`, creating it and any missing ancestors.
+    /// `memo` maps already-resolved nodes of this dictionary to their gids.
+    fn resolve(
+        &mut self,
+        dict: &Dict,
+        node: u32,
+        memo: &mut dyn NodeMemo,
+        names: &mut Memo,
+        path: &mut Vec<u32>,
+    ) -> u32 {
+        path.clear();
+        let mut n = node;
+        let mut gid = ROOT_GID;
+        // Parents precede their children (checked when the dictionary was decoded).
+        loop {
+            if let Some(g) = memo.get(n) {
+                gid = g;
+                break;
+            }
+            path.push(n);
+            match dict.parents.get(n as usize) {
+                Some(&p) if p != NO_PARENT && p < n => n = p,
+                _ => break,
+            }
+        }
+        for &n in path.iter().rev() {
+            let loc = dict.node_locations.get(n as usize).copied().unwrap_or(0);
+            let name = match names.get(loc) {
+                Some(id) => id,
+                None => {
+                    let id = self.intern(&frame_name(dict, loc));
+                    names.set(loc, id);
+                    id
+                }
+            };
+            gid = self.child(gid, name);
+            memo.set(n, gid);
+        }
+        gid
+    }
+}
+
+/// Where a source keeps its node → gid mapping.
+pub trait NodeMemo {
+    fn get(&self, node: u32) -> Option<u32>;
+    fn set(&mut self, node: u32, gid: u32);
+}
+
+impl NodeMemo for Memo {
+    fn get(&self, node: u32) -> Option<u32> {
+        Memo::get(self, node)
+    }
+    fn set(&mut self, node: u32, gid: u32) {
+        Memo::set(self, node, gid)
+    }
+}
+
+/// The persistent node → gid memo of an immutable segment, for one generation.
+/// Slots hold `gid + 1`; zero means "not resolved yet".
+pub struct GidSlots {
+    generation: u64,
+    slots: Box<[AtomicU32]>,
+}
+
+impl GidSlots {
+    #[inline]
+    pub fn get(&self, node: u32) -> Option<u32> {
+        match self
+            .slots
+            .get(node as usize)
+            .map(|s| s.load(Ordering::Relaxed))
+        {
+            Some(v) if v != 0 => Some(v - 1),
+            _ => None,
+        }
+    }
+}
+
+impl NodeMemo for &GidSlots {
+    fn get(&self, node: u32) -> Option<u32> {
+        GidSlots::get(self, node)
+    }
+    fn set(&mut self, node: u32, gid: u32) {
+        if let (Some(s), Some(v)) = (self.slots.get(node as usize), gid.checked_add(1)) {
+            s.store(v, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Held by a loaded segment: its gid slots for the current generation.
+#[derive(Default)]
+pub struct GidMemo {
+    current: Mutex<Option<Arc<GidSlots>>>,
+}
+
+impl std::fmt::Debug for GidMemo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("GidMemo")
+    }
+}
+
+impl GidMemo {
+    /// The slots of `generation` for a dictionary of `nodes` stack nodes.
+    pub fn slots(&self, generation: u64, nodes: usize) -> Arc<GidSlots> {
+        let mut cur = self.current.lock();
+        match &*cur {
+            Some(s) if s.generation == generation && s.slots.len() == nodes => s.clone(),
+            _ => {
+                let s = Arc::new(GidSlots {
+                    generation,
+                    slots: (0..nodes).map(|_| AtomicU32::new(0)).collect(),
+                });
+                *cur = Some(s.clone());
+                s
+            }
+        }
+    }
+}
+
+/// The store's current frame tree.
+pub struct Frames {
+    current: Mutex<Arc<RwLock<FrameTree>>>,
+    next_generation: AtomicU64,
+    /// Above this many nodes the next query starts a fresh tree.
+    pub max_nodes: usize,
+}
+
+impl Default for Frames {
+    fn default() -> Self {
+        Frames::new(4_000_000)
+    }
+}
+
+impl Frames {
+    pub fn new(max_nodes: usize) -> Self {
+        Frames {
+            current: Mutex::new(Arc::new(RwLock::new(FrameTree::new(1)))),
+            next_generation: AtomicU64::new(2),
+            max_nodes,
+        }
+    }
+
+    /// The tree a query uses from start to end (replaced first if it grew too big).
+    pub fn for_query(&self) -> Arc<RwLock<FrameTree>> {
+        let mut cur = self.current.lock();
+        if cur.read().len() > self.max_nodes {
+            let g = self.next_generation.fetch_add(1, Ordering::Relaxed);
+            *cur = Arc::new(RwLock::new(FrameTree::new(g)));
+        }
+        cur.clone()
+    }
+}
+
+/// Adds `(stack node, value)` pairs of `dict` to `out` (dense by gid), resolving
+/// nodes through `slots` (an immutable segment's persistent memo) or, for the
+/// mutable head, through the per-query `scratch` memo.
+#[allow(clippy::too_many_arguments)]
+pub fn add_pairs(
+    tree: &RwLock<FrameTree>,
+    dict: &Dict,
+    slots: Option<&GidSlots>,
+    pairs: &[(u32, i64)],
+    out: &mut super::scratch::NodeValues,
+    node_memo: &mut Memo,
+    names: &mut Memo,
+    path: &mut Vec<u32>,
+) {
+    let mut missing: Vec<(u32, i64)> = Vec::new();
+    match slots {
+        Some(s) => {
+            out.prepare(tree.read().len());
+            for &(node, v) in pairs {
+                match s.get(node) {
+                    Some(g) => out.add(g, v),
+                    None => missing.push((node, v)),
+                }
+            }
+        }
+        None => missing.extend_from_slice(pairs),
+    }
+    if missing.is_empty() {
+        return;
+    }
+    let mut t = tree.write();
+    names.prepare(dict.locations.len());
+    node_memo.prepare(dict.node_count());
+    for &(node, v) in &missing {
+        let g = match slots {
+            Some(s) => {
+                let mut m = s;
+                t.resolve(dict, node, &mut m, names, path)
+            }
+            None => t.resolve(dict, node, node_memo, names, path),
+        };
+        out.prepare(t.len());
+        out.add(g, v);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dict::{DictBuilder, LocationRec};
+    use crate::query::scratch::NodeValues;
+    use crate::query::CallTree;
+
+    /// A dictionary of root-first stacks of `(function, line)`, returning it and
+    /// each stack's leaf node.
+    fn dict(stacks: &[&[(&str, u32)]]) -> (Dict, Vec<u32>) {
+        let mut b = DictBuilder::new();
+        let mut leaves = Vec::new();
+        for st in stacks {
+            let locs: Vec<u32> = st
+                .iter()
+                .map(|&(f, line)| {
+                    let function = Some(b.function(f, "x.rs"));
+                    b.location(LocationRec {
+                        function,
+                        mapping: None,
+                        address: 0,
+                        line,
+                    })
+                })
+                .collect();
+            leaves.push(b.stack(&locs));
+        }
+        (b.finish(), leaves)
+    }
+
+    /// A source of a test merge: its dictionary, memo and `(node, value)` pairs.
+    type TestSource<'a> = (&'a Dict, &'a GidMemo, Vec<(u32, i64)>);
+
+    fn merged(frames: &Frames, sources: &[TestSource<'_>]) -> CallTree {
+        let tree = frames.for_query();
+        let mut out = NodeValues::default();
+        let (mut nodes, mut names, mut path) = (Memo::default(), Memo::default(), Vec::new());
+        for (d, memo, pairs) in sources {
+            let gen = tree.read().generation();
+            let slots = memo.slots(gen, d.node_count());
+            add_pairs(
+                &tree,
+                d,
+                Some(&slots),
+                pairs,
+                &mut out,
+                &mut nodes,
+                &mut names,
+                &mut path,
+            );
+            nodes.reset();
+            names.reset();
+        }
+        let mut pairs = Vec::new();
+        out.drain(&mut pairs);
+        let mut t = CallTree::from_frames(&tree.read(), &pairs);
+        t.finalize();
+        t
+    }
+
+    #[test]
+    fn lines_and_segments_merge_by_frame_name() {
+        // Two lines of `b` and two dictionaries: one flame graph frame each.
+        let (d1, l1) = dict(&[&[("main", 1), ("b", 10)], &[("main", 1), ("b", 11)]]);
+        let (d2, l2) = dict(&[&[("main", 7), ("b", 3)], &[("main", 7), ("c", 4)]]);
+        let (m1, m2) = (GidMemo::default(), GidMemo::default());
+        let frames = Frames::default();
+        let sources = [
+            (&d1, &m1, vec![(l1[0], 2), (l1[1], 3)]),
+            (&d2, &m2, vec![(l2[0], 5), (l2[1], 7)]),
+        ];
+        for _ in 0..2 {
+            // The second round is served from the segments' memos.
+            let t = merged(&frames, &sources);
+            let f = t.folded();
+            assert_eq!(f.len(), 2);
+            assert_eq!(f["main;b"], 10);
+            assert_eq!(f["main;c"], 7);
+            assert_eq!(t.total(), 17);
+        }
+        assert_eq!(frames.for_query().read().len(), 4, "root, main, b, c");
+    }
+
+    #[test]
+    fn a_full_tree_starts_a_new_generation_with_the_same_answers() {
+        let (d, l) = dict(&[&[("a", 1), ("b", 1), ("c", 1)], &[("a", 1), ("d", 1)]]);
+        let memo = GidMemo::default();
+        let frames = Frames::new(3);
+        let pairs = vec![(l[0], 4), (l[1], 1)];
+        let first = merged(&frames, &[(&d, &memo, pairs.clone())]);
+        let g1 = frames.for_query().read().generation();
+        let second = merged(&frames, &[(&d, &memo, pairs)]);
+        let g2 = frames.for_query().read().generation();
+        assert!(g2 > g1, "the tree passed 3 nodes: a new generation");
+        assert_eq!(first.folded(), second.folded());
+        assert_eq!(second.folded()["a;b;c"], 4);
+    }
+
+    #[test]
+    fn tree_from_frames_still_merges_and_interns() {
+        let (d, l) = dict(&[&[("main", 1), ("x", 2)]]);
+        let memo = GidMemo::default();
+        let frames = Frames::default();
+        let mut t = merged(&frames, &[(&d, &memo, vec![(l[0], 3)])]);
+        // The lookup maps of a bulk-built tree are built on first need.
+        t.add_stack(&["main", "x"], 1);
+        t.add_stack(&["main", "y"], 2);
+        t.finalize();
+        assert_eq!(t.folded()["main;x"], 4);
+        assert_eq!(t.folded()["main;y"], 2);
+        assert_eq!(t.nodes().len(), 4);
+    }
+}
