@@ -86,6 +86,10 @@ enum Command {
         /// Query result cache size in MiB (0 disables it).
         #[arg(long, default_value_t = 256)]
         query_cache_mb: u64,
+        /// Decoded segments kept in memory for queries, in MiB. A decoded segment
+        /// takes about 6x its file size; queries over more than fit reload them.
+        #[arg(long, default_value_t = 1024)]
+        segment_cache_mb: u64,
         /// Queries running longer than this many seconds fail with 503.
         #[arg(long, default_value_t = 60)]
         query_timeout_secs: u64,
@@ -394,6 +398,7 @@ fn main() -> anyhow::Result<()> {
             max_future_skew_secs,
             ingestion_window_secs,
             query_cache_mb,
+            segment_cache_mb,
             query_timeout_secs,
             admin_token,
             compaction_interval_minutes,
@@ -425,6 +430,7 @@ fn main() -> anyhow::Result<()> {
                 compaction_interval: Duration::from_secs(
                     compaction_interval_minutes.saturating_mul(60),
                 ),
+                segment_cache_bytes: segment_cache_mb << 20,
                 ..StoreConfig::default()
             };
             store.validate().context("invalid storage options")?;

@@ -193,6 +193,13 @@ pub fn render(
             "Bytes of live segment files.",
             g.segment_bytes,
         );
+        family(
+            &mut out,
+            "profiledb_segment_cache_bytes",
+            "gauge",
+            "Approximate bytes of decoded segments held for queries (bounded by --segment-cache-mb).",
+            g.segment_cache_bytes,
+        );
     }
     out
 }

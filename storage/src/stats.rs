@@ -56,4 +56,6 @@ pub struct Gauges {
     pub head_rows: u64,
     pub segments: u64,
     pub segment_bytes: u64,
+    /// Weight of the decoded-segment cache.
+    pub segment_cache_bytes: u64,
 }

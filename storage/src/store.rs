@@ -358,6 +358,7 @@ impl Store {
         let mut g = Gauges {
             segments: st.segments.len() as u64,
             segment_bytes: st.segments.values().map(|h| h.meta.size_bytes).sum(),
+            segment_cache_bytes: self.inner.cache.weight(),
             ..Default::default()
         };
         for p in st.head.values().chain(st.flushing.iter()) {
