@@ -1,8 +1,8 @@
 //! The `agent` suite: the real `profiledb-agent` binary sampling the whole machine
 //! while both cores are busy, pushing to an in-process server on loopback.
 //!
-//! The load is `bench/agent_busy.rs` compiled twice with `rustc -C opt-level=3`,
-//! without and with `-C force-frame-pointers=yes`; one copy of each runs for the
+//! The load is `collector/examples/busy.rs` (the agent tests' program) compiled
+//! twice with `rustc -C opt-level=3`, without and with `-C force-frame-pointers=yes`; one copy of each runs for the
 //! whole measurement, so on a 2-CPU machine both cores are busy and the stack depth
 //! the agent recovers can be compared on the same code built both ways. Per sampling
 //! frequency the suite reports, for the agent process: CPU (utime + stime from
@@ -36,7 +36,7 @@ use crate::report::{self, human_bytes};
 /// agent uses as `service_name`).
 const BUSY_NOFP: &str = "pdb_busy_nofp";
 const BUSY_FP: &str = "pdb_busy_fp";
-/// Functions of `agent_busy.rs`: samples whose leaf is one of them are pure user
+/// Functions of `collector/examples/busy.rs`: samples whose leaf is one of them are pure user
 /// stacks of known shape.
 const BUSY_LEAVES: [&str; 5] = ["busy_alpha", "busy_beta", "level1", "level2", "level3"];
 
@@ -253,7 +253,7 @@ fn agent_binary(explicit: Option<PathBuf>) -> anyhow::Result<PathBuf> {
 /// Compiles the load program without and with frame pointers.
 fn build_busy(dir: &Path) -> anyhow::Result<(PathBuf, PathBuf)> {
     let src = dir.join("agent_busy.rs");
-    std::fs::write(&src, include_str!("../agent_busy.rs"))?;
+    std::fs::write(&src, include_str!("../../collector/examples/busy.rs"))?;
     let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
     let build = |name: &str, fp: bool| -> anyhow::Result<PathBuf> {
         let out = dir.join(name);
@@ -276,7 +276,7 @@ fn build_busy(dir: &Path) -> anyhow::Result<(PathBuf, PathBuf)> {
             .status()
             .with_context(|| format!("running {rustc}"))?;
         if !st.success() {
-            bail!("rustc failed on agent_busy.rs");
+            bail!("rustc failed on the busy program (collector/examples/busy.rs)");
         }
         Ok(out)
     };

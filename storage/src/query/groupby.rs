@@ -16,7 +16,7 @@ use rustc_hash::FxHashMap;
 use super::frames::{self, FrameTree, ROOT_GID};
 use super::scratch::{Memo, Scratch};
 use super::tree::frame_name;
-use super::{node_values, steps, Source, TimeRange};
+use super::{node_values, selection, Source, TimeRange};
 use crate::dict::{Dict, NO_PARENT};
 use crate::error::{Result, StorageError};
 use crate::selector::Selector;
@@ -70,6 +70,17 @@ pub struct GroupByQuery {
 }
 
 impl GroupByQuery {
+    /// The label-name keys, in key order.
+    fn label_keys(&self) -> Vec<&str> {
+        self.keys
+            .iter()
+            .filter_map(|k| match k {
+                GroupKey::Label(l) => Some(l.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// A cache key part describing the query.
     pub fn fingerprint(&self) -> String {
         let keys: Vec<&str> = self.keys.iter().map(|k| k.name()).collect();
@@ -217,23 +228,11 @@ pub fn group_into(
     acc: &mut GroupAcc,
     scratch: &mut Scratch,
 ) -> Result<()> {
-    let series = src.index().select(&sel.matchers);
-    if series.is_empty() {
+    let Some((series, lo, hi)) = selection(src, sel, range) else {
         return Ok(());
-    }
-    let (lo, hi) = steps(src, range);
-    if lo >= hi {
-        return Ok(());
-    }
+    };
     let dict = src.dict();
-    let label_keys: Vec<&str> = q
-        .keys
-        .iter()
-        .filter_map(|k| match k {
-            GroupKey::Label(l) => Some(l.as_str()),
-            _ => None,
-        })
-        .collect();
+    let label_keys = q.label_keys();
     let stack_keys = q.keys.iter().any(GroupKey::is_stack_derived);
     let filter = NodeFilter {
         include: match &q.include {
@@ -341,24 +340,10 @@ pub fn group_into(
                 }
                 // Rows are the cartesian product of the choices (only `function_total`
                 // offers more than one).
-                let mut idx = vec![0usize; choices.len()];
-                'product: loop {
-                    let key: Vec<u32> = idx.iter().zip(&choices).map(|(&i, c)| c[i]).collect();
+                for_each_product(&choices, |key| {
                     let e = rows.entry((g, key)).or_insert(0);
                     *e = e.saturating_add(v);
-                    let mut d = choices.len();
-                    loop {
-                        if d == 0 {
-                            break 'product;
-                        }
-                        d -= 1;
-                        idx[d] += 1;
-                        if idx[d] < choices[d].len() {
-                            break;
-                        }
-                        idx[d] = 0;
-                    }
-                }
+                });
                 if q.max_groups > 0 && rows.len() > q.max_groups {
                     return Err(too_many_groups(q.max_groups));
                 }
@@ -398,6 +383,35 @@ pub fn group_into(
         return Err(too_many_groups(q.max_groups));
     }
     Ok(())
+}
+
+/// Calls `f` with every key of the cartesian product of `choices` (one value per
+/// key position). Nothing when some position has no choice.
+fn for_each_product<T: Clone>(choices: &[Vec<T>], mut f: impl FnMut(Vec<T>)) {
+    if choices.iter().any(Vec::is_empty) {
+        return;
+    }
+    let mut idx = vec![0usize; choices.len()];
+    loop {
+        f(idx
+            .iter()
+            .zip(choices)
+            .map(|(&i, c)| c[i].clone())
+            .collect());
+        // Advance the odometer; done when it wraps around.
+        let mut d = choices.len();
+        loop {
+            if d == 0 {
+                return;
+            }
+            d -= 1;
+            idx[d] += 1;
+            if idx[d] < choices[d].len() {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
 }
 
 fn too_many_groups(max: usize) -> StorageError {
@@ -506,31 +520,10 @@ impl FrameGroups {
                 if stack_keys && gid == ROOT_GID {
                     continue;
                 }
-                if choices.iter().any(|c| c.is_empty()) {
-                    continue;
-                }
-                let mut idx = vec![0usize; choices.len()];
-                'product: loop {
-                    let key: Vec<String> = idx
-                        .iter()
-                        .zip(&choices)
-                        .map(|(&i, c)| c[i].clone())
-                        .collect();
+                for_each_product(&choices, |key| {
                     let e = out.rows.entry(key).or_insert(0);
                     *e = e.saturating_add(v);
-                    let mut d = choices.len();
-                    loop {
-                        if d == 0 {
-                            break 'product;
-                        }
-                        d -= 1;
-                        idx[d] += 1;
-                        if idx[d] < choices[d].len() {
-                            break;
-                        }
-                        idx[d] = 0;
-                    }
-                }
+                });
                 if q.max_groups > 0 && out.rows.len() > q.max_groups {
                     return Err(too_many_groups(q.max_groups));
                 }
@@ -552,23 +545,11 @@ pub fn group_frames(
     acc: &mut FrameGroups,
     scratch: &mut Scratch,
 ) -> Result<()> {
-    let series = src.index().select(&sel.matchers);
-    if series.is_empty() {
+    let Some((series, lo, hi)) = selection(src, sel, range) else {
         return Ok(());
-    }
-    let (lo, hi) = steps(src, range);
-    if lo >= hi {
-        return Ok(());
-    }
+    };
     let dict = src.dict();
-    let label_keys: Vec<&str> = q
-        .keys
-        .iter()
-        .filter_map(|k| match k {
-            GroupKey::Label(l) => Some(l.as_str()),
-            _ => None,
-        })
-        .collect();
+    let label_keys = q.label_keys();
     let stack_keys = q.keys.iter().any(GroupKey::is_stack_derived);
     let filtered = q.include.is_some() || q.exclude.is_some();
 

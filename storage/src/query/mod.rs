@@ -129,14 +129,9 @@ pub fn merge_frames(
     tree: &RwLock<FrameTree>,
     scratch: &mut Scratch,
 ) -> Result<()> {
-    let series = src.index().select(&sel.matchers);
-    if series.is_empty() {
+    let Some((series, lo, hi)) = selection(src, sel, range) else {
         return Ok(());
-    }
-    let (lo, hi) = steps(src, range);
-    if lo >= hi {
-        return Ok(());
-    }
+    };
     node_values(src, &series, lo, hi, scratch)?;
     let dict = src.dict();
     let generation = tree.read().generation();
@@ -159,6 +154,18 @@ pub fn merge_frames(
     scratch.path = path;
     scratch.end_source();
     Ok(())
+}
+
+/// The series of `src` selected by `sel` and the step range `[lo, hi)` of `range`,
+/// or `None` when either is empty.
+pub(crate) fn selection(
+    src: &dyn Source,
+    sel: &Selector,
+    range: TimeRange,
+) -> Option<(RoaringBitmap, u32, u32)> {
+    let series = src.index().select(&sel.matchers);
+    let (lo, hi) = steps(src, range);
+    (!series.is_empty() && lo < hi).then_some((series, lo, hi))
 }
 
 /// Sums the rows of `series` in steps `[lo, hi)` per stack node into `scratch.pairs`
