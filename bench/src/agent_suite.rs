@@ -25,9 +25,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::server::Running;
 use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
-use profiledb::{ServeOptions, Server};
 use serde_json::{json, Value};
 
 use crate::report::{self, human_bytes};
@@ -433,33 +433,10 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let busy = build_busy(dir.path())?;
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()?;
-    let data = dir.path().join("data");
-    let server = rt.block_on(Server::bind(ServeOptions {
-        listen: "127.0.0.1:0".parse()?,
-        data_dir: data,
-        ..Default::default()
-    }))?;
-    let url = format!("http://{}", server.local_addr());
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let handle = rt.spawn(server.run(async move {
-        let _ = stop_rx.await;
-    }));
-    let client = reqwest::blocking::Client::new();
-    let t = Instant::now();
-    while !client
-        .get(format!("{url}/ready"))
-        .send()
-        .is_ok_and(|r| r.status() == 200)
-    {
-        if t.elapsed() > Duration::from_secs(30) {
-            bail!("the server did not become ready");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    // One runtime thread: the server should take little from the cores the agent
+    // is measured on.
+    let server = Running::start(&dir.path().join("data"), 1)?;
+    let url = server.url.clone();
 
     let setup = Setup {
         agent: &agent,
@@ -480,8 +457,7 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
     {
         runs.push(measure(&setup, f, true, args.fp_only_seconds)?);
     }
-    let _ = stop_tx.send(());
-    rt.block_on(handle)??;
+    server.stop()?;
 
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
     println!();

@@ -6,9 +6,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::server::Running;
 use anyhow::bail;
 use indicatif::{ProgressBar, ProgressStyle};
-use profiledb::{ServeOptions, Server};
 use profiledb_ingest::{decode_pprof, PprofOptions};
 use profiledb_storage::TenantId;
 use serde_json::json;
@@ -76,27 +76,8 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
 
     // End to end over HTTP.
     let dir = tempfile::tempdir()?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    let server = rt.block_on(Server::bind(ServeOptions {
-        listen: "127.0.0.1:0".parse()?,
-        data_dir: dir.path().to_path_buf(),
-        ..Default::default()
-    }))?;
-    let url = format!("http://{}", server.local_addr());
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let handle = rt.spawn(server.run(async move {
-        let _ = stop_rx.await;
-    }));
-    let client = reqwest::blocking::Client::new();
-    while !client
-        .get(format!("{url}/ready"))
-        .send()
-        .is_ok_and(|r| r.status() == 200)
-    {
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    let server = Running::start(dir.path(), 0)?;
+    let url = server.url.clone();
     let pb = ProgressBar::new(u64::from(args.requests)).with_style(
         ProgressStyle::with_template("http ingest [{bar:40}] {pos}/{len} uploads, {per_sec}")?
             .progress_chars("=> "),
@@ -159,8 +140,7 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
     let hsecs = t.elapsed().as_secs_f64();
     pb.finish();
     let rss_peak = rss_kib("VmHWM:");
-    let _ = stop_tx.send(());
-    rt.block_on(handle)??;
+    server.stop()?;
 
     let http_samples = pprof_samples * u64::from(args.requests);
     let http_bytes = raw.len() as u64 * u64::from(args.requests);

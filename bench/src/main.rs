@@ -10,6 +10,7 @@ mod ingest_suite;
 mod lifecycle_suite;
 mod query_suite;
 mod report;
+mod server;
 mod storage_suite;
 
 use clap::{Parser, Subcommand};

@@ -18,12 +18,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
-use profiledb::{ServeOptions, Server};
 use prost::Message;
 use serde_json::{json, Value};
 
 use crate::fleet::{Fleet, FleetConfig, Replay, CPU_TYPE, FILTER_FUNCTION};
 use crate::report::{self, human_bytes};
+use crate::server::Running;
 
 #[derive(clap::Args, Clone)]
 pub struct Args {
@@ -77,60 +77,6 @@ pub struct Args {
 }
 
 const HOUR: i64 = 3_600_000;
-
-struct Running {
-    rt: tokio::runtime::Runtime,
-    url: String,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    handle: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
-}
-
-impl Running {
-    fn start(dir: &Path) -> anyhow::Result<Running> {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()?;
-        let server = rt.block_on(Server::bind(ServeOptions {
-            listen: "127.0.0.1:0".parse()?,
-            data_dir: dir.to_path_buf(),
-            ..Default::default()
-        }))?;
-        let url = format!("http://{}", server.local_addr());
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let handle = rt.spawn(server.run(async move {
-            let _ = rx.await;
-        }));
-        let client = reqwest::blocking::Client::new();
-        let t = Instant::now();
-        while !client
-            .get(format!("{url}/ready"))
-            .send()
-            .is_ok_and(|r| r.status() == 200)
-        {
-            if t.elapsed() > Duration::from_secs(120) {
-                bail!("server at {url} not ready after 120 s");
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        Ok(Running {
-            rt,
-            url,
-            stop: Some(tx),
-            handle: Some(handle),
-        })
-    }
-
-    /// Graceful stop: the server flushes its head into segments.
-    fn stop(mut self) -> anyhow::Result<()> {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        if let Some(h) = self.handle.take() {
-            self.rt.block_on(h).context("server task")??;
-        }
-        Ok(())
-    }
-}
 
 #[derive(Clone)]
 enum Req {
@@ -507,7 +453,7 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
                 .context("writing stacks.csv")?;
 
             // Ingest.
-            let server = Running::start(&server_dir)?;
+            let server = Running::start(&server_dir, 0)?;
             let pb = ProgressBar::new(jobs).with_style(
                 ProgressStyle::with_template(
                     "push  [{bar:40}] {pos}/{len} host pushes, {per_sec}, eta {eta}",
@@ -700,7 +646,7 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
     for s in &specs {
         pb.set_message(format!("{} [{}]", s.name, s.window));
         // First query after a restart: empty result cache and segment cache.
-        let server = Running::start(&server_dir)?;
+        let server = Running::start(&server_dir, 0)?;
         shift += 1;
         let (restart_ms, v) = timed(&client, &server.url, &(s.http)(shift))
             .with_context(|| format!("{} [{}]", s.name, s.window))?;

@@ -1,0 +1,66 @@
+//! A real profiledb server in the bench process, on a loopback port: what the
+//! ingest, query and agent suites measure against.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use profiledb::{ServeOptions, Server};
+
+pub struct Running {
+    rt: tokio::runtime::Runtime,
+    pub url: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    handle: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+impl Running {
+    /// Starts a server with default options over `dir`, on `workers` runtime threads
+    /// (0 = one per CPU), and waits until `/ready` answers 200 (the WAL replayed).
+    pub fn start(dir: &Path, workers: usize) -> anyhow::Result<Running> {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        if workers > 0 {
+            b.worker_threads(workers);
+        }
+        let rt = b.enable_all().build()?;
+        let server = rt.block_on(Server::bind(ServeOptions {
+            listen: "127.0.0.1:0".parse()?,
+            data_dir: dir.to_path_buf(),
+            ..Default::default()
+        }))?;
+        let url = format!("http://{}", server.local_addr());
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let handle = rt.spawn(server.run(async move {
+            let _ = rx.await;
+        }));
+        let client = reqwest::blocking::Client::new();
+        let t = Instant::now();
+        while !client
+            .get(format!("{url}/ready"))
+            .send()
+            .is_ok_and(|r| r.status() == 200)
+        {
+            if t.elapsed() > Duration::from_secs(120) {
+                bail!("server at {url} not ready after 120 s");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(Running {
+            rt,
+            url,
+            stop: Some(tx),
+            handle: Some(handle),
+        })
+    }
+
+    /// Graceful stop: the server flushes its head into segments.
+    pub fn stop(mut self) -> anyhow::Result<()> {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(h) = self.handle.take() {
+            self.rt.block_on(h).context("server task")??;
+        }
+        Ok(())
+    }
+}
