@@ -299,6 +299,31 @@ pub fn add_pairs(
     }
 }
 
+impl super::scratch::Scratch {
+    /// Adds `self.pairs` (sums per stack node of `dict`) to `self.gids`, by frame id.
+    pub fn pairs_to_frames(
+        &mut self,
+        tree: &RwLock<FrameTree>,
+        dict: &Dict,
+        slots: Option<&GidSlots>,
+    ) {
+        let pairs = std::mem::take(&mut self.pairs);
+        let mut path = std::mem::take(&mut self.path);
+        add_pairs(
+            tree,
+            dict,
+            slots,
+            &pairs,
+            &mut self.gids,
+            &mut self.nodes,
+            &mut self.names,
+            &mut path,
+        );
+        self.pairs = pairs;
+        self.path = path;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

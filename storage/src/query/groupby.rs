@@ -13,7 +13,7 @@ use regex::Regex;
 use roaring::RoaringBitmap;
 use rustc_hash::FxHashMap;
 
-use super::frames::{self, FrameTree, ROOT_GID};
+use super::frames::{FrameTree, ROOT_GID};
 use super::scratch::{Memo, Scratch};
 use super::tree::frame_name;
 use super::{node_values, selection, Source, TimeRange};
@@ -583,26 +583,13 @@ pub fn group_frames(
         .gid_memo()
         .map(|m| m.slots(generation, dict.node_count()));
     let mut per_group: Vec<(u32, Vec<(u32, i64)>)> = Vec::with_capacity(members.len());
-    let mut path = std::mem::take(&mut scratch.path);
     let mut gid_pairs = Vec::new();
     for (g, set) in &members {
         node_values(src, set, lo, hi, scratch)?;
-        let pairs = std::mem::take(&mut scratch.pairs);
-        frames::add_pairs(
-            tree,
-            dict,
-            slots.as_deref(),
-            &pairs,
-            &mut scratch.gids,
-            &mut scratch.nodes,
-            &mut scratch.names,
-            &mut path,
-        );
-        scratch.pairs = pairs;
+        scratch.pairs_to_frames(tree, dict, slots.as_deref());
         scratch.gids.drain(&mut gid_pairs);
         per_group.push((*g, std::mem::take(&mut gid_pairs)));
     }
-    scratch.path = path;
     scratch.end_source();
 
     // This source's matching function names, now that its frames have name ids.

@@ -138,20 +138,7 @@ pub fn merge_frames(
     let slots = src
         .gid_memo()
         .map(|m| m.slots(generation, dict.node_count()));
-    let pairs = std::mem::take(&mut scratch.pairs);
-    let mut path = std::mem::take(&mut scratch.path);
-    frames::add_pairs(
-        tree,
-        dict,
-        slots.as_deref(),
-        &pairs,
-        &mut scratch.gids,
-        &mut scratch.nodes,
-        &mut scratch.names,
-        &mut path,
-    );
-    scratch.pairs = pairs;
-    scratch.path = path;
+    scratch.pairs_to_frames(tree, dict, slots.as_deref());
     scratch.end_source();
     Ok(())
 }
