@@ -34,4 +34,6 @@ pub use profile_type::{
     infer_profile_name, parse_sample_type_config, ProfileType, SampleTypeConfig, SampleTypeSettings,
 };
 pub use push::{decode_push, push_to_batch, PushEncoding, PushProfile, PushSeries};
-pub use pyroscope::{decode_ingest, parse_time, AppName, Format, IngestBody, IngestParams};
+pub use pyroscope::{
+    decode_ingest, duration_unit_ms, parse_time, AppName, Format, IngestBody, IngestParams,
+};

@@ -363,6 +363,20 @@ fn decode_component(s: &str) -> Result<String, IngestError> {
 }
 
 /// Parses a `from`/`until` value into ms since the epoch.
+/// Milliseconds in one duration unit: `ms`, `s`, `m`, `h`, `d`, `w` (the units of
+/// relative times here and of durations elsewhere in the server).
+pub fn duration_unit_ms(unit: &str) -> Option<i64> {
+    Some(match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        "w" => 7 * 86_400_000,
+        _ => return None,
+    })
+}
+
 pub fn parse_time(param: &'static str, value: &str, now_ms: i64) -> Result<i64, IngestError> {
     let v = value.trim();
     let bad = || {
@@ -383,15 +397,7 @@ pub fn parse_time(param: &'static str, value: &str, now_ms: i64) -> Result<i64, 
         let unit_at = amount.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
         let (n, unit) = amount.split_at(unit_at);
         let n: i64 = n.parse().map_err(|_| bad())?;
-        let unit_ms: i64 = match unit {
-            "ms" => 1,
-            "s" => 1_000,
-            "m" => 60_000,
-            "h" => 3_600_000,
-            "d" => 86_400_000,
-            "w" => 7 * 86_400_000,
-            _ => return Err(bad()),
-        };
+        let unit_ms = duration_unit_ms(unit).ok_or_else(bad)?;
         let delta = n.checked_mul(unit_ms).ok_or_else(bad)?;
         return now_ms.checked_add(sign * delta).ok_or_else(bad);
     }

@@ -33,15 +33,7 @@ pub fn parse_duration(what: &str, text: &str) -> Result<i64, String> {
         let unit_len = rest
             .find(|c: char| c.is_ascii_digit())
             .unwrap_or(rest.len());
-        let unit_ms: i64 = match &rest[..unit_len] {
-            "ms" => 1,
-            "s" => 1_000,
-            "m" => 60_000,
-            "h" => 3_600_000,
-            "d" => 86_400_000,
-            "w" => 7 * 86_400_000,
-            _ => return Err(bad()),
-        };
+        let unit_ms = profiledb_ingest::duration_unit_ms(&rest[..unit_len]).ok_or_else(bad)?;
         rest = &rest[unit_len..];
         total = n
             .checked_mul(unit_ms)

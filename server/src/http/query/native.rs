@@ -170,13 +170,9 @@ fn step_ms(s: &str) -> ApiResult<i64> {
     let s = s.trim();
     let (num, mul) = match s.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
         Some((i, _)) => {
-            let mul = match &s[i..] {
-                "ms" => 1,
-                "s" => 1000,
-                "m" => 60_000,
-                "h" => 3_600_000,
-                u => return Err(ApiError::bad_request(format!("unknown step unit {u:?}"))),
-            };
+            let u = &s[i..];
+            let mul = profiledb_ingest::duration_unit_ms(u)
+                .ok_or_else(|| ApiError::bad_request(format!("unknown step unit {u:?}")))?;
             (&s[..i], mul)
         }
         None => (s, 1000),
