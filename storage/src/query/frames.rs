@@ -127,11 +127,26 @@ impl FrameTree {
         }
         for &n in path.iter().rev() {
             let loc = dict.node_locations.get(n as usize).copied().unwrap_or(0);
-            let name = match names.get(loc) {
+            // Memoised per function where the frame is named by it (many locations,
+            // one per line or address, share a function), else per location.
+            let named_by = dict
+                .locations
+                .get(loc as usize)
+                .and_then(|l| l.function)
+                .filter(|&f| {
+                    dict.functions
+                        .get(f as usize)
+                        .is_some_and(|f| !dict.str(f.name).is_empty())
+                });
+            let key = match named_by {
+                Some(f) => f,
+                None => (dict.functions.len() as u32).saturating_add(loc),
+            };
+            let name = match names.get(key) {
                 Some(id) => id,
                 None => {
                     let id = self.intern(&frame_name(dict, loc));
-                    names.set(loc, id);
+                    names.set(key, id);
                     id
                 }
             };
@@ -284,7 +299,7 @@ pub fn add_pairs(
         return;
     }
     let mut t = tree.write();
-    names.prepare(dict.locations.len());
+    names.prepare(dict.functions.len() + dict.locations.len());
     node_memo.prepare(dict.node_count());
     for &(node, v) in &missing {
         let g = match slots {
@@ -435,5 +450,28 @@ mod tests {
         assert_eq!(t.folded()["main;x"], 4);
         assert_eq!(t.folded()["main;y"], 2);
         assert_eq!(t.nodes().len(), 4);
+    }
+
+    #[test]
+    fn unnamed_functions_stay_apart_by_address() {
+        let mut b = DictBuilder::new();
+        let mapping = Some(b.mapping("/usr/lib/libx.so", ""));
+        let function = Some(b.function("", "x.rs"));
+        let at = |b: &mut DictBuilder, address| {
+            b.location(LocationRec {
+                function,
+                mapping,
+                address,
+                line: 0,
+            })
+        };
+        let (l1, l2) = (at(&mut b, 0x10), at(&mut b, 0x20));
+        let (a, c) = (b.stack(&[l1]), b.stack(&[l2]));
+        let d = b.finish();
+        let memo = GidMemo::default();
+        let t = merged(&Frames::default(), &[(&d, &memo, vec![(a, 1), (c, 2)])]);
+        let f = t.folded();
+        assert_eq!(f["libx.so+0x10"], 1);
+        assert_eq!(f["libx.so+0x20"], 2);
     }
 }
