@@ -381,6 +381,38 @@ mod tests {
         assert!(elf.build_id().is_some_and(|b| b.len() >= 16));
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 48, ..Default::default() })]
+
+        /// Host files can be anything (truncated, rewritten, hostile): a real ELF
+        /// file with bytes overwritten or cut short is refused or read, never a panic.
+        #[test]
+        fn damaged_elf_files_never_panic(
+            edits in proptest::collection::vec((0usize..1 << 20, proptest::num::u8::ANY), 1..24),
+            cut in proptest::option::of(0usize..1 << 20),
+            offsets in proptest::collection::vec(0u64..1 << 22, 1..8),
+        ) {
+            let Ok(mut bytes) = std::fs::read("/proc/self/exe") else { return Ok(()) };
+            // Most edits land in the headers and tables at both ends of the file.
+            let n = bytes.len();
+            for (i, (at, v)) in edits.iter().enumerate() {
+                let pos = if i % 2 == 0 { at % 4096.min(n) } else { n - 1 - at % n };
+                bytes[pos] = *v;
+            }
+            if let Some(c) = cut {
+                bytes.truncate(c % n);
+            }
+            let dir = tempfile::tempdir().expect("tempdir");
+            let p = dir.path().join("damaged");
+            std::fs::write(&p, &bytes).expect("write");
+            if let Ok(syms) = ElfSyms::open(&p) {
+                let _ = syms.build_id();
+                let _ = syms.resolve(&offsets, None);
+                let _ = syms.resolve(&offsets, Some(&syms));
+            }
+        }
+    }
+
     #[test]
     fn rejects_non_elf() {
         let dir = tempfile::tempdir().expect("tempdir");
