@@ -111,6 +111,20 @@ pub fn render(
     );
     family(
         &mut out,
+        "profiledb_query_segment_part_hits_total",
+        "counter",
+        "Per-segment parts of merges and group-bys reused (a window moved, the segment did not).",
+        engine.map_or(0, |e| c(&e.stats.partial_hits)),
+    );
+    family(
+        &mut out,
+        "profiledb_query_segment_part_misses_total",
+        "counter",
+        "Per-segment parts of merges and group-bys computed.",
+        engine.map_or(0, |e| c(&e.stats.partial_misses)),
+    );
+    family(
+        &mut out,
         "profiledb_query_function_index_builds_total",
         "counter",
         "Per-segment function-name indexes built.",

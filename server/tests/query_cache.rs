@@ -152,3 +152,67 @@ fn answers_are_cached_only_while_segments_alone_answer() {
     assert_eq!(body5, body4);
     assert_eq!(hits(), h0 + 2);
 }
+
+fn group_rows(s: &TestServer, start_ms: i64, end_ms: i64) -> Value {
+    let r = s
+        .client
+        .post(format!("{}/api/v1/query", s.url))
+        .json(
+            &json!({"profile_type": CPU, "start": start_ms, "end": end_ms,
+                      "group_by": ["function"], "function": "^(a|b)$"}),
+        )
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    r.json().unwrap()
+}
+
+/// A window that moves but still covers a flushed partition reuses that segment's
+/// part (merge and group-by) and answers exactly as computing it afresh.
+#[test]
+fn moving_windows_reuse_segment_parts() {
+    let s = TestServer::start_with(|o| {
+        o.store.flush_grace = Duration::from_millis(200);
+    });
+    let hour = 3_600_000;
+    let t = (profiledb_storage::now_ms() / hour - 4) * hour;
+    ingest(&s, t / 1000 + 60, "main;a 3\nmain;b 1\nmain;c 5\n");
+    wait_segments(&s, 1);
+    let hits = || metric(&s, "profiledb_query_segment_part_hits_total");
+    let misses = || metric(&s, "profiledb_query_segment_part_misses_total");
+
+    let (h0, m0) = (hits(), misses());
+    let first = group_rows(&s, t - 10, t + hour + 10);
+    assert_eq!(first["total"], 4 * SCALE);
+    assert_eq!((hits(), misses()), (h0, m0 + 1));
+    // Moved by a few ms: a new answer and segment-part key... but the same part.
+    let second = group_rows(&s, t - 20, t + hour + 20);
+    assert_eq!(second, first);
+    assert_eq!((hits(), misses()), (h0 + 1, m0 + 1));
+
+    // Merges likewise, and a window cutting into the partition is computed.
+    let (v1, _) = native_flamegraph_range(&s, t - 10, t + hour + 10);
+    let (v2, _) = native_flamegraph_range(&s, t - 30, t + hour + 30);
+    assert_eq!(v1, v2);
+    assert_eq!(v1["total"], 9 * SCALE);
+    assert_eq!(hits(), h0 + 2);
+    let (v3, _) = native_flamegraph_range(&s, t + 30 * 60_000, t + hour);
+    assert_eq!(v3["total"], 0, "the samples are in the first minute");
+    assert_eq!(hits(), h0 + 2, "a partial window is not a cached part");
+}
+
+fn native_flamegraph_range(s: &TestServer, start_ms: i64, end_ms: i64) -> (Value, String) {
+    let r = s
+        .client
+        .get(format!("{}/api/v1/flamegraph", s.url))
+        .query(&[
+            ("query", format!("{CPU}{{}}")),
+            ("from", start_ms.to_string()),
+            ("until", end_ms.to_string()),
+        ])
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let text = r.text().unwrap();
+    (serde_json::from_str(&text).unwrap(), text)
+}

@@ -44,8 +44,32 @@ impl Catalog {
                 .flush_every_ms(Some(1000))
                 .open()
         };
-        let (db, rebuilt) = match open(path) {
+        // A catalog still locked by an instance that is shutting down in this process
+        // (sled's flusher thread lets go of the lock shortly after the drop) is not a
+        // damaged one: moving it aside would lose what only it holds (tenant
+        // settings, alert rules). I/O errors are retried for a few seconds and then
+        // reported; only sled's own corruption verdict leads to a rebuild.
+        let mut attempt = 0;
+        let first = loop {
+            match open(path) {
+                Err(sled::Error::Io(e)) if attempt < 50 => {
+                    attempt += 1;
+                    if attempt == 1 {
+                        warn!(error = %e, "catalog busy; retrying");
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+                other => break other,
+            }
+        };
+        let (db, rebuilt) = match first {
             Ok(db) => (db, false),
+            Err(e @ sled::Error::Io(_)) => {
+                return Err(StorageError::Catalog(format!(
+                    "cannot open the catalog at {}: {e}",
+                    path.display()
+                )))
+            }
             Err(e) => {
                 let aside = path.with_extension(format!(
                     "damaged-{}",

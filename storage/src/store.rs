@@ -459,7 +459,7 @@ impl Store {
 
     /// Merges the selected samples of `range` into one call tree.
     pub fn merge(&self, tenant: &TenantId, sel: &Selector, range: TimeRange) -> Result<CallTree> {
-        self.merge_frames_scope(tenant, sel, range, Scope::All, 0, &|| Ok(()))
+        self.merge_frames_scope(tenant, sel, range, Scope::All, 0, &|| Ok(()), None)
     }
 
     /// The store's shared frame tree (see [`query::frames`]).

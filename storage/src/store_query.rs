@@ -23,7 +23,7 @@ use crate::query::groupby::{
     frames_can_group, group_frames, group_into, FrameGroups, GroupAcc, GroupByQuery,
 };
 use crate::query::timeseries::{group_series, SeriesPoints};
-use crate::query::{merge_frames, CallTree, Scratch, Source, TimeRange};
+use crate::query::{merge_frames, partial_key, CallTree, Scratch, Source, TimeRange};
 use crate::selector::Selector;
 use crate::store::{Scope, Store};
 
@@ -89,6 +89,7 @@ impl Store {
             scope,
             engine.limits.max_tree_nodes,
             &check,
+            Some(engine),
         )
     }
 
@@ -103,11 +104,32 @@ impl Store {
         scope: Scope,
         max_nodes: usize,
         check: &(dyn Fn() -> Result<()> + Sync),
+        partials: Option<&QueryEngine>,
     ) -> Result<CallTree> {
         let frames = self.frames().for_query();
+        let generation = frames.read().generation();
         let accs = self.scan_scoped(tenant, range, scope, Scratch::take, |s, src| {
             check()?;
-            merge_frames(src, sel, range, &frames, s)
+            let (Some(engine), Some(part)) = (partials, partial_key(src, range)) else {
+                return merge_frames(src, sel, range, &frames, s);
+            };
+            let key = format!("frames\u{0}{generation}\u{0}{part}\u{0}{tenant}\u{0}{sel}");
+            let c = engine.partial(key, || {
+                // This source alone, in the spare accumulator.
+                std::mem::swap(&mut s.gids, &mut s.spare);
+                let r = merge_frames(src, sel, range, &frames, s);
+                let mut pairs = Vec::new();
+                s.gids.drain(&mut pairs);
+                std::mem::swap(&mut s.gids, &mut s.spare);
+                r.map(|()| Cached::Frames(Arc::new(pairs)))
+            })?;
+            if let Cached::Frames(pairs) = &*c {
+                s.gids.prepare(frames.read().len());
+                for &(g, v) in pairs.iter() {
+                    s.gids.add(g, v);
+                }
+            }
+            Ok(())
         })?;
         let (mut pairs, mut part) = (Vec::new(), Vec::new());
         for mut s in accs {
@@ -180,6 +202,7 @@ impl Store {
         };
         if frames_can_group(q) {
             let frames = self.frames().for_query();
+            let generation = frames.read().generation();
             let accs = self.scan_scoped(
                 tenant,
                 range,
@@ -187,7 +210,23 @@ impl Store {
                 || (FrameGroups::default(), Scratch::take()),
                 |(acc, s), src| {
                     deadline.check()?;
-                    group_frames(src, sel, range, q, &resolve, &frames, acc, s)
+                    let Some(part) = partial_key(src, range) else {
+                        return group_frames(src, sel, range, q, &resolve, &frames, acc, s);
+                    };
+                    let key = format!(
+                        "groups\u{0}{generation}\u{0}{part}\u{0}{tenant}\u{0}{sel}\u{0}{}",
+                        q.fingerprint()
+                    );
+                    let c = engine.partial(key, || {
+                        let mut own = FrameGroups::default();
+                        group_frames(src, sel, range, q, &resolve, &frames, &mut own, s)?;
+                        own.shrink_for_cache();
+                        Ok(Cached::Groups2(Arc::new(own)))
+                    })?;
+                    if let Cached::Groups2(g) = &*c {
+                        acc.add(g);
+                    }
+                    Ok(())
                 },
             )?;
             let accs: Vec<FrameGroups> = accs

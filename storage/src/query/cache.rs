@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::groupby::GroupAcc;
+use super::groupby::{FrameGroups, GroupAcc};
 use super::tree::CallTree;
 use crate::error::{Result, StorageError};
 use crate::fnindex::FnIndex;
@@ -23,6 +23,11 @@ pub enum Cached {
     /// A finished response body (the server caches whole answers that came from
     /// immutable segments only).
     Body(Arc<[u8]>),
+    /// One segment's part of a merge: `(frame id, value)` pairs (see
+    /// [`QueryEngine::partial`]).
+    Frames(Arc<Vec<(u32, i64)>>),
+    /// One segment's part of a group-by over frame ids.
+    Groups2(Arc<FrameGroups>),
 }
 
 impl Cached {
@@ -34,6 +39,8 @@ impl Cached {
             }
             Cached::Groups(g) => g.approx_bytes(),
             Cached::Body(b) => b.len() + 64,
+            Cached::Frames(p) => p.len() * 16 + 64,
+            Cached::Groups2(g) => g.approx_bytes(),
         }
     }
 }
@@ -109,6 +116,9 @@ pub struct CacheStats {
     /// Whole answers served from / missing in the cache (see [`Cached::Body`]).
     pub body_hits: AtomicU64,
     pub body_misses: AtomicU64,
+    /// Per-segment parts of merges and group-bys reused / computed.
+    pub partial_hits: AtomicU64,
+    pub partial_misses: AtomicU64,
 }
 
 pub struct QueryEngine {
@@ -189,6 +199,31 @@ impl QueryEngine {
         };
         c.fetch_add(1, Ordering::Relaxed);
         v
+    }
+
+    /// A per-segment partial result: `compute` runs on a miss and its result is kept.
+    /// Segments are immutable, so a key naming the segment id, the frame-tree
+    /// generation, the selection and the segment's step range stays valid for as
+    /// long as the segment lives; entries of deleted segments are simply never asked
+    /// for again and age out under the byte bound. A query whose window moves (a
+    /// dashboard refreshing "last 24 h") recomputes only the partitions at its edges.
+    pub fn partial(
+        &self,
+        key: String,
+        compute: impl FnOnce() -> Result<Cached>,
+    ) -> Result<Arc<Cached>> {
+        if self.results_enabled {
+            if let Some(v) = self.results.get(&key) {
+                self.stats.partial_hits.fetch_add(1, Ordering::Relaxed);
+                return Ok(v);
+            }
+        }
+        self.stats.partial_misses.fetch_add(1, Ordering::Relaxed);
+        let v = Arc::new(compute()?);
+        if self.results_enabled {
+            self.results.insert(key, v.clone());
+        }
+        Ok(v)
     }
 
     /// Bytes held by cached results.

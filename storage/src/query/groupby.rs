@@ -423,7 +423,7 @@ fn too_many_groups(max: usize) -> StorageError {
 /// A thread's group-by over frame-tree ids (see [`super::frames`]): sums per
 /// (label group, frame) across every source the thread scanned, converted to rows
 /// once per query by [`FrameGroups::into_rows`].
-#[derive(Default)]
+#[derive(Default, Debug, Clone)]
 pub struct FrameGroups {
     groups: Vec<Vec<String>>,
     group_ids: FxHashMap<Vec<String>, u32>,
@@ -446,6 +446,47 @@ pub fn frames_can_group(q: &GroupByQuery) -> bool {
 }
 
 impl FrameGroups {
+    pub fn approx_bytes(&self) -> usize {
+        self.values.len() * 24
+            + self
+                .groups
+                .iter()
+                .map(|g| 48 + g.iter().map(|s| s.len() + 24).sum::<usize>())
+                .sum::<usize>()
+            + 128
+    }
+
+    /// Keeps only what [`FrameGroups::add`] reads (a cached per-segment part).
+    pub fn shrink_for_cache(&mut self) {
+        self.flags = FxHashMap::default();
+        self.include_names = Default::default();
+        self.exclude_names = Default::default();
+        self.group_ids = FxHashMap::default();
+    }
+
+    /// Adds another accumulator's sums (a cached per-segment part) to this one.
+    pub fn add(&mut self, other: &FrameGroups) {
+        self.total = self.total.saturating_add(other.total);
+        let map: Vec<u32> = other
+            .groups
+            .iter()
+            .map(|lv| match self.group_ids.get(lv) {
+                Some(&g) => g,
+                None => {
+                    let g = self.groups.len() as u32;
+                    self.groups.push(lv.clone());
+                    self.group_ids.insert(lv.clone(), g);
+                    g
+                }
+            })
+            .collect();
+        for (&(g, gid), &v) in &other.values {
+            let g = map.get(g as usize).copied().unwrap_or(0);
+            let e = self.values.entry((g, gid)).or_insert(0);
+            *e = e.saturating_add(v);
+        }
+    }
+
     fn flags(&mut self, tree: &FrameTree, gid: u32) -> u32 {
         let mut path = Vec::new();
         let mut g = gid;

@@ -75,6 +75,10 @@ pub trait Source {
     fn gid_memo(&self) -> Option<&GidMemo> {
         None
     }
+    /// Steps in the whole partition (a range covering it selects `0..this`).
+    fn partition_steps(&self) -> u32 {
+        u32::MAX
+    }
 }
 
 impl Source for LoadedSegment {
@@ -107,6 +111,10 @@ impl Source for LoadedSegment {
     }
     fn gid_memo(&self) -> Option<&GidMemo> {
         Some(&self.gids)
+    }
+    fn partition_steps(&self) -> u32 {
+        let n = self.meta.partition_ms / self.meta.step_ms.max(1);
+        u32::try_from(n.max(0)).unwrap_or(u32::MAX)
     }
 }
 
@@ -141,6 +149,16 @@ pub fn merge_frames(
     scratch.pairs_to_frames(tree, dict, slots.as_deref());
     scratch.end_source();
     Ok(())
+}
+
+/// The key part naming `src`'s share of a query over `range`, for sources whose
+/// part can be cached (immutable segments): the segment id and its selected steps,
+/// clamped to the partition so that every range covering it gives the same key.
+pub(crate) fn partial_key(src: &dyn Source, range: TimeRange) -> Option<String> {
+    let id = src.segment_id()?;
+    let (lo, hi) = steps(src, range);
+    let hi = hi.min(src.partition_steps());
+    Some(format!("{id}\u{0}{lo}..{hi}"))
 }
 
 /// The series of `src` selected by `sel` and the step range `[lo, hi)` of `range`,

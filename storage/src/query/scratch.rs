@@ -118,6 +118,8 @@ pub struct Scratch {
     pub values: NodeValues,
     /// Sums by frame-tree id across the sources a thread merged.
     pub gids: NodeValues,
+    /// A second frame-id accumulator, for one source's part on its own.
+    pub spare: NodeValues,
     /// Stack node → node of the tree being built (or any per-node derived id).
     pub nodes: Memo,
     /// Location → interned frame name of the tree being built.
