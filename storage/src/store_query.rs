@@ -96,6 +96,7 @@ impl Store {
     /// Merges the selected samples of `scope` by frame-tree id on the scan threads,
     /// then builds the call tree once. `max_nodes` (0 = unbounded) is the memory
     /// budget; `check` is called before each source (deadlines).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn merge_frames_scope(
         &self,
         tenant: &TenantId,
