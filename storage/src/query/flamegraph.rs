@@ -90,7 +90,32 @@ impl<'a, const K: usize> Shape<'a, K> {
     /// Returns `(names, levels, max_self)`.
     fn layout(&self, max_nodes: usize) -> (Vec<String>, Vec<Vec<i64>>, i64) {
         let min_value = self.min_value(max_nodes);
-        let children = self.tree.children_sorted();
+        // Children drawn as nodes (total ≥ min_value), sorted by name; the rest of
+        // each node's children only add up into its `other`. Only the drawn ones
+        // (about `max_nodes`) are sorted, not the whole tree's.
+        let nodes = self.tree.nodes();
+        let mut children: Vec<Vec<u32>> = vec![Vec::new(); nodes.len()];
+        let mut others: Vec<Option<[i64; K]>> = vec![None; nodes.len()];
+        for (i, node) in nodes.iter().enumerate().skip(1) {
+            let w = self.weight(i);
+            if w == 0 {
+                continue;
+            }
+            let p = node.parent as usize;
+            if w >= min_value {
+                if let Some(c) = children.get_mut(p) {
+                    c.push(i as u32);
+                }
+            } else if let Some(o) = others.get_mut(p) {
+                let sum = o.get_or_insert([0; K]);
+                for (s, t) in sum.iter_mut().zip(self.totals[i]) {
+                    *s += t;
+                }
+            }
+        }
+        for c in children.iter_mut().filter(|c| c.len() > 1) {
+            c.sort_by(|a, b| self.tree.node_name(*a).cmp(self.tree.node_name(*b)));
+        }
         let mut names: Vec<String> = vec!["total".to_string()];
         let mut name_idx: FxHashMap<u32, i64> = FxHashMap::default();
         let mut other_idx: Option<i64> = None;
@@ -144,26 +169,13 @@ impl<'a, const K: usize> Shape<'a, K> {
                 for k in 0..K {
                     cx[k] = x[k] + selfv[k];
                 }
-                let mut other = [0i64; K];
-                let mut any_other = false;
                 for &c in &children[n as usize] {
-                    let w = self.weight(c as usize);
-                    if w == 0 {
-                        continue;
-                    }
-                    if w < min_value {
-                        any_other = true;
-                        for (o, t) in other.iter_mut().zip(self.totals[c as usize]) {
-                            *o += t;
-                        }
-                        continue;
-                    }
                     next.push((Item::Node(c), cx));
                     for (x, t) in cx.iter_mut().zip(self.totals[c as usize]) {
                         *x += t;
                     }
                 }
-                if any_other {
+                if let Some(other) = others[n as usize] {
                     next.push((Item::Other(other), cx));
                 }
             }
