@@ -194,6 +194,11 @@ impl CallTree {
 
     /// Merges `other` into `self`.
     pub fn merge(&mut self, other: &CallTree) {
+        // Nothing to add (typically an empty head part): leave a bulk-built tree
+        // without its lookup maps.
+        if other.is_empty() {
+            return;
+        }
         // Each distinct name is hashed once, not once per node.
         let names: Vec<u32> = other.names.iter().map(|n| self.intern(n)).collect();
         let mut mapped = vec![ROOT; other.nodes.len()];
