@@ -93,14 +93,16 @@ fn cache_hit_then_invalidation() {
     assert_eq!(total(&s, t), 5 * SCALE);
 }
 
-fn native_flamegraph(s: &TestServer, from_s: i64) -> (Value, String) {
+/// `GET /api/v1/flamegraph` over `from..until` (unix seconds or ms, as sent):
+/// the parsed answer and its exact body.
+fn flamegraph_between(s: &TestServer, from: i64, until: i64) -> (Value, String) {
     let r = s
         .client
         .get(format!("{}/api/v1/flamegraph", s.url))
         .query(&[
             ("query", format!("{CPU}{{}}")),
-            ("from", from_s.to_string()),
-            ("until", (from_s + 59).to_string()),
+            ("from", from.to_string()),
+            ("until", until.to_string()),
         ])
         .send()
         .unwrap();
@@ -124,10 +126,10 @@ fn answers_are_cached_only_while_segments_alone_answer() {
     let misses = || metric(&s, "profiledb_query_response_cache_misses_total");
 
     let (h0, m0) = (hits(), misses());
-    let (v1, body1) = native_flamegraph(&s, t);
+    let (v1, body1) = flamegraph_between(&s, t, t + 59);
     assert_eq!(v1["total"], 4 * SCALE);
     assert_eq!((hits(), misses()), (h0, m0 + 1));
-    let (_, body2) = native_flamegraph(&s, t);
+    let (_, body2) = flamegraph_between(&s, t, t + 59);
     assert_eq!(
         body2, body1,
         "a cached answer is the computed one, byte for byte"
@@ -136,7 +138,7 @@ fn answers_are_cached_only_while_segments_alone_answer() {
 
     // A late write puts a head partition over the range: computed live, not cached.
     ingest(&s, t, "main;c 2\n");
-    let (v3, _) = native_flamegraph(&s, t);
+    let (v3, _) = flamegraph_between(&s, t, t + 59);
     assert_eq!(v3["total"], 6 * SCALE);
     assert_eq!(
         hits(),
@@ -146,9 +148,9 @@ fn answers_are_cached_only_while_segments_alone_answer() {
 
     // Flushed: a new segment version, so a fresh computation, then hits again.
     wait_segments(&s, 2);
-    let (v4, body4) = native_flamegraph(&s, t);
+    let (v4, body4) = flamegraph_between(&s, t, t + 59);
     assert_eq!(v4["total"], 6 * SCALE);
-    let (_, body5) = native_flamegraph(&s, t);
+    let (_, body5) = flamegraph_between(&s, t, t + 59);
     assert_eq!(body5, body4);
     assert_eq!(hits(), h0 + 2);
 }
@@ -191,28 +193,12 @@ fn moving_windows_reuse_segment_parts() {
     assert_eq!((hits(), misses()), (h0 + 1, m0 + 1));
 
     // Merges likewise, and a window cutting into the partition is computed.
-    let (v1, _) = native_flamegraph_range(&s, t - 10, t + hour + 10);
-    let (v2, _) = native_flamegraph_range(&s, t - 30, t + hour + 30);
+    let (v1, _) = flamegraph_between(&s, t - 10, t + hour + 10);
+    let (v2, _) = flamegraph_between(&s, t - 30, t + hour + 30);
     assert_eq!(v1, v2);
     assert_eq!(v1["total"], 9 * SCALE);
     assert_eq!(hits(), h0 + 2);
-    let (v3, _) = native_flamegraph_range(&s, t + 30 * 60_000, t + hour);
+    let (v3, _) = flamegraph_between(&s, t + 30 * 60_000, t + hour);
     assert_eq!(v3["total"], 0, "the samples are in the first minute");
     assert_eq!(hits(), h0 + 2, "a partial window is not a cached part");
-}
-
-fn native_flamegraph_range(s: &TestServer, start_ms: i64, end_ms: i64) -> (Value, String) {
-    let r = s
-        .client
-        .get(format!("{}/api/v1/flamegraph", s.url))
-        .query(&[
-            ("query", format!("{CPU}{{}}")),
-            ("from", start_ms.to_string()),
-            ("until", end_ms.to_string()),
-        ])
-        .send()
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let text = r.text().unwrap();
-    (serde_json::from_str(&text).unwrap(), text)
 }

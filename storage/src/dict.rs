@@ -54,6 +54,30 @@ impl Dict {
         self.strings.get(id as usize).map_or("", |s| s.as_str())
     }
 
+    /// Walks from `node` towards the root until `known` gives a value for a node,
+    /// and returns it (`None` past the root). `path` receives the nodes passed on the
+    /// way, leaf first, for the caller to fill in root-first. Parents precede their
+    /// children (checked at decode), so the walk ends.
+    pub fn climb_until<T>(
+        &self,
+        node: u32,
+        path: &mut Vec<u32>,
+        mut known: impl FnMut(u32) -> Option<T>,
+    ) -> Option<T> {
+        path.clear();
+        let mut n = node;
+        loop {
+            if let Some(v) = known(n) {
+                return Some(v);
+            }
+            path.push(n);
+            match self.parents.get(n as usize) {
+                Some(&p) if p != NO_PARENT && p < n => n = p,
+                _ => return None,
+            }
+        }
+    }
+
     pub fn node_count(&self) -> usize {
         self.parents.len()
     }

@@ -122,9 +122,9 @@ impl Store {
                 let mut pairs = Vec::new();
                 s.gids.drain(&mut pairs);
                 std::mem::swap(&mut s.gids, &mut s.spare);
-                r.map(|()| Cached::Frames(Arc::new(pairs)))
+                r.map(|()| Cached::MergePart(Arc::new(pairs)))
             })?;
-            if let Cached::Frames(pairs) = &*c {
+            if let Cached::MergePart(pairs) = &*c {
                 s.gids.prepare(frames.read().len());
                 for &(g, v) in pairs.iter() {
                     s.gids.add(g, v);
@@ -222,9 +222,9 @@ impl Store {
                         let mut own = FrameGroups::default();
                         group_frames(src, sel, range, q, &resolve, &frames, &mut own, s)?;
                         own.shrink_for_cache();
-                        Ok(Cached::Groups2(Arc::new(own)))
+                        Ok(Cached::GroupPart(Arc::new(own)))
                     })?;
-                    if let Cached::Groups2(g) = &*c {
+                    if let Cached::GroupPart(g) = &*c {
                         acc.add(g);
                     }
                     Ok(())

@@ -25,9 +25,9 @@ pub enum Cached {
     Body(Arc<[u8]>),
     /// One segment's part of a merge: `(frame id, value)` pairs (see
     /// [`QueryEngine::partial`]).
-    Frames(Arc<Vec<(u32, i64)>>),
+    MergePart(Arc<Vec<(u32, i64)>>),
     /// One segment's part of a group-by over frame ids.
-    Groups2(Arc<FrameGroups>),
+    GroupPart(Arc<FrameGroups>),
 }
 
 impl Cached {
@@ -39,8 +39,8 @@ impl Cached {
             }
             Cached::Groups(g) => g.approx_bytes(),
             Cached::Body(b) => b.len() + 64,
-            Cached::Frames(p) => p.len() * 16 + 64,
-            Cached::Groups2(g) => g.approx_bytes(),
+            Cached::MergePart(p) => p.len() * 16 + 64,
+            Cached::GroupPart(g) => g.approx_bytes(),
         }
     }
 }

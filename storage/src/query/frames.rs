@@ -20,9 +20,10 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 use rustc_hash::FxHashMap;
 
+use super::interner::Interner;
 use super::scratch::Memo;
 use super::tree::frame_name;
-use crate::dict::{Dict, NO_PARENT};
+use crate::dict::Dict;
 
 /// The root's gid.
 pub const ROOT_GID: u32 = 0;
@@ -33,8 +34,7 @@ pub struct FrameTree {
     parents: Vec<u32>,
     names: Vec<u32>,
     children: FxHashMap<(u32, u32), u32>,
-    name_strs: Vec<String>,
-    name_ids: FxHashMap<String, u32>,
+    name_strs: Interner,
 }
 
 impl FrameTree {
@@ -44,9 +44,12 @@ impl FrameTree {
             parents: vec![ROOT_GID],
             names: vec![0],
             children: FxHashMap::default(),
-            name_strs: vec!["total".to_string()],
-            // The root's name, as `CallTree::new` interns it.
-            name_ids: std::iter::once(("total".to_string(), 0)).collect(),
+            // The root's name is 0, as `CallTree::new` interns it.
+            name_strs: {
+                let mut n = Interner::default();
+                n.intern("total");
+                n
+            },
         }
     }
 
@@ -67,27 +70,41 @@ impl FrameTree {
         self.parents.get(gid as usize).copied().unwrap_or(ROOT_GID)
     }
 
+    /// Walks from `gid` towards the root until `known` gives a value, and returns
+    /// it (`None` when even the root is unknown). `path` receives the ids passed,
+    /// leaf first. Parents have smaller ids, so the walk ends.
+    pub fn climb_until<T>(
+        &self,
+        gid: u32,
+        path: &mut Vec<u32>,
+        mut known: impl FnMut(u32) -> Option<T>,
+    ) -> Option<T> {
+        path.clear();
+        let mut g = gid;
+        loop {
+            if let Some(v) = known(g) {
+                return Some(v);
+            }
+            if g == ROOT_GID {
+                return None;
+            }
+            path.push(g);
+            let p = self.parent(g);
+            g = if p < g { p } else { ROOT_GID };
+        }
+    }
+
     pub fn name_of(&self, gid: u32) -> u32 {
         self.names.get(gid as usize).copied().unwrap_or(0)
     }
 
     pub fn name(&self, name: u32) -> &str {
-        self.name_strs.get(name as usize).map_or("", String::as_str)
+        self.name_strs.get(name)
     }
 
     /// The id of name `s`, if some frame has it.
     pub fn name_id(&self, s: &str) -> Option<u32> {
-        self.name_ids.get(s).copied()
-    }
-
-    fn intern(&mut self, s: &str) -> u32 {
-        if let Some(&id) = self.name_ids.get(s) {
-            return id;
-        }
-        let id = self.name_strs.len() as u32;
-        self.name_strs.push(s.to_string());
-        self.name_ids.insert(s.to_string(), id);
-        id
+        self.name_strs.id(s)
     }
 
     fn child(&mut self, parent: u32, name: u32) -> u32 {
@@ -110,21 +127,9 @@ impl FrameTree {
         names: &mut Memo,
         path: &mut Vec<u32>,
     ) -> u32 {
-        path.clear();
-        let mut n = node;
-        let mut gid = ROOT_GID;
-        // Parents precede their children (checked when the dictionary was decoded).
-        loop {
-            if let Some(g) = memo.get(n) {
-                gid = g;
-                break;
-            }
-            path.push(n);
-            match dict.parents.get(n as usize) {
-                Some(&p) if p != NO_PARENT && p < n => n = p,
-                _ => break,
-            }
-        }
+        let mut gid = dict
+            .climb_until(node, path, |n| memo.get(n))
+            .unwrap_or(ROOT_GID);
         for &n in path.iter().rev() {
             let loc = dict.node_locations.get(n as usize).copied().unwrap_or(0);
             // Memoised per function where the frame is named by it (many locations,
@@ -145,7 +150,7 @@ impl FrameTree {
             let name = match names.get(key) {
                 Some(id) => id,
                 None => {
-                    let id = self.intern(&frame_name(dict, loc));
+                    let id = self.name_strs.intern(&frame_name(dict, loc));
                     names.set(key, id);
                     id
                 }

@@ -14,6 +14,7 @@ use roaring::RoaringBitmap;
 use rustc_hash::FxHashMap;
 
 use super::frames::{FrameTree, ROOT_GID};
+use super::interner::Interner;
 use super::scratch::{Memo, Scratch};
 use super::tree::frame_name;
 use super::{node_values, selection, Source, TimeRange};
@@ -154,20 +155,7 @@ impl NodeFilter {
     }
 
     fn flags(&self, dict: &Dict, node: u32, memo: &mut Memo, path: &mut Vec<u32>) -> u32 {
-        path.clear();
-        let mut n = node;
-        let mut flags = 0;
-        loop {
-            if let Some(f) = memo.get(n) {
-                flags = f;
-                break;
-            }
-            path.push(n);
-            match dict.parents.get(n as usize) {
-                Some(&p) if p != NO_PARENT && p < n => n = p,
-                _ => break,
-            }
-        }
+        let mut flags = dict.climb_until(node, path, |n| memo.get(n)).unwrap_or(0);
         for &n in path.iter().rev() {
             let f = dict
                 .node_locations
@@ -195,25 +183,6 @@ fn binary_name(dict: &Dict, loc: u32) -> &str {
         .and_then(|m| dict.mappings.get(m as usize))
         .map(|m| dict.str(m.file))
         .unwrap_or_default()
-}
-
-/// Strings of one source's stack-derived key values, each interned once.
-#[derive(Default)]
-struct KeyNames {
-    names: Vec<String>,
-    ids: FxHashMap<String, u32>,
-}
-
-impl KeyNames {
-    fn id(&mut self, s: &str) -> u32 {
-        if let Some(&id) = self.ids.get(s) {
-            return id;
-        }
-        let id = self.names.len() as u32;
-        self.names.push(s.to_string());
-        self.ids.insert(s.to_string(), id);
-        id
-    }
 }
 
 /// Adds the group-by rows of `src` to `acc`. `resolve` maps a function regex to the
@@ -264,7 +233,8 @@ pub fn group_into(
     scratch.keep.prepare(dict.node_count());
     scratch.names.prepare(dict.locations.len());
     scratch.nodes.prepare(dict.locations.len());
-    let mut names = KeyNames::default();
+    // Strings of this source's stack-derived key values, each interned once.
+    let mut names = Interner::default();
     // Per (group, stack-derived key ids): the summed value. Label keys are implied by
     // the group.
     let mut rows: FxHashMap<(usize, Vec<u32>), i64> = FxHashMap::default();
@@ -295,7 +265,7 @@ pub fn group_into(
                             let id = match scratch.names.get(leaf_loc) {
                                 Some(id) => id,
                                 None => {
-                                    let id = names.id(&frame_name(dict, leaf_loc));
+                                    let id = names.intern(&frame_name(dict, leaf_loc));
                                     scratch.names.set(leaf_loc, id);
                                     id
                                 }
@@ -306,7 +276,7 @@ pub fn group_into(
                             let id = match scratch.nodes.get(leaf_loc) {
                                 Some(id) => id,
                                 None => {
-                                    let id = names.id(binary_name(dict, leaf_loc));
+                                    let id = names.intern(binary_name(dict, leaf_loc));
                                     scratch.nodes.set(leaf_loc, id);
                                     id
                                 }
@@ -321,7 +291,7 @@ pub fn group_into(
                                 let id = match scratch.names.get(loc) {
                                     Some(id) => id,
                                     None => {
-                                        let id = names.id(&frame_name(dict, loc));
+                                        let id = names.intern(&frame_name(dict, loc));
                                         scratch.names.set(loc, id);
                                         id
                                     }
@@ -367,8 +337,7 @@ pub fn group_into(
                 if k.is_stack_derived() {
                     si += 1;
                     ids.get(si - 1)
-                        .and_then(|&id| names.names.get(id as usize))
-                        .cloned()
+                        .map(|&id| names.get(id).to_string())
                         .unwrap_or_default()
                 } else {
                     li += 1;
@@ -489,20 +458,9 @@ impl FrameGroups {
 
     fn flags(&mut self, tree: &FrameTree, gid: u32) -> u32 {
         let mut path = Vec::new();
-        let mut g = gid;
-        let mut flags = 0;
-        loop {
-            if let Some(&f) = self.flags.get(&g) {
-                flags = f;
-                break;
-            }
-            if g == ROOT_GID {
-                break;
-            }
-            path.push(g);
-            let p = tree.parent(g);
-            g = if p < g { p } else { ROOT_GID };
-        }
+        let mut flags = tree
+            .climb_until(gid, &mut path, |g| self.flags.get(&g).copied())
+            .unwrap_or(0);
         for &g in path.iter().rev() {
             let name = tree.name_of(g);
             if self.include_names.contains(&name) {
@@ -528,6 +486,10 @@ impl FrameGroups {
         for acc in accs {
             out.total = out.total.saturating_add(acc.total);
             for ((g, gid), v) in acc.values {
+                // With stack keys every value sits on a frame; the root has no name.
+                if stack_keys && gid == ROOT_GID {
+                    continue;
+                }
                 let labels = acc.groups.get(g as usize).map_or(&[][..], |l| &l[..]);
                 let mut choices: Vec<Vec<String>> = Vec::with_capacity(q.keys.len());
                 let mut li = 0;
@@ -557,9 +519,6 @@ impl FrameGroups {
                             choices.push(names.iter().map(|&n| tree.name(n).to_string()).collect());
                         }
                     }
-                }
-                if stack_keys && gid == ROOT_GID {
-                    continue;
                 }
                 for_each_product(&choices, |key| {
                     let e = out.rows.entry(key).or_insert(0);

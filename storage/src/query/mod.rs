@@ -10,6 +10,7 @@ pub mod diff;
 pub mod flamegraph;
 pub mod frames;
 pub mod groupby;
+pub mod interner;
 pub mod scratch;
 pub mod timeseries;
 pub mod tree;

@@ -117,17 +117,10 @@ impl CallTree {
             if v == 0 {
                 continue;
             }
-            path.clear();
-            let mut g = gid;
-            // Parents have smaller gids and the root maps to ROOT: this terminates.
-            let mut parent = loop {
-                if let Some(&n) = node_of.get(&g) {
-                    break n;
-                }
-                path.push(g);
-                let p = frames.parent(g);
-                g = if p < g { p } else { ROOT_GID };
-            };
+            // The root maps to ROOT, so the climb always ends on a known node.
+            let mut parent = frames
+                .climb_until(gid, &mut path, |g| node_of.get(&g).copied())
+                .unwrap_or(ROOT);
             for &g in path.iter().rev() {
                 let gname = frames.name_of(g);
                 let name = *name_of.entry(gname).or_insert_with(|| {
@@ -255,18 +248,6 @@ impl CallTree {
         self.nodes.iter().all(|n| n.self_value == 0)
     }
 
-    /// Children of every node, each list sorted by frame name.
-    pub fn children_sorted(&self) -> Vec<Vec<u32>> {
-        let mut out: Vec<Vec<u32>> = vec![Vec::new(); self.nodes.len()];
-        for (i, n) in self.nodes.iter().enumerate().skip(1) {
-            out[n.parent as usize].push(i as u32);
-        }
-        for c in out.iter_mut() {
-            c.sort_by(|a, b| self.node_name(*a).cmp(self.node_name(*b)));
-        }
-        out
-    }
-
     /// Root-first frame names of `node`.
     pub fn path(&self, node: u32) -> Vec<&str> {
         let mut out = Vec::new();
@@ -322,13 +303,15 @@ mod tests {
         assert_eq!(f["main;work"], 5);
         assert_eq!(f["main;idle"], 5);
         assert_eq!(f["main"], 1);
-        let kids = a.children_sorted();
-        let main = kids[0][0];
+        let children = |p: u32| -> Vec<u32> {
+            (1..a.nodes().len() as u32)
+                .filter(|&i| a.nodes()[i as usize].parent == p)
+                .collect()
+        };
+        let main = children(ROOT)[0];
         assert_eq!(a.nodes()[main as usize].total, 11);
-        let names: Vec<&str> = kids[main as usize]
-            .iter()
-            .map(|&n| a.node_name(n))
-            .collect();
+        let mut names: Vec<&str> = children(main).iter().map(|&n| a.node_name(n)).collect();
+        names.sort_unstable();
         assert_eq!(names, vec!["idle", "work"]);
     }
 }

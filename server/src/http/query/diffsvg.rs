@@ -12,6 +12,7 @@ use profiledb_ingest::parse_time;
 use profiledb_storage::{now_ms, TenantId, TimeRange};
 use serde::Deserialize;
 
+use super::native::flame_svg;
 use super::render::profile_type_of;
 use super::{blocking, selector_for, storage_error};
 use crate::error::{ApiError, ApiResult};
@@ -98,14 +99,7 @@ async fn diff_svg(
         };
         inferno::differential::from_readers(opts, bt.as_bytes(), ct.as_bytes(), &mut folded)
             .map_err(|e| ApiError::internal(format!("diff folding failed: {e}")))?;
-        let text = String::from_utf8_lossy(&folded).into_owned();
-        let mut fo = inferno::flamegraph::Options::default();
-        fo.title = title;
-        fo.count_name = pt.split(':').nth(2).unwrap_or("samples").to_string();
-        let mut out = Vec::new();
-        inferno::flamegraph::from_lines(&mut fo, text.lines(), &mut out)
-            .map_err(|e| ApiError::internal(format!("SVG rendering failed: {e}")))?;
-        Ok(out)
+        flame_svg(title, &pt, &String::from_utf8_lossy(&folded))
     })
     .await?;
     Ok(([(header::CONTENT_TYPE, "image/svg+xml")], svg).into_response())

@@ -455,21 +455,30 @@ async fn svg(
             .clone()
             .or_else(|| p.query.clone())
             .unwrap_or_else(|| "profiledb".into());
-        let pt = profile_type_of(p.query.as_ref());
         let text = tree.to_folded_text();
-        let mut opts = inferno::flamegraph::Options::default();
-        opts.title = title;
-        opts.count_name = pt.split(':').nth(2).unwrap_or("samples").to_string();
-        let mut out = Vec::new();
         if text.is_empty() {
             // inferno refuses empty input: say plainly that the range holds no data.
-            return Ok(empty_svg(&opts.title).into_bytes());
+            return Ok(empty_svg(&title).into_bytes());
         }
-        inferno::flamegraph::from_lines(&mut opts, text.lines(), &mut out)
-            .map_err(|e| ApiError::internal(format!("SVG rendering failed: {e}")))?;
-        Ok(out)
+        flame_svg(title, &profile_type_of(p.query.as_ref()), &text)
     })
     .await
+}
+
+/// An inferno flame graph of non-empty folded `text`, counted in the sample unit
+/// of `profile_type`.
+pub(super) fn flame_svg(title: String, profile_type: &str, text: &str) -> ApiResult<Vec<u8>> {
+    let mut opts = inferno::flamegraph::Options::default();
+    opts.title = title;
+    opts.count_name = profile_type
+        .split(':')
+        .nth(2)
+        .unwrap_or("samples")
+        .to_string();
+    let mut out = Vec::new();
+    inferno::flamegraph::from_lines(&mut opts, text.lines(), &mut out)
+        .map_err(|e| ApiError::internal(format!("SVG rendering failed: {e}")))?;
+    Ok(out)
 }
 
 /// A small SVG saying the selection is empty, instead of an error image.
