@@ -203,8 +203,8 @@ impl QueryEngine {
 
     /// A per-segment partial result: `compute` runs on a miss and its result is kept.
     /// Segments are immutable, so a key naming the segment id, the frame-tree
-    /// generation, the selection and the segment's step range stays valid for as
-    /// long as the segment lives; entries of deleted segments are simply never asked
+    /// generation and the selection of a query covering the whole partition stays
+    /// valid for as long as the segment lives; entries of deleted segments are simply never asked
     /// for again and age out under the byte bound. A query whose window moves (a
     /// dashboard refreshing "last 24 h") recomputes only the partitions at its edges.
     pub fn partial(

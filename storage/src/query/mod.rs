@@ -152,14 +152,15 @@ pub fn merge_frames(
     Ok(())
 }
 
-/// The key part naming `src`'s share of a query over `range`, for sources whose
-/// part can be cached (immutable segments): the segment id and its selected steps,
-/// clamped to the partition so that every range covering it gives the same key.
+/// The key part naming `src`'s share of a query over `range`, when that share can
+/// be cached: `src` is an immutable segment and `range` covers its whole partition
+/// (then every such range gives the same share). A range cutting into the partition,
+/// as the oldest one of a sliding window does, would make a new entry on every
+/// query, so it is computed instead.
 pub(crate) fn partial_key(src: &dyn Source, range: TimeRange) -> Option<String> {
     let id = src.segment_id()?;
     let (lo, hi) = steps(src, range);
-    let hi = hi.min(src.partition_steps());
-    Some(format!("{id}\u{0}{lo}..{hi}"))
+    (lo == 0 && hi >= src.partition_steps()).then(|| id.to_string())
 }
 
 /// The series of `src` selected by `sel` and the step range `[lo, hi)` of `range`,
