@@ -201,4 +201,10 @@ fn moving_windows_reuse_segment_parts() {
     let (v3, _) = flamegraph_between(&s, t + 30 * 60_000, t + hour);
     assert_eq!(v3["total"], 0, "the samples are in the first minute");
     assert_eq!(hits(), h0 + 2, "a partial window is not a cached part");
+    // Nor is one cached: asked again (moved by a ms, so the answer cache misses), it
+    // is computed again, not found.
+    let (m_before, h_before) = (misses(), hits());
+    let (v4, _) = flamegraph_between(&s, t + 30 * 60_000 - 1, t + hour);
+    assert_eq!(v4["total"], 0);
+    assert_eq!((hits(), misses()), (h_before, m_before));
 }
