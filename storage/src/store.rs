@@ -83,6 +83,28 @@ impl quick_cache::Weighter<u64, Arc<LoadedSegment>> for SegmentWeighter {
     }
 }
 
+type SegmentCache = quick_cache::sync::Cache<u64, Arc<LoadedSegment>, SegmentWeighter>;
+
+/// The decoded-segment cache: one shard. A decoded segment is tens to hundreds of
+/// MB, and a sharded cache gives each shard a fraction of the budget and refuses
+/// items larger than a shard's hot area: the biggest (newest, densest) segment was
+/// then read from disk on every query while the cache sat half empty. Lookups are
+/// one per segment per query, so a single lock costs nothing measurable.
+fn segment_cache(bytes: u64) -> SegmentCache {
+    let options = quick_cache::OptionsBuilder::new()
+        .shards(1)
+        .estimated_items_capacity((bytes / (16 << 20)).clamp(16, 100_000) as usize)
+        .weight_capacity(bytes)
+        .build();
+    match options {
+        Ok(o) => {
+            SegmentCache::with_options(o, SegmentWeighter, Default::default(), Default::default())
+        }
+        // Only a zero capacity is refused; keep a cache that holds nothing.
+        Err(_) => SegmentCache::with_weighter(16, bytes, SegmentWeighter),
+    }
+}
+
 struct Inner {
     dir: PathBuf,
     cfg: StoreConfig,
@@ -98,7 +120,7 @@ struct Inner {
     segments_version: AtomicU64,
     /// Name-level frame tree shared by all queries (see [`query::frames`]).
     frames: query::frames::Frames,
-    cache: quick_cache::sync::Cache<u64, Arc<LoadedSegment>, SegmentWeighter>,
+    cache: SegmentCache,
     stats: StoreStats,
     closed: AtomicBool,
     /// Serializes compaction, downsampling and retention with each other.
@@ -184,7 +206,6 @@ impl Store {
         })?;
         inc(&stats.wal_replayed_records, report.records);
         inc(&stats.wal_truncated_bytes, report.truncated_bytes);
-        let cache_items = (cfg.segment_cache_bytes / (1 << 20)).clamp(16, 100_000) as usize;
         let inner = Inner {
             dir: dir.clone(),
             state,
@@ -194,11 +215,7 @@ impl Store {
             next_segment_id: AtomicU64::new(max_id + 1),
             segments_version: AtomicU64::new(1),
             frames: Default::default(),
-            cache: quick_cache::sync::Cache::with_weighter(
-                cache_items,
-                cfg.segment_cache_bytes,
-                SegmentWeighter,
-            ),
+            cache: segment_cache(cfg.segment_cache_bytes),
             stats,
             closed: AtomicBool::new(false),
             lifecycle: Mutex::new(()),
@@ -459,7 +476,10 @@ impl Store {
 
     /// Merges the selected samples of `range` into one call tree.
     pub fn merge(&self, tenant: &TenantId, sel: &Selector, range: TimeRange) -> Result<CallTree> {
-        self.merge_frames_scope(tenant, sel, range, Scope::All, 0, &|| Ok(()), None)
+        let frames = self.frames().for_query();
+        let pairs =
+            self.merge_frames_scope(tenant, sel, range, Scope::All, &frames, 0, &|| Ok(()), None)?;
+        Ok(query::Merged::new(frames, pairs).to_tree())
     }
 
     /// The store's shared frame tree (see [`query::frames`]).

@@ -7,22 +7,24 @@
 //! segment while neither scan saw it (or both did), so a changed version discards the
 //! split result and recomputes over everything, uncached.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use parking_lot::RwLock;
 use regex::Regex;
 use roaring::RoaringBitmap;
 
 use crate::error::{Result, StorageError};
 use crate::fnindex::scan_functions;
-use crate::model::{Labels, TenantId};
+use crate::model::TenantId;
 use crate::query::cache::{Cached, Deadline, QueryEngine};
-use crate::query::diff::{diff_stats, DiffEntry, DiffStats};
-use crate::query::flamegraph::{flamegraph_diff, FlameGraphDiff};
+use crate::query::diff::{DiffEntry, DiffStats};
+use crate::query::flamegraph::FlameGraphDiff;
+use crate::query::frames::FrameTree;
 use crate::query::groupby::{
     frames_can_group, group_frames, group_into, FrameGroups, GroupAcc, GroupByQuery,
 };
-use crate::query::timeseries::{group_series, SeriesPoints};
+use crate::query::merged::{add_sorted, diff_stats_merged, flamegraph_diff_merged, Merged};
+use crate::query::timeseries::{SeriesGroups, SeriesPoints};
 use crate::query::{merge_frames, partial_key, CallTree, Scratch, Source, TimeRange};
 use crate::selector::Selector;
 use crate::store::{Scope, Store};
@@ -30,8 +32,8 @@ use crate::store::{Scope, Store};
 /// Both sides of a diff and what was computed from them.
 #[derive(Clone, Debug)]
 pub struct DiffResult {
-    pub base: CallTree,
-    pub compare: CallTree,
+    pub base: Merged,
+    pub compare: Merged,
     pub flamegraph: FlameGraphDiff,
     pub top: Vec<DiffEntry>,
     pub stats: DiffStats,
@@ -72,30 +74,9 @@ impl Store {
         Ok(seg)
     }
 
-    fn merge_scope(
-        &self,
-        engine: &QueryEngine,
-        deadline: Deadline,
-        tenant: &TenantId,
-        sel: &Selector,
-        range: TimeRange,
-        scope: Scope,
-    ) -> Result<CallTree> {
-        let check = || deadline.check();
-        self.merge_frames_scope(
-            tenant,
-            sel,
-            range,
-            scope,
-            engine.limits.max_tree_nodes,
-            &check,
-            Some(engine),
-        )
-    }
-
-    /// Merges the selected samples of `scope` by frame-tree id on the scan threads,
-    /// then builds the call tree once. `max_nodes` (0 = unbounded) is the memory
-    /// budget; `check` is called before each source (deadlines).
+    /// Merges the selected samples of `scope` by frame-tree id on the scan threads.
+    /// Returns `(gid, self value)` sorted by gid. `max_nodes` (0 = unbounded) is the
+    /// memory budget; `check` is called before each source (deadlines).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn merge_frames_scope(
         &self,
@@ -103,22 +84,22 @@ impl Store {
         sel: &Selector,
         range: TimeRange,
         scope: Scope,
+        frames: &Arc<RwLock<FrameTree>>,
         max_nodes: usize,
         check: &(dyn Fn() -> Result<()> + Sync),
         partials: Option<&QueryEngine>,
-    ) -> Result<CallTree> {
-        let frames = self.frames().for_query();
+    ) -> Result<Vec<(u32, i64)>> {
         let generation = frames.read().generation();
         let accs = self.scan_scoped(tenant, range, scope, Scratch::take, |s, src| {
             check()?;
             let (Some(engine), Some(part)) = (partials, partial_key(src, range)) else {
-                return merge_frames(src, sel, range, &frames, s);
+                return merge_frames(src, sel, range, frames, s);
             };
             let key = format!("frames\u{0}{generation}\u{0}{part}\u{0}{tenant}\u{0}{sel}");
             let c = engine.partial(key, || {
                 // This source alone, in the spare accumulator.
                 std::mem::swap(&mut s.gids, &mut s.spare);
-                let r = merge_frames(src, sel, range, &frames, s);
+                let r = merge_frames(src, sel, range, frames, s);
                 let mut pairs = Vec::new();
                 s.gids.drain(&mut pairs);
                 std::mem::swap(&mut s.gids, &mut s.spare);
@@ -132,34 +113,104 @@ impl Store {
             }
             Ok(())
         })?;
-        let (mut pairs, mut part) = (Vec::new(), Vec::new());
+        let mut parts: Vec<Vec<(u32, i64)>> = Vec::with_capacity(accs.len());
         for mut s in accs {
+            let mut part = Vec::new();
             s.gids.drain(&mut part);
-            pairs.extend_from_slice(&part);
+            parts.push(part);
             s.give_back();
         }
         // Threads' sums of the same gid are combined.
-        pairs.sort_unstable_by_key(|p| p.0);
-        pairs.dedup_by(|b, a| {
-            if a.0 == b.0 {
-                a.1 = a.1.saturating_add(b.1);
-                true
-            } else {
-                false
-            }
-        });
+        let pairs = parts
+            .into_iter()
+            .reduce(|a, b| add_sorted(&a, &b))
+            .unwrap_or_default();
         if max_nodes > 0 && pairs.len() > max_nodes {
             return Err(tree_too_large(max_nodes));
         }
-        let mut tree = CallTree::from_frames(&frames.read(), &pairs);
-        if max_nodes > 0 && tree.nodes().len() > max_nodes {
-            return Err(tree_too_large(max_nodes));
-        }
-        tree.finalize();
-        Ok(tree)
+        Ok(pairs)
     }
 
-    /// [`Store::merge`] through the engine's result cache and limits.
+    /// The merge of `sel` over `range` in frame-tree space, through the engine's
+    /// result cache and limits. `frames` is the tree of the query (one tree for
+    /// every side of a diff).
+    pub fn merge_in(
+        &self,
+        engine: &QueryEngine,
+        tenant: &TenantId,
+        sel: &Selector,
+        range: TimeRange,
+        frames: &Arc<RwLock<FrameTree>>,
+    ) -> Result<Merged> {
+        let deadline = engine.deadline();
+        let check = || deadline.check();
+        let generation = frames.read().generation();
+        let pairs = self.cached_split(
+            engine,
+            key("merge", tenant, sel, range, &generation.to_string()),
+            |scope| {
+                self.merge_frames_scope(
+                    tenant,
+                    sel,
+                    range,
+                    scope,
+                    frames,
+                    engine.limits.max_tree_nodes,
+                    &check,
+                    Some(engine),
+                )
+            },
+            |p| Cached::MergePart(Arc::new(p.clone())),
+            |c| match c {
+                Cached::MergePart(p) => Some(p.to_vec()),
+                _ => None,
+            },
+            |a, b| {
+                if !b.is_empty() {
+                    *a = add_sorted(a, &b);
+                }
+            },
+        )?;
+        Ok(Merged::new(frames.clone(), pairs))
+    }
+
+    /// [`Store::merge_in`] with the store's current frame tree.
+    pub fn merge_frames_cached(
+        &self,
+        engine: &QueryEngine,
+        tenant: &TenantId,
+        sel: &Selector,
+        range: TimeRange,
+    ) -> Result<Merged> {
+        let frames = self.frames().for_query();
+        self.merge_in(engine, tenant, sel, range, &frames)
+    }
+
+    /// The merges of two selections in one frame tree, so they compare by gid (the
+    /// sides of a diff). They run at once: the two windows often read different
+    /// segments.
+    pub fn merge_both(
+        &self,
+        engine: &QueryEngine,
+        tenant: &TenantId,
+        base: (&Selector, TimeRange),
+        compare: (&Selector, TimeRange),
+    ) -> Result<(Merged, Merged)> {
+        let frames = self.frames().for_query();
+        let (b, c) = std::thread::scope(|scope| {
+            let other = scope.spawn(|| self.merge_in(engine, tenant, base.0, base.1, &frames));
+            let c = self.merge_in(engine, tenant, compare.0, compare.1, &frames);
+            let b = other.join().unwrap_or_else(|_| {
+                Err(StorageError::Invalid(
+                    "the base side of the diff panicked".into(),
+                ))
+            });
+            (b, c)
+        });
+        Ok((b?, c?))
+    }
+
+    /// [`Store::merge`] through the engine's result cache and limits, as a call tree.
     pub fn merge_cached(
         &self,
         engine: &QueryEngine,
@@ -167,21 +218,14 @@ impl Store {
         sel: &Selector,
         range: TimeRange,
     ) -> Result<CallTree> {
-        let deadline = engine.deadline();
-        self.cached_split(
-            engine,
-            key("merge", tenant, sel, range, ""),
-            |scope| self.merge_scope(engine, deadline, tenant, sel, range, scope),
-            |t| Cached::Tree(t.clone()),
-            |c| match c {
-                Cached::Tree(t) => Some(t.clone()),
-                _ => None,
-            },
-            |a, b| {
-                a.merge(&b);
-                a.finalize();
-            },
-        )
+        let tree = self
+            .merge_frames_cached(engine, tenant, sel, range)?
+            .to_tree();
+        let max = engine.limits.max_tree_nodes;
+        if max > 0 && tree.nodes().len() > max {
+            return Err(tree_too_large(max));
+        }
+        Ok(tree)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -301,15 +345,13 @@ impl Store {
         step_ms: i64,
         limit: usize,
     ) -> Result<Vec<SeriesPoints>> {
-        let totals: BTreeMap<Labels, BTreeMap<i64, i64>> =
-            self.series_totals(tenant, sel, range)?;
-        Ok(group_series(
-            &totals,
-            group_by,
-            range.start_ms,
-            step_ms,
-            limit,
-        ))
+        let accs = self.scan(
+            tenant,
+            range,
+            || SeriesGroups::new(range, step_ms),
+            |acc, src| acc.add_source(src, sel, range, group_by),
+        )?;
+        Ok(SeriesGroups::finish(accs, limit))
     }
 
     /// Diff of two selections: diff flame graph, top movers and GWP statistics.
@@ -323,10 +365,9 @@ impl Store {
         top: usize,
         max_nodes: usize,
     ) -> Result<DiffResult> {
-        let b = self.merge_cached(engine, tenant, base.0, base.1)?;
-        let c = self.merge_cached(engine, tenant, compare.0, compare.1)?;
-        let flamegraph = flamegraph_diff(&b, &c, max_nodes);
-        let (top, stats) = diff_stats(&b, &c, top);
+        let (b, c) = self.merge_both(engine, tenant, base, compare)?;
+        let flamegraph = flamegraph_diff_merged(&b, &c, max_nodes);
+        let (top, stats) = diff_stats_merged(&b, &c, top);
         Ok(DiffResult {
             base: b,
             compare: c,

@@ -2,8 +2,8 @@
 //! and what the diff engine measured go in; the next state and the notifications to
 //! send come out. The scheduler feeds it real time; the tests step simulated time.
 
-use profiledb_storage::query::diff::{flat, DiffEntry, DiffStats};
-use profiledb_storage::CallTree;
+use profiledb_storage::query::diff::{DiffEntry, DiffStats};
+use rustc_hash::FxHashMap;
 
 use super::rule::{Condition, Ranges, Rule, Watch};
 use super::state::{AlertState, Measurement, Mover, Notification, NotificationKind, RuleState};
@@ -12,8 +12,8 @@ use super::state::{AlertState, Measurement, Mover, Notification, NotificationKin
 pub fn measure(
     rule: &Rule,
     ranges: Ranges,
-    base: &CallTree,
-    compare: &CallTree,
+    base: &FxHashMap<String, i64>,
+    compare: &FxHashMap<String, i64>,
     top: &[DiffEntry],
     stats: &DiffStats,
 ) -> Measurement {
@@ -33,12 +33,11 @@ pub fn measure(
         .collect();
     let (function, base_share, compare_share) = match &rule.watch {
         Watch::Function { regex } => {
-            let side = |tree: &CallTree| {
-                let f = flat(tree);
+            let side = |f: &FxHashMap<String, i64>| {
                 let total: i64 = f.values().sum();
                 let mut best: Option<(&str, i64)> = None;
                 let mut matched = 0i64;
-                for (name, &v) in &f {
+                for (name, &v) in f {
                     if regex.is_match(name) {
                         matched += v;
                         if best.is_none_or(|(bn, bv)| v > bv || (v == bv && name.as_str() < bn)) {
@@ -176,7 +175,7 @@ pub fn step(
 mod tests {
     use super::*;
     use crate::alerts::rule::{BaselineSpec, RuleSpec, WatchSpec};
-    use profiledb_storage::query::diff::diff_stats;
+    use profiledb_storage::query::diff::{diff_stats, flat};
 
     const MIN: i64 = 60_000;
 
@@ -217,7 +216,7 @@ mod tests {
 
     fn measured(r: &Rule, now: i64, base: &CallTree, cmp: &CallTree) -> Measurement {
         let (top, stats) = diff_stats(base, cmp, r.top_k());
-        measure(r, r.ranges(now), base, cmp, &top, &stats)
+        measure(r, r.ranges(now), &flat(base), &flat(cmp), &top, &stats)
     }
 
     fn function_rule(for_: &str) -> Rule {

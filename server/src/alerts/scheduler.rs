@@ -112,7 +112,14 @@ async fn evaluate(alerts: &Arc<Alerts>, rule: &Arc<Rule>, state: &Arc<Mutex<Rule
                 16,
             )
             .map_err(|e| e.to_string())?;
-        Ok(measure(&r, ranges, &d.base, &d.compare, &d.top, &d.stats))
+        Ok(measure(
+            &r,
+            ranges,
+            &d.base.flat(),
+            &d.compare.flat(),
+            &d.top,
+            &d.stats,
+        ))
     })
     .await
     .unwrap_or_else(|e| Err(format!("evaluation task failed: {e}")));

@@ -11,20 +11,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::groupby::{FrameGroups, GroupAcc};
-use super::tree::CallTree;
 use crate::error::{Result, StorageError};
 use crate::fnindex::FnIndex;
 
 /// A cached segment-part result.
 #[derive(Clone, Debug)]
 pub enum Cached {
-    Tree(CallTree),
     Groups(GroupAcc),
     /// A finished response body (the server caches whole answers that came from
     /// immutable segments only).
     Body(Arc<[u8]>),
-    /// One segment's part of a merge: `(frame id, value)` pairs (see
-    /// [`QueryEngine::partial`]).
+    /// A merge in frame-tree space: `(frame id, value)` pairs sorted by id; one
+    /// segment's (see [`QueryEngine::partial`]) or a query's segment part.
     MergePart(Arc<Vec<(u32, i64)>>),
     /// One segment's part of a group-by over frame ids.
     GroupPart(Arc<FrameGroups>),
@@ -33,10 +31,6 @@ pub enum Cached {
 impl Cached {
     fn approx_bytes(&self) -> usize {
         match self {
-            Cached::Tree(t) => {
-                // Nodes, the child map entry per node, and the names (about 32 bytes each).
-                t.nodes().len() * 96 + 256
-            }
             Cached::Groups(g) => g.approx_bytes(),
             Cached::Body(b) => b.len() + 64,
             Cached::MergePart(p) => p.len() * 16 + 64,

@@ -42,16 +42,6 @@ pub fn flat(tree: &CallTree) -> FxHashMap<String, i64> {
     out
 }
 
-fn shares(flat: &FxHashMap<String, i64>) -> (FxHashMap<&str, f64>, i64) {
-    let total: i64 = flat.values().sum();
-    let t = total as f64;
-    let m = flat
-        .iter()
-        .map(|(k, &v)| (k.as_str(), if total == 0 { 0.0 } else { v as f64 / t }))
-        .collect();
-    (m, total)
-}
-
 pub fn entropy<'a>(p: impl Iterator<Item = &'a f64>) -> f64 {
     -p.filter(|&&x| x > 0.0).map(|&x| x * x.log2()).sum::<f64>()
 }
@@ -59,50 +49,100 @@ pub fn entropy<'a>(p: impl Iterator<Item = &'a f64>) -> f64 {
 /// Returns the `k` functions whose share moved most (by |delta|), and the statistics.
 pub fn diff_stats(base: &CallTree, compare: &CallTree, k: usize) -> (Vec<DiffEntry>, DiffStats) {
     let (fb, fc) = (flat(base), flat(compare));
-    let ((pb, tb), (pc, tc)) = (shares(&fb), shares(&fc));
-    let mut names: Vec<&str> = pb.keys().chain(pc.keys()).copied().collect();
-    names.sort_unstable();
-    names.dedup();
-    let entries: Vec<DiffEntry> = names
+    diff_stats_by_name(&borrowed(&fb), &borrowed(&fc), k)
+}
+
+fn borrowed(f: &FxHashMap<String, i64>) -> FxHashMap<&str, i64> {
+    f.iter().map(|(k, &v)| (k.as_str(), v)).collect()
+}
+
+/// [`diff_stats`] of two flat distributions (self value per function name). Strings
+/// are copied only for the `k` entries returned.
+pub fn diff_stats_by_name(
+    base: &FxHashMap<&str, i64>,
+    compare: &FxHashMap<&str, i64>,
+    k: usize,
+) -> (Vec<DiffEntry>, DiffStats) {
+    let total = |f: &FxHashMap<&str, i64>| f.values().sum::<i64>();
+    let (tb, tc) = (total(base), total(compare));
+    let share = |v: i64, t: i64| if t == 0 { 0.0 } else { v as f64 / t as f64 };
+    // (name, base share, compare share) over the union of both sides' functions.
+    let mut rows: Vec<(&str, f64, f64)> = base
         .iter()
-        .map(|&n| {
-            let (b, c) = (
-                pb.get(n).copied().unwrap_or(0.0),
-                pc.get(n).copied().unwrap_or(0.0),
-            );
-            DiffEntry {
-                function: n.to_string(),
-                base_share: b,
-                compare_share: c,
-                delta: c - b,
-            }
+        .map(|(&n, &v)| {
+            (
+                n,
+                share(v, tb),
+                share(compare.get(n).copied().unwrap_or(0), tc),
+            )
+        })
+        .chain(
+            compare
+                .iter()
+                .filter(|(n, _)| !base.contains_key(*n))
+                .map(|(&n, &v)| (n, 0.0, share(v, tc))),
+        )
+        .collect();
+    let entropy_of = |side: fn(&(&str, f64, f64)) -> f64| {
+        -rows
+            .iter()
+            .map(side)
+            .filter(|&x| x > 0.0)
+            .map(|x| x * x.log2())
+            .sum::<f64>()
+    };
+    let (entropy_base, entropy_compare) = (entropy_of(|r| r.1), entropy_of(|r| r.2));
+    // Names are distinct, so both orders are total and the results deterministic.
+    let by_share = |a: &(&str, f64, f64), b: &(&str, f64, f64)| {
+        b.1.max(b.2)
+            .total_cmp(&a.1.max(a.2))
+            .then_with(|| a.0.cmp(b.0))
+    };
+    let by_delta = |a: &(&str, f64, f64), b: &(&str, f64, f64)| {
+        (b.2 - b.1)
+            .abs()
+            .total_cmp(&(a.2 - a.1).abs())
+            .then_with(|| a.0.cmp(b.0))
+    };
+    let manhattan = first_k(&mut rows, k, by_share)
+        .iter()
+        .map(|r| (r.2 - r.1).abs())
+        .sum();
+    let movers = first_k(&mut rows, k, by_delta)
+        .iter()
+        .map(|&(n, b, c)| DiffEntry {
+            function: n.to_string(),
+            base_share: b,
+            compare_share: c,
+            delta: c - b,
         })
         .collect();
-    let mut top = entries.clone();
-    top.sort_by(|a, b| {
-        b.base_share
-            .max(b.compare_share)
-            .total_cmp(&a.base_share.max(a.compare_share))
-            .then_with(|| a.function.cmp(&b.function))
-    });
-    top.truncate(k);
-    let manhattan = top.iter().map(|e| e.delta.abs()).sum();
-    let mut movers = entries;
-    movers.sort_by(|a, b| {
-        b.delta
-            .abs()
-            .total_cmp(&a.delta.abs())
-            .then_with(|| a.function.cmp(&b.function))
-    });
-    movers.truncate(k);
     let stats = DiffStats {
         manhattan,
-        entropy_base: entropy(pb.values()),
-        entropy_compare: entropy(pc.values()),
+        entropy_base,
+        entropy_compare,
         samples_base: tb,
         samples_compare: tc,
     };
     (movers, stats)
+}
+
+/// The first `k` of `rows` in `order`, sorted (a partial sort).
+fn first_k<'r, T>(
+    rows: &'r mut [T],
+    k: usize,
+    mut order: impl FnMut(&T, &T) -> std::cmp::Ordering,
+) -> &'r [T] {
+    let k = k.min(rows.len());
+    if k == 0 {
+        return &[];
+    }
+    if k < rows.len() {
+        rows.select_nth_unstable_by(k - 1, &mut order);
+    }
+    let head = &mut rows[..k];
+    head.sort_unstable_by(order);
+    head
 }
 
 #[cfg(test)]

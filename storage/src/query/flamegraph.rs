@@ -35,21 +35,45 @@ pub struct FlameGraphDiff {
     pub right_ticks: i64,
 }
 
+/// What the layout needs of a tree: nodes `0..len` with the root at 0 and every
+/// parent before its children, and frame names by id. Implemented by [`CallTree`]
+/// and by the compact view of a merge in frame-tree space ([`super::merged`]).
+pub(crate) trait Nodes {
+    fn len(&self) -> usize;
+    fn parent(&self, node: usize) -> usize;
+    /// Equal ids mean equal names.
+    fn name_id(&self, node: usize) -> u32;
+    fn name_of_id(&self, id: u32) -> &str;
+}
+
+impl Nodes for CallTree {
+    fn len(&self) -> usize {
+        self.nodes().len()
+    }
+    fn parent(&self, node: usize) -> usize {
+        self.nodes()[node].parent as usize
+    }
+    fn name_id(&self, node: usize) -> u32 {
+        self.nodes()[node].name
+    }
+    fn name_of_id(&self, id: u32) -> &str {
+        self.name(id)
+    }
+}
+
 /// A tree shape with `K` value columns per node (1 for a flame graph, 2 for a diff).
-struct Shape<'a, const K: usize> {
-    tree: &'a CallTree,
+pub(crate) struct Shape<'a, N: Nodes, const K: usize> {
+    tree: &'a N,
     selfs: Vec<[i64; K]>,
     totals: Vec<[i64; K]>,
 }
 
-impl<'a, const K: usize> Shape<'a, K> {
-    fn new(tree: &'a CallTree, selfs: Vec<[i64; K]>) -> Self {
-        let nodes = tree.nodes();
+impl<'a, N: Nodes, const K: usize> Shape<'a, N, K> {
+    pub(crate) fn new(tree: &'a N, selfs: Vec<[i64; K]>) -> Self {
         let mut totals = selfs.clone();
-        // Children always follow their parent, so one backward pass sums totals.
-        for i in (1..nodes.len()).rev() {
-            let p = nodes[i].parent as usize;
-            if p < totals.len() {
+        for i in (1..tree.len().min(totals.len())).rev() {
+            let p = tree.parent(i);
+            if p < i {
                 let child = totals[i];
                 for (t, c) in totals[p].iter_mut().zip(child) {
                     *t = t.saturating_add(c);
@@ -63,12 +87,16 @@ impl<'a, const K: usize> Shape<'a, K> {
         }
     }
 
+    pub(crate) fn root_totals(&self) -> [i64; K] {
+        self.totals.first().copied().unwrap_or([0; K])
+    }
+
+    /// What decides whether a node is drawn: its total over all columns.
     fn weight(&self, node: usize) -> i64 {
         self.totals[node].iter().sum()
     }
 
-    /// The smallest total a node may have and still be drawn: the `max_nodes`-th
-    /// largest total, so at most about `max_nodes` nodes survive (ties keep more).
+    /// The smallest weight drawn: the `max_nodes`-th largest (0 = draw everything).
     fn min_value(&self, max_nodes: usize) -> i64 {
         let n = self.totals.len();
         if max_nodes == 0 || n <= max_nodes {
@@ -87,41 +115,53 @@ impl<'a, const K: usize> Shape<'a, K> {
         heap.peek().map_or(0, |m| m.0)
     }
 
-    /// Returns `(names, levels, max_self)`.
-    fn layout(&self, max_nodes: usize) -> (Vec<String>, Vec<Vec<i64>>, i64) {
+    /// Pyroscope's levels: breadth first, children sorted by name after their
+    /// parent's self, each parent's below-threshold children summed into one `other`.
+    /// Only drawn nodes get child lists, so the cost beyond one pass over the tree
+    /// is in the order of `max_nodes`.
+    pub(crate) fn layout(&self, max_nodes: usize) -> (Vec<String>, Vec<Vec<i64>>, i64) {
         let min_value = self.min_value(max_nodes);
-        // Children drawn as nodes (total ≥ min_value), sorted by name; the rest of
-        // each node's children only add up into its `other`. Only the drawn ones
-        // (about `max_nodes`) are sorted, not the whole tree's.
-        let nodes = self.tree.nodes();
-        let mut children: Vec<Vec<u32>> = vec![Vec::new(); nodes.len()];
-        let mut others: Vec<Option<[i64; K]>> = vec![None; nodes.len()];
-        for (i, node) in nodes.iter().enumerate().skip(1) {
+        let n = self.totals.len().min(self.tree.len());
+        // Position of each drawn node in `children`/`others` (u32::MAX: not drawn).
+        // A drawn node's parent is drawn too: its weight is at least the child's.
+        let mut slot: Vec<u32> = vec![u32::MAX; n];
+        let mut children: Vec<Vec<u32>> = vec![Vec::new()];
+        let mut others: Vec<Option<[i64; K]>> = vec![None];
+        if n > 0 {
+            slot[0] = 0;
+        }
+        for i in 1..n {
             let w = self.weight(i);
             if w == 0 {
                 continue;
             }
-            let p = node.parent as usize;
+            let Some(&ps) = slot.get(self.tree.parent(i)) else {
+                continue;
+            };
+            if ps == u32::MAX {
+                continue;
+            }
             if w >= min_value {
-                if let Some(c) = children.get_mut(p) {
-                    c.push(i as u32);
-                }
-            } else if let Some(o) = others.get_mut(p) {
-                let sum = o.get_or_insert([0; K]);
+                slot[i] = children.len() as u32;
+                children.push(Vec::new());
+                others.push(None);
+                children[ps as usize].push(i as u32);
+            } else {
+                let sum = others[ps as usize].get_or_insert([0; K]);
                 for (s, t) in sum.iter_mut().zip(self.totals[i]) {
                     *s += t;
                 }
             }
         }
+        let name = |node: u32| self.tree.name_of_id(self.tree.name_id(node as usize));
         for c in children.iter_mut().filter(|c| c.len() > 1) {
-            c.sort_by(|a, b| self.tree.node_name(*a).cmp(self.tree.node_name(*b)));
+            c.sort_by(|a, b| name(*a).cmp(name(*b)));
         }
         let mut names: Vec<String> = vec!["total".to_string()];
         let mut name_idx: FxHashMap<u32, i64> = FxHashMap::default();
         let mut other_idx: Option<i64> = None;
         let mut max_self = 0i64;
 
-        // A level entry: a tree node, or an `other` aggregate with its values.
         #[derive(Clone, Copy)]
         enum Item<const K: usize> {
             Node(u32),
@@ -129,20 +169,20 @@ impl<'a, const K: usize> Shape<'a, K> {
         }
         let mut levels: Vec<Vec<i64>> = Vec::new();
         // (item, absolute x per column)
-        let mut current: Vec<(Item<K>, [i64; K])> = vec![(Item::Node(ROOT), [0; K])];
-        while !current.is_empty() {
+        let mut current: Vec<(Item<K>, [i64; K])> = vec![(Item::Node(0), [0; K])];
+        while !current.is_empty() && n > 0 {
             let mut values: Vec<i64> = Vec::with_capacity(current.len() * (3 * K + 1));
             let mut prev_end = [0i64; K];
             let mut next: Vec<(Item<K>, [i64; K])> = Vec::new();
             for &(item, x) in &current {
                 let (total, selfv, name) = match item {
                     Item::Node(n) => {
-                        let name = if n == ROOT {
+                        let name = if n == 0 {
                             0
                         } else {
-                            let tn = self.tree.nodes()[n as usize].name;
+                            let tn = self.tree.name_id(n as usize);
                             *name_idx.entry(tn).or_insert_with(|| {
-                                names.push(self.tree.name(tn).to_string());
+                                names.push(self.tree.name_of_id(tn).to_string());
                                 (names.len() - 1) as i64
                             })
                         };
@@ -165,17 +205,18 @@ impl<'a, const K: usize> Shape<'a, K> {
                 }
                 values.push(name);
                 let Item::Node(n) = item else { continue };
+                let s = slot[n as usize] as usize;
                 let mut cx = [0i64; K];
                 for k in 0..K {
                     cx[k] = x[k] + selfv[k];
                 }
-                for &c in &children[n as usize] {
+                for &c in &children[s] {
                     next.push((Item::Node(c), cx));
                     for (x, t) in cx.iter_mut().zip(self.totals[c as usize]) {
                         *x += t;
                     }
                 }
-                if let Some(other) = others[n as usize] {
+                if let Some(other) = others[s] {
                     next.push((Item::Other(other), cx));
                 }
             }
@@ -184,23 +225,44 @@ impl<'a, const K: usize> Shape<'a, K> {
         }
         (names, levels, max_self)
     }
-}
 
-/// Lays out a finalized call tree. `max_nodes == 0` keeps every node.
-pub fn flamegraph(tree: &CallTree, max_nodes: usize) -> FlameGraph {
-    let selfs: Vec<[i64; 1]> = tree.nodes().iter().map(|n| [n.self_value]).collect();
-    let shape = Shape::new(tree, selfs);
-    let total = shape.totals.first().map_or(0, |t| t[0]);
-    let (names, levels, max_self) = shape.layout(max_nodes);
-    FlameGraph {
-        names,
-        levels,
-        total,
-        max_self,
+    pub(crate) fn flamegraph(&self, max_nodes: usize) -> FlameGraph
+    where
+        N: Sized,
+    {
+        let total = self.root_totals()[0];
+        let (names, levels, max_self) = self.layout(max_nodes);
+        FlameGraph {
+            names,
+            levels,
+            total,
+            max_self,
+        }
     }
 }
 
-/// One tree holding the union of both trees' paths, with each side's self values.
+impl<N: Nodes> Shape<'_, N, 2> {
+    pub(crate) fn flamegraph_diff(&self, max_nodes: usize) -> FlameGraphDiff {
+        let [l, r] = self.root_totals();
+        let (names, levels, max_self) = self.layout(max_nodes);
+        FlameGraphDiff {
+            names,
+            levels,
+            total: l.saturating_add(r),
+            max_self,
+            left_ticks: l,
+            right_ticks: r,
+        }
+    }
+}
+
+/// The flame graph of `tree`, truncated to about `max_nodes` nodes (0 = all).
+pub fn flamegraph(tree: &CallTree, max_nodes: usize) -> FlameGraph {
+    let selfs: Vec<[i64; 1]> = tree.nodes().iter().map(|n| [n.self_value]).collect();
+    Shape::new(tree, selfs).flamegraph(max_nodes)
+}
+
+/// The union of two trees with both sides' self values per node.
 pub fn union(left: &CallTree, right: &CallTree) -> (CallTree, Vec<[i64; 2]>) {
     let mut u = CallTree::new();
     let mut selfs: Vec<[i64; 2]> = vec![[0, 0]];
@@ -225,20 +287,10 @@ pub fn union(left: &CallTree, right: &CallTree) -> (CallTree, Vec<[i64; 2]>) {
     (u, selfs)
 }
 
-/// Lays out the diff of two trees; `max_nodes` applies to the sum of both sides.
+/// Pyroscope's diff flame graph of two trees (left = base, right = compare).
 pub fn flamegraph_diff(left: &CallTree, right: &CallTree, max_nodes: usize) -> FlameGraphDiff {
     let (u, selfs) = union(left, right);
-    let shape = Shape::new(&u, selfs);
-    let [l, r] = shape.totals.first().copied().unwrap_or([0, 0]);
-    let (names, levels, max_self) = shape.layout(max_nodes);
-    FlameGraphDiff {
-        names,
-        levels,
-        total: l.saturating_add(r),
-        max_self,
-        left_ticks: l,
-        right_ticks: r,
-    }
+    Shape::new(&u, selfs).flamegraph_diff(max_nodes)
 }
 
 /// Rebuilds a call tree from a flame graph's levels (inverse of [`flamegraph`] when

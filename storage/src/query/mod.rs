@@ -11,6 +11,7 @@ pub mod flamegraph;
 pub mod frames;
 pub mod groupby;
 pub mod interner;
+pub mod merged;
 pub mod scratch;
 pub mod timeseries;
 pub mod tree;
@@ -29,6 +30,7 @@ use crate::segment::LoadedSegment;
 use crate::selector::Selector;
 use frames::{FrameTree, GidMemo};
 
+pub use merged::Merged;
 pub use scratch::Scratch;
 pub use tree::{CallTree, TreeNode};
 

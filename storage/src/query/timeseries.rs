@@ -2,7 +2,12 @@
 
 use std::collections::BTreeMap;
 
+use rustc_hash::FxHashMap;
+
+use super::{steps, Source, TimeRange};
+use crate::error::Result;
 use crate::model::Labels;
+use crate::selector::Selector;
 
 /// One output series: the group's label pairs and its `(timestamp ms, value)` points.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -17,66 +22,241 @@ impl SeriesPoints {
     }
 }
 
-/// Regroups per-series totals (at storage resolution) by `group_by` label names and
-/// re-buckets them to `step_ms` aligned on `start_ms`. Keeps the `limit` series with
-/// the largest totals (0 = all), ordered by total descending.
-pub fn group_series(
-    totals: &BTreeMap<Labels, BTreeMap<i64, i64>>,
-    group_by: &[String],
-    start_ms: i64,
-    step_ms: i64,
-    limit: usize,
-) -> Vec<SeriesPoints> {
-    let step = step_ms.max(1);
-    let mut groups: BTreeMap<Vec<(String, String)>, BTreeMap<i64, i64>> = BTreeMap::new();
-    for (labels, points) in totals {
-        let key: Vec<(String, String)> = group_by
-            .iter()
-            .filter_map(|n| labels.get(n).map(|v| (n.clone(), v.to_string())))
-            .collect();
-        let g = groups.entry(key).or_default();
-        for (&t, &v) in points {
-            let bucket = start_ms + (t - start_ms).div_euclid(step) * step;
-            let e = g.entry(bucket).or_insert(0);
-            *e = e.saturating_add(v);
+/// Buckets per group kept in a flat array; wider series use a sorted map.
+const DENSE_BUCKETS: i64 = 4096;
+
+/// Points of one group by bucket index.
+#[derive(Debug)]
+enum Points {
+    /// Every bucket of the range; `None` where no step had data.
+    Dense(Vec<Option<i64>>),
+    Sparse(BTreeMap<i64, i64>),
+}
+
+impl Points {
+    fn add(&mut self, bucket: i64, v: i64) {
+        match self {
+            Points::Dense(d) => {
+                if let Some(slot) = usize::try_from(bucket).ok().and_then(|b| d.get_mut(b)) {
+                    *slot = Some(slot.unwrap_or(0).saturating_add(v));
+                }
+            }
+            Points::Sparse(m) => {
+                let e = m.entry(bucket).or_insert(0);
+                *e = e.saturating_add(v);
+            }
         }
     }
-    let mut out: Vec<SeriesPoints> = groups
-        .into_iter()
-        .map(|(labels, pts)| SeriesPoints {
-            labels,
-            points: pts.into_iter().collect(),
-        })
-        .collect();
-    out.sort_by(|a, b| {
-        b.total()
-            .cmp(&a.total())
-            .then_with(|| a.labels.cmp(&b.labels))
-    });
-    if limit > 0 {
-        out.truncate(limit);
+
+    fn iter(&self) -> Box<dyn Iterator<Item = (i64, i64)> + '_> {
+        match self {
+            Points::Dense(d) => Box::new(
+                d.iter()
+                    .enumerate()
+                    .filter_map(|(i, v)| v.map(|v| (i as i64, v))),
+            ),
+            Points::Sparse(m) => Box::new(m.iter().map(|(&b, &v)| (b, v))),
+        }
     }
-    out
+}
+
+/// Per-thread accumulator of a grouped time series: step totals of the selected
+/// series summed per group of `group_by` label values and per bucket of `step_ms`
+/// aligned on the range start. Groups are found by an encoded key, once per series
+/// and source; points go to flat arrays.
+#[derive(Debug)]
+pub struct SeriesGroups {
+    start_ms: i64,
+    step_ms: i64,
+    buckets: i64,
+    keys: FxHashMap<String, usize>,
+    labels: Vec<Vec<(String, String)>>,
+    points: Vec<Points>,
+    key: String,
+}
+
+impl SeriesGroups {
+    pub fn new(range: TimeRange, step_ms: i64) -> Self {
+        let step_ms = step_ms.max(1);
+        let span = range.end_ms.saturating_sub(range.start_ms).max(0);
+        SeriesGroups {
+            start_ms: range.start_ms,
+            step_ms,
+            buckets: span / step_ms + 1,
+            keys: FxHashMap::default(),
+            labels: Vec::new(),
+            points: Vec::new(),
+            key: String::new(),
+        }
+    }
+
+    /// The group of `labels`, created on first sight.
+    fn group(&mut self, labels: &Labels, group_by: &[String]) -> usize {
+        self.key.clear();
+        for n in group_by {
+            match labels.get(n) {
+                // Length-prefixed, so no value can forge another key.
+                Some(v) => {
+                    self.key.push_str(&v.len().to_string());
+                    self.key.push(':');
+                    self.key.push_str(v);
+                }
+                None => self.key.push('-'),
+            }
+        }
+        if let Some(&g) = self.keys.get(self.key.as_str()) {
+            return g;
+        }
+        let g = self.labels.len();
+        self.labels.push(
+            group_by
+                .iter()
+                .filter_map(|n| labels.get(n).map(|v| (n.clone(), v.to_string())))
+                .collect(),
+        );
+        self.points.push(if self.buckets <= DENSE_BUCKETS {
+            Points::Dense(vec![None; self.buckets as usize])
+        } else {
+            Points::Sparse(BTreeMap::new())
+        });
+        self.keys.insert(self.key.clone(), g);
+        g
+    }
+
+    /// Adds the step totals of `src`'s series selected by `sel` within `range`.
+    pub fn add_source(
+        &mut self,
+        src: &dyn Source,
+        sel: &Selector,
+        range: TimeRange,
+        group_by: &[String],
+    ) -> Result<()> {
+        let (lo, hi) = steps(src, range);
+        if lo >= hi {
+            return Ok(());
+        }
+        let (p0, step) = (src.partition_start(), src.step());
+        for sid in src.index().select(&sel.matchers).iter() {
+            let Some(labels) = src.labels(sid) else {
+                continue;
+            };
+            let mut g = None;
+            src.step_totals(sid, &mut |t, v| {
+                if t >= lo && t < hi {
+                    let g = *g.get_or_insert_with(|| self.group(labels, group_by));
+                    let bucket =
+                        (p0 + i64::from(t) * step - self.start_ms).div_euclid(self.step_ms);
+                    self.points[g].add(bucket, v);
+                }
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Adds `(timestamp ms, value)` points of one series with `labels`.
+    pub fn add_points(&mut self, labels: &Labels, group_by: &[String], points: &[(i64, i64)]) {
+        if points.is_empty() {
+            return;
+        }
+        let g = self.group(labels, group_by);
+        for &(t, v) in points {
+            let bucket = (t - self.start_ms).div_euclid(self.step_ms);
+            self.points[g].add(bucket, v);
+        }
+    }
+
+    /// Folds the per-thread accumulators into the output series: the `limit` with the
+    /// largest totals (0 = all), by total descending, then labels.
+    pub fn finish(accs: Vec<SeriesGroups>, limit: usize) -> Vec<SeriesPoints> {
+        let mut accs = accs.into_iter();
+        let Some(mut all) = accs.next() else {
+            return Vec::new();
+        };
+        for acc in accs {
+            for (key, g) in acc.keys {
+                let points = &acc.points[g];
+                match all.keys.get(&key) {
+                    Some(&mine) => {
+                        for (b, v) in points.iter() {
+                            all.points[mine].add(b, v);
+                        }
+                    }
+                    None => {
+                        let mine = all.labels.len();
+                        all.labels.push(acc.labels[g].clone());
+                        all.points.push(match points {
+                            Points::Dense(d) => Points::Dense(d.clone()),
+                            Points::Sparse(m) => Points::Sparse(m.clone()),
+                        });
+                        all.keys.insert(key, mine);
+                    }
+                }
+            }
+        }
+        let (start, step) = (all.start_ms, all.step_ms);
+        let mut out: Vec<SeriesPoints> = all
+            .labels
+            .into_iter()
+            .zip(&all.points)
+            .map(|(labels, pts)| SeriesPoints {
+                labels,
+                points: pts.iter().map(|(b, v)| (start + b * step, v)).collect(),
+            })
+            .collect();
+        out.sort_by(|a, b| {
+            b.total()
+                .cmp(&a.total())
+                .then_with(|| a.labels.cmp(&b.labels))
+        });
+        if limit > 0 {
+            out.truncate(limit);
+        }
+        out
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn by(names: &[&str]) -> Vec<String> {
+        names.iter().map(|s| s.to_string()).collect()
+    }
+
     #[test]
     fn regroup_and_rebucket() {
-        let mut m = BTreeMap::new();
         let l = |h: &str| Labels::new([("host", h), ("svc", "api")]);
-        m.insert(l("a"), BTreeMap::from([(0, 1), (10_000, 2), (60_000, 4)]));
-        m.insert(l("b"), BTreeMap::from([(10_000, 10)]));
-        let all = group_series(&m, &[], 0, 60_000, 0);
-        assert_eq!(all.len(), 1);
-        assert_eq!(all[0].points, vec![(0, 13), (60_000, 4)]);
-        let by_host = group_series(&m, &["host".into()], 0, 60_000, 1);
-        assert_eq!(by_host.len(), 1);
+        let a: &[(i64, i64)] = &[(0, 1), (10_000, 2), (60_000, 4)];
+        let b: &[(i64, i64)] = &[(10_000, 10)];
+        let range = TimeRange::new(0, 120_000);
+        for dense_or_sparse in [60_000, 1] {
+            let mut all = SeriesGroups::new(range, dense_or_sparse);
+            all.add_points(&l("a"), &[], a);
+            all.add_points(&l("b"), &[], b);
+            let all = SeriesGroups::finish(vec![all], 0);
+            assert_eq!(all.len(), 1);
+            if dense_or_sparse == 60_000 {
+                assert_eq!(all[0].points, vec![(0, 13), (60_000, 4)]);
+            } else {
+                assert_eq!(all[0].points, vec![(0, 1), (10_000, 12), (60_000, 4)]);
+            }
+        }
+        // Two threads' accumulators, grouped by host, top 1; `zone` is missing.
+        let (mut t1, mut t2) = (
+            SeriesGroups::new(range, 60_000),
+            SeriesGroups::new(range, 60_000),
+        );
+        t1.add_points(&l("a"), &by(&["host", "zone"]), a);
+        t2.add_points(&l("b"), &by(&["host", "zone"]), b);
+        t2.add_points(&l("a"), &by(&["host", "zone"]), &[(70_000, 1)]);
+        let by_host = SeriesGroups::finish(vec![t1, t2], 0);
+        assert_eq!(by_host.len(), 2);
         assert_eq!(
             by_host[0].labels,
             vec![("host".to_string(), "b".to_string())]
         );
+        assert_eq!(by_host[1].points, vec![(0, 3), (60_000, 5)]);
+        let top1 = SeriesGroups::finish(vec![], 1);
+        assert!(top1.is_empty());
     }
 }

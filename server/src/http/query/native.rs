@@ -8,8 +8,9 @@ use axum::routing::{get, post};
 use axum::Router;
 use bytes::Bytes;
 use profiledb_ingest::parse_time;
-use profiledb_storage::query::flamegraph::{flamegraph, FlameGraphDiff};
+use profiledb_storage::query::flamegraph::FlameGraphDiff;
 use profiledb_storage::query::groupby::{GroupByQuery, GroupKey};
+use profiledb_storage::query::Merged;
 use profiledb_storage::{now_ms, Selector, TenantId, TimeRange};
 use regex::Regex;
 use serde::Deserialize;
@@ -342,17 +343,17 @@ fn merge_params(
         .map_err(|e| ApiError::bad_request(format!("invalid query parameters: {}", e.body_text())))
 }
 
-/// The merged tree of a resolved selection.
+/// The merge of a resolved selection, in frame-tree space.
 async fn merged(
     state: &AppRef,
     tenant: &TenantId,
     sel: Selector,
     range: TimeRange,
-) -> ApiResult<profiledb_storage::CallTree> {
+) -> ApiResult<Merged> {
     let (store, engine, tenant) = (state.store()?, state.engine()?, tenant.clone());
     blocking(move || {
         store
-            .merge_cached(&engine, &tenant, &sel, range)
+            .merge_frames_cached(&engine, &tenant, &sel, range)
             .map_err(storage_error)
     })
     .await
@@ -368,9 +369,7 @@ async fn merge_answer<R>(
     render: R,
 ) -> ApiResult<Response>
 where
-    R: FnOnce(profiledb_storage::CallTree, &MergeParams, TimeRange) -> ApiResult<Vec<u8>>
-        + Send
-        + 'static,
+    R: FnOnce(Merged, &MergeParams, TimeRange) -> ApiResult<Vec<u8>> + Send + 'static,
 {
     count(&state);
     let (sel, range) =
@@ -398,8 +397,8 @@ async fn flamegraph_json(
     q: Result<Query<MergeParams>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Response> {
     let p = merge_params(q)?;
-    merge_answer(state, headers, uri, p, JSON, |tree, p, _| {
-        let fg = flamegraph(&tree, super::querier::max_nodes(p.max_nodes));
+    merge_answer(state, headers, uri, p, JSON, |merged, p, _| {
+        let fg = merged.flamegraph(super::querier::max_nodes(p.max_nodes));
         to_json(&json!({
             "names": fg.names, "levels": fg.levels, "total": fg.total, "maxSelf": fg.max_self,
         }))
@@ -421,10 +420,10 @@ async fn pprof(
         uri,
         p,
         "application/octet-stream",
-        |tree, p, range| {
+        |merged, p, range| {
             let pt = profile_type_of(p.query.as_ref());
             let prof = super::pprof::profile_from_tree(
-                &tree,
+                &merged.to_tree(),
                 &pt,
                 range.start_ms,
                 range.end_ms - range.start_ms,
@@ -449,13 +448,13 @@ async fn svg(
     q: Result<Query<MergeParams>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Response> {
     let p = merge_params(q)?;
-    merge_answer(state, headers, uri, p, "image/svg+xml", |tree, p, _| {
+    merge_answer(state, headers, uri, p, "image/svg+xml", |merged, p, _| {
         let title = p
             .title
             .clone()
             .or_else(|| p.query.clone())
             .unwrap_or_else(|| "profiledb".into());
-        let text = tree.to_folded_text();
+        let text = merged.to_tree().to_folded_text();
         if text.is_empty() {
             // inferno refuses empty input: say plainly that the range holds no data.
             return Ok(empty_svg(&title).into_bytes());

@@ -10,7 +10,8 @@ use axum::response::Response;
 use axum::routing::post;
 use axum::Router;
 use bytes::Bytes;
-use profiledb_storage::query::flamegraph::{flamegraph, flamegraph_diff, FlameGraph};
+use profiledb_storage::query::flamegraph::{flamegraph, FlameGraph};
+use profiledb_storage::query::merged::flamegraph_diff_merged;
 use profiledb_storage::{now_ms, CallTree, MatchOp, Matcher, Selector, TimeRange};
 use prost::Message;
 
@@ -247,10 +248,10 @@ async fn call(
             let range = range_ms(r.start, r.end)?;
             let mn = max_nodes(r.max_nodes);
             let fg = blocking(move || {
-                let tree = store
-                    .merge_cached(&engine, &tenant, &sel, range)
+                let m = store
+                    .merge_frames_cached(&engine, &tenant, &sel, range)
                     .map_err(super::storage_error)?;
-                Ok(flamegraph(&tree, mn))
+                Ok(m.flamegraph(mn))
             })
             .await?;
             out(
@@ -350,13 +351,10 @@ async fn call(
             );
             let mn = max_nodes(left.max_nodes.or(right.max_nodes));
             let d = blocking(move || {
-                let l = store
-                    .merge_cached(&engine, &tenant, &ls, lr)
+                let (l, r) = store
+                    .merge_both(&engine, &tenant, (&ls, lr), (&rs, rr))
                     .map_err(super::storage_error)?;
-                let r = store
-                    .merge_cached(&engine, &tenant, &rs, rr)
-                    .map_err(super::storage_error)?;
-                Ok(flamegraph_diff(&l, &r, mn))
+                Ok(flamegraph_diff_merged(&l, &r, mn))
             })
             .await?;
             out(
@@ -431,6 +429,12 @@ async fn merged_flamegraph(
         .map(|s| s.call_site.iter().map(|l| l.name.clone()).collect())
         .unwrap_or_default();
     Ok(blocking(move || {
+        if call_site.is_empty() {
+            let m = store
+                .merge_frames_cached(&engine, &tenant, &sel, range)
+                .map_err(super::storage_error)?;
+            return Ok(m.flamegraph(mn));
+        }
         let tree = store
             .merge_cached(&engine, &tenant, &sel, range)
             .map_err(super::storage_error)?;

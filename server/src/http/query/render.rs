@@ -6,7 +6,7 @@ use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use axum::routing::get;
 use axum::{Json, Router};
-use profiledb_storage::query::flamegraph::{flamegraph, flamegraph_diff};
+use profiledb_storage::query::merged::flamegraph_diff_merged;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -110,12 +110,12 @@ async fn render(
     let engine = state.engine()?;
     let mn = max_nodes(p.max_nodes);
     let (fg, series, step) = blocking(move || {
-        let tree = store
-            .merge_cached(&engine, &tenant, &sel, range)
+        let m = store
+            .merge_frames_cached(&engine, &tenant, &sel, range)
             .map_err(super::storage_error)?;
         let step = store.config().step_ms.max(1);
         let series = store.time_series(&tenant, &sel, range, &[], step, 0)?;
-        Ok((flamegraph(&tree, mn), series, step))
+        Ok((m.flamegraph(mn), series, step))
     })
     .await?;
     let (units, rate) = units(&pt);
@@ -176,13 +176,10 @@ async fn render_diff(
     let engine = state.engine()?;
     let mn = max_nodes(p.max_nodes);
     let d = blocking(move || {
-        let l = store
-            .merge_cached(&engine, &tenant, &ls, lr)
+        let (l, r) = store
+            .merge_both(&engine, &tenant, (&ls, lr), (&rs, rr))
             .map_err(super::storage_error)?;
-        let r = store
-            .merge_cached(&engine, &tenant, &rs, rr)
-            .map_err(super::storage_error)?;
-        Ok(flamegraph_diff(&l, &r, mn))
+        Ok(flamegraph_diff_merged(&l, &r, mn))
     })
     .await?;
     let (units, rate) = units(&pt);

@@ -1,0 +1,373 @@
+//! A merge result kept in frame-tree space: self values by frame-tree id (gid).
+//!
+//! A merge sums values by gid (see [`super::frames`]); turning that into a
+//! [`CallTree`] costs a hash insert per node of the merged tree, 150 k for one service
+//! of the bench fleet, although a flame graph draws about `max_nodes` of them. The
+//! flame graph, the diff flame graph and the diff statistics are therefore computed
+//! straight from the gid sums: the touched part of the frame tree is copied into a
+//! compact parent array with dense scratch maps, and only drawn nodes get child lists.
+//! Outputs that need every stack (pprof, folded text, trees) still convert with
+//! [`Merged::to_tree`].
+
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+use rustc_hash::FxHashMap;
+
+use super::diff::{diff_stats_by_name, DiffEntry, DiffStats};
+use super::flamegraph::{flamegraph_diff, FlameGraph, FlameGraphDiff, Nodes, Shape};
+use super::frames::{FrameTree, ROOT_GID};
+use super::scratch::Scratch;
+use super::tree::CallTree;
+
+/// Self values by gid of one frame tree, sorted by gid, without zeros.
+#[derive(Clone)]
+pub struct Merged {
+    frames: Arc<RwLock<FrameTree>>,
+    pairs: Arc<Vec<(u32, i64)>>,
+}
+
+impl std::fmt::Debug for Merged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Merged")
+            .field("pairs", &self.pairs.len())
+            .field("total", &self.total())
+            .finish()
+    }
+}
+
+impl Merged {
+    /// `pairs` must be sorted by gid; zeros are dropped.
+    pub fn new(frames: Arc<RwLock<FrameTree>>, mut pairs: Vec<(u32, i64)>) -> Self {
+        debug_assert!(pairs.windows(2).all(|w| w[0].0 < w[1].0));
+        pairs.retain(|p| p.1 != 0);
+        Merged {
+            frames,
+            pairs: Arc::new(pairs),
+        }
+    }
+
+    pub fn pairs(&self) -> &[(u32, i64)] {
+        &self.pairs
+    }
+
+    /// Sum of all values.
+    pub fn total(&self) -> i64 {
+        self.pairs
+            .iter()
+            .fold(0i64, |a, &(_, v)| a.saturating_add(v))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pairs.is_empty()
+    }
+
+    /// The whole merged call tree (totals computed).
+    pub fn to_tree(&self) -> CallTree {
+        let mut t = CallTree::from_frames(&self.frames.read(), &self.pairs);
+        t.finalize();
+        t
+    }
+
+    /// The flame graph, truncated to about `max_nodes` nodes (0 = all); the same
+    /// layout as [`flamegraph`] of [`Merged::to_tree`].
+    pub fn flamegraph(&self, max_nodes: usize) -> FlameGraph {
+        let tree = self.frames.read();
+        let (view, selfs) = compact(&tree, [&self.pairs[..]]);
+        Shape::new(&view, selfs).flamegraph(max_nodes)
+    }
+
+    /// Self value per function name (what [`super::diff::flat`] gives for the tree).
+    pub fn flat(&self) -> FxHashMap<String, i64> {
+        let tree = self.frames.read();
+        by_name(&tree, &self.pairs)
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect()
+    }
+}
+
+/// Self values summed per frame name.
+fn by_name<'t>(tree: &'t FrameTree, pairs: &[(u32, i64)]) -> FxHashMap<&'t str, i64> {
+    let mut ids: FxHashMap<u32, i64> = FxHashMap::default();
+    for &(g, v) in pairs {
+        if g != ROOT_GID {
+            let e = ids.entry(tree.name_of(g)).or_insert(0);
+            *e = e.saturating_add(v);
+        }
+    }
+    // Names are interned: one id per distinct string.
+    ids.into_iter()
+        .filter(|&(_, v)| v != 0)
+        .map(|(id, v)| (tree.name(id), v))
+        .collect()
+}
+
+/// Pyroscope's diff flame graph (left = base, right = compare).
+pub fn flamegraph_diff_merged(base: &Merged, compare: &Merged, max_nodes: usize) -> FlameGraphDiff {
+    if !Arc::ptr_eq(&base.frames, &compare.frames) {
+        return flamegraph_diff(&base.to_tree(), &compare.to_tree(), max_nodes);
+    }
+    let tree = base.frames.read();
+    let (view, selfs) = compact(&tree, [&base.pairs[..], &compare.pairs[..]]);
+    Shape::new(&view, selfs).flamegraph_diff(max_nodes)
+}
+
+/// Top movers and GWP statistics of a diff (see [`super::diff::diff_stats`]).
+pub fn diff_stats_merged(base: &Merged, compare: &Merged, k: usize) -> (Vec<DiffEntry>, DiffStats) {
+    if !Arc::ptr_eq(&base.frames, &compare.frames) {
+        let (b, c) = (base.to_tree(), compare.to_tree());
+        return super::diff::diff_stats(&b, &c, k);
+    }
+    let tree = base.frames.read();
+    diff_stats_by_name(
+        &by_name(&tree, &base.pairs),
+        &by_name(&tree, &compare.pairs),
+        k,
+    )
+}
+
+/// The part of a frame tree that `K` pair lists touch, as a parent array with every
+/// parent before its children (local id 0 is the root).
+pub(crate) struct FrameNodes<'t> {
+    tree: &'t FrameTree,
+    gids: Vec<u32>,
+    parents: Vec<u32>,
+}
+
+impl Nodes for FrameNodes<'_> {
+    fn len(&self) -> usize {
+        self.gids.len()
+    }
+    fn parent(&self, node: usize) -> usize {
+        self.parents[node] as usize
+    }
+    fn name_id(&self, node: usize) -> u32 {
+        self.tree.name_of(self.gids[node])
+    }
+    fn name_of_id(&self, id: u32) -> &str {
+        self.tree.name(id)
+    }
+}
+
+/// Copies the ancestors of every gid in `sides` into a [`FrameNodes`], with each
+/// side's self values per local node. Dense scratch maps, no hashing.
+pub(crate) fn compact<'t, const K: usize>(
+    tree: &'t FrameTree,
+    sides: [&[(u32, i64)]; K],
+) -> (FrameNodes<'t>, Vec<[i64; K]>) {
+    let mut s = Scratch::take();
+    let mut path = std::mem::take(&mut s.path);
+    s.keep.prepare(tree.len());
+    let mut view = FrameNodes {
+        tree,
+        gids: vec![ROOT_GID],
+        parents: vec![0],
+    };
+    let mut selfs: Vec<[i64; K]> = vec![[0; K]];
+    s.keep.set(ROOT_GID, 0);
+    for (k, side) in sides.iter().enumerate() {
+        for &(g, v) in side.iter() {
+            if v == 0 {
+                continue;
+            }
+            let local = match s.keep.get(g) {
+                Some(l) => l,
+                None => {
+                    let keep = &s.keep;
+                    let mut parent = tree.climb_until(g, &mut path, |x| keep.get(x)).unwrap_or(0);
+                    for &x in path.iter().rev() {
+                        view.gids.push(x);
+                        view.parents.push(parent);
+                        selfs.push([0; K]);
+                        parent = (view.gids.len() - 1) as u32;
+                        s.keep.set(x, parent);
+                    }
+                    parent
+                }
+            };
+            if let Some(row) = selfs.get_mut(local as usize) {
+                row[k] = row[k].saturating_add(v);
+            }
+        }
+    }
+    s.keep.reset();
+    s.path = path;
+    s.give_back();
+    (view, selfs)
+}
+
+/// Sums two gid-sorted pair lists (a merge-join; zeros dropped).
+pub fn add_sorted(a: &[(u32, i64)], b: &[(u32, i64)]) -> Vec<(u32, i64)> {
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() || j < b.len() {
+        let next = match (a.get(i), b.get(j)) {
+            (Some(&x), Some(&y)) if x.0 == y.0 => {
+                i += 1;
+                j += 1;
+                (x.0, x.1.saturating_add(y.1))
+            }
+            (Some(&x), Some(&y)) if x.0 < y.0 => {
+                i += 1;
+                x
+            }
+            (Some(&x), None) => {
+                i += 1;
+                x
+            }
+            (_, Some(&y)) => {
+                j += 1;
+                y
+            }
+            (None, None) => break,
+        };
+        if next.1 != 0 {
+            out.push(next);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dict::{DictBuilder, LocationRec};
+    use crate::query::diff::diff_stats;
+    use crate::query::flamegraph::flamegraph;
+    use crate::query::frames::{add_pairs, Frames, GidMemo};
+    use crate::query::scratch::{Memo, NodeValues};
+    use proptest::prelude::*;
+
+    type Stacks = Vec<(Vec<u8>, u32, i64)>;
+
+    /// One side's stacks (frame names `a`.., a line per stack so locations differ)
+    /// merged into `frames` the way a segment scan does.
+    fn side(frames: &Arc<RwLock<FrameTree>>, stacks: &Stacks) -> Merged {
+        let mut b = DictBuilder::new();
+        let mut pairs = Vec::new();
+        for (names, line, v) in stacks {
+            let locs: Vec<u32> = names
+                .iter()
+                .map(|&n| {
+                    let function = Some(b.function(&((b'a' + n) as char).to_string(), "x.rs"));
+                    b.location(LocationRec {
+                        function,
+                        mapping: None,
+                        address: 0,
+                        line: *line,
+                    })
+                })
+                .collect();
+            pairs.push((b.stack(&locs), *v));
+        }
+        let dict = b.finish();
+        let memo = GidMemo::default();
+        let slots = memo.slots(frames.read().generation(), dict.node_count());
+        let mut out = NodeValues::default();
+        let (mut nodes, mut names, mut path) = (Memo::default(), Memo::default(), Vec::new());
+        add_pairs(
+            frames,
+            &dict,
+            Some(&slots),
+            &pairs,
+            &mut out,
+            &mut nodes,
+            &mut names,
+            &mut path,
+        );
+        let mut merged = Vec::new();
+        out.drain(&mut merged);
+        Merged::new(frames.clone(), merged)
+    }
+
+    /// The same stacks added to a call tree by name: the independent reference.
+    fn reference(stacks: &Stacks) -> CallTree {
+        let mut t = CallTree::new();
+        for (names, _, v) in stacks {
+            let names: Vec<String> = names
+                .iter()
+                .map(|&n| ((b'a' + n) as char).to_string())
+                .collect();
+            t.add_stack(&names, *v);
+        }
+        t.finalize();
+        t
+    }
+
+    fn stacks() -> impl Strategy<Value = Stacks> {
+        prop::collection::vec(
+            (prop::collection::vec(0u8..5, 1..6), 0u32..3, 1i64..50),
+            0..40,
+        )
+    }
+
+    #[test]
+    fn flame_graph_by_hand() {
+        let frames = Frames::new(1 << 20).for_query();
+        let s: Stacks = vec![
+            (vec![0, 1], 1, 3),
+            (vec![0, 1], 2, 2),
+            (vec![0], 1, 1),
+            (vec![2], 1, 4),
+        ];
+        let m = side(&frames, &s);
+        assert_eq!(m.total(), 10);
+        let fg = m.flamegraph(0);
+        // total, then c (4) and a (6, self 1), then a's child b (5).
+        assert_eq!(fg.names, vec!["total", "a", "c", "b"]);
+        assert_eq!(
+            fg.levels,
+            vec![
+                vec![0, 10, 0, 0],
+                vec![0, 6, 1, 1, 0, 4, 4, 2],
+                vec![1, 5, 5, 3],
+            ]
+        );
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Flame graphs, diff flame graphs and diff statistics computed in frame-tree
+        /// space equal those of the call trees (and the call tree equals the one
+        /// built by name from the raw stacks).
+        #[test]
+        fn frame_space_equals_call_trees(a in stacks(), b in stacks(), mn in 0usize..12) {
+            let frames = Frames::new(1 << 20).for_query();
+            let (ma, mb) = (side(&frames, &a), side(&frames, &b));
+            let (ta, tb) = (ma.to_tree(), mb.to_tree());
+            prop_assert_eq!(ta.folded(), reference(&a).folded());
+            prop_assert_eq!(ma.flamegraph(mn), flamegraph(&reference(&a), mn));
+            prop_assert_eq!(
+                flamegraph_diff_merged(&ma, &mb, mn),
+                flamegraph_diff(&ta, &tb, mn)
+            );
+            let (top, stats) = diff_stats_merged(&ma, &mb, 3);
+            let (top_ref, stats_ref) = diff_stats(&ta, &tb, 3);
+            prop_assert_eq!(top, top_ref);
+            prop_assert_eq!(
+                (stats.samples_base, stats.samples_compare),
+                (stats_ref.samples_base, stats_ref.samples_compare)
+            );
+            prop_assert!((stats.manhattan - stats_ref.manhattan).abs() < 1e-9);
+            prop_assert!((stats.entropy_base - stats_ref.entropy_base).abs() < 1e-9);
+            prop_assert!((stats.entropy_compare - stats_ref.entropy_compare).abs() < 1e-9);
+            prop_assert_eq!(ma.flat(), crate::query::diff::flat(&ta));
+        }
+
+        #[test]
+        fn add_sorted_sums_by_key(
+            a in prop::collection::btree_map(0u32..50, -5i64..5, 0..30),
+            b in prop::collection::btree_map(0u32..50, -5i64..5, 0..30),
+        ) {
+            let (va, vb): (Vec<_>, Vec<_>) = (a.clone().into_iter().collect(), b.clone().into_iter().collect());
+            let mut want = a;
+            for (k, v) in b {
+                *want.entry(k).or_insert(0) += v;
+            }
+            let want: Vec<(u32, i64)> = want.into_iter().filter(|p| p.1 != 0).collect();
+            prop_assert_eq!(add_sorted(&va, &vb), want);
+        }
+    }
+}
