@@ -128,22 +128,40 @@ pub fn diff_stats_merged(base: &Merged, compare: &Merged, k: usize) -> (Vec<Diff
 }
 
 /// The part of a frame tree that `K` pair lists touch, as a parent array with every
-/// parent before its children (local id 0 is the root).
+/// parent before its children (local id 0 is the root). Its buffers come from the
+/// scratch pool and go back when it is dropped: fresh multi-megabyte vectors cost
+/// page faults on every query.
 pub(crate) struct FrameNodes<'t> {
     tree: &'t FrameTree,
-    gids: Vec<u32>,
-    parents: Vec<u32>,
+    scratch: Option<Scratch>,
+}
+
+impl FrameNodes<'_> {
+    fn gids(&self) -> &[u32] {
+        self.scratch.as_ref().map_or(&[], |s| &s.local_gids)
+    }
+    fn parents(&self) -> &[u32] {
+        self.scratch.as_ref().map_or(&[], |s| &s.local_parents)
+    }
+}
+
+impl Drop for FrameNodes<'_> {
+    fn drop(&mut self) {
+        if let Some(s) = self.scratch.take() {
+            s.give_back();
+        }
+    }
 }
 
 impl Nodes for FrameNodes<'_> {
     fn len(&self) -> usize {
-        self.gids.len()
+        self.gids().len()
     }
     fn parent(&self, node: usize) -> usize {
-        self.parents[node] as usize
+        self.parents()[node] as usize
     }
     fn name_id(&self, node: usize) -> u32 {
-        self.tree.name_of(self.gids[node])
+        self.tree.name_of(self.gids()[node])
     }
     fn name_of_id(&self, id: u32) -> &str {
         self.tree.name(id)
@@ -151,50 +169,58 @@ impl Nodes for FrameNodes<'_> {
 }
 
 /// Copies the ancestors of every gid in `sides` into a [`FrameNodes`], with each
-/// side's self values per local node. Dense scratch maps, no hashing.
+/// side's self values per local node. Dense scratch maps, no hashing; the nodes are
+/// found first so the value rows are allocated once, at their final size.
 pub(crate) fn compact<'t, const K: usize>(
     tree: &'t FrameTree,
     sides: [&[(u32, i64)]; K],
 ) -> (FrameNodes<'t>, Vec<[i64; K]>) {
     let mut s = Scratch::take();
     let mut path = std::mem::take(&mut s.path);
+    let (mut gids, mut parents) = (
+        std::mem::take(&mut s.local_gids),
+        std::mem::take(&mut s.local_parents),
+    );
+    gids.clear();
+    parents.clear();
+    gids.push(ROOT_GID);
+    parents.push(0);
     s.keep.prepare(tree.len());
-    let mut view = FrameNodes {
-        tree,
-        gids: vec![ROOT_GID],
-        parents: vec![0],
-    };
-    let mut selfs: Vec<[i64; K]> = vec![[0; K]];
     s.keep.set(ROOT_GID, 0);
-    for (k, side) in sides.iter().enumerate() {
+    for side in sides.iter() {
         for &(g, v) in side.iter() {
-            if v == 0 {
+            if v == 0 || s.keep.get(g).is_some() {
                 continue;
             }
-            let local = match s.keep.get(g) {
-                Some(l) => l,
-                None => {
-                    let keep = &s.keep;
-                    let mut parent = tree.climb_until(g, &mut path, |x| keep.get(x)).unwrap_or(0);
-                    for &x in path.iter().rev() {
-                        view.gids.push(x);
-                        view.parents.push(parent);
-                        selfs.push([0; K]);
-                        parent = (view.gids.len() - 1) as u32;
-                        s.keep.set(x, parent);
-                    }
-                    parent
-                }
-            };
-            if let Some(row) = selfs.get_mut(local as usize) {
+            let keep = &s.keep;
+            let mut parent = tree.climb_until(g, &mut path, |x| keep.get(x)).unwrap_or(0);
+            for &x in path.iter().rev() {
+                gids.push(x);
+                parents.push(parent);
+                parent = (gids.len() - 1) as u32;
+                s.keep.set(x, parent);
+            }
+        }
+    }
+    let mut selfs: Vec<[i64; K]> = vec![[0; K]; gids.len()];
+    for (k, side) in sides.iter().enumerate() {
+        for &(g, v) in side.iter() {
+            if let Some(row) = s.keep.get(g).and_then(|l| selfs.get_mut(l as usize)) {
                 row[k] = row[k].saturating_add(v);
             }
         }
     }
     s.keep.reset();
     s.path = path;
-    s.give_back();
-    (view, selfs)
+    s.local_gids = gids;
+    s.local_parents = parents;
+    (
+        FrameNodes {
+            tree,
+            scratch: Some(s),
+        },
+        selfs,
+    )
 }
 
 /// Sums two gid-sorted pair lists (a merge-join; zeros dropped).

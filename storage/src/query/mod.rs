@@ -67,6 +67,26 @@ pub trait Source {
     fn step(&self) -> i64;
     /// `f(step index, stack node, value)` for each row of `series`.
     fn for_each_row(&self, series: u32, f: &mut dyn FnMut(u32, u32, i64)) -> Result<()>;
+    /// The stack and value columns of `series`' rows in steps `[lo, hi)`, for
+    /// sources that hold them decoded (segments); `None` means "use the callbacks".
+    fn row_slices(&self, _series: u32, _lo: u32, _hi: u32) -> Option<(&[u32], &[i64])> {
+        None
+    }
+    /// [`Source::for_each_row`] restricted to steps `[lo, hi)`; sources that can
+    /// seek to the range override it.
+    fn for_each_row_in(
+        &self,
+        series: u32,
+        lo: u32,
+        hi: u32,
+        f: &mut dyn FnMut(u32, u32, i64),
+    ) -> Result<()> {
+        self.for_each_row(series, &mut |t, stack, v| {
+            if t >= lo && t < hi {
+                f(t, stack, v)
+            }
+        })
+    }
     /// `f(step index, total)` for each step of `series` with data.
     fn step_totals(&self, series: u32, f: &mut dyn FnMut(u32, i64)) -> Result<()>;
     /// The id of the immutable segment behind this source, `None` for the head.
@@ -102,6 +122,18 @@ impl Source for LoadedSegment {
     }
     fn for_each_row(&self, series: u32, f: &mut dyn FnMut(u32, u32, i64)) -> Result<()> {
         LoadedSegment::for_each_row(self, series, f)
+    }
+    fn for_each_row_in(
+        &self,
+        series: u32,
+        lo: u32,
+        hi: u32,
+        f: &mut dyn FnMut(u32, u32, i64),
+    ) -> Result<()> {
+        LoadedSegment::for_each_row_in(self, series, lo, hi, f)
+    }
+    fn row_slices(&self, series: u32, lo: u32, hi: u32) -> Option<(&[u32], &[i64])> {
+        LoadedSegment::row_slices(self, series, lo, hi)
     }
     fn step_totals(&self, series: u32, f: &mut dyn FnMut(u32, i64)) -> Result<()> {
         for &(t, v) in self.series_totals(series) {
@@ -189,11 +221,14 @@ pub(crate) fn node_values(
     let vals = &mut scratch.values;
     vals.prepare(src.dict().node_count());
     for sid in series.iter() {
-        src.for_each_row(sid, &mut |t, stack, v| {
-            if t >= lo && t < hi {
-                vals.add(stack, v);
+        match src.row_slices(sid, lo, hi) {
+            Some((stacks, values)) => {
+                for (&stack, &v) in stacks.iter().zip(values) {
+                    vals.add(stack, v);
+                }
             }
-        })?;
+            None => src.for_each_row_in(sid, lo, hi, &mut |_, stack, v| vals.add(stack, v))?,
+        }
     }
     vals.drain(&mut scratch.pairs);
     Ok(())
