@@ -176,6 +176,7 @@ mod tests {
     use super::*;
     use crate::alerts::rule::{BaselineSpec, RuleSpec, WatchSpec};
     use profiledb_storage::query::diff::{diff_stats, flat};
+    use profiledb_storage::CallTree;
 
     const MIN: i64 = 60_000;
 
