@@ -81,6 +81,9 @@ struct SelectMergeStacktracesRequest {
     end: i64,
     #[prost(int64, optional, tag = "5")]
     max_nodes: Option<i64>,
+    /// `ProfileFormat`: 0 unspecified, 1 flame graph, 2 tree.
+    #[prost(int32, tag = "6")]
+    format: i32,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -105,6 +108,48 @@ struct FlameGraph {
 struct SelectMergeStacktracesResponse {
     #[prost(message, optional, tag = "1")]
     flamegraph: Option<FlameGraph>,
+    #[prost(bytes = "vec", tag = "2")]
+    tree: Vec<u8>,
+}
+
+/// Folded stacks of Pyroscope's serialized tree, read as its `UnmarshalTree` does:
+/// pre-order nodes `uvarint(len) name uvarint(self) uvarint(children)` under an
+/// unnamed virtual root, a stack holding one parent entry per announced child.
+fn read_pyroscope_tree(b: &[u8]) -> BTreeMap<String, i64> {
+    let mut pos = 0usize;
+    let uvarint = |pos: &mut usize| {
+        let (mut v, mut shift) = (0u64, 0);
+        loop {
+            let byte = b[*pos];
+            *pos += 1;
+            v |= u64::from(byte & 0x7f) << shift;
+            if byte < 0x80 {
+                return v;
+            }
+            shift += 7;
+        }
+    };
+    let mut out = BTreeMap::new();
+    let mut parents: Vec<Option<Vec<String>>> = vec![None];
+    while let Some(parent) = parents.pop() {
+        let len = uvarint(&mut pos) as usize;
+        let name = String::from_utf8(b[pos..pos + len].to_vec()).unwrap();
+        pos += len;
+        let (self_value, children) = (uvarint(&mut pos) as i64, uvarint(&mut pos));
+        let path = match parent {
+            None => Vec::new(),
+            Some(mut p) => {
+                p.push(name);
+                p
+            }
+        };
+        if self_value > 0 {
+            *out.entry(path.join(";")).or_insert(0) += self_value;
+        }
+        parents.extend((0..children).map(|_| Some(path.clone())));
+    }
+    assert_eq!(pos, b.len());
+    out
 }
 
 /// main;b 3, main;a 2, main 1, idle 4 (×SCALE) in tenant `t`.
@@ -161,6 +206,7 @@ fn connect_flamegraph_both_encodings() {
         start,
         end,
         max_nodes: Some(100),
+        format: 0,
     };
     let r = s
         .client
@@ -184,6 +230,36 @@ fn connect_flamegraph_both_encodings() {
     assert_eq!(
         fg.levels.into_iter().map(|l| l.values).collect::<Vec<_>>(),
         expected_levels()
+    );
+
+    // PROFILE_FORMAT_TREE: the serialized tree instead of the flame graph.
+    let tree_req = SelectMergeStacktracesRequest {
+        format: 2,
+        ..req.clone()
+    };
+    let r = s
+        .client
+        .post(format!(
+            "{}/querier.v1.QuerierService/SelectMergeStacktraces",
+            s.url
+        ))
+        .header("content-type", "application/proto")
+        .header("X-Scope-OrgID", "fg")
+        .body(tree_req.encode_to_vec())
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let resp = SelectMergeStacktracesResponse::decode(r.bytes().unwrap()).unwrap();
+    assert!(resp.flamegraph.is_none());
+    let k = SCALE;
+    assert_eq!(
+        read_pyroscope_tree(&resp.tree),
+        BTreeMap::from([
+            ("idle".to_string(), 4 * k),
+            ("main".to_string(), k),
+            ("main;a".to_string(), 2 * k),
+            ("main;b".to_string(), 3 * k),
+        ])
     );
 
     // max_nodes truncation: 4 nodes keep total, main, idle, b; `a` folds into other.

@@ -61,6 +61,14 @@ impl Nodes for CallTree {
     }
 }
 
+/// What [`Shape::drawn`] keeps: `slot[node]` indexes `children` and `others` for
+/// drawn nodes (`u32::MAX` for the rest).
+struct Drawn<const K: usize> {
+    slot: Vec<u32>,
+    children: Vec<Vec<u32>>,
+    others: Vec<Option<[i64; K]>>,
+}
+
 /// A tree shape with `K` value columns per node (1 for a flame graph, 2 for a diff).
 pub(crate) struct Shape<'a, N: Nodes, const K: usize> {
     tree: &'a N,
@@ -119,44 +127,61 @@ impl<'a, N: Nodes, const K: usize> Shape<'a, N, K> {
     /// parent's self, each parent's below-threshold children summed into one `other`.
     /// Only drawn nodes get child lists, so the cost beyond one pass over the tree
     /// is in the order of `max_nodes`.
-    pub(crate) fn layout(&self, max_nodes: usize) -> (Vec<String>, Vec<Vec<i64>>, i64) {
+    /// The nodes drawn under `max_nodes`: each drawn node's drawn children sorted by
+    /// name, and the sum of its children below the threshold (its `other`). Only
+    /// drawn nodes get child lists, so the cost beyond one pass over the tree is in
+    /// the order of `max_nodes`.
+    fn drawn(&self, max_nodes: usize) -> Drawn<K> {
         let min_value = self.min_value(max_nodes);
         let n = self.totals.len().min(self.tree.len());
-        // Position of each drawn node in `children`/`others` (u32::MAX: not drawn).
         // A drawn node's parent is drawn too: its weight is at least the child's.
-        let mut slot: Vec<u32> = vec![u32::MAX; n];
-        let mut children: Vec<Vec<u32>> = vec![Vec::new()];
-        let mut others: Vec<Option<[i64; K]>> = vec![None];
+        let mut d = Drawn {
+            slot: vec![u32::MAX; n],
+            children: vec![Vec::new()],
+            others: vec![None],
+        };
         if n > 0 {
-            slot[0] = 0;
+            d.slot[0] = 0;
         }
         for i in 1..n {
             let w = self.weight(i);
             if w == 0 {
                 continue;
             }
-            let Some(&ps) = slot.get(self.tree.parent(i)) else {
+            let Some(&ps) = d.slot.get(self.tree.parent(i)) else {
                 continue;
             };
             if ps == u32::MAX {
                 continue;
             }
             if w >= min_value {
-                slot[i] = children.len() as u32;
-                children.push(Vec::new());
-                others.push(None);
-                children[ps as usize].push(i as u32);
+                d.slot[i] = d.children.len() as u32;
+                d.children.push(Vec::new());
+                d.others.push(None);
+                d.children[ps as usize].push(i as u32);
             } else {
-                let sum = others[ps as usize].get_or_insert([0; K]);
+                let sum = d.others[ps as usize].get_or_insert([0; K]);
                 for (s, t) in sum.iter_mut().zip(self.totals[i]) {
                     *s += t;
                 }
             }
         }
         let name = |node: u32| self.tree.name_of_id(self.tree.name_id(node as usize));
-        for c in children.iter_mut().filter(|c| c.len() > 1) {
+        for c in d.children.iter_mut().filter(|c| c.len() > 1) {
             c.sort_by(|a, b| name(*a).cmp(name(*b)));
         }
+        d
+    }
+
+    /// Pyroscope's levels: breadth first, children sorted by name after their
+    /// parent's self, each parent's below-threshold children summed into one `other`.
+    pub(crate) fn layout(&self, max_nodes: usize) -> (Vec<String>, Vec<Vec<i64>>, i64) {
+        let n = self.totals.len().min(self.tree.len());
+        let Drawn {
+            slot,
+            children,
+            others,
+        } = self.drawn(max_nodes);
         let mut names: Vec<String> = vec!["total".to_string()];
         let mut name_idx: FxHashMap<u32, i64> = FxHashMap::default();
         let mut other_idx: Option<i64> = None;
@@ -239,6 +264,71 @@ impl<'a, N: Nodes, const K: usize> Shape<'a, N, K> {
             max_self,
         }
     }
+}
+
+impl<N: Nodes> Shape<'_, N, 1> {
+    /// Pyroscope's serialized tree (`querier.v1` `PROFILE_FORMAT_TREE`): nodes in
+    /// depth-first pre-order from a virtual root named "", each as
+    /// `uvarint(name length) name uvarint(self) uvarint(child count)`, truncated
+    /// like the flame graph (children below the threshold become one `other` leaf).
+    pub(crate) fn tree_bytes(&self, max_nodes: usize) -> Vec<u8> {
+        let mut out = Vec::new();
+        if self.root_totals()[0] == 0 {
+            return out;
+        }
+        let d = self.drawn(max_nodes);
+        let put = |out: &mut Vec<u8>, name: &str, self_value: i64, children: usize| {
+            put_uvarint(out, name.len() as u64);
+            out.extend_from_slice(name.as_bytes());
+            put_uvarint(out, self_value.max(0) as u64);
+            put_uvarint(out, children as u64);
+        };
+        enum Next {
+            Node(u32),
+            Other(i64),
+        }
+        let mut stack = vec![Next::Node(0)];
+        while let Some(next) = stack.pop() {
+            match next {
+                Next::Other(v) => put(&mut out, OTHER, v, 0),
+                Next::Node(n) => {
+                    let s = d.slot[n as usize] as usize;
+                    let other = d.others[s].map(|o| o[0]).filter(|&o| o > 0);
+                    let count = d.children[s].len() + usize::from(other.is_some());
+                    let (name, self_value) = if n == 0 {
+                        // The virtual root: unnamed, and stacks never end on it.
+                        ("", 0)
+                    } else {
+                        (
+                            self.tree.name_of_id(self.tree.name_id(n as usize)),
+                            self.selfs[n as usize][0],
+                        )
+                    };
+                    put(&mut out, name, self_value, count);
+                    // Pushed in reverse, so children come out in name order.
+                    if let Some(o) = other {
+                        stack.push(Next::Other(o));
+                    }
+                    stack.extend(d.children[s].iter().rev().map(|&c| Next::Node(c)));
+                }
+            }
+        }
+        out
+    }
+}
+
+fn put_uvarint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// [`Shape::tree_bytes`] of a call tree.
+pub fn tree_bytes(tree: &CallTree, max_nodes: usize) -> Vec<u8> {
+    let selfs: Vec<[i64; 1]> = tree.nodes().iter().map(|n| [n.self_value]).collect();
+    Shape::new(tree, selfs).tree_bytes(max_nodes)
 }
 
 impl<N: Nodes> Shape<'_, N, 2> {
@@ -360,6 +450,73 @@ mod tests {
         assert_eq!(fg.max_self, 4);
         let back = tree_from_levels(&fg.names, &fg.levels).expect("valid levels");
         assert_eq!(back.folded(), sample().folded());
+    }
+
+    /// Reads Pyroscope's serialized tree the way its `UnmarshalTree` does (a stack
+    /// of parents, one entry per announced child) into folded stacks.
+    fn read_tree(b: &[u8]) -> std::collections::BTreeMap<String, i64> {
+        let mut pos = 0;
+        let uvarint = |pos: &mut usize| {
+            let (mut v, mut shift) = (0u64, 0);
+            loop {
+                let byte = b[*pos];
+                *pos += 1;
+                v |= u64::from(byte & 0x7f) << shift;
+                if byte < 0x80 {
+                    return v;
+                }
+                shift += 7;
+            }
+        };
+        let mut out = std::collections::BTreeMap::new();
+        // (path of the parent, children still to read)
+        let mut parents: Vec<Vec<String>> = vec![Vec::new()];
+        let mut first = true;
+        while let Some(parent) = parents.pop() {
+            let len = uvarint(&mut pos) as usize;
+            let start = pos;
+            pos += len;
+            let name = String::from_utf8(b[start..pos].to_vec()).unwrap_or_default();
+            let self_value = uvarint(&mut pos) as i64;
+            let children = uvarint(&mut pos);
+            let mut path = parent;
+            if first {
+                assert_eq!(name, "", "the virtual root is unnamed");
+                first = false;
+            } else {
+                path.push(name);
+            }
+            if self_value > 0 {
+                *out.entry(path.join(";")).or_insert(0) += self_value;
+            }
+            for _ in 0..children {
+                parents.push(path.clone());
+            }
+        }
+        assert_eq!(pos, b.len(), "no trailing bytes");
+        out
+    }
+
+    #[test]
+    fn tree_bytes_by_hand_and_read_back() {
+        let b = tree_bytes(&sample(), 0);
+        // "" self 0, 2 children; idle (4, leaf); main (self 1, 2 children); a; b.
+        let want: Vec<u8> = [
+            &[0u8, 0, 2][..],
+            &[4, b'i', b'd', b'l', b'e', 4, 0],
+            &[4, b'm', b'a', b'i', b'n', 1, 2],
+            &[1, b'a', 2, 0],
+            &[1, b'b', 3, 0],
+        ]
+        .concat();
+        assert_eq!(b, want);
+        assert_eq!(read_tree(&b), sample().folded());
+        // Truncated to 4 nodes: `a` (2) joins main's `other`.
+        let t = read_tree(&tree_bytes(&sample(), 4));
+        assert_eq!(t.get("main;other"), Some(&2));
+        assert_eq!(t.get("main;a"), None);
+        assert_eq!(t.values().sum::<i64>(), 10);
+        assert!(tree_bytes(&CallTree::new(), 0).is_empty());
     }
 
     #[test]

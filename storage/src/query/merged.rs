@@ -77,6 +77,14 @@ impl Merged {
         Shape::new(&view, selfs).flamegraph(max_nodes)
     }
 
+    /// Pyroscope's serialized tree (`PROFILE_FORMAT_TREE`), truncated like the flame
+    /// graph.
+    pub fn tree_bytes(&self, max_nodes: usize) -> Vec<u8> {
+        let tree = self.frames.read();
+        let (view, selfs) = compact(&tree, [&self.pairs[..]]);
+        Shape::new(&view, selfs).tree_bytes(max_nodes)
+    }
+
     /// Self value per function name (what [`super::diff::flat`] gives for the tree).
     pub fn flat(&self) -> FxHashMap<String, i64> {
         let tree = self.frames.read();
@@ -365,6 +373,10 @@ mod tests {
             let (ta, tb) = (ma.to_tree(), mb.to_tree());
             prop_assert_eq!(ta.folded(), reference(&a).folded());
             prop_assert_eq!(ma.flamegraph(mn), flamegraph(&reference(&a), mn));
+            prop_assert_eq!(
+                ma.tree_bytes(mn),
+                crate::query::flamegraph::tree_bytes(&reference(&a), mn)
+            );
             prop_assert_eq!(
                 flamegraph_diff_merged(&ma, &mb, mn),
                 flamegraph_diff(&ta, &tb, mn)

@@ -10,7 +10,7 @@ use axum::response::Response;
 use axum::routing::post;
 use axum::Router;
 use bytes::Bytes;
-use profiledb_storage::query::flamegraph::{flamegraph, FlameGraph};
+use profiledb_storage::query::flamegraph::{flamegraph, tree_bytes, FlameGraph};
 use profiledb_storage::query::merged::flamegraph_diff_merged;
 use profiledb_storage::{now_ms, CallTree, MatchOp, Matcher, Selector, TimeRange};
 use prost::Message;
@@ -217,18 +217,12 @@ async fn call(
                 q::SelectMergeStacktracesRequest,
                 "querier.v1.SelectMergeStacktracesRequest"
             );
-            if r.format == q::ProfileFormat::Tree as i32 {
-                return Err(ConnectError::new(
-                    "unimplemented",
-                    "PROFILE_FORMAT_TREE is not supported; use the flame graph format",
-                ));
-            }
-            let fg = merged_flamegraph(&state, &headers, &r).await?;
+            let (flamegraph, tree) = match merged_flamegraph(&state, &headers, &r).await? {
+                Merge::Flame(fg) => (Some(fg_proto(fg)), Vec::new()),
+                Merge::Tree(bytes) => (None, bytes),
+            };
             out(
-                &q::SelectMergeStacktracesResponse {
-                    flamegraph: Some(fg_proto(fg)),
-                    tree: Vec::new(),
-                },
+                &q::SelectMergeStacktracesResponse { flamegraph, tree },
                 "querier.v1.SelectMergeStacktracesResponse",
                 enc,
             )
@@ -247,18 +241,24 @@ async fn call(
             }
             let range = range_ms(r.start, r.end)?;
             let mn = max_nodes(r.max_nodes);
-            let fg = blocking(move || {
+            let as_tree = r.format == q::ProfileFormat::Tree as i32;
+            let m = blocking(move || {
                 let m = store
                     .merge_frames_cached(&engine, &tenant, &sel, range)
                     .map_err(super::storage_error)?;
-                Ok(m.flamegraph(mn))
+                Ok(if as_tree {
+                    Merge::Tree(m.tree_bytes(mn))
+                } else {
+                    Merge::Flame(m.flamegraph(mn))
+                })
             })
             .await?;
+            let (flamegraph, tree) = match m {
+                Merge::Flame(fg) => (Some(fg_proto(fg)), Vec::new()),
+                Merge::Tree(bytes) => (None, bytes),
+            };
             out(
-                &q::SelectMergeSpanProfileResponse {
-                    flamegraph: Some(fg_proto(fg)),
-                    tree: Vec::new(),
-                },
+                &q::SelectMergeSpanProfileResponse { flamegraph, tree },
                 "querier.v1.SelectMergeSpanProfileResponse",
                 enc,
             )
@@ -412,11 +412,18 @@ async fn call(
     }
 }
 
+/// A merge answered in the requested `ProfileFormat`.
+enum Merge {
+    Flame(FlameGraph),
+    /// `PROFILE_FORMAT_TREE`: Pyroscope's serialized tree.
+    Tree(Vec<u8>),
+}
+
 async fn merged_flamegraph(
     state: &AppRef,
     headers: &HeaderMap,
     r: &q::SelectMergeStacktracesRequest,
-) -> ConnectResult<FlameGraph> {
+) -> ConnectResult<Merge> {
     let store = state.store()?;
     let tenant = tenant_of(headers)?;
     let engine = state.engine()?;
@@ -428,17 +435,27 @@ async fn merged_flamegraph(
         .as_ref()
         .map(|s| s.call_site.iter().map(|l| l.name.clone()).collect())
         .unwrap_or_default();
+    let as_tree = r.format == q::ProfileFormat::Tree as i32;
     Ok(blocking(move || {
         if call_site.is_empty() {
             let m = store
                 .merge_frames_cached(&engine, &tenant, &sel, range)
                 .map_err(super::storage_error)?;
-            return Ok(m.flamegraph(mn));
+            return Ok(if as_tree {
+                Merge::Tree(m.tree_bytes(mn))
+            } else {
+                Merge::Flame(m.flamegraph(mn))
+            });
         }
         let tree = store
             .merge_cached(&engine, &tenant, &sel, range)
             .map_err(super::storage_error)?;
-        Ok(flamegraph(&filter_call_site(&tree, &call_site), mn))
+        let tree = filter_call_site(&tree, &call_site);
+        Ok(if as_tree {
+            Merge::Tree(tree_bytes(&tree, mn))
+        } else {
+            Merge::Flame(flamegraph(&tree, mn))
+        })
     })
     .await?)
 }
