@@ -219,7 +219,8 @@ mod tests {
         /// dropping zeros), with the precomputed totals and footer agreeing.
         #[test]
         fn segment_round_trips(
-            rows in prop::collection::vec((0u8..4, 0u32..360, 0u8..10, -5i64..1000), 0..200)
+            rows in prop::collection::vec((0u8..4, 0u32..360, 0u8..10, -5i64..1000), 0..200),
+            window in (0u32..400, 0u32..400),
         ) {
             let mut b = DictBuilder::new();
             let stacks: Vec<u32> = (0..10u64).map(|i| {
@@ -263,6 +264,25 @@ mod tests {
             }
             prop_assert_eq!(totals, want_totals);
             prop_assert_eq!(seg.meta.value_total, want.values().sum::<i64>());
+            // A window of steps reads exactly the rows inside it, through both the
+            // callback and the column slices.
+            let (lo, hi) = window;
+            for (sid, labels) in seg.series.iter().enumerate() {
+                let want_win: BTreeMap<(u32, u32), i64> = want
+                    .iter()
+                    .filter(|((l, t, _), _)| l == labels && *t >= lo && *t < hi)
+                    .map(|((_, t, st), v)| ((*t, *st), *v))
+                    .collect();
+                let mut got_win = BTreeMap::new();
+                seg.for_each_row_in(sid as u32, lo, hi, |t, st, v| { got_win.insert((t, st), v); }).unwrap();
+                prop_assert_eq!(&got_win, &want_win);
+                let (stacks, values) = seg.row_slices(sid as u32, lo, hi).unwrap();
+                let mut from_slices: Vec<(u32, i64)> = stacks.iter().copied().zip(values.iter().copied()).collect();
+                let mut expected: Vec<(u32, i64)> = want_win.iter().map(|((_, st), v)| (*st, *v)).collect();
+                from_slices.sort_unstable();
+                expected.sort_unstable();
+                prop_assert_eq!(from_slices, expected);
+            }
         }
     }
 
