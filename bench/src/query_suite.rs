@@ -227,9 +227,11 @@ fn specs(t_end: i64, service: &str) -> Vec<QuerySpec> {
             http: Box::new(move |shift| {
                 Req::Post(
                     "/api/v1/diff",
+                    // The same flame graph size as the merge query draws.
                     json!({"profile_type": CPU_TYPE, "selector": sel,
                        "base": {"start": start - shift, "end": mid},
-                       "compare": {"start": mid, "end": t_end}, "top": 20}),
+                       "compare": {"start": mid, "end": t_end}, "top": 20,
+                       "max_nodes": 1024}),
                 )
             }),
             total: |v| {

@@ -143,6 +143,18 @@ struct NodeFilter {
 }
 
 impl NodeFilter {
+    fn new(
+        src: &dyn Source,
+        q: &GroupByQuery,
+        resolve: &dyn Fn(&dyn Source, &Regex) -> Result<RoaringBitmap>,
+    ) -> Result<NodeFilter> {
+        let ids = |re: &Option<Regex>| re.as_ref().map(|re| resolve(src, re)).transpose();
+        Ok(NodeFilter {
+            include: ids(&q.include)?,
+            exclude: ids(&q.exclude)?,
+        })
+    }
+
     fn is_noop(&self) -> bool {
         self.include.is_none() && self.exclude.is_none()
     }
@@ -203,16 +215,7 @@ pub fn group_into(
     let dict = src.dict();
     let label_keys = q.label_keys();
     let stack_keys = q.keys.iter().any(GroupKey::is_stack_derived);
-    let filter = NodeFilter {
-        include: match &q.include {
-            Some(re) => Some(resolve(src, re)?),
-            None => None,
-        },
-        exclude: match &q.exclude {
-            Some(re) => Some(resolve(src, re)?),
-            None => None,
-        },
-    };
+    let filter = NodeFilter::new(src, q, resolve)?;
 
     // Series grouped by their values of the label keys.
     let mut groups: Vec<(Vec<String>, RoaringBitmap)> = Vec::new();
@@ -398,13 +401,6 @@ pub struct FrameGroups {
     group_ids: FxHashMap<Vec<String>, u32>,
     /// `(group, gid)` → sum; gid is the root when no key is stack-derived.
     values: FxHashMap<(u32, u32), i64>,
-    /// Name ids matching the include / exclude regexes, from every source's
-    /// function index. A path's verdict depends only on its names, and a source's
-    /// set covers every name on the paths of its own stacks.
-    include_names: rustc_hash::FxHashSet<u32>,
-    exclude_names: rustc_hash::FxHashSet<u32>,
-    /// gid → filter flags (+1), kept across the thread's sources.
-    flags: FxHashMap<u32, u32>,
     pub total: i64,
 }
 
@@ -427,9 +423,6 @@ impl FrameGroups {
 
     /// Keeps only what [`FrameGroups::add`] reads (a cached per-segment part).
     pub fn shrink_for_cache(&mut self) {
-        self.flags = FxHashMap::default();
-        self.include_names = Default::default();
-        self.exclude_names = Default::default();
         self.group_ids = FxHashMap::default();
     }
 
@@ -454,24 +447,6 @@ impl FrameGroups {
             let e = self.values.entry((g, gid)).or_insert(0);
             *e = e.saturating_add(v);
         }
-    }
-
-    fn flags(&mut self, tree: &FrameTree, gid: u32) -> u32 {
-        let mut path = Vec::new();
-        let mut flags = tree
-            .climb_until(gid, &mut path, |g| self.flags.get(&g).copied())
-            .unwrap_or(0);
-        for &g in path.iter().rev() {
-            let name = tree.name_of(g);
-            if self.include_names.contains(&name) {
-                flags |= HAS_INCLUDED;
-            }
-            if self.exclude_names.contains(&name) {
-                flags |= HAS_EXCLUDED;
-            }
-            self.flags.insert(g, flags);
-        }
-        flags
     }
 
     /// Rows of all threads' accumulators, keyed by strings in `q.keys` order.
@@ -551,7 +526,6 @@ pub fn group_frames(
     let dict = src.dict();
     let label_keys = q.label_keys();
     let stack_keys = q.keys.iter().any(GroupKey::is_stack_derived);
-    let filtered = q.include.is_some() || q.exclude.is_some();
 
     // Series grouped by their values of the label keys.
     let mut members: Vec<(u32, RoaringBitmap)> = Vec::new();
@@ -578,45 +552,41 @@ pub fn group_frames(
         members[i].1.insert(sid);
     }
 
+    // The function filters are applied to this source's stack nodes before they
+    // are resolved to frame ids: only the stacks a filtered query keeps are added to
+    // the frame tree (the first query after a restart resolves far fewer).
+    let filter = NodeFilter::new(src, q, resolve)?;
     let generation = tree.read().generation();
     let slots = src
         .gid_memo()
         .map(|m| m.slots(generation, dict.node_count()));
     let mut per_group: Vec<(u32, Vec<(u32, i64)>)> = Vec::with_capacity(members.len());
     let mut gid_pairs = Vec::new();
-    for (g, set) in &members {
-        node_values(src, set, lo, hi, scratch)?;
-        scratch.pairs_to_frames(tree, dict, slots.as_deref());
-        scratch.gids.drain(&mut gid_pairs);
-        per_group.push((*g, std::mem::take(&mut gid_pairs)));
-    }
-    scratch.end_source();
-
-    // This source's matching function names, now that its frames have name ids.
-    let t = tree.read();
-    for (re, set) in [
-        (&q.include, &mut acc.include_names),
-        (&q.exclude, &mut acc.exclude_names),
-    ] {
-        let Some(re) = re else { continue };
-        for f in resolve(src, re)?.iter() {
-            let Some(func) = dict.functions.get(f as usize) else {
-                continue;
-            };
-            if let Some(id) = t.name_id(dict.str(func.name)) {
-                set.insert(id);
+    let mut path = std::mem::take(&mut scratch.path);
+    scratch.keep.prepare(dict.node_count());
+    let result = (|| -> Result<()> {
+        for (g, set) in &members {
+            node_values(src, set, lo, hi, scratch)?;
+            if !filter.is_noop() {
+                let keep = &mut scratch.keep;
+                scratch
+                    .pairs
+                    .retain(|&(node, _)| filter.keeps(dict, node, keep, &mut path));
             }
+            scratch.path = std::mem::take(&mut path);
+            scratch.pairs_to_frames(tree, dict, slots.as_deref());
+            path = std::mem::take(&mut scratch.path);
+            scratch.gids.drain(&mut gid_pairs);
+            per_group.push((*g, std::mem::take(&mut gid_pairs)));
         }
-    }
+        Ok(())
+    })();
+    scratch.path = path;
+    scratch.end_source();
+    result?;
+
     for (g, pairs) in per_group {
         for (gid, v) in pairs {
-            if filtered {
-                let f = acc.flags(&t, gid);
-                let keep = (q.include.is_none() || f & HAS_INCLUDED != 0) && f & HAS_EXCLUDED == 0;
-                if !keep {
-                    continue;
-                }
-            }
             acc.total = acc.total.saturating_add(v);
             let key = (g, if stack_keys { gid } else { ROOT_GID });
             let e = acc.values.entry(key).or_insert(0);
