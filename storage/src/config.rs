@@ -42,6 +42,9 @@ pub struct StoreConfig {
     /// the bench fleet), and a segment evicted between queries is decoded again and
     /// loses its frame ids.
     pub segment_cache_bytes: u64,
+    /// Decode the newest segments into the cache after open (up to half of it), and
+    /// each flushed segment as it is written. Default on.
+    pub warm_segment_cache: bool,
     /// Threads scanning segments in one query (0 = number of CPUs).
     pub query_threads: usize,
     /// zstd level for segment columns.
@@ -95,6 +98,7 @@ impl Default for StoreConfig {
             wal_file_bytes: 64 << 20,
             write_queue: 64,
             segment_cache_bytes: 1 << 30,
+            warm_segment_cache: true,
             query_threads: 0,
             zstd_level: 3,
             background_flush: true,

@@ -260,6 +260,15 @@ impl Store {
                 .at(&dir)?
         };
         let mut threads = vec![w, f];
+        if inner.cfg.warm_segment_cache {
+            let inner = inner.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name("profiledb-warmup".into())
+                    .spawn(move || inner.warm_up())
+                    .at(&dir)?,
+            );
+        }
         let mut stop_compactor = None;
         if inner.cfg.background_flush
             && inner.cfg.background_compaction
@@ -914,6 +923,13 @@ impl Inner {
             }
             None => None,
         };
+        // Decoded before it goes live, so the queries that read it first (it is the
+        // newest data) do not pay for the decoding.
+        if let (Some(h), true) = (&handle, self.cfg.warm_segment_cache) {
+            if let Err(e) = self.load(h) {
+                warn!(segment = h.meta.id, error = %e, "decoding a flushed segment failed");
+            }
+        }
         {
             let mut st = self.state.write();
             st.flushing.retain(|p| !Arc::ptr_eq(p, part));
@@ -929,6 +945,34 @@ impl Inner {
             error!(error = %e, "WAL truncation failed; it is retried after the next flush");
         }
         Ok(())
+    }
+
+    /// Decodes the newest segments into the cache after open, up to half its budget,
+    /// so the first queries after a restart find recent data ready. Stops early when
+    /// the store closes.
+    fn warm_up(&self) {
+        let mut handles: Vec<Arc<SegmentHandle>> =
+            self.state.read().segments.values().cloned().collect();
+        handles.sort_by_key(|h| std::cmp::Reverse((h.meta.partition_start_ms, h.meta.id)));
+        let t = std::time::Instant::now();
+        let mut loaded = 0usize;
+        for h in handles {
+            if self.closed.load(Ordering::SeqCst)
+                || self.cache.weight() >= self.cfg.segment_cache_bytes / 2
+            {
+                break;
+            }
+            match self.load(&h) {
+                Ok(_) => loaded += 1,
+                Err(e) => warn!(segment = h.meta.id, error = %e, "warming the segment cache"),
+            }
+        }
+        info!(
+            segments = loaded,
+            bytes = self.cache.weight(),
+            ms = t.elapsed().as_millis() as u64,
+            "segment cache warmed"
+        );
     }
 
     fn live_totals(&self) -> (usize, u64) {
@@ -1338,18 +1382,25 @@ impl Inner {
         items
     }
 
+    /// The decoded segment behind `h`, from the cache or read now. Concurrent
+    /// loads of one segment (two queries, or a query and the warm-up) wait for a
+    /// single read.
     fn load(&self, h: &SegmentHandle) -> Result<Option<Arc<LoadedSegment>>> {
-        if let Some(s) = self.cache.get(&h.meta.id) {
-            inc(&self.stats.segment_cache_hits, 1);
-            return Ok(Some(s));
-        }
-        inc(&self.stats.segment_cache_misses, 1);
-        match h.file.load() {
-            Ok(seg) => {
-                let seg = Arc::new(seg);
-                self.cache.insert(h.meta.id, seg.clone());
-                Ok(Some(seg))
-            }
+        let mut read = false;
+        let loaded = self.cache.get_or_insert_with(&h.meta.id, || {
+            read = true;
+            h.file.load().map(Arc::new)
+        });
+        inc(
+            if read {
+                &self.stats.segment_cache_misses
+            } else {
+                &self.stats.segment_cache_hits
+            },
+            1,
+        );
+        match loaded {
+            Ok(seg) => Ok(Some(seg)),
             Err(e) if e.is_corruption() => {
                 self.quarantine(h, &e);
                 Ok(None)
