@@ -128,11 +128,11 @@ pub fn diff_stats_by_name(
 }
 
 /// The first `k` of `rows` in `order`, sorted (a partial sort).
-fn first_k<'r, T>(
-    rows: &'r mut [T],
+fn first_k<T>(
+    rows: &mut [T],
     k: usize,
     mut order: impl FnMut(&T, &T) -> std::cmp::Ordering,
-) -> &'r [T] {
+) -> &[T] {
     let k = k.min(rows.len());
     if k == 0 {
         return &[];
