@@ -91,29 +91,7 @@ type SegmentCache = quick_cache::sync::Cache<u64, Arc<LoadedSegment>, SegmentWei
 /// then read from disk on every query while the cache sat half empty. Lookups are
 /// one per segment per query, so a single lock costs nothing measurable.
 fn segment_cache(bytes: u64) -> SegmentCache {
-    one_shard_cache(bytes, SegmentWeighter)
-}
-
-fn one_shard_cache<V: Clone, W: quick_cache::Weighter<u64, V> + Clone>(
-    bytes: u64,
-    weighter: W,
-) -> quick_cache::sync::Cache<u64, V, W> {
-    let items = (bytes / (16 << 20)).clamp(16, 100_000) as usize;
-    let options = quick_cache::OptionsBuilder::new()
-        .shards(1)
-        .estimated_items_capacity(items)
-        .weight_capacity(bytes)
-        .build();
-    match options {
-        Ok(o) => quick_cache::sync::Cache::with_options(
-            o,
-            weighter,
-            Default::default(),
-            Default::default(),
-        ),
-        // Not reached (every option is set); a cache of the default shape still works.
-        Err(_) => quick_cache::sync::Cache::with_weighter(items, bytes, weighter),
-    }
+    crate::query::cache::one_shard_cache(bytes, SegmentWeighter)
 }
 
 struct Inner {
@@ -1648,7 +1626,7 @@ fn reconcile(
 
 #[cfg(test)]
 mod tests {
-    use super::one_shard_cache;
+    use crate::query::cache::one_shard_cache;
 
     #[derive(Clone)]
     struct ValueIsWeight;

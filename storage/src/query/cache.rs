@@ -57,6 +57,31 @@ impl quick_cache::Weighter<u64, Arc<FnIndex>> for IndexWeight {
     }
 }
 
+/// A cache of large items in one shard: quick_cache splits a sharded cache's budget
+/// per shard and refuses any item over a shard's hot area, so a few items of tens
+/// to hundreds of MB (decoded segments, function indexes) were never kept.
+pub(crate) fn one_shard_cache<V: Clone, W: quick_cache::Weighter<u64, V> + Clone>(
+    bytes: u64,
+    weighter: W,
+) -> quick_cache::sync::Cache<u64, V, W> {
+    let items = (bytes / (16 << 20)).clamp(16, 100_000) as usize;
+    let options = quick_cache::OptionsBuilder::new()
+        .shards(1)
+        .estimated_items_capacity(items)
+        .weight_capacity(bytes)
+        .build();
+    match options {
+        Ok(o) => quick_cache::sync::Cache::with_options(
+            o,
+            weighter,
+            Default::default(),
+            Default::default(),
+        ),
+        // Not reached (every option is set); a cache of the default shape still works.
+        Err(_) => quick_cache::sync::Cache::with_weighter(items, bytes, weighter),
+    }
+}
+
 /// Limits every query runs under.
 #[derive(Clone, Debug)]
 pub struct QueryLimits {
@@ -140,11 +165,7 @@ impl QueryEngine {
                 bytes,
                 ResultWeight,
             ),
-            fn_indexes: quick_cache::sync::Cache::with_weighter(
-                1024,
-                (bytes / 4).max(1 << 20),
-                IndexWeight,
-            ),
+            fn_indexes: one_shard_cache((bytes / 4).max(1 << 20), IndexWeight),
             stats,
             limits,
             results_enabled: cache_bytes > 0,

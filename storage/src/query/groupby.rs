@@ -136,10 +136,13 @@ const HAS_INCLUDED: u32 = 1;
 /// Likewise for the exclude set.
 const HAS_EXCLUDED: u32 = 2;
 
-/// The function filters of one source, resolved to function ids.
+/// The function filters of one source, resolved to flags per function id.
 struct NodeFilter {
-    include: Option<RoaringBitmap>,
-    exclude: Option<RoaringBitmap>,
+    /// `HAS_INCLUDED` / `HAS_EXCLUDED` per function id of the source's dictionary
+    /// (a flat array: the climb checks every ancestor of every stack it sees).
+    functions: Vec<u8>,
+    include: bool,
+    exclude: bool,
 }
 
 impl NodeFilter {
@@ -148,22 +151,35 @@ impl NodeFilter {
         q: &GroupByQuery,
         resolve: &dyn Fn(&dyn Source, &Regex) -> Result<RoaringBitmap>,
     ) -> Result<NodeFilter> {
-        let ids = |re: &Option<Regex>| re.as_ref().map(|re| resolve(src, re)).transpose();
-        Ok(NodeFilter {
-            include: ids(&q.include)?,
-            exclude: ids(&q.exclude)?,
-        })
+        let mut f = NodeFilter {
+            functions: Vec::new(),
+            include: q.include.is_some(),
+            exclude: q.exclude.is_some(),
+        };
+        if f.is_noop() {
+            return Ok(f);
+        }
+        f.functions = vec![0; src.dict().functions.len()];
+        for (re, flag) in [(&q.include, HAS_INCLUDED), (&q.exclude, HAS_EXCLUDED)] {
+            let Some(re) = re else { continue };
+            for id in resolve(src, re)?.iter() {
+                if let Some(slot) = f.functions.get_mut(id as usize) {
+                    *slot |= flag as u8;
+                }
+            }
+        }
+        Ok(f)
     }
 
     fn is_noop(&self) -> bool {
-        self.include.is_none() && self.exclude.is_none()
+        !self.include && !self.exclude
     }
 
     /// Whether samples of stack node `node` pass. Visits only `node`'s ancestors not
     /// yet memoised in `memo`, so a query pays for the stacks it touches.
     fn keeps(&self, dict: &Dict, node: u32, memo: &mut Memo, path: &mut Vec<u32>) -> bool {
         let flags = self.flags(dict, node, memo, path);
-        (self.include.is_none() || flags & HAS_INCLUDED != 0) && flags & HAS_EXCLUDED == 0
+        (!self.include || flags & HAS_INCLUDED != 0) && flags & HAS_EXCLUDED == 0
     }
 
     fn flags(&self, dict: &Dict, node: u32, memo: &mut Memo, path: &mut Vec<u32>) -> u32 {
@@ -174,13 +190,8 @@ impl NodeFilter {
                 .get(n as usize)
                 .and_then(|&l| dict.locations.get(l as usize))
                 .and_then(|l| l.function);
-            if let Some(f) = f {
-                if self.include.as_ref().is_some_and(|b| b.contains(f)) {
-                    flags |= HAS_INCLUDED;
-                }
-                if self.exclude.as_ref().is_some_and(|b| b.contains(f)) {
-                    flags |= HAS_EXCLUDED;
-                }
+            if let Some(&bits) = f.and_then(|f| self.functions.get(f as usize)) {
+                flags |= u32::from(bits);
             }
             memo.set(n, flags);
         }
