@@ -193,6 +193,30 @@ fn specs(t_end: i64, service: &str) -> Vec<QuerySpec> {
             ),
         });
 
+        // The same group-by with a filter never asked before on every run (an
+        // alternative that matches nothing is appended): nothing of it is cached, so
+        // this is the cost of a group-by computed from the decoded segments.
+        out.push(QuerySpec {
+            name: "group-by, filter new on every run",
+            window,
+            http: Box::new(move |shift| {
+                Req::Post(
+                    "/api/v1/query",
+                    json!({"profile_type": CPU_TYPE, "selector": "{}",
+                       "start": start - shift, "end": t_end,
+                       "group_by": ["service_name", "function"],
+                       "function": format!("{FILTER_FUNCTION}|^nothing{shift}$"), "limit": 100}),
+                )
+            }),
+            total: |v| v.get("total").and_then(Value::as_f64),
+            sql: format!(
+                "SELECT s.service, k.leaf, sum(s.value) AS v FROM samples s \
+                 JOIN (SELECT stack_id, leaf FROM stacks WHERE stack LIKE '%{FILTER_FUNCTION}%') k \
+                 USING (stack_id) WHERE s.profile_type = '{CPU_TYPE}' AND s.{time} \
+                 GROUP BY 1, 2 ORDER BY v DESC"
+            ),
+        });
+
         let all = format!("{CPU_TYPE}{{}}");
         out.push(QuerySpec {
             name: "time series by service",
