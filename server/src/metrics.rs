@@ -214,6 +214,13 @@ pub fn render(
             "Approximate bytes of decoded segments held for queries (bounded by --segment-cache-mb).",
             g.segment_cache_bytes,
         );
+        family(
+            &mut out,
+            "profiledb_segment_cache_warming",
+            "gauge",
+            "1 while the segment cache is being warmed after start (newest segments decoded in the background).",
+            g.segment_cache_warming,
+        );
     }
     out
 }

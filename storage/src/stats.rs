@@ -58,4 +58,6 @@ pub struct Gauges {
     pub segment_bytes: u64,
     /// Weight of the decoded-segment cache.
     pub segment_cache_bytes: u64,
+    /// 1 while the after-open warm-up is decoding segments into the cache.
+    pub segment_cache_warming: u64,
 }

@@ -112,6 +112,8 @@ struct Inner {
     cache: SegmentCache,
     stats: StoreStats,
     closed: AtomicBool,
+    /// The after-open warm-up of the segment cache is still decoding.
+    warming: AtomicBool,
     /// Serializes compaction, downsampling and retention with each other.
     lifecycle: Mutex<()>,
     /// Segments out of the live set whose files are still read by a query; deleted
@@ -207,6 +209,7 @@ impl Store {
             cache: segment_cache(cfg.segment_cache_bytes),
             stats,
             closed: AtomicBool::new(false),
+            warming: AtomicBool::new(cfg.warm_segment_cache),
             lifecycle: Mutex::new(()),
             retired: Mutex::new(Vec::new()),
             cfg,
@@ -374,6 +377,7 @@ impl Store {
             segments: st.segments.len() as u64,
             segment_bytes: st.segments.values().map(|h| h.meta.size_bytes).sum(),
             segment_cache_bytes: self.inner.cache.weight(),
+            segment_cache_warming: u64::from(self.inner.warming.load(Ordering::Relaxed)),
             ..Default::default()
         };
         for p in st.head.values().chain(st.flushing.iter()) {
@@ -945,6 +949,7 @@ impl Inner {
                 Err(e) => warn!(segment = h.meta.id, error = %e, "warming the segment cache"),
             }
         }
+        self.warming.store(false, Ordering::Relaxed);
         info!(
             segments = loaded,
             bytes = self.cache.weight(),
