@@ -87,7 +87,7 @@ enum Command {
         #[arg(long, default_value_t = 256)]
         query_cache_mb: u64,
         /// Decoded segments kept in memory for queries, in MiB. A decoded segment
-        /// takes about 6x its file size; queries over more than fit reload them.
+        /// takes about 9x its file size; queries over more than fit reload them.
         #[arg(long, default_value_t = 1024)]
         segment_cache_mb: u64,
         /// Queries running longer than this many seconds fail with 503.

@@ -38,9 +38,9 @@ pub struct StoreConfig {
     /// Capacity of the writer queue, in batches.
     pub write_queue: usize,
     /// Decoded segments kept in memory for queries (default 1 GiB). A decoded
-    /// segment is about 6x its file (dictionary, index, frame-id memo; measured on
-    /// the bench fleet), and a segment evicted between queries is decoded again and
-    /// loses its frame ids.
+    /// segment is about 9x its file (dictionary, index, rows as flat columns,
+    /// frame-id memo; measured on the bench fleet), and a segment evicted between
+    /// queries is decoded again and loses its frame ids.
     pub segment_cache_bytes: u64,
     /// Decode the newest segments into the cache after open (up to half of it), and
     /// each flushed segment as it is written. Default on.
