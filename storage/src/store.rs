@@ -933,17 +933,27 @@ impl Inner {
     /// so the first queries after a restart find recent data ready. Stops early when
     /// the store closes.
     fn warm_up(&self) {
-        let mut handles: Vec<Arc<SegmentHandle>> =
-            self.state.read().segments.values().cloned().collect();
-        handles.sort_by_key(|h| std::cmp::Reverse((h.meta.partition_start_ms, h.meta.id)));
+        // Ids, not handles: a segment compacted away meanwhile is skipped, and its
+        // file is not kept alive by this thread.
+        let mut ids: Vec<(i64, u64)> = self
+            .state
+            .read()
+            .segments
+            .values()
+            .map(|h| (h.meta.partition_start_ms, h.meta.id))
+            .collect();
+        ids.sort_unstable_by(|a, b| b.cmp(a));
         let t = std::time::Instant::now();
         let mut loaded = 0usize;
-        for h in handles {
+        for (_, id) in ids {
             if self.closed.load(Ordering::SeqCst)
                 || self.cache.weight() >= self.cfg.segment_cache_bytes / 2
             {
                 break;
             }
+            let Some(h) = self.state.read().segments.get(&id).cloned() else {
+                continue;
+            };
             match self.load(&h) {
                 Ok(_) => loaded += 1,
                 Err(e) => warn!(segment = h.meta.id, error = %e, "warming the segment cache"),
@@ -1358,7 +1368,17 @@ impl Inner {
             }
         }
         for h in st.segments.values() {
-            if &h.meta.tenant == tenant && h.meta.overlaps(range.start_ms, range.end_ms) {
+            // A window starting inside a partition's last step touches the partition
+            // but selects none of its steps (a dashboard's moving window almost always
+            // does): leaving it out saves a load and a scan thread.
+            let m = &h.meta;
+            let (lo, hi) = crate::segment::step_range(
+                m.partition_start_ms,
+                m.step_ms,
+                range.start_ms,
+                range.end_ms,
+            );
+            if &m.tenant == tenant && m.overlaps(range.start_ms, range.end_ms) && lo < hi {
                 items.push(Item::Segment(h.clone()));
             }
         }

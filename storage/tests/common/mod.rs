@@ -169,6 +169,9 @@ pub fn test_config() -> StoreConfig {
         step_ms: 10_000,
         background_flush: false,
         query_threads: 2,
+        // Deterministic cache statistics: the tests that need the background
+        // warm-up turn it on.
+        warm_segment_cache: false,
         ..StoreConfig::default()
     }
 }
