@@ -23,7 +23,9 @@ use crate::query::frames::FrameTree;
 use crate::query::groupby::{
     frames_can_group, group_frames, group_into, FrameGroups, GroupAcc, GroupByQuery,
 };
-use crate::query::merged::{add_sorted, diff_stats_merged, flamegraph_diff_merged, Merged};
+use crate::query::merged::{
+    add_sorted, diff_stats_merged, flamegraph_diff_merged, tree_too_large, Merged,
+};
 use crate::query::timeseries::{SeriesGroups, SeriesPoints};
 use crate::query::{merge_frames, partial_key, CallTree, Scratch, Source, TimeRange};
 use crate::selector::Selector;
@@ -171,7 +173,7 @@ impl Store {
                 }
             },
         )?;
-        Ok(Merged::new(frames.clone(), pairs))
+        Ok(Merged::new(frames.clone(), pairs).with_tree_limit(engine.limits.max_tree_nodes))
     }
 
     /// [`Store::merge_in`] with the store's current frame tree.
@@ -218,14 +220,8 @@ impl Store {
         sel: &Selector,
         range: TimeRange,
     ) -> Result<CallTree> {
-        let tree = self
-            .merge_frames_cached(engine, tenant, sel, range)?
-            .to_tree();
-        let max = engine.limits.max_tree_nodes;
-        if max > 0 && tree.nodes().len() > max {
-            return Err(tree_too_large(max));
-        }
-        Ok(tree)
+        self.merge_frames_cached(engine, tenant, sel, range)?
+            .to_tree_checked()
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -376,10 +372,4 @@ impl Store {
             stats,
         })
     }
-}
-
-fn tree_too_large(max: usize) -> StorageError {
-    StorageError::QueryLimit(format!(
-        "the merged profile exceeds {max} nodes (the query memory budget); narrow the selector or time range"
-    ))
 }

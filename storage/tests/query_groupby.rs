@@ -110,6 +110,12 @@ fn limits_refuse_large_queries() {
     let range = TimeRange::new(0, 10_000);
     let e = store.merge_cached(&engine, &t, &sel, range).unwrap_err();
     assert!(matches!(e, StorageError::QueryLimit(_)), "{e}");
+    // In frame-tree space the merge fits (two stacks); the whole call tree that
+    // pprof and SVG need (five nodes) does not.
+    let merged = store.merge_frames_cached(&engine, &t, &sel, range).unwrap();
+    assert_eq!(merged.total(), 2);
+    let e = merged.to_tree_checked().unwrap_err();
+    assert!(matches!(e, StorageError::QueryLimit(_)), "{e}");
     let q = GroupByQuery {
         keys: vec![GroupKey::Function],
         ..Default::default()

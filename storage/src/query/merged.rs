@@ -19,12 +19,16 @@ use super::flamegraph::{flamegraph_diff, FlameGraph, FlameGraphDiff, Nodes, Shap
 use super::frames::{FrameTree, ROOT_GID};
 use super::scratch::Scratch;
 use super::tree::CallTree;
+use crate::error::{Result, StorageError};
 
 /// Self values by gid of one frame tree, sorted by gid, without zeros.
 #[derive(Clone)]
 pub struct Merged {
     frames: Arc<RwLock<FrameTree>>,
     pairs: Arc<Vec<(u32, i64)>>,
+    /// Most call-tree nodes [`Merged::to_tree_checked`] builds (0 = unbounded): the
+    /// query's memory budget, set by the engine that ran the merge.
+    max_tree_nodes: usize,
 }
 
 impl std::fmt::Debug for Merged {
@@ -44,7 +48,14 @@ impl Merged {
         Merged {
             frames,
             pairs: Arc::new(pairs),
+            max_tree_nodes: 0,
         }
+    }
+
+    /// Bounds the call trees built from this merge (0 = unbounded).
+    pub fn with_tree_limit(mut self, max_tree_nodes: usize) -> Self {
+        self.max_tree_nodes = max_tree_nodes;
+        self
     }
 
     pub fn pairs(&self) -> &[(u32, i64)] {
@@ -67,6 +78,17 @@ impl Merged {
         let mut t = CallTree::from_frames(&self.frames.read(), &self.pairs);
         t.finalize();
         t
+    }
+
+    /// [`Merged::to_tree`] within the query's memory budget: a tree of more nodes
+    /// than the engine allows is refused with a query-limit error.
+    pub fn to_tree_checked(&self) -> Result<CallTree> {
+        let tree = self.to_tree();
+        let max = self.max_tree_nodes;
+        if max > 0 && tree.nodes().len() > max {
+            return Err(tree_too_large(max));
+        }
+        Ok(tree)
     }
 
     /// The flame graph, truncated to about `max_nodes` nodes (0 = all); the same
@@ -93,6 +115,12 @@ impl Merged {
             .map(|(k, v)| (k.to_string(), v))
             .collect()
     }
+}
+
+pub(crate) fn tree_too_large(max: usize) -> StorageError {
+    StorageError::QueryLimit(format!(
+        "the merged profile exceeds {max} nodes (the query memory budget); narrow the selector or time range"
+    ))
 }
 
 /// Self values summed per frame name.

@@ -455,7 +455,7 @@ async fn pprof(
         |merged, p, range| {
             let pt = profile_type_of(p.query.as_ref());
             let prof = super::pprof::profile_from_tree(
-                &merged.to_tree(),
+                &merged.to_tree_checked().map_err(storage_error)?,
                 &pt,
                 range.start_ms,
                 range.end_ms - range.start_ms,
@@ -486,7 +486,10 @@ async fn svg(
             .clone()
             .or_else(|| p.query.clone())
             .unwrap_or_else(|| "profiledb".into());
-        let text = merged.to_tree().to_folded_text();
+        let text = merged
+            .to_tree_checked()
+            .map_err(storage_error)?
+            .to_folded_text();
         if text.is_empty() {
             // inferno refuses empty input: say plainly that the range holds no data.
             return Ok(empty_svg(&title).into_bytes());
