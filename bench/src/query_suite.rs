@@ -172,50 +172,39 @@ fn specs(t_end: i64, service: &str) -> Vec<QuerySpec> {
             ),
         });
 
-        out.push(QuerySpec {
-            name: "group-by service,function + function filter",
-            window,
-            http: Box::new(move |shift| {
-                Req::Post(
-                    "/api/v1/query",
-                    json!({"profile_type": CPU_TYPE, "selector": "{}",
-                       "start": start - shift, "end": t_end,
-                       "group_by": ["service_name", "function"],
-                       "function": FILTER_FUNCTION, "limit": 100}),
-                )
-            }),
-            total: |v| v.get("total").and_then(Value::as_f64),
-            sql: format!(
-                "SELECT s.service, k.leaf, sum(s.value) AS v FROM samples s \
-                 JOIN (SELECT stack_id, leaf FROM stacks WHERE stack LIKE '%{FILTER_FUNCTION}%') k \
-                 USING (stack_id) WHERE s.profile_type = '{CPU_TYPE}' AND s.{time} \
-                 GROUP BY 1, 2 ORDER BY v DESC"
-            ),
-        });
-
-        // The same group-by with a filter never asked before on every run (an
+        // The second variant asks a filter never asked before on every run (an
         // alternative that matches nothing is appended): nothing of it is cached, so
-        // this is the cost of a group-by computed from the decoded segments.
-        out.push(QuerySpec {
-            name: "group-by, filter new on every run",
-            window,
-            http: Box::new(move |shift| {
-                Req::Post(
-                    "/api/v1/query",
-                    json!({"profile_type": CPU_TYPE, "selector": "{}",
-                       "start": start - shift, "end": t_end,
-                       "group_by": ["service_name", "function"],
-                       "function": format!("{FILTER_FUNCTION}|^nothing{shift}$"), "limit": 100}),
-                )
-            }),
-            total: |v| v.get("total").and_then(Value::as_f64),
-            sql: format!(
-                "SELECT s.service, k.leaf, sum(s.value) AS v FROM samples s \
-                 JOIN (SELECT stack_id, leaf FROM stacks WHERE stack LIKE '%{FILTER_FUNCTION}%') k \
-                 USING (stack_id) WHERE s.profile_type = '{CPU_TYPE}' AND s.{time} \
-                 GROUP BY 1, 2 ORDER BY v DESC"
-            ),
-        });
+        // it is the cost of a group-by computed from the decoded segments.
+        for (name, fresh_filter) in [
+            ("group-by service,function + function filter", false),
+            ("group-by, filter new on every run", true),
+        ] {
+            out.push(QuerySpec {
+                name,
+                window,
+                http: Box::new(move |shift| {
+                    let function = if fresh_filter {
+                        format!("{FILTER_FUNCTION}|^nothing{shift}$")
+                    } else {
+                        FILTER_FUNCTION.to_string()
+                    };
+                    Req::Post(
+                        "/api/v1/query",
+                        json!({"profile_type": CPU_TYPE, "selector": "{}",
+                           "start": start - shift, "end": t_end,
+                           "group_by": ["service_name", "function"],
+                           "function": function, "limit": 100}),
+                    )
+                }),
+                total: |v| v.get("total").and_then(Value::as_f64),
+                sql: format!(
+                    "SELECT s.service, k.leaf, sum(s.value) AS v FROM samples s \
+                     JOIN (SELECT stack_id, leaf FROM stacks WHERE stack LIKE '%{FILTER_FUNCTION}%') k \
+                     USING (stack_id) WHERE s.profile_type = '{CPU_TYPE}' AND s.{time} \
+                     GROUP BY 1, 2 ORDER BY v DESC"
+                ),
+            });
+        }
 
         let all = format!("{CPU_TYPE}{{}}");
         out.push(QuerySpec {

@@ -269,6 +269,16 @@ fn post_rule(s: &TestServer, r: &Value) -> (u16, Value) {
     (st, resp.json().unwrap_or(Value::Null))
 }
 
+/// A 5 % baseline an hour ago, "now" data at 20 % (the feeder, returned), and rule
+/// `name` watching it (with `extra` fields) created once the window has data.
+fn hot_rule(s: &TestServer, name: &str, extra: Value) -> Feeder {
+    let base = baseline(s, 3_600_000, 10, 4000, 50, None);
+    let feeder = Feeder::start(&s.url, 1000, 200, None);
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(post_rule(s, &rule(name, base, extra)).0, 201);
+    feeder
+}
+
 fn rule_state(s: &TestServer, name: &str) -> Value {
     s.json(&format!("/api/v1/alerts/rules/{name}"), &[])
 }
@@ -427,13 +437,7 @@ fn metric(s: &TestServer, line_prefix: &str) -> u64 {
 fn failed_deliveries_are_retried_with_backoff_and_counted() {
     let hook = Webhook::failing_first(3);
     let s = fast_server(|o| o.alerts.webhook_url = Some(hook.url.clone()));
-    let base = baseline(&s, 3_600_000, 10, 4000, 50, None);
-    let _feeder = Feeder::start(&s.url, 1000, 200, None);
-    std::thread::sleep(Duration::from_secs(3));
-    assert_eq!(
-        post_rule(&s, &rule("retry", base, json!({"for": "0s"}))).0,
-        201
-    );
+    let _feeder = hot_rule(&s, "retry", json!({"for": "0s"}));
     let queued = wait_for(30, "a failed attempt", || {
         let r = rule_state(&s, "retry");
         let q = r["notifications_queued"].as_array()?.first()?.clone();
@@ -519,13 +523,7 @@ fn restart_while_firing_keeps_state_and_sends_nothing_twice() {
         }
     };
     let s = TestServer::start_with(opts.clone());
-    let base = baseline(&s, 3_600_000, 10, 4000, 50, None);
-    let feeder = Feeder::start(&s.url, 1000, 200, None);
-    std::thread::sleep(Duration::from_secs(3));
-    assert_eq!(
-        post_rule(&s, &rule("restart", base, json!({"for": "1s"}))).0,
-        201
-    );
+    let feeder = hot_rule(&s, "restart", json!({"for": "1s"}));
     let before = wait_for(30, "firing", || {
         let r = rule_state(&s, "restart");
         (r["state"] == "firing").then_some(r)
@@ -817,13 +815,7 @@ fn delivers_to_a_real_alertmanager() {
             ..AlertOptions::default()
         }
     });
-    let base = baseline(&s, 3_600_000, 10, 4000, 50, None);
-    let feeder = Feeder::start(&s.url, 1000, 200, None);
-    std::thread::sleep(Duration::from_secs(3));
-    assert_eq!(
-        post_rule(&s, &rule("am-hot", base, json!({"for": "0s"}))).0,
-        201
-    );
+    let feeder = hot_rule(&s, "am-hot", json!({"for": "0s"}));
     let alert = wait_for(60, "the alert in Alertmanager", || {
         let v: Value = client
             .get(format!("{am_url}/api/v2/alerts"))

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::io::Read;
 
 use common::TestServer;
+use profiledb_storage::query::flamegraph::tree_from_bytes;
 use proptest::prelude::*;
 use prost::Message;
 use serde_json::{json, Value};
@@ -112,44 +113,22 @@ struct SelectMergeStacktracesResponse {
     tree: Vec<u8>,
 }
 
-/// Folded stacks of Pyroscope's serialized tree, read as its `UnmarshalTree` does:
-/// pre-order nodes `uvarint(len) name uvarint(self) uvarint(children)` under an
-/// unnamed virtual root, a stack holding one parent entry per announced child.
-fn read_pyroscope_tree(b: &[u8]) -> BTreeMap<String, i64> {
-    let mut pos = 0usize;
-    let uvarint = |pos: &mut usize| {
-        let (mut v, mut shift) = (0u64, 0);
-        loop {
-            let byte = b[*pos];
-            *pos += 1;
-            v |= u64::from(byte & 0x7f) << shift;
-            if byte < 0x80 {
-                return v;
-            }
-            shift += 7;
-        }
-    };
-    let mut out = BTreeMap::new();
-    let mut parents: Vec<Option<Vec<String>>> = vec![None];
-    while let Some(parent) = parents.pop() {
-        let len = uvarint(&mut pos) as usize;
-        let name = String::from_utf8(b[pos..pos + len].to_vec()).unwrap();
-        pos += len;
-        let (self_value, children) = (uvarint(&mut pos) as i64, uvarint(&mut pos));
-        let path = match parent {
-            None => Vec::new(),
-            Some(mut p) => {
-                p.push(name);
-                p
-            }
-        };
-        if self_value > 0 {
-            *out.entry(path.join(";")).or_insert(0) += self_value;
-        }
-        parents.extend((0..children).map(|_| Some(path.clone())));
-    }
-    assert_eq!(pos, b.len());
-    out
+/// `SelectMergeStacktraces` in binary protobuf for tenant `t`.
+fn post_proto(
+    s: &TestServer,
+    t: &str,
+    req: &SelectMergeStacktracesRequest,
+) -> reqwest::blocking::Response {
+    s.client
+        .post(format!(
+            "{}/querier.v1.QuerierService/SelectMergeStacktraces",
+            s.url
+        ))
+        .header("content-type", "application/proto")
+        .header("X-Scope-OrgID", t)
+        .body(req.encode_to_vec())
+        .send()
+        .unwrap()
 }
 
 /// main;b 3, main;a 2, main 1, idle 4 (×SCALE) in tenant `t`.
@@ -208,17 +187,7 @@ fn connect_flamegraph_both_encodings() {
         max_nodes: Some(100),
         format: 0,
     };
-    let r = s
-        .client
-        .post(format!(
-            "{}/querier.v1.QuerierService/SelectMergeStacktraces",
-            s.url
-        ))
-        .header("content-type", "application/proto")
-        .header("X-Scope-OrgID", "fg")
-        .body(req.encode_to_vec())
-        .send()
-        .unwrap();
+    let r = post_proto(&s, "fg", &req);
     assert_eq!(r.status(), 200);
     assert_eq!(
         r.headers()["content-type"].to_str().unwrap(),
@@ -237,23 +206,14 @@ fn connect_flamegraph_both_encodings() {
         format: 2,
         ..req.clone()
     };
-    let r = s
-        .client
-        .post(format!(
-            "{}/querier.v1.QuerierService/SelectMergeStacktraces",
-            s.url
-        ))
-        .header("content-type", "application/proto")
-        .header("X-Scope-OrgID", "fg")
-        .body(tree_req.encode_to_vec())
-        .send()
-        .unwrap();
+    let r = post_proto(&s, "fg", &tree_req);
     assert_eq!(r.status(), 200);
     let resp = SelectMergeStacktracesResponse::decode(r.bytes().unwrap()).unwrap();
     assert!(resp.flamegraph.is_none());
     let k = SCALE;
+    let tree = tree_from_bytes(&resp.tree).expect("a well-formed serialized tree");
     assert_eq!(
-        read_pyroscope_tree(&resp.tree),
+        tree.folded(),
         BTreeMap::from([
             ("idle".to_string(), 4 * k),
             ("main".to_string(), k),

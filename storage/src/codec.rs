@@ -48,7 +48,7 @@ impl<'a> Reader<'a> {
         StorageError::Corrupt(format!("{}: {why} at byte {}", self.what, self.pos))
     }
 
-    #[cfg(test)]
+    /// Whether every byte has been read.
     pub fn is_empty(&self) -> bool {
         self.pos >= self.buf.len()
     }

@@ -481,7 +481,7 @@ impl Store {
         let frames = self.frames().for_query();
         let pairs =
             self.merge_frames_scope(tenant, sel, range, Scope::All, &frames, 0, &|| Ok(()), None)?;
-        Ok(query::Merged::new(frames, pairs).to_tree())
+        Ok(query::Merged::new(frames, Arc::new(pairs)).to_tree())
     }
 
     /// The store's shared frame tree (see [`query::frames`]).
@@ -1372,13 +1372,16 @@ impl Inner {
             // but selects none of its steps (a dashboard's moving window almost always
             // does): leaving it out saves a load and a scan thread.
             let m = &h.meta;
+            if &m.tenant != tenant || !m.overlaps(range.start_ms, range.end_ms) {
+                continue;
+            }
             let (lo, hi) = crate::segment::step_range(
                 m.partition_start_ms,
                 m.step_ms,
                 range.start_ms,
                 range.end_ms,
             );
-            if &m.tenant == tenant && m.overlaps(range.start_ms, range.end_ms) && lo < hi {
+            if lo < hi {
                 items.push(Item::Segment(h.clone()));
             }
         }

@@ -161,15 +161,16 @@ impl Store {
                     &check,
                     Some(engine),
                 )
+                .map(Arc::new)
             },
-            |p| Cached::MergePart(Arc::new(p.clone())),
+            |p| Cached::MergePart(p.clone()),
             |c| match c {
-                Cached::MergePart(p) => Some(p.to_vec()),
+                Cached::MergePart(p) => Some(p.clone()),
                 _ => None,
             },
             |a, b| {
                 if !b.is_empty() {
-                    *a = add_sorted(a, &b);
+                    *a = Arc::new(add_sorted(a, &b));
                 }
             },
         )?;

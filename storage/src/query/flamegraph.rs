@@ -13,6 +13,7 @@ use std::collections::BinaryHeap;
 use rustc_hash::FxHashMap;
 
 use super::tree::{CallTree, ROOT};
+use crate::codec::{put_uvarint, Reader};
 
 /// Name of the node that collects children below the `max_nodes` threshold.
 pub const OTHER: &str = "other";
@@ -317,14 +318,6 @@ impl<N: Nodes> Shape<'_, N, 1> {
     }
 }
 
-fn put_uvarint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
 /// [`Shape::tree_bytes`] of a call tree.
 pub fn tree_bytes(tree: &CallTree, max_nodes: usize) -> Vec<u8> {
     let selfs: Vec<[i64; 1]> = tree.nodes().iter().map(|n| [n.self_value]).collect();
@@ -381,6 +374,40 @@ pub fn union(left: &CallTree, right: &CallTree) -> (CallTree, Vec<[i64; 2]>) {
 pub fn flamegraph_diff(left: &CallTree, right: &CallTree, max_nodes: usize) -> FlameGraphDiff {
     let (u, selfs) = union(left, right);
     Shape::new(&u, selfs).flamegraph_diff(max_nodes)
+}
+
+/// Rebuilds a call tree from Pyroscope's serialized tree (inverse of [`tree_bytes`]
+/// when nothing was truncated), read as Pyroscope's `UnmarshalTree` reads it: a stack
+/// holding one parent entry per announced child. `None` when the bytes are malformed.
+pub fn tree_from_bytes(b: &[u8]) -> Option<CallTree> {
+    let mut tree = CallTree::new();
+    let mut r = Reader::new(b, "serialized tree");
+    // `None` marks the unnamed virtual root, which is read first.
+    let mut parents: Vec<Option<u32>> = if b.is_empty() { Vec::new() } else { vec![None] };
+    while let Some(parent) = parents.pop() {
+        let name = r.str().ok()?;
+        let self_value = i64::try_from(r.uvarint().ok()?).ok()?;
+        let children = r.uvarint().ok()?;
+        let node = match parent {
+            None if name.is_empty() => ROOT,
+            None => return None,
+            Some(p) => {
+                let id = tree.intern(name);
+                tree.child(p, id)
+            }
+        };
+        tree.add_self(node, self_value);
+        // Every announced child takes at least three bytes: bounds the stack.
+        if children > b.len() as u64 {
+            return None;
+        }
+        parents.extend(std::iter::repeat_n(Some(node), children as usize));
+    }
+    if !r.is_empty() {
+        return None;
+    }
+    tree.finalize();
+    Some(tree)
 }
 
 /// Rebuilds a call tree from a flame graph's levels (inverse of [`flamegraph`] when
@@ -452,51 +479,6 @@ mod tests {
         assert_eq!(back.folded(), sample().folded());
     }
 
-    /// Reads Pyroscope's serialized tree the way its `UnmarshalTree` does (a stack
-    /// of parents, one entry per announced child) into folded stacks.
-    fn read_tree(b: &[u8]) -> std::collections::BTreeMap<String, i64> {
-        let mut pos = 0;
-        let uvarint = |pos: &mut usize| {
-            let (mut v, mut shift) = (0u64, 0);
-            loop {
-                let byte = b[*pos];
-                *pos += 1;
-                v |= u64::from(byte & 0x7f) << shift;
-                if byte < 0x80 {
-                    return v;
-                }
-                shift += 7;
-            }
-        };
-        let mut out = std::collections::BTreeMap::new();
-        // (path of the parent, children still to read)
-        let mut parents: Vec<Vec<String>> = vec![Vec::new()];
-        let mut first = true;
-        while let Some(parent) = parents.pop() {
-            let len = uvarint(&mut pos) as usize;
-            let start = pos;
-            pos += len;
-            let name = String::from_utf8(b[start..pos].to_vec()).unwrap_or_default();
-            let self_value = uvarint(&mut pos) as i64;
-            let children = uvarint(&mut pos);
-            let mut path = parent;
-            if first {
-                assert_eq!(name, "", "the virtual root is unnamed");
-                first = false;
-            } else {
-                path.push(name);
-            }
-            if self_value > 0 {
-                *out.entry(path.join(";")).or_insert(0) += self_value;
-            }
-            for _ in 0..children {
-                parents.push(path.clone());
-            }
-        }
-        assert_eq!(pos, b.len(), "no trailing bytes");
-        out
-    }
-
     #[test]
     fn tree_bytes_by_hand_and_read_back() {
         let b = tree_bytes(&sample(), 0);
@@ -510,9 +492,12 @@ mod tests {
         ]
         .concat();
         assert_eq!(b, want);
-        assert_eq!(read_tree(&b), sample().folded());
+        let back = tree_from_bytes(&b).expect("well-formed");
+        assert_eq!(back.folded(), sample().folded());
         // Truncated to 4 nodes: `a` (2) joins main's `other`.
-        let t = read_tree(&tree_bytes(&sample(), 4));
+        let t = tree_from_bytes(&tree_bytes(&sample(), 4))
+            .expect("well-formed")
+            .folded();
         assert_eq!(t.get("main;other"), Some(&2));
         assert_eq!(t.get("main;a"), None);
         assert_eq!(t.values().sum::<i64>(), 10);

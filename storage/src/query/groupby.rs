@@ -199,6 +199,30 @@ impl NodeFilter {
     }
 }
 
+/// The selected series of `src` grouped by their values of the label keys (an empty
+/// string where a series lacks a key), in order of first appearance.
+fn by_label_values(
+    src: &dyn Source,
+    series: &RoaringBitmap,
+    label_keys: &[&str],
+) -> Vec<(Vec<String>, RoaringBitmap)> {
+    let mut groups: Vec<(Vec<String>, RoaringBitmap)> = Vec::new();
+    let mut ids: FxHashMap<Vec<String>, usize> = FxHashMap::default();
+    for sid in series.iter() {
+        let labels = src.labels(sid);
+        let lv: Vec<String> = label_keys
+            .iter()
+            .map(|name| labels.and_then(|l| l.get(name)).unwrap_or("").to_string())
+            .collect();
+        let g = *ids.entry(lv.clone()).or_insert_with(|| {
+            groups.push((lv, RoaringBitmap::new()));
+            groups.len() - 1
+        });
+        groups[g].1.insert(sid);
+    }
+    groups
+}
+
 fn binary_name(dict: &Dict, loc: u32) -> &str {
     dict.locations
         .get(loc as usize)
@@ -228,21 +252,7 @@ pub fn group_into(
     let stack_keys = q.keys.iter().any(GroupKey::is_stack_derived);
     let filter = NodeFilter::new(src, q, resolve)?;
 
-    // Series grouped by their values of the label keys.
-    let mut groups: Vec<(Vec<String>, RoaringBitmap)> = Vec::new();
-    let mut group_ids: FxHashMap<Vec<String>, usize> = FxHashMap::default();
-    for sid in series.iter() {
-        let labels = src.labels(sid);
-        let lv: Vec<String> = label_keys
-            .iter()
-            .map(|name| labels.and_then(|l| l.get(name)).unwrap_or("").to_string())
-            .collect();
-        let g = *group_ids.entry(lv.clone()).or_insert_with(|| {
-            groups.push((lv, RoaringBitmap::new()));
-            groups.len() - 1
-        });
-        groups[g].1.insert(sid);
-    }
+    let groups = by_label_values(src, &series, &label_keys);
 
     scratch.keep.prepare(dict.node_count());
     scratch.names.prepare(dict.locations.len());
@@ -437,22 +447,21 @@ impl FrameGroups {
         self.group_ids = FxHashMap::default();
     }
 
+    /// The id of the group with label values `lv`, created on first sight.
+    fn group_id(&mut self, lv: &[String]) -> u32 {
+        if let Some(&g) = self.group_ids.get(lv) {
+            return g;
+        }
+        let g = self.groups.len() as u32;
+        self.groups.push(lv.to_vec());
+        self.group_ids.insert(lv.to_vec(), g);
+        g
+    }
+
     /// Adds another accumulator's sums (a cached per-segment part) to this one.
     pub fn add(&mut self, other: &FrameGroups) {
         self.total = self.total.saturating_add(other.total);
-        let map: Vec<u32> = other
-            .groups
-            .iter()
-            .map(|lv| match self.group_ids.get(lv) {
-                Some(&g) => g,
-                None => {
-                    let g = self.groups.len() as u32;
-                    self.groups.push(lv.clone());
-                    self.group_ids.insert(lv.clone(), g);
-                    g
-                }
-            })
-            .collect();
+        let map: Vec<u32> = other.groups.iter().map(|lv| self.group_id(lv)).collect();
         for (&(g, gid), &v) in &other.values {
             let g = map.get(g as usize).copied().unwrap_or(0);
             let e = self.values.entry((g, gid)).or_insert(0);
@@ -538,30 +547,11 @@ pub fn group_frames(
     let label_keys = q.label_keys();
     let stack_keys = q.keys.iter().any(GroupKey::is_stack_derived);
 
-    // Series grouped by their values of the label keys.
-    let mut members: Vec<(u32, RoaringBitmap)> = Vec::new();
-    let mut local: FxHashMap<u32, usize> = FxHashMap::default();
-    for sid in series.iter() {
-        let labels = src.labels(sid);
-        let lv: Vec<String> = label_keys
-            .iter()
-            .map(|name| labels.and_then(|l| l.get(name)).unwrap_or("").to_string())
-            .collect();
-        let g = match acc.group_ids.get(&lv) {
-            Some(&g) => g,
-            None => {
-                let g = acc.groups.len() as u32;
-                acc.groups.push(lv.clone());
-                acc.group_ids.insert(lv, g);
-                g
-            }
-        };
-        let i = *local.entry(g).or_insert_with(|| {
-            members.push((g, RoaringBitmap::new()));
-            members.len() - 1
-        });
-        members[i].1.insert(sid);
-    }
+    // Series grouped by their values of the label keys, as the accumulator's ids.
+    let members: Vec<(u32, RoaringBitmap)> = by_label_values(src, &series, &label_keys)
+        .into_iter()
+        .map(|(lv, set)| (acc.group_id(&lv), set))
+        .collect();
 
     // The function filters are applied to this source's stack nodes before they
     // are resolved to frame ids: only the stacks a filtered query keeps are added to

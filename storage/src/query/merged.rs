@@ -41,13 +41,14 @@ impl std::fmt::Debug for Merged {
 }
 
 impl Merged {
-    /// `pairs` must be sorted by gid; zeros are dropped.
-    pub fn new(frames: Arc<RwLock<FrameTree>>, mut pairs: Vec<(u32, i64)>) -> Self {
+    /// `pairs` must be sorted by gid and hold no zeros (what a merge's drain and
+    /// [`add_sorted`] give). Shared, so a cached part is used without a copy.
+    pub fn new(frames: Arc<RwLock<FrameTree>>, pairs: Arc<Vec<(u32, i64)>>) -> Self {
         debug_assert!(pairs.windows(2).all(|w| w[0].0 < w[1].0));
-        pairs.retain(|p| p.1 != 0);
+        debug_assert!(pairs.iter().all(|p| p.1 != 0));
         Merged {
             frames,
-            pairs: Arc::new(pairs),
+            pairs,
             max_tree_nodes: 0,
         }
     }
@@ -58,19 +59,11 @@ impl Merged {
         self
     }
 
-    pub fn pairs(&self) -> &[(u32, i64)] {
-        &self.pairs
-    }
-
     /// Sum of all values.
     pub fn total(&self) -> i64 {
         self.pairs
             .iter()
             .fold(0i64, |a, &(_, v)| a.saturating_add(v))
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.pairs.is_empty()
     }
 
     /// The whole merged call tree (totals computed).
@@ -94,17 +87,20 @@ impl Merged {
     /// The flame graph, truncated to about `max_nodes` nodes (0 = all); the same
     /// layout as [`flamegraph`] of [`Merged::to_tree`].
     pub fn flamegraph(&self, max_nodes: usize) -> FlameGraph {
-        let tree = self.frames.read();
-        let (view, selfs) = compact(&tree, [&self.pairs[..]]);
-        Shape::new(&view, selfs).flamegraph(max_nodes)
+        self.with_shape(|shape| shape.flamegraph(max_nodes))
     }
 
     /// Pyroscope's serialized tree (`PROFILE_FORMAT_TREE`), truncated like the flame
     /// graph.
     pub fn tree_bytes(&self, max_nodes: usize) -> Vec<u8> {
+        self.with_shape(|shape| shape.tree_bytes(max_nodes))
+    }
+
+    /// `f` of the touched part of the frame tree with this merge's values.
+    fn with_shape<R>(&self, f: impl FnOnce(&Shape<'_, FrameNodes<'_>, 1>) -> R) -> R {
         let tree = self.frames.read();
         let (view, selfs) = compact(&tree, [&self.pairs[..]]);
-        Shape::new(&view, selfs).tree_bytes(max_nodes)
+        f(&Shape::new(&view, selfs))
     }
 
     /// Self value per function name (what [`super::diff::flat`] gives for the tree).
@@ -340,7 +336,7 @@ mod tests {
         );
         let mut merged = Vec::new();
         out.drain(&mut merged);
-        Merged::new(frames.clone(), merged)
+        Merged::new(frames.clone(), Arc::new(merged))
     }
 
     /// The same stacks added to a call tree by name: the independent reference.

@@ -72,21 +72,6 @@ pub trait Source {
     fn row_slices(&self, _series: u32, _lo: u32, _hi: u32) -> Option<(&[u32], &[i64])> {
         None
     }
-    /// [`Source::for_each_row`] restricted to steps `[lo, hi)`; sources that can
-    /// seek to the range override it.
-    fn for_each_row_in(
-        &self,
-        series: u32,
-        lo: u32,
-        hi: u32,
-        f: &mut dyn FnMut(u32, u32, i64),
-    ) -> Result<()> {
-        self.for_each_row(series, &mut |t, stack, v| {
-            if t >= lo && t < hi {
-                f(t, stack, v)
-            }
-        })
-    }
     /// `f(step index, total)` for each step of `series` with data.
     fn step_totals(&self, series: u32, f: &mut dyn FnMut(u32, i64)) -> Result<()>;
     /// The id of the immutable segment behind this source, `None` for the head.
@@ -122,15 +107,6 @@ impl Source for LoadedSegment {
     }
     fn for_each_row(&self, series: u32, f: &mut dyn FnMut(u32, u32, i64)) -> Result<()> {
         LoadedSegment::for_each_row(self, series, f)
-    }
-    fn for_each_row_in(
-        &self,
-        series: u32,
-        lo: u32,
-        hi: u32,
-        f: &mut dyn FnMut(u32, u32, i64),
-    ) -> Result<()> {
-        LoadedSegment::for_each_row_in(self, series, lo, hi, f)
     }
     fn row_slices(&self, series: u32, lo: u32, hi: u32) -> Option<(&[u32], &[i64])> {
         LoadedSegment::row_slices(self, series, lo, hi)
@@ -227,7 +203,11 @@ pub(crate) fn node_values(
                     vals.add(stack, v);
                 }
             }
-            None => src.for_each_row_in(sid, lo, hi, &mut |_, stack, v| vals.add(stack, v))?,
+            None => src.for_each_row(sid, &mut |t, stack, v| {
+                if t >= lo && t < hi {
+                    vals.add(stack, v);
+                }
+            })?,
         }
     }
     vals.drain(&mut scratch.pairs);

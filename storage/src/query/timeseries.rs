@@ -72,7 +72,9 @@ pub struct SeriesGroups {
     keys: FxHashMap<String, usize>,
     labels: Vec<Vec<(String, String)>>,
     points: Vec<Points>,
+    /// Scratch: the encoded group key and one series' points.
     key: String,
+    series_points: Vec<(i64, i64)>,
 }
 
 impl SeriesGroups {
@@ -87,6 +89,7 @@ impl SeriesGroups {
             labels: Vec::new(),
             points: Vec::new(),
             key: String::new(),
+            series_points: Vec::new(),
         }
     }
 
@@ -136,20 +139,20 @@ impl SeriesGroups {
             return Ok(());
         }
         let (p0, step) = (src.partition_start(), src.step());
+        let mut points = std::mem::take(&mut self.series_points);
         for sid in src.index().select(&sel.matchers).iter() {
             let Some(labels) = src.labels(sid) else {
                 continue;
             };
-            let mut g = None;
+            points.clear();
             src.step_totals(sid, &mut |t, v| {
                 if t >= lo && t < hi {
-                    let g = *g.get_or_insert_with(|| self.group(labels, group_by));
-                    let bucket =
-                        (p0 + i64::from(t) * step - self.start_ms).div_euclid(self.step_ms);
-                    self.points[g].add(bucket, v);
+                    points.push((p0 + i64::from(t) * step, v));
                 }
             })?;
+            self.add_points(labels, group_by, &points);
         }
+        self.series_points = points;
         Ok(())
     }
 
@@ -172,9 +175,9 @@ impl SeriesGroups {
         let Some(mut all) = accs.next() else {
             return Vec::new();
         };
-        for acc in accs {
+        for mut acc in accs {
             for (key, g) in acc.keys {
-                let points = &acc.points[g];
+                let points = std::mem::replace(&mut acc.points[g], Points::Sparse(BTreeMap::new()));
                 match all.keys.get(&key) {
                     Some(&mine) => {
                         for (b, v) in points.iter() {
@@ -182,13 +185,9 @@ impl SeriesGroups {
                         }
                     }
                     None => {
-                        let mine = all.labels.len();
-                        all.labels.push(acc.labels[g].clone());
-                        all.points.push(match points {
-                            Points::Dense(d) => Points::Dense(d.clone()),
-                            Points::Sparse(m) => Points::Sparse(m.clone()),
-                        });
-                        all.keys.insert(key, mine);
+                        all.keys.insert(key, all.labels.len());
+                        all.labels.push(std::mem::take(&mut acc.labels[g]));
+                        all.points.push(points);
                     }
                 }
             }

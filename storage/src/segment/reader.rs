@@ -329,11 +329,11 @@ impl Rows {
             values: Vec::with_capacity(cap),
         };
         let err = |e: StorageError| e.to_string();
+        let mut tr = Reader::new(times, "times column");
+        let mut sr = Reader::new(stacks, "stack ids column");
+        let mut vr = Reader::new(values, "values column");
         for range in ranges {
             out.starts.push(out.steps.len());
-            let mut tr = Reader::new(times, "times column");
-            let mut sr = Reader::new(stacks, "stack ids column");
-            let mut vr = Reader::new(values, "values column");
             tr.seek(range.times).map_err(err)?;
             sr.seek(range.stacks).map_err(err)?;
             vr.seek(range.values).map_err(err)?;
@@ -413,9 +413,6 @@ impl LoadedSegment {
     fn rows_in(&self, series: u32, lo: u32, hi: u32) -> Option<std::ops::Range<usize>> {
         let range = self.rows.series(series)?;
         let steps = self.rows.steps.get(range.clone())?;
-        if lo == 0 && hi == u32::MAX {
-            return Some(range);
-        }
         let a = steps.partition_point(|&t| t < lo);
         let b = steps.partition_point(|&t| t < hi).max(a);
         Some(range.start + a..range.start + b)
