@@ -502,6 +502,17 @@ mod tests {
         assert_eq!(t.get("main;a"), None);
         assert_eq!(t.values().sum::<i64>(), 10);
         assert!(tree_bytes(&CallTree::new(), 0).is_empty());
+        // Malformed input is refused, not guessed at.
+        let mut trailing = b.clone();
+        trailing.push(0);
+        assert!(tree_from_bytes(&trailing).is_none());
+        assert!(tree_from_bytes(&b[..b.len() - 1]).is_none());
+        assert!(tree_from_bytes(&[1, b'x', 0, 0]).is_none(), "a named root");
+        assert!(
+            tree_from_bytes(&[0, 0, 0xff, 0xff, 0x03]).is_none(),
+            "too many children"
+        );
+        assert!(tree_from_bytes(&[]).is_some_and(|t| t.total() == 0));
     }
 
     #[test]

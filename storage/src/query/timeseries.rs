@@ -240,21 +240,32 @@ mod tests {
                 assert_eq!(all[0].points, vec![(0, 1), (10_000, 12), (60_000, 4)]);
             }
         }
-        // Two threads' accumulators, grouped by host, top 1; `zone` is missing.
-        let (mut t1, mut t2) = (
-            SeriesGroups::new(range, 60_000),
-            SeriesGroups::new(range, 60_000),
-        );
-        t1.add_points(&l("a"), &by(&["host", "zone"]), a);
-        t2.add_points(&l("b"), &by(&["host", "zone"]), b);
-        t2.add_points(&l("a"), &by(&["host", "zone"]), &[(70_000, 1)]);
-        let by_host = SeriesGroups::finish(vec![t1, t2], 0);
+        // Two threads' accumulators grouped by host (`zone` is missing everywhere).
+        let threads = || {
+            let (mut t1, mut t2) = (
+                SeriesGroups::new(range, 60_000),
+                SeriesGroups::new(range, 60_000),
+            );
+            t1.add_points(&l("a"), &by(&["host", "zone"]), a);
+            t2.add_points(&l("b"), &by(&["host", "zone"]), b);
+            t2.add_points(&l("a"), &by(&["host", "zone"]), &[(70_000, 1)]);
+            vec![t1, t2]
+        };
+        let by_host = SeriesGroups::finish(threads(), 0);
         assert_eq!(by_host.len(), 2);
         assert_eq!(
             by_host[0].labels,
             vec![("host".to_string(), "b".to_string())]
         );
+        assert_eq!(by_host[0].points, vec![(0, 10)]);
+        assert_eq!(
+            by_host[1].labels,
+            vec![("host".to_string(), "a".to_string())]
+        );
         assert_eq!(by_host[1].points, vec![(0, 3), (60_000, 5)]);
+        // Top 1: host b (10) outweighs host a (8).
+        let top = SeriesGroups::finish(threads(), 1);
+        assert_eq!(top, by_host[..1].to_vec());
         let top1 = SeriesGroups::finish(vec![], 1);
         assert!(top1.is_empty());
     }
