@@ -17,10 +17,11 @@ use std::time::Instant;
 
 use anyhow::{bail, ensure, Context};
 use indicatif::{ProgressBar, ProgressStyle};
-use profiledb_storage::segment::SegmentMeta;
+use profiledb_storage::SegmentMeta;
 use profiledb_storage::{
-    Batch, CompactReport, Function, Labels, Location, Mapping, Sample, Selector, SeriesSamples,
-    Store, StoreConfig, TenantId, TimeRange, NAME_LABEL, PROFILE_TYPE_LABEL,
+    Batch, CompactReport, Function, Labels, Location, Mapping, Querier, QueryLimits, Sample,
+    Selector, SeriesSamples, Store, StoreConfig, TenantId, TimeRange, NAME_LABEL,
+    PROFILE_TYPE_LABEL,
 };
 use serde_json::{json, Value};
 
@@ -216,7 +217,7 @@ fn answers(store: &Store) -> anyhow::Result<Answers> {
         folded: BTreeMap::new(),
     };
     for ptype in all_types() {
-        let tree = store.merge(
+        let tree = Querier::new(&store, 0, QueryLimits::default()).merge_tree(
             &t,
             &Selector::parse(&format!("{ptype}{{}}"))?,
             TimeRange::all(),

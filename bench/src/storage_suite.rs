@@ -9,7 +9,9 @@ use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use profiledb_ingest::{decode_pprof, PprofOptions};
-use profiledb_storage::{Batch, Selector, Store, StoreConfig, TenantId, TimeRange};
+use profiledb_storage::{
+    Batch, Querier, QueryLimits, Selector, Store, StoreConfig, TenantId, TimeRange,
+};
 use serde_json::json;
 
 use crate::report::{self, human_bytes};
@@ -146,10 +148,18 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
 
     let q = Instant::now();
     let sel = Selector::parse("process_cpu:cpu:nanoseconds:cpu:nanoseconds{}")?;
-    let tree = store.merge(&TenantId::default(), &sel, TimeRange::all())?;
+    let tree = Querier::new(&store, 0, QueryLimits::default()).merge_tree(
+        &TenantId::default(),
+        &sel,
+        TimeRange::all(),
+    )?;
     let cold_ms = q.elapsed().as_secs_f64() * 1e3;
     let q = Instant::now();
-    let _ = store.merge(&TenantId::default(), &sel, TimeRange::all())?;
+    let _ = Querier::new(&store, 0, QueryLimits::default()).merge_tree(
+        &TenantId::default(),
+        &sel,
+        TimeRange::all(),
+    )?;
     let warm_ms = q.elapsed().as_secs_f64() * 1e3;
 
     let figures = json!({

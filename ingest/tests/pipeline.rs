@@ -6,7 +6,9 @@ use bytes::Bytes;
 use profiledb_ingest::{
     IngestParams, Job, Limits, Payload, Pipeline, PipelineConfig, PipelineError,
 };
-use profiledb_storage::{now_ms, Selector, Store, StoreConfig, TenantId, TimeRange};
+use profiledb_storage::{
+    now_ms, Querier, QueryLimits, Selector, Store, StoreConfig, TenantId, TimeRange,
+};
 
 fn job(i: usize, now: i64) -> Job {
     let params = IngestParams::from_query("name=bp.cpu", now, &Limits::default()).unwrap();
@@ -55,8 +57,8 @@ fn full_queue_refuses_at_once_and_accepted_jobs_are_stored() {
     }
     assert_eq!(stored % 2000, 0);
     // Every acknowledged job is in the store (2000 stacks of 1 sample × 1e7 ns each).
-    let tree = store
-        .merge(&TenantId::default(), &Selector::default(), TimeRange::all())
+    let tree = Querier::new(&store, 0, QueryLimits::default())
+        .merge_tree(&TenantId::default(), &Selector::default(), TimeRange::all())
         .unwrap();
     assert_eq!(tree.total(), stored as i64 * 10_000_000);
     assert_eq!(
@@ -92,8 +94,8 @@ fn future_samples_are_refused_with_the_limit_in_the_message() {
     let err = rt.block_on(rx).unwrap().unwrap_err();
     assert!(matches!(err, PipelineError::Timestamp(_)), "{err}");
     assert!(err.to_string().contains("max_future_skew"), "{err}");
-    assert!(store
-        .merge(&TenantId::default(), &Selector::default(), TimeRange::all())
+    assert!(Querier::new(&store, 0, QueryLimits::default())
+        .merge_tree(&TenantId::default(), &Selector::default(), TimeRange::all())
         .unwrap()
         .is_empty());
 }

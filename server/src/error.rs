@@ -43,9 +43,12 @@ impl From<StorageError> for ApiError {
                 "the write queue is full; retry after a short delay",
             ),
             StorageError::Closed => ApiError::unavailable("the store is shutting down"),
-            StorageError::QueryLimit(m) => {
-                ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "query_too_large", m)
-            }
+            // Timeouts are told apart by `http::query::storage_error` (503).
+            StorageError::Query(e) => ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "query_too_large",
+                e.to_string(),
+            ),
             other => {
                 tracing::error!(error = %other, "storage error");
                 ApiError::internal(other.to_string())

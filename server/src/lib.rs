@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use profiledb_ingest::{Pipeline, PipelineConfig};
-use profiledb_storage::query::cache::{QueryEngine, QueryLimits};
+use profiledb_storage::{Querier, QueryLimits};
 use profiledb_storage::{Store, StoreConfig};
 use tokio::net::TcpListener;
 use tracing::{error, info};
@@ -66,7 +66,9 @@ impl Default for ServeOptions {
 pub struct AppState {
     store: OnceLock<Arc<Store>>,
     pipeline: OnceLock<Pipeline>,
-    engine: OnceLock<Arc<QueryEngine>>,
+    querier: OnceLock<Arc<Querier>>,
+    /// Whole answers of segment-only queries (see `http::query::answers`).
+    pub(crate) answers: http::query::AnswerCache,
     /// The alerting subsystem, started once the store is open.
     pub alerts: OnceLock<Arc<alerts::Alerts>>,
     pub http: HttpMetrics,
@@ -79,7 +81,8 @@ impl AppState {
         AppState {
             store: OnceLock::new(),
             pipeline: OnceLock::new(),
-            engine: OnceLock::new(),
+            querier: OnceLock::new(),
+            answers: http::query::AnswerCache::new(options.query_cache_bytes),
             alerts: OnceLock::new(),
             http: HttpMetrics::default(),
             started: Instant::now(),
@@ -110,16 +113,16 @@ impl AppState {
         self.pipeline.get()
     }
 
-    /// The query engine (result cache, function indexes, limits) of the open store.
-    pub fn engine(&self) -> Result<Arc<QueryEngine>, ApiError> {
-        self.engine
+    /// The querier (result cache, function indexes, limits) of the open store.
+    pub fn querier(&self) -> Result<Arc<Querier>, ApiError> {
+        self.querier
             .get()
             .cloned()
             .ok_or_else(|| ApiError::unavailable("the store is still opening (replaying the WAL)"))
     }
 
-    pub fn engine_if_open(&self) -> Option<&Arc<QueryEngine>> {
-        self.engine.get()
+    pub fn querier_if_open(&self) -> Option<&Arc<Querier>> {
+        self.querier.get()
     }
 }
 
@@ -165,14 +168,17 @@ impl Server {
                 match Store::open(&dir, state.options.store.clone()) {
                     Ok(store) => {
                         let store = Arc::new(store);
-                        let engine = Arc::new(QueryEngine::new(
-                            state.options.query_cache_bytes,
+                        let querier = Arc::new(Querier::new(
+                            &store,
+                            http::query::AnswerCache::querier_bytes(
+                                state.options.query_cache_bytes,
+                            ),
                             state.options.query_limits.clone(),
                         ));
-                        let _ = state.engine.set(engine.clone());
+                        let _ = state.querier.set(querier.clone());
                         match alerts::Alerts::start(
                             store.clone(),
-                            engine,
+                            querier,
                             state.options.alerts.clone(),
                             format!("http://{addr}"),
                             handle,

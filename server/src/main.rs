@@ -9,7 +9,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use profiledb::{shutdown_signal, ServeOptions, Server};
-use profiledb_storage::compact::parse_max_age;
+use profiledb_storage::parse_max_age;
 use profiledb_storage::{FsyncPolicy, StorageError, Store, StoreConfig, TenantId, TimeRange};
 
 // glibc's allocator returns freed memory to the kernel between uploads and pays for
@@ -447,7 +447,7 @@ fn main() -> anyhow::Result<()> {
                 },
                 max_body_bytes: max_body_mb << 20,
                 query_cache_bytes: query_cache_mb << 20,
-                query_limits: profiledb_storage::query::cache::QueryLimits {
+                query_limits: profiledb_storage::QueryLimits {
                     timeout: std::time::Duration::from_secs(query_timeout_secs),
                     ..defaults.query_limits
                 },

@@ -27,7 +27,8 @@ pub fn render(
     http: &HttpMetrics,
     store: Option<&Store>,
     pipeline: Option<&Pipeline>,
-    engine: Option<&profiledb_storage::query::cache::QueryEngine>,
+    querier: Option<&profiledb_storage::Querier>,
+    answers: &crate::http::query::AnswerStats,
     uptime_secs: u64,
 ) -> String {
     let mut out = String::new();
@@ -86,49 +87,49 @@ pub fn render(
         "profiledb_query_cache_hits_total",
         "counter",
         "Queries whose segment part came from the result cache.",
-        engine.map_or(0, |e| c(&e.stats.hits)),
+        querier.map_or(0, |q| c(&q.stats().hits)),
     );
     family(
         &mut out,
         "profiledb_query_cache_misses_total",
         "counter",
         "Queries whose segment part was computed (and then cached).",
-        engine.map_or(0, |e| c(&e.stats.misses)),
+        querier.map_or(0, |q| c(&q.stats().misses)),
     );
     family(
         &mut out,
         "profiledb_query_response_cache_hits_total",
         "counter",
         "Query answers served whole from the cache (ranges wholly in immutable segments).",
-        engine.map_or(0, |e| c(&e.stats.body_hits)),
+        c(&answers.hits),
     );
     family(
         &mut out,
         "profiledb_query_response_cache_misses_total",
         "counter",
         "Cacheable query answers that had to be computed.",
-        engine.map_or(0, |e| c(&e.stats.body_misses)),
+        c(&answers.misses),
     );
     family(
         &mut out,
         "profiledb_query_segment_part_hits_total",
         "counter",
         "Per-segment parts of merges and group-bys reused (a window moved, the segment did not).",
-        engine.map_or(0, |e| c(&e.stats.partial_hits)),
+        querier.map_or(0, |q| c(&q.stats().partial_hits)),
     );
     family(
         &mut out,
         "profiledb_query_segment_part_misses_total",
         "counter",
         "Per-segment parts of merges and group-bys computed.",
-        engine.map_or(0, |e| c(&e.stats.partial_misses)),
+        querier.map_or(0, |q| c(&q.stats().partial_misses)),
     );
     family(
         &mut out,
         "profiledb_query_function_index_builds_total",
         "counter",
         "Per-segment function-name indexes built.",
-        engine.map_or(0, |e| c(&e.stats.fn_index_builds)),
+        querier.map_or(0, |q| c(&q.stats().fn_index_builds)),
     );
     if let Some(p) = pipeline {
         let s = p.stats();

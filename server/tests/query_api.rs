@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::io::Read;
 
 use common::TestServer;
-use profiledb_storage::query::flamegraph::tree_from_bytes;
+use profiledb_storage::tree_from_bytes;
 use proptest::prelude::*;
 use prost::Message;
 use serde_json::{json, Value};

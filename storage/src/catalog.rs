@@ -9,13 +9,22 @@
 
 use std::path::Path;
 
+use serde::{Deserialize, Serialize};
 use tracing::warn;
 
-use crate::compact::TenantSettings;
 use crate::error::{Result, StorageError};
 use crate::model::TenantId;
 use crate::segment::SegmentMeta;
 
+/// Per-tenant settings kept in the catalog.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct TenantSettings {
+    /// Data older than this is deleted; `None` keeps it forever.
+    #[serde(default)]
+    pub max_age_ms: Option<i64>,
+}
+
+/// The sled catalog of one data directory (see the module docs).
 pub struct Catalog {
     db: sled::Db,
     segments: sled::Tree,
@@ -35,7 +44,7 @@ impl Catalog {
     /// Opens the catalog at `path`. If sled refuses (a damaged catalog), the directory
     /// is moved aside and an empty catalog is created; the caller then rebuilds it from
     /// the segment files.
-    pub fn open(path: &Path) -> Result<(Catalog, bool)> {
+    pub(crate) fn open(path: &Path) -> Result<(Catalog, bool)> {
         let open = |p: &Path| {
             sled::Config::new()
                 .path(p)
@@ -98,7 +107,7 @@ impl Catalog {
         ))
     }
 
-    pub fn insert(&self, meta: &SegmentMeta) -> Result<()> {
+    pub(crate) fn insert(&self, meta: &SegmentMeta) -> Result<()> {
         let v = serde_json::to_vec(meta).map_err(err)?;
         self.segments
             .insert(meta.id.to_be_bytes(), v)
@@ -106,7 +115,7 @@ impl Catalog {
         Ok(())
     }
 
-    pub fn remove(&self, id: u64) -> Result<()> {
+    pub(crate) fn remove(&self, id: u64) -> Result<()> {
         self.segments.remove(id.to_be_bytes()).map_err(err)?;
         Ok(())
     }
@@ -119,7 +128,7 @@ impl Catalog {
 
     /// All segment entries. Undecodable entries are dropped with a warning; the file
     /// scan at open re-adopts their segments.
-    pub fn segments(&self) -> Result<Vec<SegmentMeta>> {
+    pub(crate) fn segments(&self) -> Result<Vec<SegmentMeta>> {
         let mut out = Vec::new();
         for kv in self.segments.iter() {
             let (k, v) = kv.map_err(err)?;
@@ -135,7 +144,7 @@ impl Catalog {
     }
 
     /// Settings of `tenant` (defaults when none were stored).
-    pub fn tenant_settings(&self, tenant: &TenantId) -> Result<TenantSettings> {
+    pub(crate) fn tenant_settings(&self, tenant: &TenantId) -> Result<TenantSettings> {
         match self.tenants.get(tenant.as_str()).map_err(err)? {
             None => Ok(TenantSettings::default()),
             Some(v) => serde_json::from_slice(&v).map_err(err),
@@ -143,7 +152,7 @@ impl Catalog {
     }
 
     /// Stores the settings of `tenant` (durably).
-    pub fn set_tenant_settings(&self, tenant: &TenantId, s: &TenantSettings) -> Result<()> {
+    pub(crate) fn set_tenant_settings(&self, tenant: &TenantId, s: &TenantSettings) -> Result<()> {
         let v = serde_json::to_vec(s).map_err(err)?;
         self.tenants.insert(tenant.as_str(), v).map_err(err)?;
         self.flush()
@@ -151,7 +160,7 @@ impl Catalog {
 
     /// Every tenant with stored settings. Undecodable entries are skipped with a
     /// warning (they behave as defaults).
-    pub fn all_tenant_settings(&self) -> Result<Vec<(TenantId, TenantSettings)>> {
+    pub(crate) fn all_tenant_settings(&self) -> Result<Vec<(TenantId, TenantSettings)>> {
         let mut out = Vec::new();
         for kv in self.tenants.iter() {
             let (k, v) = kv.map_err(err)?;

@@ -14,11 +14,15 @@ pub enum FsyncPolicy {
     Always,
     /// fsync at most every `ms` milliseconds; an acknowledged write can be lost on a
     /// machine crash (not on a process crash) within that window.
-    Interval { ms: u64 },
+    Interval {
+        /// Longest time between two fsyncs.
+        ms: u64,
+    },
     /// Leave it to the OS. For tests and benchmarks only.
     Never,
 }
 
+/// How a store is laid out and how it behaves; see each field's default.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(default)]
 pub struct StoreConfig {
@@ -32,6 +36,7 @@ pub struct StoreConfig {
     /// A partition is flushed once its time range ended this long ago and it has
     /// received no write for the same duration. Default 60 s.
     pub flush_grace: Duration,
+    /// When the WAL is fsynced. Default [`FsyncPolicy::Always`].
     pub fsync: FsyncPolicy,
     /// A WAL file is rotated past this size.
     pub wal_file_bytes: u64,
@@ -67,7 +72,9 @@ pub struct StoreConfig {
 /// Data older than `after` is rewritten at the coarser `step_ms`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DownsampleRule {
+    /// Age of a partition's end past which the rule applies.
     pub after: Duration,
+    /// The step old data is rewritten at.
     pub step_ms: i64,
 }
 
@@ -142,5 +149,57 @@ impl StoreConfig {
     /// Start of the partition containing `ts`.
     pub fn partition_of(&self, ts: i64) -> i64 {
         ts.div_euclid(self.partition_ms) * self.partition_ms
+    }
+}
+
+/// Parses an age such as `30d`, `12h`, `90m`, `3600s`, `2w` or a bare number of
+/// seconds. `forever`, `none` and `0` mean no limit (`Ok(None)`).
+pub fn parse_max_age(s: &str) -> Result<Option<Duration>> {
+    let s = s.trim();
+    if matches!(s, "forever" | "none" | "0" | "") {
+        return Ok(None);
+    }
+    let bad = || StorageError::Invalid(format!("cannot parse age {s:?}; use e.g. 30d, 12h, 90m"));
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num.parse().map_err(|_| bad())?;
+    let secs = match unit {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3_600,
+        "d" => 86_400,
+        "w" => 7 * 86_400,
+        _ => return Err(bad()),
+    };
+    let total = n.checked_mul(secs).ok_or_else(bad)?;
+    if total == 0 {
+        return Ok(None);
+    }
+    Ok(Some(Duration::from_secs(total)))
+}
+
+/// A duration in whole milliseconds, saturating.
+pub(crate) fn duration_ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ages_parse() {
+        assert_eq!(
+            parse_max_age("30d").unwrap(),
+            Some(Duration::from_secs(30 * 86_400))
+        );
+        assert_eq!(
+            parse_max_age("90m").unwrap(),
+            Some(Duration::from_secs(5400))
+        );
+        assert_eq!(parse_max_age("15").unwrap(), Some(Duration::from_secs(15)));
+        assert_eq!(parse_max_age("forever").unwrap(), None);
+        assert!(parse_max_age("3x").is_err());
+        assert!(parse_max_age("d").is_err());
     }
 }

@@ -2,42 +2,112 @@
 
 use std::path::PathBuf;
 
+/// A result whose error is a [`StorageError`] unless said otherwise.
 pub type Result<T, E = StorageError> = std::result::Result<T, E>;
 
+/// Every error of the storage engine.
 #[derive(Debug, thiserror::Error)]
 pub enum StorageError {
+    /// The filesystem failed at `path`.
     #[error("I/O error on {path}: {source}")]
     Io {
+        /// The file or directory.
         path: PathBuf,
+        /// What the OS said.
         #[source]
         source: std::io::Error,
     },
     /// Bytes read from disk do not decode; the message says which structure and where.
     #[error("corrupt data: {0}")]
     Corrupt(String),
+    /// A checksummed section does not match its checksum.
     #[error("checksum mismatch in {what}: stored {stored:#010x}, computed {computed:#010x}")]
     Checksum {
+        /// Which structure.
         what: String,
+        /// The checksum on disk.
         stored: u32,
+        /// The checksum of the bytes read.
         computed: u32,
     },
+    /// The sled catalog failed.
     #[error("catalog error: {0}")]
     Catalog(String),
     /// The caller sent something the engine refuses (bad batch, bad matcher).
     #[error("invalid input: {0}")]
     Invalid(String),
+    /// Another process holds the data directory.
     #[error("the data directory {0} is in use by another process (lock file held)")]
     Locked(PathBuf),
     /// The writer queue is full; the caller should retry later.
     #[error("write queue is full")]
     Busy,
+    /// The store is closed or closing.
     #[error("the store is shutting down")]
     Closed,
-    #[error("query exceeds its limit: {0}")]
-    QueryLimit(String),
+    /// A query gave up: out of time or over a budget.
+    #[error(transparent)]
+    Query(#[from] QueryError),
+}
+
+/// Why a query was refused while it ran. Callers map these, not messages:
+/// [`QueryError::Timeout`] is "try later or narrow it" (HTTP 503),
+/// [`QueryError::TooLarge`] is "this query can never fit" (HTTP 422).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QueryError {
+    /// The query ran past its wall-clock budget.
+    #[error("query timed out: narrow the time range or the selector")]
+    Timeout,
+    /// The query's result would exceed a memory budget.
+    #[error("{}", too_large_message(*budget, *limit))]
+    TooLarge {
+        /// Which budget.
+        budget: Budget,
+        /// The budget's size (nodes or rows).
+        limit: usize,
+    },
+}
+
+/// A memory budget of a query.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Budget {
+    /// Nodes of a merged call tree.
+    TreeNodes,
+    /// Rows of a group-by.
+    Groups,
+}
+
+fn too_large_message(budget: Budget, limit: usize) -> String {
+    match budget {
+        Budget::TreeNodes => format!(
+            "the merged profile exceeds {limit} nodes (the query memory budget); narrow the selector or time range"
+        ),
+        Budget::Groups => format!(
+            "the group-by produces more than {limit} groups; add filters or fewer keys"
+        ),
+    }
+}
+
+impl QueryError {
+    /// A merged call tree over `limit` nodes.
+    pub(crate) fn tree_too_large(limit: usize) -> Self {
+        QueryError::TooLarge {
+            budget: Budget::TreeNodes,
+            limit,
+        }
+    }
+
+    /// A group-by over `limit` rows.
+    pub(crate) fn too_many_groups(limit: usize) -> Self {
+        QueryError::TooLarge {
+            budget: Budget::Groups,
+            limit,
+        }
+    }
 }
 
 impl StorageError {
+    /// An I/O error at `path`.
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         StorageError::Io {
             path: path.into(),
@@ -57,6 +127,7 @@ impl StorageError {
 
 /// Attaches a path to I/O results.
 pub trait IoContext<T> {
+    /// The error, if any, with `path` attached.
     fn at(self, path: impl Into<PathBuf>) -> Result<T>;
 }
 

@@ -243,23 +243,30 @@ impl HeadPartition {
     }
 }
 
-impl crate::query::Source for HeadPartition {
-    fn dict(&self) -> &Dict {
+/// What the query layer reads (it implements its `Source` over these).
+impl HeadPartition {
+    /// The partition's dictionary (same shape as a segment's).
+    pub fn dict(&self) -> &Dict {
         self.dict.dict()
     }
-    fn index(&self) -> &LabelIndex {
+    /// The label index of the partition's series.
+    pub fn index(&self) -> &LabelIndex {
         &self.index
     }
-    fn labels(&self, series: u32) -> Option<&Labels> {
+    /// The labels of `series`.
+    pub fn labels(&self, series: u32) -> Option<&Labels> {
         self.series.get(series as usize)
     }
-    fn partition_start(&self) -> i64 {
+    /// Start of the partition (ms).
+    pub fn partition_start(&self) -> i64 {
         self.start_ms
     }
-    fn step(&self) -> i64 {
+    /// Width of one time step (ms).
+    pub fn step(&self) -> i64 {
         self.step_ms
     }
-    fn for_each_row(&self, series: u32, f: &mut dyn FnMut(u32, u32, i64)) -> Result<()> {
+    /// `f(step index, stack node, value)` for each aggregated row of `series`.
+    pub fn for_each_row(&self, series: u32, f: &mut dyn FnMut(u32, u32, i64)) -> Result<()> {
         if let Some(m) = self.samples.get(series as usize) {
             for (&(t, stack), &v) in m {
                 f(t, stack, v);
@@ -267,7 +274,8 @@ impl crate::query::Source for HeadPartition {
         }
         Ok(())
     }
-    fn step_totals(&self, series: u32, f: &mut dyn FnMut(u32, i64)) -> Result<()> {
+    /// `f(step index, total)` for each step of `series` with data.
+    pub fn step_totals(&self, series: u32, f: &mut dyn FnMut(u32, i64)) -> Result<()> {
         let mut totals: FxHashMap<u32, i64> = FxHashMap::default();
         if let Some(m) = self.samples.get(series as usize) {
             for (&(t, _), &v) in m {

@@ -2,39 +2,103 @@
 //!
 //! Samples arrive as [`Batch`]es, land in a write-ahead log and an in-memory head, and
 //! are flushed into immutable, checksummed segment files per tenant and time
-//! partition. A sled catalog lists the segments and can be rebuilt from them; queries
-//! resolve label matchers on roaring-bitmap indexes, scan the selected series in
-//! parallel and merge them into call trees.
+//! partition. A sled catalog lists the segments and can be rebuilt from them. A
+//! [`Store`] writes, keeps and scans the data; a [`Querier`] answers every query over
+//! it (label discovery, merges into flame graphs and call trees, group-by, time
+//! series, diffs) with a result cache and limits.
 //!
-//! Module map: [`model`] (what is stored), [`wal`] and [`head`] (fresh data),
-//! [`segment`], [`dict`] and [`index`] (files on disk), [`catalog`] (metadata),
-//! [`query`] and [`selector`] (reading), [`store`] (the engine tying them together).
+//! ```
+//! use profiledb_storage::{
+//!     Batch, Function, Labels, Location, Querier, QueryLimits, Sample, Selector,
+//!     SeriesSamples, Store, StoreConfig, TenantId, TimeRange, PROFILE_TYPE_LABEL,
+//! };
+//!
+//! let dir = tempfile::tempdir()?;
+//! let store = Store::open(dir.path(), StoreConfig::default())?;
+//!
+//! // One sample of 7 on the stack main → work.
+//! let mut batch = Batch::new(TenantId::default());
+//! for name in ["main", "work"] {
+//!     batch.symbols.functions.push(Function { name: name.into(), file: String::new() });
+//!     let function = Some(batch.symbols.functions.len() as u32 - 1);
+//!     batch.symbols.locations.push(Location { function, mapping: None, address: 0, line: 0 });
+//! }
+//! let stack = batch.stacks.push(&[0, 1]);
+//! batch.series.push(SeriesSamples {
+//!     labels: Labels::new([
+//!         (PROFILE_TYPE_LABEL, "process_cpu:cpu:nanoseconds:cpu:nanoseconds"),
+//!         ("service_name", "demo"),
+//!     ]),
+//!     samples: vec![Sample { timestamp_ms: 1_700_000_000_000, stack, value: 7 }],
+//! });
+//! store.write(batch)?;
+//!
+//! let querier = Querier::new(&store, 64 << 20, QueryLimits::default());
+//! let sel = Selector::parse(r#"{service_name="demo"}"#)?;
+//! let tree = querier.merge_tree(&TenantId::default(), &sel, TimeRange::all())?;
+//! assert_eq!(tree.total(), 7);
+//! assert_eq!(tree.folded().get("main;work"), Some(&7));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Layers
+//!
+//! Modules depend only on modules below them (nothing imports upward, no cycles):
+//!
+//! 1. `error`, `durable`, `codec`, `model`, `config`, `stats`, `cache` — the ground.
+//! 2. `dict`, `selector`, `index`, `fnindex` — dictionaries and label/function indexes.
+//! 3. `wal`, `segment` — the files; `catalog` — their metadata.
+//! 4. `head` — fresh data in memory.
+//! 5. `query` — per-source algorithms over a head partition or a segment
+//!    (frames below tree, merged, flame graphs, group-by, time series, diff).
+//! 6. `merger` — re-encoding segments into one (compaction's mechanism).
+//! 7. `store` — the roles: recovery, writer, flusher, segments, lifecycle, scan.
+//! 8. `querier` — every query, its cache and limits.
 
-pub mod catalog;
+#![deny(missing_docs)]
+
+mod cache;
+mod catalog;
 mod codec;
-pub mod compact;
-pub mod config;
-pub mod dict;
-pub mod error;
-pub mod fnindex;
-pub mod head;
-pub mod index;
-pub mod model;
-pub mod query;
-pub mod segment;
-pub mod selector;
-pub mod stats;
-pub mod store;
-mod store_query;
-pub mod wal;
+mod config;
+mod dict;
+mod durable;
+mod error;
+mod fnindex;
+mod head;
+mod index;
+mod merger;
+#[allow(missing_docs)]
+mod model;
+mod querier;
+mod query;
+mod segment;
+mod selector;
+mod stats;
+mod store;
+mod wal;
 
-pub use compact::{CompactProgress, CompactReport, RetentionReport};
-pub use config::{DownsampleRule, FsyncPolicy, StoreConfig};
-pub use error::{Result, StorageError};
+pub use catalog::{Catalog, TenantSettings};
+pub use config::{parse_max_age, DownsampleRule, FsyncPolicy, StoreConfig};
+pub use error::{Budget, QueryError, Result, StorageError};
+pub use merger::Merger;
 pub use model::{
     Batch, Function, InvalidTenant, Labels, Location, Mapping, Sample, SeriesSamples, Stacks,
     Symbols, TenantId, NAME_LABEL, PROFILE_TYPE_LABEL, SERVICE_NAME_LABEL,
 };
-pub use query::{CallTree, TimeRange};
+pub use querier::{CacheStats, DiffResult, Querier, QueryLimits};
+pub use query::diff::{diff_stats, flat, DiffEntry, DiffStats};
+pub use query::flamegraph::{
+    flamegraph, tree_bytes, tree_from_bytes, tree_from_levels, FlameGraph, FlameGraphDiff,
+};
+pub use query::groupby::{GroupAcc, GroupByQuery, GroupKey};
+pub use query::merged::{flamegraph_diff_merged, Merged};
+pub use query::timeseries::SeriesPoints;
+pub use query::{CallTree, TimeRange, TreeNode};
+pub use segment::{encode_segment, SegmentFile, SegmentMeta};
 pub use selector::{MatchOp, Matcher, Selector};
-pub use store::{now_ms, Scope, Store};
+pub use stats::{Gauges, StoreStats};
+pub use store::{
+    now_ms, CompactProgress, CompactReport, CompactedPartition, RetentionReport, SkippedPartition,
+    Store,
+};

@@ -12,15 +12,21 @@ pub const MAX_SELECTOR_LEN: usize = 16 * 1024;
 /// Upper bound on a compiled matcher regex, guarding against pathological patterns.
 const REGEX_SIZE_LIMIT: usize = 1 << 20;
 
+/// How a [`Matcher`] compares a label value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MatchOp {
+    /// `=`: equal.
     Eq,
+    /// `!=`: not equal (also matches an absent label).
     Ne,
+    /// `=~`: matches the anchored regex.
     Re,
+    /// `!~`: does not match the anchored regex.
     Nre,
 }
 
 impl MatchOp {
+    /// The operator as written in a selector.
     pub fn as_str(self) -> &'static str {
         match self {
             MatchOp::Eq => "=",
@@ -34,8 +40,11 @@ impl MatchOp {
 /// One label matcher. Regexes are fully anchored, as in Prometheus.
 #[derive(Clone, Debug)]
 pub struct Matcher {
+    /// The label name.
     pub name: String,
+    /// The comparison.
     pub op: MatchOp,
+    /// The value or regex source.
     pub value: String,
     regex: Option<Regex>,
 }
@@ -47,6 +56,7 @@ impl PartialEq for Matcher {
 }
 
 impl Matcher {
+    /// A matcher; fails on an invalid label name or regex.
     pub fn new(name: impl Into<String>, op: MatchOp, value: impl Into<String>) -> Result<Self> {
         let name = name.into();
         let value = value.into();

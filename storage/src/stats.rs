@@ -7,7 +7,7 @@ macro_rules! counters {
         /// Monotonic counters, updated lock-free on the hot paths.
         #[derive(Debug, Default)]
         pub struct StoreStats {
-            $(pub $name: AtomicU64,)*
+            $(#[doc = $help] pub $name: AtomicU64,)*
         }
 
         impl StoreStats {
@@ -51,10 +51,15 @@ pub(crate) fn inc(c: &AtomicU64, n: u64) {
 /// Point-in-time gauges.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Gauges {
+    /// Approximate bytes of the head (open and flushing partitions).
     pub head_bytes: u64,
+    /// Head partitions, open and flushing.
     pub head_partitions: u64,
+    /// Aggregated rows in the head.
     pub head_rows: u64,
+    /// Live segments.
     pub segments: u64,
+    /// File bytes of the live segments.
     pub segment_bytes: u64,
     /// Weight of the decoded-segment cache.
     pub segment_cache_bytes: u64,

@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 
 use tracing::{info, warn};
 
+use crate::durable::sync_dir;
 use crate::error::{IoContext, Result};
-use crate::segment::sync_dir;
 
 const HEADER_LEN: usize = 16;
 

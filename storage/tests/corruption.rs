@@ -23,7 +23,7 @@ fn one(ts: i64, f: &str, v: i64) -> Vec<TSample> {
     }]
 }
 
-fn segment_path(dir: &Path, store_dir_meta: &profiledb_storage::segment::SegmentMeta) -> PathBuf {
+fn segment_path(dir: &Path, store_dir_meta: &profiledb_storage::SegmentMeta) -> PathBuf {
     dir.join(&store_dir_meta.file)
 }
 
@@ -39,8 +39,8 @@ fn flip(path: &Path, offset_from_start: Option<usize>, offset_from_end: Option<u
 }
 
 fn folded(store: &Store) -> String {
-    store
-        .merge(&TenantId::default(), &Selector::default(), TimeRange::all())
+    querier(&store)
+        .merge_tree(&TenantId::default(), &Selector::default(), TimeRange::all())
         .unwrap()
         .to_folded_text()
 }

@@ -59,7 +59,7 @@ fn check(store: &Store, tenant: &TenantId, reference: &Reference) {
         let range = TimeRange::new(start, end);
         for sel in &selectors {
             let keep = |l: &Labels| sel.matches(|k| l.get(k));
-            let tree = store.merge(tenant, sel, range).unwrap();
+            let tree = querier(&store).merge_tree(tenant, sel, range).unwrap();
             assert_eq!(
                 tree.folded(),
                 reference.folded(keep, start, end),
@@ -67,7 +67,7 @@ fn check(store: &Store, tenant: &TenantId, reference: &Reference) {
             );
             let want_total: i64 = reference.folded(keep, start, end).values().sum();
             assert_eq!(tree.total(), want_total);
-            let totals = store.series_totals(tenant, sel, range).unwrap();
+            let totals = querier(&store).series_totals(tenant, sel, range).unwrap();
             let mut totals = totals;
             for m in totals.values_mut() {
                 m.retain(|_, v| *v != 0);
@@ -155,18 +155,18 @@ fn label_discovery_and_exact_values() {
         .unwrap();
     let all = TimeRange::all();
     let sel = Selector::parse(r#"{service_name="api"}"#).unwrap();
-    let tree = store.merge(&tenant, &sel, all).unwrap();
+    let tree = querier(&store).merge_tree(&tenant, &sel, all).unwrap();
     assert_eq!(tree.to_folded_text(), "main;serve 3\nmain;serve;parse 7\n");
     assert_eq!(tree.total(), 10);
 
     assert_eq!(
-        store
+        querier(&store)
             .label_names(&tenant, &Selector::default(), all)
             .unwrap(),
         vec!["__profile_type__", "host", "service_name"]
     );
     assert_eq!(
-        store
+        querier(&store)
             .label_values(
                 &tenant,
                 "host",
@@ -178,7 +178,7 @@ fn label_discovery_and_exact_values() {
     );
     // Time pruning: the head partition of the second hour is the only one with host c.
     assert_eq!(
-        store
+        querier(&store)
             .label_values(
                 &tenant,
                 "host",
@@ -188,15 +188,18 @@ fn label_discovery_and_exact_values() {
             .unwrap(),
         vec!["c"]
     );
-    assert_eq!(store.profile_types(&tenant, all).unwrap(), vec![CPU]);
     assert_eq!(
-        store
+        querier(&store).profile_types(&tenant, all).unwrap(),
+        vec![CPU]
+    );
+    assert_eq!(
+        querier(&store)
             .series(&tenant, &Selector::default(), all)
             .unwrap()
             .len(),
         4
     );
-    let totals = store.series_totals(&tenant, &sel, all).unwrap();
+    let totals = querier(&store).series_totals(&tenant, &sel, all).unwrap();
     let host_a: Vec<(i64, i64)> = totals
         .iter()
         .find(|(l, _)| l.get("host") == Some("a"))
@@ -209,8 +212,8 @@ fn label_discovery_and_exact_values() {
     assert_eq!(host_a, vec![(T0, 7)]);
     // Another tenant sees nothing.
     let other = TenantId::new("other").unwrap();
-    assert!(store
-        .merge(&other, &Selector::default(), all)
+    assert!(querier(&store)
+        .merge_tree(&other, &Selector::default(), all)
         .unwrap()
         .is_empty());
 }
@@ -234,8 +237,8 @@ fn invalid_batches_are_refused_and_nothing_changes() {
     bad.series[0].samples[0].stack = 99;
     let err = store.write(bad).unwrap_err();
     assert!(err.to_string().contains("missing stack"), "{err}");
-    let tree = store
-        .merge(&tenant, &Selector::default(), TimeRange::all())
+    let tree = querier(&store)
+        .merge_tree(&tenant, &Selector::default(), TimeRange::all())
         .unwrap();
     assert_eq!(tree.total(), 4);
 }
@@ -278,8 +281,8 @@ fn head_memory_bound_forces_flushes() {
         g.head_bytes <= 2 * (64 << 10) + (64 << 10),
         "head over budget: {g:?}"
     );
-    let tree = store
-        .merge(&tenant, &Selector::default(), TimeRange::all())
+    let tree = querier(&store)
+        .merge_tree(&tenant, &Selector::default(), TimeRange::all())
         .unwrap();
     assert_eq!(
         tree.folded(),
@@ -323,8 +326,8 @@ fn replay_skips_partitions_already_in_segments() {
     assert_eq!(store.gauges().head_partitions, 1);
     store.close_without_flush();
     let store = Store::open(dir.path(), test_config()).unwrap();
-    let tree = store
-        .merge(&tenant, &Selector::default(), TimeRange::all())
+    let tree = querier(&store)
+        .merge_tree(&tenant, &Selector::default(), TimeRange::all())
         .unwrap();
     assert_eq!(tree.to_folded_text(), "new 7\nold 5\n");
 }

@@ -12,11 +12,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use profiledb_storage::query::cache::QueryEngine;
-use profiledb_storage::query::groupby::{GroupByQuery, GroupKey};
 use profiledb_storage::{
     now_ms, DownsampleRule, Labels, Selector, Store, StoreConfig, TenantId, TimeRange,
 };
+use profiledb_storage::{GroupByQuery, GroupKey};
+use profiledb_storage::{Querier, QueryLimits};
 use proptest::prelude::*;
 
 const HOUR: i64 = 3_600_000;
@@ -61,7 +61,7 @@ struct Answers {
 }
 
 fn answers(store: &Store, t: &TenantId, range: TimeRange) -> Answers {
-    let engine = QueryEngine::new(0, Default::default());
+    let engine = querier(store);
     let all = Selector::default();
     let svc1 = Selector::parse("{service_name=\"svc1\"}").unwrap();
     let q = GroupByQuery {
@@ -72,13 +72,13 @@ fn answers(store: &Store, t: &TenantId, range: TimeRange) -> Answers {
         ..Default::default()
     };
     Answers {
-        folded: store.merge(t, &all, range).unwrap().folded(),
-        folded_svc1: store.merge(t, &svc1, range).unwrap().folded(),
-        groups: store
-            .group_by(&engine, t, &all, range, &q)
+        folded: querier(&store).merge_tree(t, &all, range).unwrap().folded(),
+        folded_svc1: querier(&store)
+            .merge_tree(t, &svc1, range)
             .unwrap()
-            .sorted(0),
-        totals: store.series_totals(t, &all, range).unwrap(),
+            .folded(),
+        groups: engine.group_by(t, &all, range, &q).unwrap().sorted(0),
+        totals: querier(&store).series_totals(t, &all, range).unwrap(),
     }
 }
 
@@ -209,18 +209,18 @@ fn retention_deletes_old_segments_everywhere() {
     let new: Vec<TSample> = (0..5)
         .map(|i| sample(i, now - 2 * HOUR - i64::from(i) * 60_000, i, 1))
         .collect();
-    let engine = QueryEngine::default();
     let all = Selector::default();
     let range = TimeRange::all();
     {
         let store = Store::open(dir.path(), cfg(vec![])).unwrap();
+        let engine = Querier::new(&store, 256 << 20, QueryLimits::default());
         for tenant in [&t, &other] {
             store.write(build_batch(tenant, &old)).unwrap();
             store.write(build_batch(tenant, &new)).unwrap();
         }
         store.flush().unwrap();
         let v0 = store.segments_version();
-        let cached = store.merge_cached(&engine, &t, &all, range).unwrap();
+        let cached = engine.merge_tree(&t, &all, range).unwrap();
         assert_eq!(cached.total(), 200 + 5);
         let n0 = store.segments().len();
         let s = store
@@ -233,15 +233,18 @@ fn retention_deletes_old_segments_everywhere() {
         assert!(r.bytes_deleted > 0);
         assert!(store.segments_version() > v0);
         // Queries (cached or not) see only the newer data.
+        assert_eq!(engine.merge_tree(&t, &all, range).unwrap().total(), 5);
         assert_eq!(
-            store
-                .merge_cached(&engine, &t, &all, range)
-                .unwrap()
-                .total(),
+            querier(&store).merge_tree(&t, &all, range).unwrap().total(),
             5
         );
-        assert_eq!(store.merge(&t, &all, range).unwrap().total(), 5);
-        assert_eq!(store.merge(&other, &all, range).unwrap().total(), 205);
+        assert_eq!(
+            querier(&store)
+                .merge_tree(&other, &all, range)
+                .unwrap()
+                .total(),
+            205
+        );
         assert_no_orphans(&store);
         // Idempotent.
         assert!(store.apply_retention().unwrap().deleted.is_empty());
@@ -249,7 +252,10 @@ fn retention_deletes_old_segments_everywhere() {
     // Gone from the catalog too, and the setting persists.
     let store = Store::open(dir.path(), cfg(vec![])).unwrap();
     assert_eq!(store.tenant_settings(&t).unwrap().max_age_ms, Some(7 * DAY));
-    assert_eq!(store.merge(&t, &all, range).unwrap().total(), 5);
+    assert_eq!(
+        querier(&store).merge_tree(&t, &all, range).unwrap().total(),
+        5
+    );
     assert_eq!(store.stats().segments_adopted.load(Ordering::Relaxed), 0);
     assert!(store
         .segments()
@@ -321,13 +327,13 @@ fn queries_and_ingest_during_compaction() {
             let mut n = 0;
             while !stop.load(Ordering::SeqCst) {
                 let lo = acked.load(Ordering::SeqCst);
-                let got = store
-                    .merge(&t, &Selector::default(), TimeRange::all())
+                let got = querier(&store)
+                    .merge_tree(&t, &Selector::default(), TimeRange::all())
                     .unwrap()
                     .total();
                 let hi = started.load(Ordering::SeqCst);
                 assert!(lo <= got && got <= hi, "query saw {got}, acked {lo}..{hi}");
-                let totals: i64 = store
+                let totals: i64 = querier(&store)
                     .series_totals(&t, &Selector::default(), TimeRange::all())
                     .unwrap()
                     .values()
@@ -356,8 +362,8 @@ fn queries_and_ingest_during_compaction() {
     let queries = querier.join().unwrap();
     store.flush().unwrap();
     store.compact(None, None, &|_| {}).unwrap();
-    let total = store
-        .merge(&t, &Selector::default(), TimeRange::all())
+    let total = querier(&store)
+        .merge_tree(&t, &Selector::default(), TimeRange::all())
         .unwrap()
         .total();
     assert_eq!(total, acked.load(Ordering::SeqCst));
@@ -408,23 +414,20 @@ fn fleet_bytes_before_and_after() {
         let bytes: u64 = segs.iter().map(|s| s.size_bytes).sum();
         // CPU only: decode, merge and encode every partition without any I/O sync.
         let cpu = Instant::now();
-        let mut parts: BTreeMap<i64, Vec<&profiledb_storage::segment::SegmentMeta>> =
-            BTreeMap::new();
+        let mut parts: BTreeMap<i64, Vec<&profiledb_storage::SegmentMeta>> = BTreeMap::new();
         for m in &segs {
             parts.entry(m.partition_start_ms).or_default().push(m);
         }
         let mut encoded = 0u64;
         for ms in parts.values() {
-            let mut merger = profiledb_storage::compact::Merger::new(10_000);
+            let mut merger = profiledb_storage::Merger::new(10_000);
             for m in ms {
-                let f = profiledb_storage::segment::SegmentFile::open(&dir.path().join(&m.file))
-                    .unwrap();
+                let f = profiledb_storage::SegmentFile::open(&dir.path().join(&m.file)).unwrap();
                 merger.add(&f.load().unwrap()).unwrap();
             }
             let mut meta = ms[0].clone();
             meta.sources = Vec::new();
-            let (b, _) =
-                profiledb_storage::segment::encode_segment(merger.finish(meta), 3).unwrap();
+            let (b, _) = profiledb_storage::encode_segment(merger.finish(meta), 3).unwrap();
             encoded += b.len() as u64;
         }
         let cpu_secs = cpu.elapsed().as_secs_f64();
@@ -437,8 +440,8 @@ fn fleet_bytes_before_and_after() {
         let secs = started.elapsed().as_secs_f64();
         assert!(r.skipped.is_empty());
         assert_eq!(
-            store
-                .merge(&t, &Selector::default(), TimeRange::all())
+            querier(&store)
+                .merge_tree(&t, &Selector::default(), TimeRange::all())
                 .unwrap()
                 .total(),
             expect
@@ -461,8 +464,8 @@ fn fleet_bytes_before_and_after() {
         let store = Store::open(dir.path(), cfg(DownsampleRule::defaults())).unwrap();
         let r = store.compact_at(None, None, now, &|_| {}).unwrap();
         assert_eq!(
-            store
-                .merge(&t, &Selector::default(), TimeRange::all())
+            querier(&store)
+                .merge_tree(&t, &Selector::default(), TimeRange::all())
                 .unwrap()
                 .total(),
             expect

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use profiledb_storage::query::flamegraph::{flamegraph, tree_from_levels};
+use profiledb_storage::{flamegraph, tree_from_levels};
 
 #[test]
 fn golden_flamegraph_layout() {

@@ -6,8 +6,8 @@ mod common;
 use std::sync::atomic::Ordering;
 
 use common::{build_batch, test_config, TFrame, TSample, CPU};
-use profiledb_storage::query::cache::{QueryEngine, QueryLimits};
-use profiledb_storage::query::groupby::{GroupByQuery, GroupKey};
+use profiledb_storage::{GroupByQuery, GroupKey};
+use profiledb_storage::{Querier, QueryError, QueryLimits};
 use profiledb_storage::{Selector, StorageError, Store, TenantId, TimeRange};
 use regex::Regex;
 
@@ -23,7 +23,7 @@ fn sample(svc: &str, stack: &[&str], value: i64) -> TSample {
     }
 }
 
-fn rows(acc: &profiledb_storage::query::groupby::GroupAcc) -> Vec<(Vec<String>, i64)> {
+fn rows(acc: &profiledb_storage::GroupAcc) -> Vec<(Vec<String>, i64)> {
     acc.sorted(0)
 }
 
@@ -42,7 +42,7 @@ fn group_by_head_and_segments_agree() {
     addr.stack.push(TFrame::Addr(0x10));
     samples.push(addr);
     store.write(build_batch(&t, &samples)).unwrap();
-    let engine = QueryEngine::default();
+    let engine = Querier::new(&store, 256 << 20, QueryLimits::default());
     let sel = Selector::parse(&format!("{CPU}{{}}")).unwrap();
     let range = TimeRange::new(0, 10_000);
     let q = GroupByQuery {
@@ -54,7 +54,7 @@ fn group_by_head_and_segments_agree() {
         exclude: Some(Regex::new("compact").unwrap()),
         max_groups: 0,
     };
-    let head = store.group_by(&engine, &t, &sel, range, &q).unwrap();
+    let head = engine.group_by(&t, &sel, range, &q).unwrap();
     let want = vec![
         (vec!["db".to_string(), "idle".to_string()], 7),
         (vec!["db".to_string(), "main".to_string()], 7),
@@ -67,23 +67,20 @@ fn group_by_head_and_segments_agree() {
 
     store.flush().unwrap();
     assert!(!store.segments().is_empty());
-    let seg = store.group_by(&engine, &t, &sel, range, &q).unwrap();
+    let seg = engine.group_by(&t, &sel, range, &q).unwrap();
     assert_eq!(rows(&seg), want);
-    assert!(engine.stats.fn_index_builds.load(Ordering::Relaxed) >= 1);
+    assert!(engine.stats().fn_index_builds.load(Ordering::Relaxed) >= 1);
     // Cached the second time, same answer.
-    let hits = engine.stats.hits.load(Ordering::Relaxed);
-    assert_eq!(
-        rows(&store.group_by(&engine, &t, &sel, range, &q).unwrap()),
-        want
-    );
-    assert_eq!(engine.stats.hits.load(Ordering::Relaxed), hits + 1);
+    let hits = engine.stats().hits.load(Ordering::Relaxed);
+    assert_eq!(rows(&engine.group_by(&t, &sel, range, &q).unwrap()), want);
+    assert_eq!(engine.stats().hits.load(Ordering::Relaxed), hits + 1);
 
     // binary: the mapping file of the leaf (the test batches map every frame to libx).
     let q = GroupByQuery {
         keys: vec![GroupKey::Binary],
         ..Default::default()
     };
-    let b = store.group_by(&engine, &t, &sel, range, &q).unwrap();
+    let b = engine.group_by(&t, &sel, range, &q).unwrap();
     assert_eq!(rows(&b), vec![(vec!["/usr/lib/libx.so".to_string()], 21)]);
 }
 
@@ -98,7 +95,8 @@ fn limits_refuse_large_queries() {
             &[sample("api", &["a", "b", "c"], 1), sample("api", &["d"], 1)],
         ))
         .unwrap();
-    let engine = QueryEngine::new(
+    let engine = Querier::new(
+        &store,
         1 << 20,
         QueryLimits {
             max_tree_nodes: 3,
@@ -108,21 +106,31 @@ fn limits_refuse_large_queries() {
     );
     let sel = Selector::default();
     let range = TimeRange::new(0, 10_000);
-    let e = store.merge_cached(&engine, &t, &sel, range).unwrap_err();
-    assert!(matches!(e, StorageError::QueryLimit(_)), "{e}");
+    let e = engine.merge_tree(&t, &sel, range).unwrap_err();
+    assert!(
+        matches!(e, StorageError::Query(QueryError::TooLarge { .. })),
+        "{e}"
+    );
     // In frame-tree space the merge fits (two stacks); the whole call tree that
     // pprof and SVG need (five nodes) does not.
-    let merged = store.merge_frames_cached(&engine, &t, &sel, range).unwrap();
+    let merged = engine.merge_flamegraph(&t, &sel, range).unwrap();
     assert_eq!(merged.total(), 2);
     let e = merged.to_tree_checked().unwrap_err();
-    assert!(matches!(e, StorageError::QueryLimit(_)), "{e}");
+    assert!(
+        matches!(e, StorageError::Query(QueryError::TooLarge { .. })),
+        "{e}"
+    );
     let q = GroupByQuery {
         keys: vec![GroupKey::Function],
         ..Default::default()
     };
-    let e = store.group_by(&engine, &t, &sel, range, &q).unwrap_err();
-    assert!(matches!(e, StorageError::QueryLimit(_)), "{e}");
-    let quick = QueryEngine::new(
+    let e = engine.group_by(&t, &sel, range, &q).unwrap_err();
+    assert!(
+        matches!(e, StorageError::Query(QueryError::TooLarge { .. })),
+        "{e}"
+    );
+    let quick = Querier::new(
+        &store,
         1 << 20,
         QueryLimits {
             timeout: std::time::Duration::ZERO,
@@ -130,6 +138,6 @@ fn limits_refuse_large_queries() {
         },
     );
     std::thread::sleep(std::time::Duration::from_millis(2));
-    let e = store.merge_cached(&quick, &t, &sel, range).unwrap_err();
+    let e = quick.merge_tree(&t, &sel, range).unwrap_err();
     assert!(e.to_string().contains("timed out"), "{e}");
 }

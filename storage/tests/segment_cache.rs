@@ -57,7 +57,9 @@ fn flushed_and_restarted_segments_are_decoded_before_queries() {
         assert_eq!(store.gauges().segments, 3);
         // Each flushed segment was decoded as it was written: the query reads none.
         let before = misses(&store);
-        let tree = store.merge(&tenant, &Selector::default(), all).unwrap();
+        let tree = querier(&store)
+            .merge_tree(&tenant, &Selector::default(), all)
+            .unwrap();
         assert_eq!(misses(&store), before);
         drop(store);
         tree.folded()
@@ -67,7 +69,9 @@ fn flushed_and_restarted_segments_are_decoded_before_queries() {
     // After a restart the warm-up decodes all three (they fit in half the budget).
     let store = Store::open(dir.path(), cfg).unwrap();
     eventually("three segments warmed", || misses(&store) == 3);
-    let tree = store.merge(&tenant, &Selector::default(), all).unwrap();
+    let tree = querier(&store)
+        .merge_tree(&tenant, &Selector::default(), all)
+        .unwrap();
     assert_eq!(tree.folded(), want);
     assert_eq!(misses(&store), 3, "the query found every segment decoded");
     drop(store);
@@ -83,7 +87,9 @@ fn flushed_and_restarted_segments_are_decoded_before_queries() {
     .unwrap();
     std::thread::sleep(Duration::from_millis(50));
     assert_eq!(misses(&store), 0);
-    let tree = store.merge(&tenant, &Selector::default(), all).unwrap();
+    let tree = querier(&store)
+        .merge_tree(&tenant, &Selector::default(), all)
+        .unwrap();
     assert_eq!(tree.folded(), want);
     assert_eq!(misses(&store), 3);
 }

@@ -2,7 +2,7 @@
 //! and what the diff engine measured go in; the next state and the notifications to
 //! send come out. The scheduler feeds it real time; the tests step simulated time.
 
-use profiledb_storage::query::diff::{DiffEntry, DiffStats};
+use profiledb_storage::{DiffEntry, DiffStats};
 use rustc_hash::FxHashMap;
 
 use super::rule::{Condition, Ranges, Rule, Watch};
@@ -175,8 +175,8 @@ pub fn step(
 mod tests {
     use super::*;
     use crate::alerts::rule::{BaselineSpec, RuleSpec, WatchSpec};
-    use profiledb_storage::query::diff::{diff_stats, flat};
     use profiledb_storage::CallTree;
+    use profiledb_storage::{diff_stats, flat};
 
     const MIN: i64 = 60_000;
 

@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use profiledb_storage::query::cache::QueryEngine;
+use profiledb_storage::Querier;
 use profiledb_storage::Store;
 use tracing::warn;
 
@@ -93,7 +93,7 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 /// The alerting subsystem of one open store.
 pub struct Alerts {
     pub(crate) store: Arc<Store>,
-    pub(crate) engine: Arc<QueryEngine>,
+    pub(crate) querier: Arc<Querier>,
     pub(crate) opts: AlertOptions,
     pub(crate) external_url: String,
     pub(crate) agent: ureq::Agent,
@@ -128,7 +128,7 @@ impl Alerts {
     /// one task per rule on `handle`. Blocking (catalog reads and writes).
     pub fn start(
         store: Arc<Store>,
-        engine: Arc<QueryEngine>,
+        querier: Arc<Querier>,
         opts: AlertOptions,
         default_external_url: String,
         handle: tokio::runtime::Handle,
@@ -141,7 +141,7 @@ impl Alerts {
             .to_string();
         let alerts = Arc::new(Alerts {
             store,
-            engine,
+            querier,
             opts,
             external_url,
             agent: deliver::agent(),

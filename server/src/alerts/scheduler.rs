@@ -98,9 +98,8 @@ async fn evaluate(alerts: &Arc<Alerts>, rule: &Arc<Rule>, state: &Arc<Mutex<Rule
         let base = (ranges.base_start_ms, ranges.base_end_ms);
         let cmp = (ranges.compare_start_ms, ranges.compare_end_ms);
         let d = a
-            .store
+            .querier
             .diff(
-                &a.engine,
                 &r.tenant,
                 (
                     &r.selector,

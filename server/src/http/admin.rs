@@ -8,8 +8,8 @@ use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
-use profiledb_storage::compact::{parse_max_age, CompactReport, RetentionReport};
-use profiledb_storage::segment::SegmentMeta;
+use profiledb_storage::SegmentMeta;
+use profiledb_storage::{parse_max_age, CompactReport, RetentionReport};
 use profiledb_storage::{TenantId, TimeRange};
 use serde::{Deserialize, Serialize};
 

@@ -90,9 +90,9 @@ async fn profile_types(
 ) -> ApiResult<Json<Vec<String>>> {
     let p = params(q)?;
     let (_, range) = p.resolve()?;
-    let (store, tenant) = (state.store()?, tenant_of(&headers)?);
+    let (querier, tenant) = (state.querier()?, tenant_of(&headers)?);
     Ok(Json(
-        blocking(move || Ok(store.profile_types(&tenant, range)?)).await?,
+        blocking(move || Ok(querier.profile_types(&tenant, range)?)).await?,
     ))
 }
 
@@ -102,9 +102,9 @@ async fn label_names(
     q: Result<Query<RangeParams>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Json<Vec<String>>> {
     let (sel, range) = params(q)?.resolve()?;
-    let (store, tenant) = (state.store()?, tenant_of(&headers)?);
+    let (querier, tenant) = (state.querier()?, tenant_of(&headers)?);
     Ok(Json(
-        blocking(move || Ok(store.label_names(&tenant, &sel, range)?)).await?,
+        blocking(move || Ok(querier.label_names(&tenant, &sel, range)?)).await?,
     ))
 }
 
@@ -119,9 +119,9 @@ async fn label_values(
         .clone()
         .ok_or_else(|| ApiError::bad_request("missing parameter name (the label name)"))?;
     let (sel, range) = p.resolve()?;
-    let (store, tenant) = (state.store()?, tenant_of(&headers)?);
+    let (querier, tenant) = (state.querier()?, tenant_of(&headers)?);
     Ok(Json(
-        blocking(move || Ok(store.label_values(&tenant, &name, &sel, range)?)).await?,
+        blocking(move || Ok(querier.label_values(&tenant, &name, &sel, range)?)).await?,
     ))
 }
 
@@ -131,8 +131,8 @@ async fn series(
     q: Result<Query<RangeParams>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Json<Vec<BTreeMap<String, String>>>> {
     let (sel, range) = params(q)?.resolve()?;
-    let (store, tenant) = (state.store()?, tenant_of(&headers)?);
-    let list: Vec<Labels> = blocking(move || Ok(store.series(&tenant, &sel, range)?)).await?;
+    let (querier, tenant) = (state.querier()?, tenant_of(&headers)?);
+    let list: Vec<Labels> = blocking(move || Ok(querier.series(&tenant, &sel, range)?)).await?;
     Ok(Json(
         list.iter()
             .map(|l| {
@@ -162,10 +162,10 @@ async fn merge(
         )));
     }
     let (sel, range) = p.resolve()?;
-    let (store, tenant, engine) = (state.store()?, tenant_of(&headers)?, state.engine()?);
+    let (querier, tenant) = (state.querier()?, tenant_of(&headers)?);
     let tree = blocking(move || {
-        store
-            .merge_cached(&engine, &tenant, &sel, range)
+        querier
+            .merge_tree(&tenant, &sel, range)
             .map_err(crate::http::query_error)
     })
     .await?;

@@ -4,7 +4,7 @@ mod admin;
 mod alerts;
 mod ingest;
 mod labels;
-mod query;
+pub(crate) mod query;
 pub(crate) use query::storage_error as query_error;
 mod system;
 

@@ -2,9 +2,9 @@
 //! render endpoints, and the native group-by, time series, diff, flame graph, pprof
 //! and SVG endpoints.
 //!
-//! Every query runs on the blocking pool through the store's query engine
-//! (`AppState::engine`), which holds the result cache, the function-name indexes
-//! and the limits.
+//! Every query runs on the blocking pool through the store's querier
+//! (`AppState::querier`), which holds the result cache, the function-name indexes
+//! and the limits; whole answers are cached apart (`answers`).
 
 mod answers;
 mod connect;
@@ -17,8 +17,9 @@ mod render;
 
 use axum::http::StatusCode;
 use axum::Router;
-use profiledb_storage::query::cache::TIMEOUT_PREFIX;
-use profiledb_storage::{Matcher, Selector, StorageError, PROFILE_TYPE_LABEL};
+use profiledb_storage::{Matcher, QueryError, Selector, StorageError, PROFILE_TYPE_LABEL};
+
+pub(crate) use answers::{AnswerCache, AnswerStats};
 
 use super::AppRef;
 use crate::error::{ApiError, ApiResult};
@@ -34,9 +35,11 @@ pub fn routes() -> Router<AppRef> {
 /// Maps storage errors, turning timeouts into 503 and budget overruns into 422.
 pub(crate) fn storage_error(e: StorageError) -> ApiError {
     match e {
-        StorageError::QueryLimit(m) if m.starts_with(TIMEOUT_PREFIX) => {
-            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "deadline_exceeded", m)
-        }
+        StorageError::Query(e @ QueryError::Timeout) => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "deadline_exceeded",
+            e.to_string(),
+        ),
         other => other.into(),
     }
 }

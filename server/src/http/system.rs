@@ -31,7 +31,8 @@ async fn prometheus(State(state): State<AppRef>) -> impl IntoResponse {
         &state.http,
         state.store_if_open().map(|s| s.as_ref()),
         state.pipeline_if_open(),
-        state.engine_if_open().map(|e| e.as_ref()),
+        state.querier_if_open().map(|q| q.as_ref()),
+        &state.answers.stats,
         state.started.elapsed().as_secs(),
     );
     if let Some(a) = state.alerts.get() {

@@ -9,25 +9,32 @@ use rustc_hash::FxHashMap;
 
 use super::tree::CallTree;
 
+/// A function whose share of the profile moved between the two sides.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DiffEntry {
+    /// The function (frame) name.
     pub function: String,
+    /// Its share of the base side's value.
     pub base_share: f64,
+    /// Its share of the compared side's value.
     pub compare_share: f64,
     /// `compare_share − base_share`.
     pub delta: f64,
 }
 
+/// GWP stability figures of a diff.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct DiffStats {
     /// Σ |p_base(f) − p_compare(f)| over the top-k functions.
     pub manhattan: f64,
     /// −Σ p log2 p of the base side.
     pub entropy_base: f64,
+    /// −Σ p log2 p of the compared side.
     pub entropy_compare: f64,
     /// Total value of each side, in the profile type's unit (the sample count for
     /// `…:samples:count` types).
     pub samples_base: i64,
+    /// Total value of the compared side.
     pub samples_compare: i64,
 }
 
@@ -42,6 +49,7 @@ pub fn flat(tree: &CallTree) -> FxHashMap<String, i64> {
     out
 }
 
+/// Shannon entropy (bits) of the shares `p`.
 pub fn entropy<'a>(p: impl Iterator<Item = &'a f64>) -> f64 {
     -p.filter(|&&x| x > 0.0).map(|&x| x * x.log2()).sum::<f64>()
 }

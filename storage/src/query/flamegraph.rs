@@ -18,21 +18,35 @@ use crate::codec::{put_uvarint, Reader};
 /// Name of the node that collects children below the `max_nodes` threshold.
 pub const OTHER: &str = "other";
 
+/// A flame graph in Pyroscope's `levels` layout.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FlameGraph {
+    /// Frame names; the layout refers to them by index.
     pub names: Vec<String>,
+    /// Per depth, `[x offset, total, self, name index]` per drawn node (offsets
+    /// relative to the previous node of the level).
     pub levels: Vec<Vec<i64>>,
+    /// Value of the root.
     pub total: i64,
+    /// Largest self value of a drawn node.
     pub max_self: i64,
 }
 
+/// A diff flame graph in Pyroscope's `FlameGraphDiff` layout.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FlameGraphDiff {
+    /// Frame names; the layout refers to them by index.
     pub names: Vec<String>,
+    /// Per depth, `[left offset, left total, left self, right offset, right total,
+    /// right self, name index]` per drawn node.
     pub levels: Vec<Vec<i64>>,
+    /// Value of both roots together.
     pub total: i64,
+    /// Largest self value of a drawn node, either side.
     pub max_self: i64,
+    /// Value of the base (left) side.
     pub left_ticks: i64,
+    /// Value of the compared (right) side.
     pub right_ticks: i64,
 }
 

@@ -14,7 +14,8 @@
 //! one (a new generation). Queries in flight keep the tree they started with, and
 //! segment memos of an older generation are rebuilt on their next use.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::borrow::Cow;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
@@ -22,8 +23,33 @@ use rustc_hash::FxHashMap;
 
 use super::interner::Interner;
 use super::scratch::Memo;
-use super::tree::frame_name;
 use crate::dict::Dict;
+pub use crate::segment::{GidMemo, GidSlots};
+
+/// Display name of a frame: the function name, or for unsymbolized frames the
+/// binary and address, so they stay distinguishable and can be symbolized later.
+pub fn frame_name(dict: &Dict, loc: u32) -> Cow<'_, str> {
+    let Some(l) = dict.locations.get(loc as usize) else {
+        return "[unknown]".into();
+    };
+    if let Some(f) = l.function.and_then(|f| dict.functions.get(f as usize)) {
+        let name = dict.str(f.name);
+        if !name.is_empty() {
+            return name.into();
+        }
+    }
+    let binary = l
+        .mapping
+        .and_then(|m| dict.mappings.get(m as usize))
+        .map(|m| dict.str(m.file))
+        .map(|f| f.rsplit('/').next().unwrap_or(f))
+        .unwrap_or("");
+    match (binary.is_empty(), l.address) {
+        (true, 0) => "[unknown]".into(),
+        (true, a) => format!("0x{a:x}").into(),
+        (false, a) => format!("{binary}+0x{a:x}").into(),
+    }
+}
 
 /// The root's gid.
 pub const ROOT_GID: u32 = 0;
@@ -177,65 +203,12 @@ impl NodeMemo for Memo {
     }
 }
 
-/// The persistent node → gid memo of an immutable segment, for one generation.
-/// Slots hold `gid + 1`; zero means "not resolved yet".
-pub struct GidSlots {
-    generation: u64,
-    slots: Box<[AtomicU32]>,
-}
-
-impl GidSlots {
-    #[inline]
-    pub fn get(&self, node: u32) -> Option<u32> {
-        match self
-            .slots
-            .get(node as usize)
-            .map(|s| s.load(Ordering::Relaxed))
-        {
-            Some(v) if v != 0 => Some(v - 1),
-            _ => None,
-        }
-    }
-}
-
 impl NodeMemo for &GidSlots {
     fn get(&self, node: u32) -> Option<u32> {
         GidSlots::get(self, node)
     }
     fn set(&mut self, node: u32, gid: u32) {
-        if let (Some(s), Some(v)) = (self.slots.get(node as usize), gid.checked_add(1)) {
-            s.store(v, Ordering::Relaxed);
-        }
-    }
-}
-
-/// Held by a loaded segment: its gid slots for the current generation.
-#[derive(Default)]
-pub struct GidMemo {
-    current: Mutex<Option<Arc<GidSlots>>>,
-}
-
-impl std::fmt::Debug for GidMemo {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("GidMemo")
-    }
-}
-
-impl GidMemo {
-    /// The slots of `generation` for a dictionary of `nodes` stack nodes.
-    pub fn slots(&self, generation: u64, nodes: usize) -> Arc<GidSlots> {
-        let mut cur = self.current.lock();
-        match &*cur {
-            Some(s) if s.generation == generation && s.slots.len() == nodes => s.clone(),
-            _ => {
-                let s = Arc::new(GidSlots {
-                    generation,
-                    slots: (0..nodes).map(|_| AtomicU32::new(0)).collect(),
-                });
-                *cur = Some(s.clone());
-                s
-            }
-        }
+        GidSlots::set(self, node, gid)
     }
 }
 

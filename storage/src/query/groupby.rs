@@ -13,28 +13,37 @@ use regex::Regex;
 use roaring::RoaringBitmap;
 use rustc_hash::FxHashMap;
 
+use super::frames::frame_name;
 use super::frames::{FrameTree, ROOT_GID};
 use super::interner::Interner;
 use super::scratch::{Memo, Scratch};
-use super::tree::frame_name;
 use super::{node_values, selection, Source, TimeRange};
 use crate::dict::{Dict, NO_PARENT};
-use crate::error::{Result, StorageError};
+use crate::error::{QueryError, Result, StorageError};
 use crate::selector::Selector;
 
+/// Group-by key: the leaf function of a stack (self value).
 pub const KEY_FUNCTION: &str = "function";
+/// Group-by key: every function on a stack (inclusive value).
 pub const KEY_FUNCTION_TOTAL: &str = "function_total";
+/// Group-by key: the binary (mapping file) of a stack's leaf.
 pub const KEY_BINARY: &str = "binary";
 
+/// One dimension a group-by projects onto.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum GroupKey {
+    /// A series label, by name.
     Label(String),
+    /// The leaf function (self value).
     Function,
+    /// Every function on the stack (inclusive value).
     FunctionTotal,
+    /// The binary of the leaf frame.
     Binary,
 }
 
 impl GroupKey {
+    /// `function`, `function_total`, `binary`, or else a label name.
     pub fn parse(s: &str) -> GroupKey {
         match s {
             KEY_FUNCTION => GroupKey::Function,
@@ -44,6 +53,7 @@ impl GroupKey {
         }
     }
 
+    /// The key as written in a request.
     pub fn name(&self) -> &str {
         match self {
             GroupKey::Label(l) => l,
@@ -97,11 +107,14 @@ impl GroupByQuery {
 /// Rows keyed by the key values, plus the total of the samples that passed the filters.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GroupAcc {
+    /// Sum per combination of key values (in key order).
     pub rows: FxHashMap<Vec<String>, i64>,
+    /// Sum of every sample that passed the filters.
     pub total: i64,
 }
 
 impl GroupAcc {
+    /// Adds `other`'s rows and total.
     pub fn merge(&mut self, other: &GroupAcc) {
         self.total = self.total.saturating_add(other.total);
         for (k, v) in &other.rows {
@@ -110,6 +123,7 @@ impl GroupAcc {
         }
     }
 
+    /// Approximate heap bytes (the cache's weight).
     pub fn approx_bytes(&self) -> usize {
         self.rows
             .keys()
@@ -408,9 +422,7 @@ fn for_each_product<T: Clone>(choices: &[Vec<T>], mut f: impl FnMut(Vec<T>)) {
 }
 
 fn too_many_groups(max: usize) -> StorageError {
-    StorageError::QueryLimit(format!(
-        "the group-by produces more than {max} groups; add filters or fewer keys"
-    ))
+    QueryError::too_many_groups(max).into()
 }
 
 /// A thread's group-by over frame-tree ids (see [`super::frames`]): sums per

@@ -19,7 +19,7 @@ use super::flamegraph::{flamegraph_diff, FlameGraph, FlameGraphDiff, Nodes, Shap
 use super::frames::{FrameTree, ROOT_GID};
 use super::scratch::Scratch;
 use super::tree::CallTree;
-use crate::error::{Result, StorageError};
+use crate::error::{QueryError, Result};
 
 /// Self values by gid of one frame tree, sorted by gid, without zeros.
 #[derive(Clone)]
@@ -79,7 +79,7 @@ impl Merged {
         let tree = self.to_tree();
         let max = self.max_tree_nodes;
         if max > 0 && tree.nodes().len() > max {
-            return Err(tree_too_large(max));
+            return Err(QueryError::tree_too_large(max).into());
         }
         Ok(tree)
     }
@@ -111,12 +111,6 @@ impl Merged {
             .map(|(k, v)| (k.to_string(), v))
             .collect()
     }
-}
-
-pub(crate) fn tree_too_large(max: usize) -> StorageError {
-    StorageError::QueryLimit(format!(
-        "the merged profile exceeds {max} nodes (the query memory budget); narrow the selector or time range"
-    ))
 }
 
 /// Self values summed per frame name.

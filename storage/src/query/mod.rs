@@ -5,7 +5,6 @@
 //! scans only the selected series' rows, and folds the result into a per-thread
 //! accumulator. Sources are scanned in parallel with crossbeam scoped threads.
 
-pub mod cache;
 pub mod diff;
 pub mod flamegraph;
 pub mod frames;
@@ -24,6 +23,7 @@ use roaring::RoaringBitmap;
 
 use crate::dict::Dict;
 use crate::error::Result;
+use crate::head::HeadPartition;
 use crate::index::LabelIndex;
 use crate::model::Labels;
 use crate::segment::LoadedSegment;
@@ -129,6 +129,30 @@ impl Source for LoadedSegment {
     }
 }
 
+impl Source for HeadPartition {
+    fn dict(&self) -> &Dict {
+        HeadPartition::dict(self)
+    }
+    fn index(&self) -> &LabelIndex {
+        HeadPartition::index(self)
+    }
+    fn labels(&self, series: u32) -> Option<&Labels> {
+        HeadPartition::labels(self, series)
+    }
+    fn partition_start(&self) -> i64 {
+        HeadPartition::partition_start(self)
+    }
+    fn step(&self) -> i64 {
+        HeadPartition::step(self)
+    }
+    fn for_each_row(&self, series: u32, f: &mut dyn FnMut(u32, u32, i64)) -> Result<()> {
+        HeadPartition::for_each_row(self, series, f)
+    }
+    fn step_totals(&self, series: u32, f: &mut dyn FnMut(u32, i64)) -> Result<()> {
+        HeadPartition::step_totals(self, series, f)
+    }
+}
+
 pub(crate) fn steps(src: &dyn Source, range: TimeRange) -> (u32, u32) {
     crate::segment::step_range(
         src.partition_start(),
@@ -167,10 +191,10 @@ pub fn merge_frames(
 /// (then every such range gives the same share). A range cutting into the partition,
 /// as the oldest one of a sliding window does, would make a new entry on every
 /// query, so it is computed instead.
-pub(crate) fn partial_key(src: &dyn Source, range: TimeRange) -> Option<String> {
+pub(crate) fn partial_key(src: &dyn Source, range: TimeRange) -> Option<u64> {
     let id = src.segment_id()?;
     let (lo, hi) = steps(src, range);
-    (lo == 0 && hi >= src.partition_steps()).then(|| id.to_string())
+    (lo == 0 && hi >= src.partition_steps()).then_some(id)
 }
 
 /// The series of `src` selected by `sel` and the step range `[lo, hi)` of `range`,

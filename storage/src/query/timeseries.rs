@@ -12,11 +12,14 @@ use crate::selector::Selector;
 /// One output series: the group's label pairs and its `(timestamp ms, value)` points.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SeriesPoints {
+    /// The group's label pairs.
     pub labels: Vec<(String, String)>,
+    /// `(bucket start ms, value)`, in time order.
     pub points: Vec<(i64, i64)>,
 }
 
 impl SeriesPoints {
+    /// The sum of the points.
     pub fn total(&self) -> i64 {
         self.points.iter().map(|p| p.1).sum()
     }

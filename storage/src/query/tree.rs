@@ -6,19 +6,26 @@ use std::borrow::Cow;
 
 use rustc_hash::FxHashMap;
 
-use super::frames::{FrameTree, ROOT_GID};
+use super::frames::{frame_name, FrameTree, ROOT_GID};
 use crate::dict::{Dict, NO_PARENT};
 
+/// Index of the root node (named `total`).
 pub const ROOT: u32 = 0;
 
+/// One node of a [`CallTree`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TreeNode {
+    /// The parent node (`u32::MAX` for the root).
     pub parent: u32,
+    /// The frame name's id (see [`CallTree::name`]).
     pub name: u32,
+    /// Value of the samples whose stack ends here.
     pub self_value: i64,
+    /// `self_value` plus every descendant's (after [`CallTree::finalize`]).
     pub total: i64,
 }
 
+/// A merged call tree: nodes keyed by `(parent, frame name)` from a `total` root.
 #[derive(Clone, Debug)]
 pub struct CallTree {
     names: Vec<String>,
@@ -44,32 +51,8 @@ impl PartialEq for CallTree {
     }
 }
 
-/// Display name of a frame: the function name, or for unsymbolized frames the
-/// binary and address, so they stay distinguishable and can be symbolized later.
-pub fn frame_name(dict: &Dict, loc: u32) -> Cow<'_, str> {
-    let Some(l) = dict.locations.get(loc as usize) else {
-        return "[unknown]".into();
-    };
-    if let Some(f) = l.function.and_then(|f| dict.functions.get(f as usize)) {
-        let name = dict.str(f.name);
-        if !name.is_empty() {
-            return name.into();
-        }
-    }
-    let binary = l
-        .mapping
-        .and_then(|m| dict.mappings.get(m as usize))
-        .map(|m| dict.str(m.file))
-        .map(|f| f.rsplit('/').next().unwrap_or(f))
-        .unwrap_or("");
-    match (binary.is_empty(), l.address) {
-        (true, 0) => "[unknown]".into(),
-        (true, a) => format!("0x{a:x}").into(),
-        (false, a) => format!("{binary}+0x{a:x}").into(),
-    }
-}
-
 impl CallTree {
+    /// An empty tree (just the root).
     pub fn new() -> Self {
         let mut t = CallTree {
             names: Vec::new(),
@@ -144,6 +127,7 @@ impl CallTree {
         t
     }
 
+    /// The id of frame name `name`, added if new.
     pub fn intern(&mut self, name: &str) -> u32 {
         self.ensure_index();
         if let Some(&id) = self.name_ids.get(name) {
@@ -155,6 +139,7 @@ impl CallTree {
         id
     }
 
+    /// The child of `parent` named `name`, added if new.
     pub fn child(&mut self, parent: u32, name: u32) -> u32 {
         self.ensure_index();
         *self.children.entry((parent, name)).or_insert_with(|| {
@@ -168,6 +153,7 @@ impl CallTree {
         })
     }
 
+    /// Adds `v` to `node`'s self value.
     pub fn add_self(&mut self, node: u32, v: i64) {
         if let Some(n) = self.nodes.get_mut(node as usize) {
             n.self_value = n.self_value.saturating_add(v);
@@ -221,14 +207,17 @@ impl CallTree {
         self.totals_valid = true;
     }
 
+    /// The nodes, parents before children.
     pub fn nodes(&self) -> &[TreeNode] {
         &self.nodes
     }
 
+    /// The frame name of id `id`.
     pub fn name(&self, id: u32) -> &str {
         self.names.get(id as usize).map_or("", |s| s.as_str())
     }
 
+    /// The frame name of `node`.
     pub fn node_name(&self, node: u32) -> &str {
         self.nodes
             .get(node as usize)
@@ -244,6 +233,7 @@ impl CallTree {
         }
     }
 
+    /// True when no sample was added.
     pub fn is_empty(&self) -> bool {
         self.nodes.iter().all(|n| n.self_value == 0)
     }

@@ -4,13 +4,15 @@
 //! implementation. A segment is written once (to a temporary name, fsynced, renamed)
 //! and never modified; compaction writes new segments instead.
 
+mod gid_memo;
 mod reader;
 mod writer;
+
+pub use gid_memo::{GidMemo, GidSlots};
 
 pub(crate) use reader::step_range;
 pub use reader::{LoadedSegment, SegmentFile};
 pub use writer::encode_segment;
-pub(crate) use writer::sync_dir;
 pub use writer::{write_segment, Row, SegmentInput};
 
 use serde::{Deserialize, Serialize};
@@ -76,23 +78,32 @@ pub const CODEC_ZSTD: u8 = 1;
 /// enough to rebuild it, so the catalog can always be reconstructed from the files.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SegmentMeta {
+    /// The segment's id, unique in the data directory.
     pub id: u64,
+    /// The tenant whose data it holds.
     pub tenant: TenantId,
+    /// Start of its time partition (ms since the epoch).
     pub partition_start_ms: i64,
+    /// Width of its time partition.
     pub partition_ms: i64,
+    /// Width of one time step of its rows.
     pub step_ms: i64,
     /// First and last step start present in the data.
     pub min_time_ms: i64,
+    /// Last step start present in the data.
     pub max_time_ms: i64,
     /// 0 for head flushes; compaction raises it.
     pub level: u32,
     /// Highest WAL sequence number whose samples for this tenant and partition are
     /// contained here; replay skips those records' samples for the partition.
     pub max_lsn: u64,
+    /// Series it holds.
     pub series: u64,
+    /// Rows it holds (series × step × stack).
     pub rows: u64,
     /// Sum of all values, a cheap cross-check for tools.
     pub value_total: i64,
+    /// When it was written (ms since the epoch).
     pub created_ms: i64,
     /// Segments this one replaces (compaction); they are deleted if still present.
     pub sources: Vec<u64>,
@@ -108,6 +119,7 @@ pub struct SegmentMeta {
 }
 
 impl SegmentMeta {
+    /// End of its time partition (exclusive).
     pub fn partition_end_ms(&self) -> i64 {
         self.partition_start_ms + self.partition_ms
     }

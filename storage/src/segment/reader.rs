@@ -397,7 +397,7 @@ pub struct LoadedSegment {
     /// Per series: `(step index, total)` for every step with data.
     totals: Vec<Vec<(u32, i64)>>,
     /// Stack node → id in the store's frame tree, filled in by queries.
-    pub gids: crate::query::frames::GidMemo,
+    pub gids: super::GidMemo,
 }
 
 impl LoadedSegment {

@@ -12,6 +12,7 @@ use super::{
 };
 use crate::codec::{put_ivarint, put_uvarint};
 use crate::dict::{self, Dict};
+use crate::durable::sync_dir;
 use crate::error::{IoContext, Result, StorageError};
 use crate::index::LabelIndex;
 use crate::model::Labels;
@@ -242,9 +243,4 @@ pub fn write_segment(data_dir: &Path, input: SegmentInput, zstd_level: i32) -> R
     sync_dir(&dir)?;
     meta.file = rel.to_string_lossy().into_owned();
     Ok(meta)
-}
-
-/// fsyncs a directory so a rename or unlink in it is durable.
-pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir).and_then(|f| f.sync_all()).at(dir)
 }

@@ -5,11 +5,16 @@
 use std::collections::BTreeMap;
 
 use profiledb_storage::{
-    Batch, Function, Labels, Location, Mapping, Sample, SeriesSamples, StoreConfig, TenantId,
-    PROFILE_TYPE_LABEL,
+    Batch, Function, Labels, Location, Mapping, Querier, QueryLimits, Sample, SeriesSamples, Store,
+    StoreConfig, TenantId, PROFILE_TYPE_LABEL,
 };
 
 pub const CPU: &str = "process_cpu:cpu:nanoseconds:cpu:nanoseconds";
+
+/// An uncached querier with the default limits: every query is computed.
+pub fn querier(store: &Store) -> Querier {
+    Querier::new(store, 0, QueryLimits::default())
+}
 
 /// A frame as tests describe it: a named function or an unsymbolized address in libx.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -181,14 +186,14 @@ pub fn test_config() -> StoreConfig {
 /// `next_start` (in flight at a kill), and the merged tree agrees. Returns the number
 /// of batches stored.
 pub fn check_acknowledged(
-    store: &profiledb_storage::Store,
+    store: &Store,
     acked: &std::collections::BTreeSet<u64>,
     next_start: u64,
     expected: impl Fn(u64) -> i64,
 ) -> usize {
     use profiledb_storage::{Selector, TimeRange};
     let tenant = TenantId::default();
-    let totals = store
+    let totals = querier(&store)
         .series_totals(&tenant, &Selector::default(), TimeRange::all())
         .unwrap();
     let mut stored: BTreeMap<u64, i64> = BTreeMap::new();
@@ -211,8 +216,8 @@ pub fn check_acknowledged(
             "batch {id} partially stored, lost or double counted"
         );
     }
-    let tree = store
-        .merge(&tenant, &Selector::default(), TimeRange::all())
+    let tree = querier(&store)
+        .merge_tree(&tenant, &Selector::default(), TimeRange::all())
         .unwrap();
     assert_eq!(tree.total(), stored.values().sum::<i64>());
     stored.len()

@@ -1,14 +1,20 @@
-//! Whole answers kept in the query engine's cache.
+//! Whole answers, kept by the server in its own bounded cache.
 //!
-//! The engine already caches the segment part of a merge or group-by, but a hit still
-//! merges in the head, renders the flame graph or diff and serializes JSON: several
-//! milliseconds for a large profile. When no head partition overlaps the query's
-//! ranges, the answer depends on immutable segments alone, so the finished body is
-//! kept under the current `segments_version` and served as is. A flush, compaction,
-//! retention run or late write into those ranges either puts a head partition over
-//! them (no lookup) or bumps the version (the old entry is never looked up again).
+//! The querier already caches the segment part of a merge or group-by, but a hit
+//! still merges in the head, renders the flame graph or diff and serializes JSON:
+//! several milliseconds for a large profile. When no head partition overlaps the
+//! query's ranges, the answer depends on immutable segments alone, so the finished
+//! body is kept under the store's current `segments_version` and served as is. A
+//! flush, compaction, retention run or late write into those ranges either puts a
+//! head partition over them (no lookup) or bumps the version (the old entry is never
+//! looked up again, and ages out under the byte bound).
+//!
+//! Bodies are HTTP's business, so they are kept here rather than in the storage
+//! engine's cache; the engine only tells whether and at which version an answer is
+//! segment-only ([`profiledb_storage::Store::segments_only_version`]).
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use axum::http::header;
@@ -17,6 +23,82 @@ use profiledb_storage::{TenantId, TimeRange};
 
 use crate::error::ApiResult;
 use crate::http::AppRef;
+
+/// What an answer depends on: the request (with its ranges resolved) and the
+/// segment set it was computed from.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct AnswerKey {
+    tenant: TenantId,
+    ranges: Vec<TimeRange>,
+    /// The request's identity (its body or query string).
+    request: String,
+    segments_version: u64,
+}
+
+#[derive(Clone)]
+struct BodyWeight;
+
+impl quick_cache::Weighter<AnswerKey, Arc<[u8]>> for BodyWeight {
+    fn weight(&self, k: &AnswerKey, v: &Arc<[u8]>) -> u64 {
+        (k.request.len() + k.ranges.len() * 16 + v.len() + 64) as u64
+    }
+}
+
+/// Answers served whole / computed (for `/metrics`).
+#[derive(Debug, Default)]
+pub struct AnswerStats {
+    pub hits: AtomicU64,
+    pub misses: AtomicU64,
+}
+
+impl AnswerStats {
+    fn count(&self, hit: bool) {
+        let c = if hit { &self.hits } else { &self.misses };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Finished response bodies of segment-only queries, bounded by bytes.
+pub struct AnswerCache {
+    bodies: quick_cache::sync::Cache<AnswerKey, Arc<[u8]>, BodyWeight>,
+    enabled: bool,
+    pub stats: AnswerStats,
+}
+
+impl AnswerCache {
+    /// The share of the query cache budget kept for whole answers; the querier
+    /// gets the rest (see [`AnswerCache::querier_bytes`]), so the configured
+    /// budget still bounds both. 0 disables the cache.
+    pub fn new(query_cache_bytes: u64) -> Self {
+        let bytes = (query_cache_bytes / 4).max(1 << 20);
+        AnswerCache {
+            bodies: quick_cache::sync::Cache::with_weighter(
+                (bytes / 4096).clamp(64, 1_000_000) as usize,
+                bytes,
+                BodyWeight,
+            ),
+            enabled: query_cache_bytes > 0,
+            stats: AnswerStats::default(),
+        }
+    }
+
+    /// What is left of `query_cache_bytes` for the querier's result cache.
+    pub fn querier_bytes(query_cache_bytes: u64) -> u64 {
+        query_cache_bytes - query_cache_bytes / 4
+    }
+
+    fn get(&self, key: &AnswerKey) -> Option<Arc<[u8]>> {
+        let found = self.enabled.then(|| self.bodies.get(key)).flatten();
+        self.stats.count(found.is_some());
+        found
+    }
+
+    fn insert(&self, key: AnswerKey, body: Arc<[u8]>) {
+        if self.enabled {
+            self.bodies.insert(key, body);
+        }
+    }
+}
 
 /// Serves `key` from the cache when the answer over `ranges` is segment-only and
 /// cached; otherwise runs `compute` and caches its body if it still is segment-only.
@@ -34,32 +116,23 @@ where
     F: FnOnce() -> Fut,
     Fut: Future<Output = ApiResult<Vec<u8>>>,
 {
-    let (store, engine) = (state.store()?, state.engine()?);
+    let store = state.store()?;
     let Some(version) = store.segments_only_version(tenant, ranges) else {
         return Ok(body(content_type, compute().await?.into()));
     };
-    let mut full = String::with_capacity(key.len() + 48);
-    full.push_str("answer\u{0}");
-    full.push_str(tenant.as_str());
-    full.push('\u{0}');
-    for r in ranges {
-        full.push_str(&format!("{}..{};", r.start_ms, r.end_ms));
-    }
-    full.push('\u{0}');
-    full.push_str(&key);
-    full.push_str(&format!("\u{0}v{version}"));
-    if let Some(b) = engine.get_body(&full) {
+    let key = AnswerKey {
+        tenant: tenant.clone(),
+        ranges: ranges.to_vec(),
+        request: key,
+        segments_version: version,
+    };
+    if let Some(b) = state.answers.get(&key) {
         return Ok(body(content_type, b));
     }
     let computed: Arc<[u8]> = compute().await?.into();
     // Kept only if nothing reached these ranges while it was computed.
     if store.segments_only_version(tenant, ranges) == Some(version) {
-        engine.insert(
-            full,
-            Arc::new(profiledb_storage::query::cache::Cached::Body(
-                computed.clone(),
-            )),
-        );
+        state.answers.insert(key, computed.clone());
     }
     Ok(body(content_type, computed))
 }

@@ -82,11 +82,11 @@ async fn diff_svg(
         }
         _ => tenant_of(&headers)?,
     };
-    let (store, engine) = (state.store()?, state.engine()?);
+    let querier = state.querier()?;
     let title = p.title.clone().unwrap_or_else(|| format!("diff {query}"));
     let svg = blocking(move || {
-        let b = store.merge_cached(&engine, &tenant, &sel, base).map_err(storage_error)?;
-        let c = store.merge_cached(&engine, &tenant, &sel, cmp).map_err(storage_error)?;
+        let b = querier.merge_tree(&tenant, &sel, base).map_err(storage_error)?;
+        let c = querier.merge_tree(&tenant, &sel, cmp).map_err(storage_error)?;
         let (bt, ct) = (b.to_folded_text(), c.to_folded_text());
         if bt.is_empty() && ct.is_empty() {
             return Ok(

@@ -8,10 +8,10 @@ use axum::routing::{get, post};
 use axum::Router;
 use bytes::Bytes;
 use profiledb_ingest::parse_time;
-use profiledb_storage::query::flamegraph::FlameGraphDiff;
-use profiledb_storage::query::groupby::{GroupByQuery, GroupKey};
-use profiledb_storage::query::Merged;
+use profiledb_storage::FlameGraphDiff;
+use profiledb_storage::Merged;
 use profiledb_storage::{now_ms, Selector, TenantId, TimeRange};
+use profiledb_storage::{GroupByQuery, GroupKey};
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -123,13 +123,9 @@ async fn group_by(
     let tenant = tenant_of(&headers)?;
     let key = format!("query\u{0}{}", String::from_utf8_lossy(&body));
     cached_answer(&state, &tenant, &[range], key, JSON, || async {
-        let (store, engine, t) = (state.store()?, state.engine()?, tenant.clone());
-        let acc = blocking(move || {
-            store
-                .group_by(&engine, &t, &sel, range, &q)
-                .map_err(storage_error)
-        })
-        .await?;
+        let (querier, t) = (state.querier()?, tenant.clone());
+        let acc =
+            blocking(move || querier.group_by(&t, &sel, range, &q).map_err(storage_error)).await?;
         let rows: Vec<Value> = acc
             .sorted(r.limit)
             .into_iter()
@@ -202,6 +198,7 @@ async fn timeseries(
     let (sel, range) =
         range_params(p.query.as_ref(), p.from.as_ref(), p.until.as_ref()).resolve()?;
     let (store, tenant) = (state.store()?, tenant_of(&headers)?);
+    let querier = state.querier()?;
     let step = match &p.step {
         Some(s) => step_ms(s)?,
         None => store.config().step_ms,
@@ -225,7 +222,7 @@ async fn timeseries(
     cached_answer(&state, &tenant, &[range], key, JSON, || async {
         let (g2, t) = (group.clone(), tenant.clone());
         let list =
-            blocking(move || Ok(store.time_series(&t, &sel, range, &g2, step, limit)?)).await?;
+            blocking(move || Ok(querier.time_series(&t, &sel, range, &g2, step, limit)?)).await?;
         let series: Vec<Value> = list
             .into_iter()
             .map(|s| {
@@ -318,10 +315,10 @@ async fn diff(State(state): State<AppRef>, headers: HeaderMap, body: Bytes) -> A
     let tenant = tenant_of(&headers)?;
     let key = format!("diff\u{0}{}", String::from_utf8_lossy(&body));
     cached_answer(&state, &tenant, &[br, cr], key, JSON, || async {
-        let (store, engine, t) = (state.store()?, state.engine()?, tenant.clone());
+        let (querier, t) = (state.querier()?, tenant.clone());
         let d = blocking(move || {
-            store
-                .diff(&engine, &t, (&bs, br), (&cs, cr), top, mn)
+            querier
+                .diff(&t, (&bs, br), (&cs, cr), top, mn)
                 .map_err(storage_error)
         })
         .await?;
@@ -371,10 +368,10 @@ async fn merged(
     sel: Selector,
     range: TimeRange,
 ) -> ApiResult<Merged> {
-    let (store, engine, tenant) = (state.store()?, state.engine()?, tenant.clone());
+    let (querier, tenant) = (state.querier()?, tenant.clone());
     blocking(move || {
-        store
-            .merge_frames_cached(&engine, &tenant, &sel, range)
+        querier
+            .merge_flamegraph(&tenant, &sel, range)
             .map_err(storage_error)
     })
     .await

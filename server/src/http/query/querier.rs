@@ -10,8 +10,8 @@ use axum::response::Response;
 use axum::routing::post;
 use axum::Router;
 use bytes::Bytes;
-use profiledb_storage::query::flamegraph::{flamegraph, tree_bytes, FlameGraph};
-use profiledb_storage::query::merged::flamegraph_diff_merged;
+use profiledb_storage::flamegraph_diff_merged;
+use profiledb_storage::{flamegraph, tree_bytes, FlameGraph};
 use profiledb_storage::{now_ms, CallTree, MatchOp, Matcher, Selector, TimeRange};
 use prost::Message;
 
@@ -102,7 +102,7 @@ async fn call(
     let limit = state.options.max_body_bytes;
     let store = state.store()?;
     let tenant = tenant_of(&headers)?;
-    let engine = state.engine()?;
+    let querier = state.querier()?;
     macro_rules! req {
         ($ty:ty, $name:literal) => {
             decode::<$ty>(&headers, &body, concat!($name), limit)?
@@ -119,7 +119,7 @@ async fn call(
             } else {
                 range_ms(r.start, r.end)?
             };
-            let ids = blocking(move || Ok(store.profile_types(&tenant, range)?)).await?;
+            let ids = blocking(move || Ok(querier.profile_types(&tenant, range)?)).await?;
             let profile_types = ids
                 .iter()
                 .map(|id| {
@@ -147,7 +147,7 @@ async fn call(
             let names = blocking(move || {
                 let mut set = BTreeSet::new();
                 for s in &sels {
-                    set.extend(store.label_names(&tenant, s, range)?);
+                    set.extend(querier.label_names(&tenant, s, range)?);
                 }
                 Ok(set.into_iter().collect())
             })
@@ -166,7 +166,7 @@ async fn call(
             let names = blocking(move || {
                 let mut set = BTreeSet::new();
                 for s in &sels {
-                    set.extend(store.label_values(&tenant, &name, s, range)?);
+                    set.extend(querier.label_values(&tenant, &name, s, range)?);
                 }
                 Ok(set.into_iter().collect())
             })
@@ -185,7 +185,7 @@ async fn call(
             let sets = blocking(move || {
                 let mut set = BTreeSet::new();
                 for s in &sels {
-                    for l in store.series(&tenant, s, range)? {
+                    for l in querier.series(&tenant, s, range)? {
                         let pairs: Vec<(String, String)> = l
                             .iter()
                             .filter(|(k, _)| keep.is_empty() || keep.iter().any(|n| n == k))
@@ -243,8 +243,8 @@ async fn call(
             let mn = max_nodes(r.max_nodes);
             let as_tree = r.format == q::ProfileFormat::Tree as i32;
             let m = blocking(move || {
-                let m = store
-                    .merge_frames_cached(&engine, &tenant, &sel, range)
+                let m = querier
+                    .merge_flamegraph(&tenant, &sel, range)
                     .map_err(super::storage_error)?;
                 Ok(if as_tree {
                     Merge::Tree(m.tree_bytes(mn))
@@ -276,8 +276,8 @@ async fn call(
                 .unwrap_or_default();
             let pt = r.profile_type_id.clone();
             let prof = blocking(move || {
-                let tree = store
-                    .merge_cached(&engine, &tenant, &sel, range)
+                let tree = querier
+                    .merge_tree(&tenant, &sel, range)
                     .map_err(super::storage_error)?;
                 let tree = filter_call_site(&tree, &call_site);
                 Ok(super::pprof::profile_from_tree(
@@ -305,7 +305,7 @@ async fn call(
             let group_by = r.group_by;
             let storage_step = store.config().step_ms.max(1);
             let list = blocking(move || {
-                Ok(store.time_series(&tenant, &sel, range, &group_by, step_ms, limit)?)
+                Ok(querier.time_series(&tenant, &sel, range, &group_by, step_ms, limit)?)
             })
             .await?;
             // An average spreads each bucket over the storage steps it spans.
@@ -351,8 +351,8 @@ async fn call(
             );
             let mn = max_nodes(left.max_nodes.or(right.max_nodes));
             let d = blocking(move || {
-                let (l, r) = store
-                    .merge_both(&engine, &tenant, (&ls, lr), (&rs, rr))
+                let (l, r) = querier
+                    .diff_sides(&tenant, (&ls, lr), (&rs, rr))
                     .map_err(super::storage_error)?;
                 Ok(flamegraph_diff_merged(&l, &r, mn))
             })
@@ -380,7 +380,7 @@ async fn call(
             let (_, enc) = req!(t::GetProfileStatsRequest, "types.v1.GetProfileStatsRequest");
             let (oldest, newest) = blocking(move || {
                 let totals =
-                    store.series_totals(&tenant, &Selector::default(), TimeRange::all())?;
+                    querier.series_totals(&tenant, &Selector::default(), TimeRange::all())?;
                 let mut lo = i64::MAX;
                 let mut hi = i64::MIN;
                 for pts in totals.values() {
@@ -424,9 +424,8 @@ async fn merged_flamegraph(
     headers: &HeaderMap,
     r: &q::SelectMergeStacktracesRequest,
 ) -> ConnectResult<Merge> {
-    let store = state.store()?;
     let tenant = tenant_of(headers)?;
-    let engine = state.engine()?;
+    let querier = state.querier()?;
     let sel = selector_for(&r.profile_type_id, &r.label_selector)?;
     let range = range_ms(r.start, r.end)?;
     let mn = max_nodes(r.max_nodes);
@@ -438,8 +437,8 @@ async fn merged_flamegraph(
     let as_tree = r.format == q::ProfileFormat::Tree as i32;
     Ok(blocking(move || {
         if call_site.is_empty() {
-            let m = store
-                .merge_frames_cached(&engine, &tenant, &sel, range)
+            let m = querier
+                .merge_flamegraph(&tenant, &sel, range)
                 .map_err(super::storage_error)?;
             return Ok(if as_tree {
                 Merge::Tree(m.tree_bytes(mn))
@@ -447,8 +446,8 @@ async fn merged_flamegraph(
                 Merge::Flame(m.flamegraph(mn))
             });
         }
-        let tree = store
-            .merge_cached(&engine, &tenant, &sel, range)
+        let tree = querier
+            .merge_tree(&tenant, &sel, range)
             .map_err(super::storage_error)?;
         let tree = filter_call_site(&tree, &call_site);
         Ok(if as_tree {

@@ -6,7 +6,7 @@ use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use axum::routing::get;
 use axum::{Json, Router};
-use profiledb_storage::query::merged::flamegraph_diff_merged;
+use profiledb_storage::flamegraph_diff_merged;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -107,14 +107,14 @@ async fn render(
         range_params(p.query.as_ref(), p.from.as_ref(), p.until.as_ref()).resolve()?;
     let pt = profile_type_of(p.query.as_ref());
     let (store, tenant) = (state.store()?, tenant_of(&headers)?);
-    let engine = state.engine()?;
+    let querier = state.querier()?;
     let mn = max_nodes(p.max_nodes);
     let (fg, series, step) = blocking(move || {
-        let m = store
-            .merge_frames_cached(&engine, &tenant, &sel, range)
+        let m = querier
+            .merge_flamegraph(&tenant, &sel, range)
             .map_err(super::storage_error)?;
         let step = store.config().step_ms.max(1);
-        let series = store.time_series(&tenant, &sel, range, &[], step, 0)?;
+        let series = querier.time_series(&tenant, &sel, range, &[], step, 0)?;
         Ok((m.flamegraph(mn), series, step))
     })
     .await?;
@@ -172,12 +172,11 @@ async fn render_diff(
     let (ls, lr) = range_params(lq, p.left_from.as_ref(), p.left_until.as_ref()).resolve()?;
     let (rs, rr) = range_params(rq, p.right_from.as_ref(), p.right_until.as_ref()).resolve()?;
     let pt = profile_type_of(lq);
-    let (store, tenant) = (state.store()?, tenant_of(&headers)?);
-    let engine = state.engine()?;
+    let (querier, tenant) = (state.querier()?, tenant_of(&headers)?);
     let mn = max_nodes(p.max_nodes);
     let d = blocking(move || {
-        let (l, r) = store
-            .merge_both(&engine, &tenant, (&ls, lr), (&rs, rr))
+        let (l, r) = querier
+            .diff_sides(&tenant, (&ls, lr), (&rs, rr))
             .map_err(super::storage_error)?;
         Ok(flamegraph_diff_merged(&l, &r, mn))
     })
@@ -216,8 +215,8 @@ async fn label_values(
         .ok_or_else(|| ApiError::bad_request("missing parameter label (the label name)"))?;
     let (sel, range) =
         range_params(p.query.as_ref(), p.from.as_ref(), p.until.as_ref()).resolve()?;
-    let (store, tenant) = (state.store()?, tenant_of(&headers)?);
+    let (querier, tenant) = (state.querier()?, tenant_of(&headers)?);
     Ok(Json(
-        blocking(move || Ok(store.label_values(&tenant, &name, &sel, range)?)).await?,
+        blocking(move || Ok(querier.label_values(&tenant, &name, &sel, range)?)).await?,
     ))
 }

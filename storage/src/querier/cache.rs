@@ -1,0 +1,267 @@
+//! The querier's caches: query results over immutable segments (bounded by bytes)
+//! and the per-segment function-name indexes.
+//!
+//! Only the part of a result computed from immutable segments is cached, keyed by
+//! the query and by `Store::segments_version()`; the head part is always computed
+//! live and merged in. A version change (flush, compaction, retention, quarantine)
+//! makes every older key unreachable, and the byte bound evicts them.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::cache::one_shard_cache;
+use crate::dict::Dict;
+use crate::error::Result;
+use crate::fnindex::FnIndex;
+use crate::model::TenantId;
+use crate::query::groupby::{FrameGroups, GroupAcc, GroupByQuery, GroupKey};
+use crate::query::TimeRange;
+use crate::selector::Selector;
+
+/// What a query asked for: tenant, selector (in its canonical text) and range.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Selection {
+    pub tenant: TenantId,
+    pub selector: String,
+    pub range: TimeRange,
+}
+
+impl Selection {
+    pub fn new(tenant: &TenantId, sel: &Selector, range: TimeRange) -> Self {
+        Selection {
+            tenant: tenant.clone(),
+            selector: sel.to_string(),
+            range,
+        }
+    }
+
+    fn approx_bytes(&self) -> usize {
+        self.tenant.as_str().len() + self.selector.len() + 16
+    }
+}
+
+/// The part of a group-by that shapes its rows (its keys and function filters).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct GroupSpec {
+    keys: Vec<GroupKey>,
+    include: Option<String>,
+    exclude: Option<String>,
+}
+
+impl GroupSpec {
+    pub fn of(q: &GroupByQuery) -> Self {
+        GroupSpec {
+            keys: q.keys.clone(),
+            include: q.include.as_ref().map(|r| r.as_str().to_owned()),
+            exclude: q.exclude.as_ref().map(|r| r.as_str().to_owned()),
+        }
+    }
+
+    fn approx_bytes(&self) -> usize {
+        self.keys.len() * 32
+            + self.include.as_ref().map_or(0, String::len)
+            + self.exclude.as_ref().map_or(0, String::len)
+    }
+}
+
+/// The key of a cached result.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum CacheKey {
+    /// A merge's segment part in frame-tree `generation`, valid while the live
+    /// segment set is at `version`.
+    Merge {
+        query: Selection,
+        generation: u64,
+        version: u64,
+    },
+    /// A group-by's segment part, valid while the segment set is at `version`.
+    GroupBy {
+        query: Selection,
+        spec: GroupSpec,
+        version: u64,
+    },
+    /// One segment's share of a merge whose range covers its whole partition: valid
+    /// as long as the segment lives, whatever the range (see `query::partial_key`).
+    SegmentMerge {
+        segment: u64,
+        generation: u64,
+        tenant: TenantId,
+        selector: String,
+    },
+    /// One segment's share of a group-by over frame ids, like [`CacheKey::SegmentMerge`].
+    SegmentGroupBy {
+        segment: u64,
+        generation: u64,
+        tenant: TenantId,
+        selector: String,
+        spec: GroupSpec,
+    },
+}
+
+impl CacheKey {
+    fn approx_bytes(&self) -> usize {
+        64 + match self {
+            CacheKey::Merge { query, .. } => query.approx_bytes(),
+            CacheKey::GroupBy { query, spec, .. } => query.approx_bytes() + spec.approx_bytes(),
+            CacheKey::SegmentMerge {
+                tenant, selector, ..
+            } => tenant.as_str().len() + selector.len(),
+            CacheKey::SegmentGroupBy {
+                tenant,
+                selector,
+                spec,
+                ..
+            } => tenant.as_str().len() + selector.len() + spec.approx_bytes(),
+        }
+    }
+}
+
+/// A cached result.
+#[derive(Clone, Debug)]
+pub(crate) enum Cached {
+    Groups(GroupAcc),
+    /// A merge in frame-tree space: `(frame id, value)` pairs sorted by id; one
+    /// segment's (see [`QueryCache::partial`]) or a query's segment part.
+    MergePart(Arc<Vec<(u32, i64)>>),
+    /// One segment's part of a group-by over frame ids.
+    GroupPart(Arc<FrameGroups>),
+}
+
+impl Cached {
+    fn approx_bytes(&self) -> usize {
+        match self {
+            Cached::Groups(g) => g.approx_bytes(),
+            Cached::MergePart(p) => p.len() * 16 + 64,
+            Cached::GroupPart(g) => g.approx_bytes(),
+        }
+    }
+}
+
+#[derive(Clone)]
+struct ResultWeight;
+
+impl quick_cache::Weighter<CacheKey, Arc<Cached>> for ResultWeight {
+    fn weight(&self, k: &CacheKey, v: &Arc<Cached>) -> u64 {
+        (k.approx_bytes() + v.approx_bytes()) as u64
+    }
+}
+
+#[derive(Clone)]
+struct IndexWeight;
+
+impl quick_cache::Weighter<u64, Arc<FnIndex>> for IndexWeight {
+    fn weight(&self, _: &u64, v: &Arc<FnIndex>) -> u64 {
+        v.approx_bytes() as u64
+    }
+}
+
+/// Cache statistics for `/metrics`.
+#[derive(Debug, Default)]
+pub struct CacheStats {
+    /// Queries whose segment part came from the cache.
+    pub hits: AtomicU64,
+    /// Queries whose segment part was computed.
+    pub misses: AtomicU64,
+    /// Function-name indexes built.
+    pub fn_index_builds: AtomicU64,
+    /// Per-segment parts of merges and group-bys reused.
+    pub partial_hits: AtomicU64,
+    /// Per-segment parts of merges and group-bys computed.
+    pub partial_misses: AtomicU64,
+}
+
+/// The result cache and the function indexes.
+pub(crate) struct QueryCache {
+    results: quick_cache::sync::Cache<CacheKey, Arc<Cached>, ResultWeight>,
+    fn_indexes: quick_cache::sync::Cache<u64, Arc<FnIndex>, IndexWeight>,
+    pub stats: Arc<CacheStats>,
+    /// `cache_bytes == 0`: every query is computed (cold benchmarks, debugging).
+    results_enabled: bool,
+}
+
+impl QueryCache {
+    /// `cache_bytes` bounds the result cache (0 disables it); the function indexes
+    /// get a quarter more (at least 1 MiB).
+    pub fn new(cache_bytes: u64, stats: Arc<CacheStats>) -> Self {
+        let bytes = cache_bytes.max(1 << 20);
+        QueryCache {
+            results: quick_cache::sync::Cache::with_weighter(
+                (bytes / 4096).clamp(64, 1_000_000) as usize,
+                bytes,
+                ResultWeight,
+            ),
+            fn_indexes: one_shard_cache((bytes / 4).max(1 << 20), IndexWeight),
+            stats,
+            results_enabled: cache_bytes > 0,
+        }
+    }
+
+    /// A query's cached segment part, counted as a hit or a miss.
+    pub fn get(&self, key: &CacheKey) -> Option<Arc<Cached>> {
+        let v = if self.results_enabled {
+            self.results.get(key)
+        } else {
+            None
+        };
+        let c = if v.is_some() {
+            &self.stats.hits
+        } else {
+            &self.stats.misses
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+        v
+    }
+
+    pub fn insert(&self, key: CacheKey, v: Arc<Cached>) {
+        if self.results_enabled {
+            self.results.insert(key, v);
+        }
+    }
+
+    /// A per-segment partial result: `compute` runs on a miss and its result is kept.
+    /// Segments are immutable, so a key naming the segment id, the frame-tree
+    /// generation and the selection of a query covering the whole partition stays
+    /// valid for as long as the segment lives; entries of deleted segments are simply
+    /// never asked for again and age out under the byte bound. A query whose window
+    /// moves (a dashboard refreshing "last 24 h") recomputes only the partitions at
+    /// its edges.
+    pub fn partial(
+        &self,
+        key: CacheKey,
+        compute: impl FnOnce() -> Result<Cached>,
+    ) -> Result<Arc<Cached>> {
+        if self.results_enabled {
+            if let Some(v) = self.results.get(&key) {
+                self.stats.partial_hits.fetch_add(1, Ordering::Relaxed);
+                return Ok(v);
+            }
+        }
+        self.stats.partial_misses.fetch_add(1, Ordering::Relaxed);
+        let v = Arc::new(compute()?);
+        if self.results_enabled {
+            self.results.insert(key, v.clone());
+        }
+        Ok(v)
+    }
+
+    /// Bytes held by cached results.
+    pub fn cached_bytes(&self) -> u64 {
+        self.results.weight()
+    }
+
+    /// Cached results.
+    pub fn cached_entries(&self) -> usize {
+        self.results.len()
+    }
+
+    /// The function index of segment `id`, built from `dict` on first use.
+    pub fn fn_index(&self, id: u64, dict: &Dict) -> Result<Arc<FnIndex>> {
+        if let Some(i) = self.fn_indexes.get(&id) {
+            return Ok(i);
+        }
+        let idx = Arc::new(FnIndex::build(dict)?);
+        self.stats.fn_index_builds.fetch_add(1, Ordering::Relaxed);
+        self.fn_indexes.insert(id, idx.clone());
+        Ok(idx)
+    }
+}

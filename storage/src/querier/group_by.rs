@@ -1,0 +1,136 @@
+//! GWP group-by: pick k keys out of the label and stack dimensions, filter on the
+//! others, sum, and return rows (see `crate::query::groupby` for the per-source
+//! algorithms).
+
+use std::sync::Arc;
+
+use regex::Regex;
+use roaring::RoaringBitmap;
+
+use super::cache::{CacheKey, Cached, GroupSpec, Selection};
+use super::limits::Deadline;
+use super::Querier;
+use crate::error::{QueryError, Result};
+use crate::fnindex::scan_functions;
+use crate::model::TenantId;
+use crate::query::groupby::{
+    frames_can_group, group_frames, group_into, FrameGroups, GroupAcc, GroupByQuery,
+};
+use crate::query::{partial_key, Scratch, Source, TimeRange};
+use crate::selector::Selector;
+use crate::store::Scope;
+
+impl Querier {
+    /// GWP group-by: rows keyed by `q.keys`, through the result cache. A query
+    /// without its own `max_groups` gets the querier's limit.
+    pub fn group_by(
+        &self,
+        tenant: &TenantId,
+        sel: &Selector,
+        range: TimeRange,
+        q: &GroupByQuery,
+    ) -> Result<GroupAcc> {
+        let deadline = self.deadline();
+        let mut q = q.clone();
+        if q.max_groups == 0 {
+            q.max_groups = self.limits.max_groups;
+        }
+        let query = Selection::new(tenant, sel, range);
+        let spec = GroupSpec::of(&q);
+        self.cached_split(
+            |version| CacheKey::GroupBy {
+                query: query.clone(),
+                spec: spec.clone(),
+                version,
+            },
+            |scope| self.group_scope(deadline, &query, sel, &q, &spec, scope),
+            |g| Cached::Groups(g.clone()),
+            |c| match c {
+                Cached::Groups(g) => Some(g.clone()),
+                _ => None,
+            },
+            |a, b| a.merge(&b),
+        )
+    }
+
+    fn group_scope(
+        &self,
+        deadline: Deadline,
+        query: &Selection,
+        sel: &Selector,
+        q: &GroupByQuery,
+        spec: &GroupSpec,
+        scope: Scope,
+    ) -> Result<GroupAcc> {
+        let (tenant, range) = (&query.tenant, query.range);
+        let resolve = |src: &dyn Source, re: &Regex| -> Result<RoaringBitmap> {
+            match src.segment_id() {
+                Some(id) => self
+                    .cache
+                    .fn_index(id, src.dict())?
+                    .matching(src.dict(), re),
+                None => Ok(scan_functions(src.dict(), re)),
+            }
+        };
+        if frames_can_group(q) {
+            let frames = self.store.frames().for_query();
+            let generation = frames.read().generation();
+            let accs = self.store.scan_scoped(
+                tenant,
+                range,
+                scope,
+                || (FrameGroups::default(), Scratch::take()),
+                |(acc, s), src| {
+                    deadline.check()?;
+                    let Some(segment) = partial_key(src, range) else {
+                        return group_frames(src, sel, range, q, &resolve, &frames, acc, s);
+                    };
+                    let key = CacheKey::SegmentGroupBy {
+                        segment,
+                        generation,
+                        tenant: tenant.clone(),
+                        selector: query.selector.clone(),
+                        spec: spec.clone(),
+                    };
+                    let c = self.cache.partial(key, || {
+                        let mut own = FrameGroups::default();
+                        group_frames(src, sel, range, q, &resolve, &frames, &mut own, s)?;
+                        own.shrink_for_cache();
+                        Ok(Cached::GroupPart(Arc::new(own)))
+                    })?;
+                    if let Cached::GroupPart(g) = &*c {
+                        acc.add(g);
+                    }
+                    Ok(())
+                },
+            )?;
+            let accs: Vec<FrameGroups> = accs
+                .into_iter()
+                .map(|(a, s)| {
+                    s.give_back();
+                    a
+                })
+                .collect();
+            return FrameGroups::into_rows(accs, &frames.read(), q);
+        }
+        let accs = self.store.scan_scoped(
+            tenant,
+            range,
+            scope,
+            || (GroupAcc::default(), Scratch::take()),
+            |(acc, s), src| {
+                deadline.check()?;
+                group_into(src, sel, range, q, &resolve, acc, s)
+            },
+        )?;
+        let mut out = GroupAcc::default();
+        for (a, s) in accs {
+            s.give_back();
+            out.merge(&a);
+            if q.max_groups > 0 && out.rows.len() > q.max_groups {
+                return Err(QueryError::too_many_groups(q.max_groups).into());
+            }
+        }
+        Ok(out)
+    }
+}

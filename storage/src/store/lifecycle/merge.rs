@@ -1,0 +1,167 @@
+//! Merging one planned partition: decode its segments (no store lock held: they
+//! are immutable), re-encode them into one (`crate::merger`), write the output
+//! durably, check it holds the sources' total, and swap it in for the sources under
+//! the state write lock. The sources are retired last.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::report::CompactedPartition;
+use crate::error::{IoContext, Result};
+use crate::merger::Merger;
+use crate::segment::{self, SegmentFile, SegmentMeta};
+use crate::store::state::SegmentHandle;
+use crate::store::{now_ms, Inner};
+
+/// What became of a planned partition.
+pub(super) enum Outcome {
+    Compacted(CompactedPartition),
+    /// Left as it was; the run goes on with the next partition.
+    Skipped(SkipReason),
+}
+
+/// Why a planned partition was left as it was (reported as text).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum SkipReason {
+    #[error("no segments")]
+    NoSegments,
+    #[error("segment {segment} is corrupt and was quarantined")]
+    Quarantined { segment: u64 },
+    #[error("decoded size of the partition exceeds the compaction memory budget ({limit} bytes)")]
+    TooLarge { limit: usize },
+    #[error("segment {segment} cannot be merged: {why}")]
+    Unmergeable { segment: u64, why: String },
+    #[error("merged value total {merged} differs from the sources' {expected}; sources kept")]
+    TotalMismatch { merged: i64, expected: i64 },
+    #[error("sources changed during compaction; try again")]
+    SourcesChanged,
+}
+
+impl Inner {
+    /// Merges `handles` (one tenant and partition) into one segment at `step`.
+    /// [`Outcome::Skipped`] when the partition was left as it was.
+    pub(super) fn compact_partition(
+        &self,
+        handles: Vec<Arc<SegmentHandle>>,
+        step: i64,
+    ) -> Result<Outcome> {
+        let Some(first) = handles.first().map(|h| h.meta.clone()) else {
+            return Ok(Outcome::Skipped(SkipReason::NoSegments));
+        };
+        let budget = self.cfg.compaction_max_bytes as usize;
+        let mut merger = Merger::new(step);
+        let mut decoded = 0usize;
+        // The heavy part runs without any store lock: sources are immutable files.
+        for h in &handles {
+            let seg = match self.cache.get(&h.meta.id) {
+                Some(s) => s,
+                None => match h.file.load() {
+                    Ok(s) => Arc::new(s),
+                    Err(e) if e.is_corruption() => {
+                        self.quarantine(h, &e);
+                        return Ok(Outcome::Skipped(SkipReason::Quarantined {
+                            segment: h.meta.id,
+                        }));
+                    }
+                    Err(e) => return Err(e),
+                },
+            };
+            decoded += seg.approx_bytes();
+            if decoded + merger.approx_bytes() > budget {
+                return Ok(Outcome::Skipped(SkipReason::TooLarge { limit: budget }));
+            }
+            if let Err(e) = merger.add(&seg) {
+                return Ok(Outcome::Skipped(SkipReason::Unmergeable {
+                    segment: h.meta.id,
+                    why: e.to_string(),
+                }));
+            }
+        }
+        let mut sources: BTreeSet<u64> = BTreeSet::new();
+        for h in &handles {
+            sources.insert(h.meta.id);
+            // Transitively: a source's own sources may linger as files whose
+            // deletion was deferred; they must never be adopted again.
+            sources.extend(h.meta.sources.iter().copied());
+        }
+        let meta = SegmentMeta {
+            id: self.next_segment_id.fetch_add(1, Ordering::SeqCst),
+            tenant: first.tenant.clone(),
+            partition_start_ms: first.partition_start_ms,
+            partition_ms: first.partition_ms,
+            step_ms: step,
+            min_time_ms: 0,
+            max_time_ms: 0,
+            level: handles.iter().map(|h| h.meta.level).max().unwrap_or(0) + 1,
+            max_lsn: handles.iter().map(|h| h.meta.max_lsn).max().unwrap_or(0),
+            series: 0,
+            rows: 0,
+            value_total: 0,
+            created_ms: now_ms(),
+            sources: sources.into_iter().collect(),
+            file: String::new(),
+            size_bytes: 0,
+            checksum: 0,
+        };
+        let input = merger.finish(meta);
+        let meta = segment::write_segment(&self.dir, input, self.cfg.zstd_level)?;
+        let path = self.dir.join(&meta.file);
+        let expected = handles
+            .iter()
+            .fold(0i64, |a, h| a.wrapping_add(h.meta.value_total));
+        let undo = |why: SkipReason| -> Result<Outcome> {
+            // File first: a catalog entry without its file is dropped at open.
+            fs::remove_file(&path).at(&path)?;
+            self.catalog.remove(meta.id)?;
+            self.catalog.flush()?;
+            Ok(Outcome::Skipped(why))
+        };
+        if meta.value_total != expected {
+            return undo(SkipReason::TotalMismatch {
+                merged: meta.value_total,
+                expected,
+            });
+        }
+        let file = SegmentFile::open(&path)?;
+        self.catalog.insert(&meta)?;
+        self.catalog.flush()?;
+        let new = Arc::new(SegmentHandle {
+            meta: meta.clone(),
+            file,
+        });
+        {
+            let mut st = self.state.write();
+            let intact = handles.iter().all(|h| {
+                st.segments
+                    .get(&h.meta.id)
+                    .is_some_and(|x| Arc::ptr_eq(x, h))
+            });
+            if !intact {
+                drop(st);
+                return undo(SkipReason::SourcesChanged);
+            }
+            for h in &handles {
+                st.segments.remove(&h.meta.id);
+            }
+            st.segments.insert(meta.id, new);
+            self.segments_version.fetch_add(1, Ordering::SeqCst);
+        }
+        let done = CompactedPartition {
+            tenant: meta.tenant.clone(),
+            partition_start_ms: meta.partition_start_ms,
+            sources: handles.iter().map(|h| h.meta.id).collect(),
+            output: meta.id,
+            level: meta.level,
+            step_ms_before: handles.iter().map(|h| h.meta.step_ms).min().unwrap_or(step),
+            step_ms_after: step,
+            bytes_before: handles.iter().map(|h| h.meta.size_bytes).sum(),
+            bytes_after: meta.size_bytes,
+            rows_before: handles.iter().map(|h| h.meta.rows).sum(),
+            rows_after: meta.rows,
+        };
+        self.retire(handles)?;
+        Ok(Outcome::Compacted(done))
+    }
+}

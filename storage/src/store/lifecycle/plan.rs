@@ -1,0 +1,185 @@
+//! Compaction planning: which partitions to rewrite and at which step.
+//!
+//! Kept apart from the merging mechanism (`crate::merger`, and `merge.rs` beside this
+//! file), as tantivy keeps its merge policy apart from its merger: the plan is pure
+//! arithmetic over segment metadata, so it can be read, tested and changed without
+//! touching files.
+//!
+//! A partition is planned when it has more than one live segment, or when its output
+//! step differs from its segments' (downsampling: the oldest rule whose age the
+//! partition's end has passed coarsens the step).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::config::{duration_ms, DownsampleRule};
+use crate::model::TenantId;
+use crate::query::TimeRange;
+use crate::store::state::SegmentHandle;
+
+use super::report::SkippedPartition;
+
+/// Which live segments a run considers.
+pub(crate) struct Scope<'a> {
+    pub tenant: Option<&'a TenantId>,
+    pub range: Option<TimeRange>,
+    /// Background runs leave partitions younger than the flush grace alone: late
+    /// writes may still flush segments into them.
+    pub background: bool,
+    pub grace_ms: i64,
+    pub now_ms: i64,
+}
+
+/// One partition to rewrite: its live segments and the step of the output.
+pub(crate) struct PlannedPartition {
+    pub tenant: TenantId,
+    pub partition_start_ms: i64,
+    pub sources: Vec<Arc<SegmentHandle>>,
+    pub step_ms: i64,
+}
+
+/// The partitions to rewrite, and those that need work but cannot be merged.
+#[derive(Default)]
+pub(crate) struct Plan {
+    pub partitions: Vec<PlannedPartition>,
+    pub skipped: Vec<SkippedPartition>,
+}
+
+/// Groups `live` segments by tenant and partition and keeps the partitions whose
+/// output differs from what is stored.
+pub(crate) fn plan<'a>(
+    live: impl Iterator<Item = &'a Arc<SegmentHandle>>,
+    scope: &Scope<'_>,
+    rules: &[DownsampleRule],
+) -> Plan {
+    type Key = (TenantId, i64, i64);
+    let mut groups: BTreeMap<Key, Vec<Arc<SegmentHandle>>> = BTreeMap::new();
+    for h in live {
+        let m = &h.meta;
+        if scope.tenant.is_some_and(|t| *t != m.tenant)
+            || scope
+                .range
+                .is_some_and(|r| !r.overlaps(m.partition_start_ms, m.partition_end_ms()))
+            || (scope.background
+                && m.partition_end_ms().saturating_add(scope.grace_ms) > scope.now_ms)
+        {
+            continue;
+        }
+        groups
+            .entry((m.tenant.clone(), m.partition_start_ms, m.partition_ms))
+            .or_default()
+            .push(h.clone());
+    }
+    let mut plan = Plan::default();
+    for ((tenant, start, width), sources) in groups {
+        let steps: Vec<i64> = sources.iter().map(|h| h.meta.step_ms).collect();
+        match output_step(start + width, width, &steps, rules, scope.now_ms) {
+            None => plan.skipped.push(SkippedPartition {
+                tenant,
+                partition_start_ms: start,
+                reason: format!("segments have incompatible steps {steps:?}"),
+            }),
+            Some(step) => {
+                if sources.len() > 1 || steps.iter().any(|&s| s != step) {
+                    plan.partitions.push(PlannedPartition {
+                        tenant,
+                        partition_start_ms: start,
+                        sources,
+                        step_ms: step,
+                    });
+                }
+            }
+        }
+    }
+    plan
+}
+
+fn gcd(a: i64, b: i64) -> i64 {
+    if b == 0 {
+        a.abs()
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+fn lcm(a: i64, b: i64) -> Option<i64> {
+    if a <= 0 || b <= 0 {
+        return None;
+    }
+    (a / gcd(a, b)).checked_mul(b)
+}
+
+/// The step a partition's merged output is written at: a multiple of every source
+/// step (so re-bucketing is exact), coarsened to the step of the oldest downsampling
+/// rule whose age the partition's end has passed — when that still divides the
+/// partition width. `None` if the sources' steps cannot share a step.
+pub(crate) fn output_step(
+    partition_end_ms: i64,
+    partition_ms: i64,
+    source_steps: &[i64],
+    rules: &[DownsampleRule],
+    now_ms: i64,
+) -> Option<i64> {
+    let mut step = 1i64;
+    for &s in source_steps {
+        step = lcm(step, s)?;
+    }
+    if partition_ms <= 0 || partition_ms % step != 0 {
+        return None;
+    }
+    // The coarsest applicable rule whose step fits the partition.
+    let mut targets: Vec<i64> = rules
+        .iter()
+        .filter(|r| partition_end_ms <= now_ms.saturating_sub(duration_ms(r.after)))
+        .map(|r| r.step_ms)
+        .collect();
+    targets.sort_unstable_by(|a, b| b.cmp(a));
+    for t in targets {
+        if let Some(c) = lcm(step, t) {
+            if partition_ms % c == 0 {
+                return Some(c);
+            }
+        }
+    }
+    Some(step)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_step_follows_rules_and_sources() {
+        let rules = DownsampleRule::defaults();
+        let day = 86_400_000i64;
+        let now = 100 * day;
+        let h = 3_600_000;
+        // Recent: keep the source step.
+        assert_eq!(
+            output_step(now - day, h, &[10_000], &rules, now),
+            Some(10_000)
+        );
+        // Older than 7 days: 1 minute.
+        assert_eq!(
+            output_step(now - 8 * day, h, &[10_000], &rules, now),
+            Some(60_000)
+        );
+        // Older than 30 days: 1 hour.
+        assert_eq!(
+            output_step(now - 31 * day, h, &[10_000, 60_000], &rules, now),
+            Some(h)
+        );
+        // A rule step that does not divide the partition is not applied; the next
+        // coarsest one that does is.
+        assert_eq!(
+            output_step(now - 31 * day, 1_800_000, &[10_000], &rules, now),
+            Some(60_000)
+        );
+        // Mixed source steps share their least common multiple.
+        assert_eq!(
+            output_step(now, h, &[10_000, 15_000], &[], now),
+            Some(30_000)
+        );
+        assert_eq!(output_step(now, 50_000, &[20_000, 15_000], &[], now), None);
+    }
+}

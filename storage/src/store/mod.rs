@@ -1,0 +1,337 @@
+//! The store: the roles that write, flush, keep and scan a tenant's data.
+//!
+//! Laid out by role, as Prometheus lays out its head (`head.go`, `head_append.go`,
+//! `head_read.go`, `head_wal.go`); each role's file says which thread runs it and
+//! what it owns:
+//!
+//! | file          | thread                        | owns                                         |
+//! |---------------|-------------------------------|----------------------------------------------|
+//! | `recovery.rs` | caller of [`Store::open`]     | directory lock, catalog reconcile, WAL replay |
+//! | `writer.rs`   | `profiledb-writer`            | WAL appends and group commit, head apply, sealing |
+//! | `flusher.rs`  | `profiledb-flusher`           | segment writes from sealed partitions, WAL truncation |
+//! | `segments.rs` | `profiledb-warmup`, queries   | decoded-segment cache, quarantine, deferred deletes |
+//! | `lifecycle/`  | `profiledb-compactor`, admin  | compaction plan and merge, downsampling, retention |
+//! | `scan.rs`     | query threads                 | snapshots and parallel scans                  |
+//!
+//! The write path and the read path share only `state.rs`: the head partitions and
+//! the live segment set under one lock (plus `segments_version`, bumped whenever
+//! that set changes). Queries themselves live in [`crate::Querier`].
+//!
+//! Crash safety rests on three rules: a segment is renamed into place only after it
+//! is fsynced; its catalog entry is written only after that; a WAL file is deleted
+//! only when every record in it is below the lowest LSN still held by the head. A
+//! segment records the highest LSN it covers for its partition, so replay never
+//! applies a sample twice.
+
+mod flusher;
+mod lifecycle;
+mod recovery;
+mod scan;
+mod segments;
+pub(crate) mod state;
+mod writer;
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crossbeam::channel::{self, Receiver, Sender, TrySendError};
+use parking_lot::{Mutex, RwLock};
+use tracing::error;
+
+pub use lifecycle::{
+    CompactProgress, CompactReport, CompactedPartition, RetentionReport, SkippedPartition,
+};
+pub(crate) use scan::{Scope, StoreReader};
+
+use crate::catalog::Catalog;
+use crate::config::StoreConfig;
+use crate::error::{IoContext, Result, StorageError};
+use crate::model::{Batch, TenantId};
+use crate::query::frames::Frames;
+use crate::segment::SegmentMeta;
+use crate::stats::{inc, Gauges, StoreStats};
+use crate::wal::Wal;
+use segments::SegmentCache;
+use state::{SegmentHandle, State};
+use writer::WriterMsg;
+
+/// Everything the roles share, each field annotated with the role that owns it.
+struct Inner {
+    dir: PathBuf,
+    cfg: StoreConfig,
+    /// Shared by every role: the head and the live segment set.
+    state: RwLock<State>,
+    catalog: Catalog,
+    /// Writer: held across commit *and* apply, and by the flusher while it
+    /// truncates, so a committed-but-unapplied record can never be truncated away.
+    wal: Mutex<Wal>,
+    /// Writer: the next WAL sequence number.
+    next_lsn: AtomicU64,
+    /// Flusher and lifecycle: ids of new segments.
+    next_segment_id: AtomicU64,
+    /// Bumped whenever the set of live segments changes (flush, quarantine,
+    /// compaction, retention), so result caches know their entries went stale.
+    segments_version: AtomicU64,
+    /// Queries: the name-level frame tree (see [`crate::query::frames`]). Kept by the
+    /// store because loaded segments memoize their node → frame ids for it.
+    frames: Frames,
+    /// Segments: the decoded-segment cache.
+    cache: SegmentCache,
+    stats: StoreStats,
+    closed: AtomicBool,
+    /// Segments: the after-open warm-up of the cache is still decoding.
+    warming: AtomicBool,
+    /// Lifecycle: serializes compaction, downsampling and retention.
+    lifecycle: Mutex<()>,
+    /// Segments: handles out of the live set whose files are still read by a query;
+    /// deleted as soon as nothing references them (their catalog entries are gone).
+    retired: Mutex<Vec<Arc<SegmentHandle>>>,
+    _lock: File,
+}
+
+/// The storage engine. Cheap to share behind an `Arc`; all methods take `&self`.
+pub struct Store {
+    inner: Arc<Inner>,
+    tx: Sender<WriterMsg>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    /// Dropping it stops the background compactor.
+    stop_compactor: Mutex<Option<Sender<()>>>,
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+impl Store {
+    /// Opens (or creates) the store in `dir`: takes the directory lock, reconciles
+    /// the catalog with the segment files, replays the WAL and starts the writer and
+    /// flusher threads.
+    pub fn open(dir: impl AsRef<Path>, cfg: StoreConfig) -> Result<Store> {
+        cfg.validate()?;
+        let dir = dir.as_ref().to_path_buf();
+        let r = recovery::recover(&dir, &cfg)?;
+        let inner = Inner {
+            dir: dir.clone(),
+            state: RwLock::new(r.state),
+            catalog: r.catalog,
+            wal: Mutex::new(r.wal),
+            next_lsn: AtomicU64::new(r.next_lsn),
+            next_segment_id: AtomicU64::new(r.next_segment_id),
+            segments_version: AtomicU64::new(1),
+            frames: Default::default(),
+            cache: segments::segment_cache(cfg.segment_cache_bytes),
+            stats: r.stats,
+            closed: AtomicBool::new(false),
+            warming: AtomicBool::new(cfg.warm_segment_cache),
+            lifecycle: Mutex::new(()),
+            retired: Mutex::new(Vec::new()),
+            cfg,
+            _lock: r.lock,
+        };
+        let inner = Arc::new(inner);
+        let (tx, rx) = channel::bounded(inner.cfg.write_queue);
+        let (ftx, frx) = channel::unbounded();
+        let w = {
+            let inner = inner.clone();
+            std::thread::Builder::new()
+                .name("profiledb-writer".into())
+                .spawn(move || inner.writer_loop(rx, ftx))
+                .at(&dir)?
+        };
+        let f = {
+            let inner = inner.clone();
+            std::thread::Builder::new()
+                .name("profiledb-flusher".into())
+                .spawn(move || inner.flusher_loop(frx))
+                .at(&dir)?
+        };
+        let mut threads = vec![w, f];
+        if inner.cfg.warm_segment_cache {
+            let inner = inner.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name("profiledb-warmup".into())
+                    .spawn(move || inner.warm_up())
+                    .at(&dir)?,
+            );
+        }
+        let mut stop_compactor = None;
+        if inner.cfg.background_flush
+            && inner.cfg.background_compaction
+            && !inner.cfg.compaction_interval.is_zero()
+        {
+            let (stx, srx) = channel::bounded::<()>(1);
+            let inner = inner.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name("profiledb-compactor".into())
+                    .spawn(move || inner.compactor_loop(srx))
+                    .at(&dir)?,
+            );
+            stop_compactor = Some(stx);
+        }
+        Ok(Store {
+            inner,
+            tx,
+            threads: Mutex::new(threads),
+            stop_compactor: Mutex::new(stop_compactor),
+        })
+    }
+
+    pub fn config(&self) -> &StoreConfig {
+        &self.inner.cfg
+    }
+
+    /// The metadata catalog (the server keeps its alert rules and states there).
+    pub fn catalog(&self) -> &Catalog {
+        &self.inner.catalog
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    fn prepare(&self, batch: Batch) -> Result<(WriterMsg, Receiver<Result<u64>>)> {
+        if self.inner.closed.load(Ordering::SeqCst) {
+            return Err(StorageError::Closed);
+        }
+        batch.validate().map_err(StorageError::Invalid)?;
+        let payload = postcard::to_allocvec(&batch)
+            .map_err(|e| StorageError::Invalid(format!("batch cannot be encoded: {e}")))?;
+        let (reply, rx) = channel::bounded(1);
+        Ok((
+            WriterMsg::Write {
+                batch,
+                payload,
+                reply,
+            },
+            rx,
+        ))
+    }
+
+    /// Writes a batch and returns its WAL sequence number once it is durable (per the
+    /// fsync policy) and visible to queries. Blocks while the writer queue is full.
+    pub fn write(&self, batch: Batch) -> Result<u64> {
+        let (msg, rx) = self.prepare(batch)?;
+        self.tx.send(msg).map_err(|_| StorageError::Closed)?;
+        rx.recv().map_err(|_| StorageError::Closed)?
+    }
+
+    /// Like [`Store::write`] but fails with [`StorageError::Busy`] instead of waiting
+    /// when the writer queue is full, so a server can answer 429.
+    pub fn try_write(&self, batch: Batch) -> Result<u64> {
+        let (msg, rx) = self.prepare(batch)?;
+        match self.tx.try_send(msg) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => {
+                inc(&self.inner.stats.writes_rejected_busy, 1);
+                return Err(StorageError::Busy);
+            }
+            Err(TrySendError::Disconnected(_)) => return Err(StorageError::Closed),
+        }
+        rx.recv().map_err(|_| StorageError::Closed)?
+    }
+
+    /// Flushes every head partition into segments and truncates the WAL.
+    pub fn flush(&self) -> Result<()> {
+        let (reply, rx) = channel::bounded(1);
+        self.tx
+            .send(WriterMsg::Flush(reply))
+            .map_err(|_| StorageError::Closed)?;
+        rx.recv().map_err(|_| StorageError::Closed)?
+    }
+
+    /// Flushes the head and stops the background threads. Writes after this fail
+    /// with [`StorageError::Closed`]. Called by `Drop` too.
+    pub fn shutdown(&self) -> Result<()> {
+        let threads: Vec<_> = std::mem::take(&mut *self.threads.lock());
+        if threads.is_empty() {
+            return Ok(());
+        }
+        drop(self.stop_compactor.lock().take());
+        let flushed = self.flush();
+        self.inner.closed.store(true, Ordering::SeqCst);
+        let _ = self.tx.send(WriterMsg::Shutdown);
+        for t in threads {
+            let _ = t.join();
+        }
+        self.inner.catalog.flush()?;
+        flushed
+    }
+
+    /// Stops the background threads **without** flushing the head, as a crash would:
+    /// everything acknowledged stays in the WAL and is replayed at the next open.
+    /// Used by restart tests and for a fast exit.
+    pub fn close_without_flush(self) {
+        let threads: Vec<_> = std::mem::take(&mut *self.threads.lock());
+        drop(self.stop_compactor.lock().take());
+        self.inner.closed.store(true, Ordering::SeqCst);
+        let _ = self.tx.send(WriterMsg::Abort);
+        for t in threads {
+            let _ = t.join();
+        }
+    }
+
+    pub fn stats(&self) -> &StoreStats {
+        &self.inner.stats
+    }
+
+    pub fn gauges(&self) -> Gauges {
+        let st = self.inner.state.read();
+        let mut g = Gauges {
+            segments: st.segments.len() as u64,
+            segment_bytes: st.segments.values().map(|h| h.meta.size_bytes).sum(),
+            segment_cache_bytes: self.inner.cache.weight(),
+            segment_cache_warming: u64::from(self.inner.warming.load(Ordering::Relaxed)),
+            ..Default::default()
+        };
+        for p in st.partitions() {
+            let p = p.read();
+            g.head_partitions += 1;
+            g.head_bytes += p.approx_bytes() as u64;
+            g.head_rows += p.rows() as u64;
+        }
+        g
+    }
+
+    /// Metadata of every live segment, ordered by id.
+    pub fn segments(&self) -> Vec<SegmentMeta> {
+        self.inner
+            .state
+            .read()
+            .segments
+            .values()
+            .map(|h| h.meta.clone())
+            .collect()
+    }
+
+    /// A read-only handle for the querier.
+    pub(crate) fn reader(&self) -> StoreReader {
+        StoreReader(self.inner.clone())
+    }
+
+    /// Tenants with any data.
+    pub fn tenants(&self) -> Vec<TenantId> {
+        let st = self.inner.state.read();
+        let mut set: BTreeSet<TenantId> = st.head.keys().map(|(t, _)| t.clone()).collect();
+        set.extend(st.flushing.iter().map(|p| p.read().tenant.clone()));
+        set.extend(st.segments.values().map(|h| h.meta.tenant.clone()));
+        set.into_iter().collect()
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        if let Err(e) = self.shutdown() {
+            error!(error = %e, "store shutdown failed; the WAL keeps unflushed data");
+        }
+    }
+}

@@ -1,0 +1,226 @@
+//! Opening a store: the directory lock, the catalog reconciled with the segment
+//! files (the files are the truth), and the WAL replayed into the head.
+//!
+//! Runs once, before any role's thread starts; everything it builds is handed to
+//! the store (`mod.rs`).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fs::{self, File, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+use tracing::{error, info, warn};
+
+use super::now_ms;
+use super::state::{SegmentHandle, State};
+use super::writer::apply_batch;
+use crate::catalog::Catalog;
+use crate::config::StoreConfig;
+use crate::error::{IoContext, Result, StorageError};
+use crate::model::{Batch, TenantId};
+use crate::segment::{self, SegmentFile, SegmentMeta};
+use crate::stats::{inc, StoreStats};
+use crate::wal::Wal;
+
+/// What opening found and rebuilt.
+pub(super) struct Recovered {
+    pub lock: File,
+    pub catalog: Catalog,
+    pub state: State,
+    pub wal: Wal,
+    pub next_lsn: u64,
+    pub next_segment_id: u64,
+    pub stats: StoreStats,
+}
+
+/// Takes the lock of `dir`, reconciles the catalog and replays the WAL.
+pub(super) fn recover(dir: &Path, cfg: &StoreConfig) -> Result<Recovered> {
+    fs::create_dir_all(dir).at(dir)?;
+    let lock = lock_dir(dir)?;
+    let (catalog, rebuilt) = Catalog::open(&dir.join("catalog"))?;
+    if rebuilt {
+        warn!("catalog rebuilt from segment files");
+    }
+    let stats = StoreStats::default();
+    let segments = reconcile(dir, &catalog, &stats)?;
+
+    // Highest LSN already in a segment, per tenant and partition.
+    let mut flushed: HashMap<(TenantId, i64), u64> = HashMap::new();
+    let mut max_seg_lsn = 0;
+    let mut max_id = 0;
+    for h in segments.values() {
+        let e = flushed
+            .entry((h.meta.tenant.clone(), h.meta.partition_start_ms))
+            .or_insert(0);
+        *e = (*e).max(h.meta.max_lsn);
+        max_seg_lsn = max_seg_lsn.max(h.meta.max_lsn);
+        max_id = max_id.max(h.meta.id);
+    }
+
+    let state = RwLock::new(State {
+        segments,
+        ..Default::default()
+    });
+    let mut replay_err = 0u64;
+    let (wal, report) =
+        Wal::open(
+            &dir.join("wal"),
+            cfg.wal_file_bytes,
+            |lsn, payload| match postcard::from_bytes::<Batch>(payload) {
+                Ok(batch) if batch.validate().is_ok() => {
+                    apply_batch(&state, cfg, lsn, &batch, Some(&flushed));
+                }
+                _ => {
+                    replay_err += 1;
+                    error!(lsn, "undecodable WAL record skipped");
+                }
+            },
+        )?;
+    inc(&stats.wal_replayed_records, report.records);
+    inc(&stats.wal_truncated_bytes, report.truncated_bytes);
+    let state = state.into_inner();
+    info!(
+        dir = %dir.display(),
+        segments = state.segments.len(),
+        replayed_records = report.records,
+        skipped_records = replay_err,
+        "store open"
+    );
+    Ok(Recovered {
+        lock,
+        catalog,
+        state,
+        wal,
+        next_lsn: report.last_lsn.max(max_seg_lsn) + 1,
+        next_segment_id: max_id + 1,
+        stats,
+    })
+}
+
+/// One process per data directory: the lock is held as long as the file is open.
+fn lock_dir(dir: &Path) -> Result<File> {
+    let lock_path = dir.join("LOCK");
+    let lock = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .at(&lock_path)?;
+    match lock.try_lock() {
+        Ok(()) => Ok(lock),
+        Err(std::fs::TryLockError::WouldBlock) => Err(StorageError::Locked(dir.to_path_buf())),
+        Err(std::fs::TryLockError::Error(e)) => Err(StorageError::io(lock_path, e)),
+    }
+}
+
+/// Moves a damaged segment file into `quarantine/` for inspection.
+pub(super) fn move_to_quarantine(dir: &Path, file: &Path) -> Result<()> {
+    let qdir = dir.join("quarantine");
+    fs::create_dir_all(&qdir).at(&qdir)?;
+    let name = file
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "segment".into());
+    let dest = qdir.join(format!("{}.{name}", now_ms()));
+    fs::rename(file, &dest).at(&dest)?;
+    Ok(())
+}
+
+/// Makes the catalog and the segment files agree, trusting the files.
+fn reconcile(
+    dir: &Path,
+    catalog: &Catalog,
+    stats: &StoreStats,
+) -> Result<BTreeMap<u64, Arc<SegmentHandle>>> {
+    let root = dir.join("segments");
+    fs::create_dir_all(&root).at(&root)?;
+    let mut on_disk: HashMap<u64, PathBuf> = HashMap::new();
+    for tdir in fs::read_dir(&root).at(&root)? {
+        let tdir = tdir.at(&root)?.path();
+        if !tdir.is_dir() {
+            continue;
+        }
+        for f in fs::read_dir(&tdir).at(&tdir)? {
+            let path = f.at(&tdir)?.path();
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            if name.ends_with(".tmp") {
+                info!(file = %path.display(), "removing unfinished segment file");
+                fs::remove_file(&path).at(&path)?;
+            } else if let Some(id) = segment::id_from_file_name(&name) {
+                on_disk.insert(id, path);
+            } else {
+                warn!(file = %path.display(), "ignoring unknown file in the segments directory");
+            }
+        }
+    }
+
+    let relative = |p: &Path| {
+        p.strip_prefix(dir)
+            .unwrap_or(p)
+            .to_string_lossy()
+            .into_owned()
+    };
+    let mut handles: BTreeMap<u64, Arc<SegmentHandle>> = BTreeMap::new();
+    let mut open_file = |id: u64, path: &Path, known: Option<&SegmentMeta>| {
+        match SegmentFile::open(path) {
+            Ok(file) if file.meta.id == id => {
+                let mut meta = file.meta.clone();
+                meta.file = relative(path);
+                if known != Some(&meta) {
+                    if known.is_none() {
+                        inc(&stats.segments_adopted, 1);
+                        warn!(segment = id, file = %path.display(), "segment file had no catalog entry; adopted");
+                    }
+                    catalog.insert(&meta)?;
+                }
+                handles.insert(id, Arc::new(SegmentHandle { meta, file }));
+            }
+            Ok(_) | Err(_) => {
+                let why = SegmentFile::open(path).err().map_or_else(
+                    || "id in footer disagrees with the file name".to_string(),
+                    |e| e.to_string(),
+                );
+                inc(&stats.segments_quarantined, 1);
+                error!(segment = id, file = %path.display(), error = %why, "segment fails verification at open; quarantined");
+                if known.is_some() {
+                    catalog.remove(id)?;
+                }
+                move_to_quarantine(dir, path)?;
+            }
+        }
+        Ok::<(), StorageError>(())
+    };
+    for meta in catalog.segments()? {
+        match on_disk.remove(&meta.id) {
+            Some(path) => open_file(meta.id, &path, Some(&meta))?,
+            None => {
+                inc(&stats.segments_missing, 1);
+                error!(segment = meta.id, file = %meta.file, "segment listed in the catalog is missing on disk; dropping the entry");
+                catalog.remove(meta.id)?;
+            }
+        }
+    }
+    for (id, path) in on_disk {
+        open_file(id, &path, None)?;
+    }
+
+    // A compaction that crashed after writing its output but before deleting its
+    // inputs leaves both: the output wins.
+    let replaced: BTreeSet<u64> = handles
+        .values()
+        .flat_map(|h| h.meta.sources.iter().copied())
+        .collect();
+    for id in replaced {
+        if let Some(h) = handles.remove(&id) {
+            info!(segment = id, "removing segment replaced by a compacted one");
+            catalog.remove(id)?;
+            fs::remove_file(&h.file.path).at(&h.file.path)?;
+        }
+    }
+    catalog.flush()?;
+    Ok(handles)
+}

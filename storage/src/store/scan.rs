@@ -1,0 +1,150 @@
+//! The read side of the store: a snapshot of the sources overlapping a query and a
+//! parallel scan over them. Every query (see `crate::querier`) is built on
+//! [`Store::scan_scoped`].
+//!
+//! A snapshot clones the head partitions' and segment handles' `Arc`s under the
+//! state read lock, so a flush, compaction or retention run that swaps the live set
+//! meanwhile neither blocks the scan nor deletes a file it still reads.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::state::{PartitionRef, SegmentHandle};
+use super::{Inner, Store};
+use crate::error::Result;
+use crate::model::TenantId;
+use crate::query::frames::Frames;
+use crate::query::{self, Source, TimeRange};
+use crate::stats::inc;
+
+/// Which sources a scan reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Scope {
+    /// Head partitions and segments.
+    All,
+    /// Immutable segments only (cacheable while `segments_version` is unchanged).
+    Segments,
+    /// Head partitions, including those being flushed.
+    Head,
+}
+
+/// One source of a snapshot.
+enum Item {
+    Head(PartitionRef),
+    Segment(Arc<SegmentHandle>),
+}
+
+impl Store {
+    /// Changes whenever the set of live segments changes. A result computed from
+    /// segments only is still valid while this value is unchanged.
+    pub fn segments_version(&self) -> u64 {
+        self.inner.segments_version.load(Ordering::SeqCst)
+    }
+
+    /// `Some(segments_version)` when no head partition of `tenant` (nor one being
+    /// flushed) overlaps any of `ranges`: an answer over them then comes from
+    /// immutable segments alone and stays valid while that version is unchanged.
+    /// Read under one lock, so a flush (which moves a partition and bumps the version
+    /// under the write lock) is either wholly before or wholly after it.
+    pub fn segments_only_version(&self, tenant: &TenantId, ranges: &[TimeRange]) -> Option<u64> {
+        let st = self.inner.state.read();
+        for p in st.partitions() {
+            let g = p.read();
+            if &g.tenant == tenant && ranges.iter().any(|r| r.overlaps(g.start_ms, g.end_ms())) {
+                return None;
+            }
+        }
+        Some(self.segments_version())
+    }
+}
+
+/// A read-only handle on a store's data: what the querier holds. Cheap to clone;
+/// it keeps the data readable, not the store's threads running.
+#[derive(Clone)]
+pub(crate) struct StoreReader(pub(super) Arc<Inner>);
+
+impl StoreReader {
+    /// Runs `f` over every data source (head partitions and segments) of `tenant`
+    /// overlapping `range`, in parallel, each thread folding into its own
+    /// accumulator from `init`. The building block of every query.
+    pub fn scan<T: Send>(
+        &self,
+        tenant: &TenantId,
+        range: TimeRange,
+        init: impl Fn() -> T + Sync,
+        f: impl Fn(&mut T, &dyn Source) -> Result<()> + Sync,
+    ) -> Result<Vec<T>> {
+        self.scan_scoped(tenant, range, Scope::All, init, f)
+    }
+
+    /// [`StoreReader::scan`] restricted to the immutable segments or to the mutable head,
+    /// so a cache can keep the segment part and compute the head part live.
+    pub fn scan_scoped<T: Send>(
+        &self,
+        tenant: &TenantId,
+        range: TimeRange,
+        scope: Scope,
+        init: impl Fn() -> T + Sync,
+        f: impl Fn(&mut T, &dyn Source) -> Result<()> + Sync,
+    ) -> Result<Vec<T>> {
+        inc(&self.0.stats.queries, 1);
+        let mut items = self.0.snapshot(tenant, range);
+        items.retain(|i| {
+            matches!(
+                (scope, i),
+                (Scope::All, _)
+                    | (Scope::Segments, Item::Segment(_))
+                    | (Scope::Head, Item::Head(_))
+            )
+        });
+        query::par_fold(&items, self.0.cfg.threads(), init, |acc, item| match item {
+            Item::Head(p) => f(acc, &*p.read()),
+            Item::Segment(h) => match self.0.load(h)? {
+                Some(seg) => f(acc, &*seg),
+                None => Ok(()),
+            },
+        })
+    }
+
+    /// See [`Store::segments_version`].
+    pub fn segments_version(&self) -> u64 {
+        self.0.segments_version.load(Ordering::SeqCst)
+    }
+
+    /// The store's shared frame tree (see [`crate::query::frames`]).
+    pub fn frames(&self) -> &Frames {
+        &self.0.frames
+    }
+}
+
+impl Inner {
+    fn snapshot(&self, tenant: &TenantId, range: TimeRange) -> Vec<Item> {
+        let st = self.state.read();
+        let mut items = Vec::new();
+        for p in st.partitions() {
+            let g = p.read();
+            if &g.tenant == tenant && range.overlaps(g.start_ms, g.end_ms()) {
+                items.push(Item::Head(p.clone()));
+            }
+        }
+        for h in st.segments.values() {
+            // A window starting inside a partition's last step touches the partition
+            // but selects none of its steps (a dashboard's moving window almost always
+            // does): leaving it out saves a load and a scan thread.
+            let m = &h.meta;
+            if &m.tenant != tenant || !m.overlaps(range.start_ms, range.end_ms) {
+                continue;
+            }
+            let (lo, hi) = crate::segment::step_range(
+                m.partition_start_ms,
+                m.step_ms,
+                range.start_ms,
+                range.end_ms,
+            );
+            if lo < hi {
+                items.push(Item::Segment(h.clone()));
+            }
+        }
+        items
+    }
+}

@@ -1,0 +1,224 @@
+//! The segments role: the decoded-segment cache, its warm-up thread, quarantine
+//! of damaged files, and the deferred deletion of replaced ones.
+//!
+//! The live set itself is shared state (`state.rs`); this role owns what is derived
+//! from it: decoded segments (by id), the list of retired handles whose files a
+//! query still reads, and the warm-up flag.
+
+use std::fs;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tracing::{error, info, warn};
+
+use super::recovery::move_to_quarantine;
+use super::state::SegmentHandle;
+use super::{Inner, Store};
+use crate::cache::one_shard_cache;
+use crate::durable::sync_dir;
+use crate::error::{Result, StorageError};
+use crate::segment::LoadedSegment;
+use crate::stats::inc;
+
+#[derive(Clone)]
+pub(super) struct SegmentWeighter;
+
+impl quick_cache::Weighter<u64, Arc<LoadedSegment>> for SegmentWeighter {
+    fn weight(&self, _: &u64, v: &Arc<LoadedSegment>) -> u64 {
+        v.approx_bytes().max(1) as u64
+    }
+}
+
+pub(super) type SegmentCache = quick_cache::sync::Cache<u64, Arc<LoadedSegment>, SegmentWeighter>;
+
+/// The decoded-segment cache: one shard. A decoded segment is tens to hundreds of
+/// MB, and a sharded cache gives each shard a fraction of the budget and refuses
+/// items larger than a shard's hot area: the biggest (newest, densest) segment was
+/// then read from disk on every query while the cache sat half empty. Lookups are
+/// one per segment per query, so a single lock costs nothing measurable.
+pub(super) fn segment_cache(bytes: u64) -> SegmentCache {
+    one_shard_cache(bytes, SegmentWeighter)
+}
+
+impl Store {
+    /// Checks every section checksum of every segment; corrupt ones are quarantined.
+    /// Returns the ids quarantined.
+    pub fn verify_segments(&self) -> Vec<u64> {
+        let handles: Vec<_> = self.inner.state.read().segments.values().cloned().collect();
+        let mut bad = Vec::new();
+        for h in handles {
+            if let Err(e) = h.file.verify() {
+                self.inner.quarantine(&h, &e);
+                bad.push(h.meta.id);
+            }
+        }
+        bad
+    }
+}
+
+impl Inner {
+    /// The decoded segment behind `h`, from the cache or read now. Concurrent
+    /// loads of one segment (two queries, or a query and the warm-up) wait for a
+    /// single read.
+    pub(super) fn load(&self, h: &SegmentHandle) -> Result<Option<Arc<LoadedSegment>>> {
+        let mut read = false;
+        let loaded = self.cache.get_or_insert_with(&h.meta.id, || {
+            read = true;
+            h.file.load().map(Arc::new)
+        });
+        inc(
+            if read {
+                &self.stats.segment_cache_misses
+            } else {
+                &self.stats.segment_cache_hits
+            },
+            1,
+        );
+        match loaded {
+            Ok(seg) => Ok(Some(seg)),
+            Err(e) if e.is_corruption() => {
+                self.quarantine(h, &e);
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Takes a damaged segment out of service: out of the live set, the catalog and
+    /// the cache, and its file into `quarantine/` for inspection.
+    pub(super) fn quarantine(&self, h: &SegmentHandle, why: &StorageError) {
+        let removed = self.state.write().segments.remove(&h.meta.id).is_some();
+        if !removed {
+            return;
+        }
+        self.segments_version.fetch_add(1, Ordering::SeqCst);
+        self.cache.remove(&h.meta.id);
+        inc(&self.stats.segments_quarantined, 1);
+        error!(segment = h.meta.id, file = %h.file.path.display(), error = %why, "corrupt segment quarantined; its data is no longer served");
+        if let Err(e) = self
+            .catalog
+            .remove(h.meta.id)
+            .and_then(|_| self.catalog.flush())
+        {
+            error!(error = %e, "could not remove quarantined segment from the catalog");
+        }
+        if let Err(e) = move_to_quarantine(&self.dir, &h.file.path) {
+            error!(error = %e, "could not move corrupt segment to quarantine");
+        }
+    }
+
+    /// Decodes the newest segments into the cache after open, up to half its budget,
+    /// so the first queries after a restart find recent data ready. Stops early when
+    /// the store closes.
+    pub(super) fn warm_up(&self) {
+        // Ids, not handles: a segment compacted away meanwhile is skipped, and its
+        // file is not kept alive by this thread.
+        let mut ids: Vec<(i64, u64)> = self
+            .state
+            .read()
+            .segments
+            .values()
+            .map(|h| (h.meta.partition_start_ms, h.meta.id))
+            .collect();
+        ids.sort_unstable_by(|a, b| b.cmp(a));
+        let t = std::time::Instant::now();
+        let mut loaded = 0usize;
+        for (_, id) in ids {
+            if self.closed.load(Ordering::SeqCst)
+                || self.cache.weight() >= self.cfg.segment_cache_bytes / 2
+            {
+                break;
+            }
+            let Some(h) = self.state.read().segments.get(&id).cloned() else {
+                continue;
+            };
+            match self.load(&h) {
+                Ok(_) => loaded += 1,
+                Err(e) => warn!(segment = h.meta.id, error = %e, "warming the segment cache"),
+            }
+        }
+        self.warming.store(false, Ordering::Relaxed);
+        info!(
+            segments = loaded,
+            bytes = self.cache.weight(),
+            ms = t.elapsed().as_millis() as u64,
+            "segment cache warmed"
+        );
+    }
+
+    pub(super) fn live_totals(&self) -> (usize, u64) {
+        let st = self.state.read();
+        (
+            st.segments.len(),
+            st.segments.values().map(|h| h.meta.size_bytes).sum(),
+        )
+    }
+
+    /// Deletes segments already taken out of the live set: catalog entries now, files
+    /// once no query still holds them (waiting a little, then deferring).
+    pub(super) fn retire(&self, handles: Vec<Arc<SegmentHandle>>) -> Result<()> {
+        for h in &handles {
+            self.cache.remove(&h.meta.id);
+            self.catalog.remove(h.meta.id)?;
+        }
+        self.catalog.flush()?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut pending = handles;
+        loop {
+            let mut err = None;
+            pending.retain(|h| {
+                if Arc::strong_count(h) > 1 {
+                    return true;
+                }
+                if let Err(e) = delete_segment_file(self, h) {
+                    err = Some(e);
+                }
+                false
+            });
+            if let Some(e) = err {
+                self.retired.lock().extend(pending);
+                return Err(e);
+            }
+            if pending.is_empty() || Instant::now() >= deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        if !pending.is_empty() {
+            warn!(
+                segments = pending.len(),
+                "replaced segments still read by a query; deleting them later"
+            );
+            self.retired.lock().extend(pending);
+        }
+        Ok(())
+    }
+
+    /// Deletes deferred files that nothing references any more.
+    pub(super) fn reap_retired(&self) {
+        let mut r = self.retired.lock();
+        r.retain(|h| {
+            if Arc::strong_count(h) > 1 {
+                return true;
+            }
+            if let Err(e) = delete_segment_file(self, h) {
+                warn!(error = %e, "could not delete a replaced segment file; reconcile removes it at open");
+            }
+            false
+        });
+    }
+}
+
+fn delete_segment_file(inner: &Inner, h: &SegmentHandle) -> Result<()> {
+    inner.cache.remove(&h.meta.id);
+    match fs::remove_file(&h.file.path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(StorageError::io(&h.file.path, e)),
+    }
+    if let Some(parent) = h.file.path.parent() {
+        sync_dir(parent)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,282 @@
+//! The writer role: one thread that owns the WAL's append side and the head.
+//!
+//! Callers encode their batch and hand it over a bounded channel. The writer
+//! group-commits the queued batches to the WAL (one write, one fsync), applies them
+//! to the head and only then acknowledges. Between groups it seals head partitions
+//! that are due and passes them to the flusher.
+//!
+//! The WAL lock is held across commit *and* apply (the flusher takes it to
+//! truncate), so a committed-but-unapplied record can never be truncated away.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam::channel::{Receiver, RecvTimeoutError, Sender};
+use parking_lot::RwLock;
+use tracing::error;
+
+use super::flusher::FlushMsg;
+use super::state::{PartitionRef, State};
+use super::{now_ms, Inner};
+use crate::config::{FsyncPolicy, StoreConfig};
+use crate::error::{Result, StorageError};
+use crate::head::HeadPartition;
+use crate::model::{Batch, TenantId};
+use crate::stats::inc;
+
+/// What the writer thread is asked to do.
+pub(super) enum WriterMsg {
+    Write {
+        batch: Batch,
+        payload: Vec<u8>,
+        reply: Sender<Result<u64>>,
+    },
+    Flush(Sender<Result<()>>),
+    Shutdown,
+    /// Stop without sealing anything: the head is left to WAL replay.
+    Abort,
+}
+
+impl Inner {
+    fn apply(&self, lsn: u64, batch: &Batch) -> u64 {
+        apply_batch(&self.state, &self.cfg, lsn, batch, None)
+    }
+
+    fn head_bytes(&self) -> (usize, usize) {
+        let st = self.state.read();
+        let head = st.head.values().map(|p| p.read().approx_bytes()).sum();
+        let flushing = st.flushing.iter().map(|p| p.read().approx_bytes()).sum();
+        (head, flushing)
+    }
+
+    /// Moves due partitions from the head to the flushing list and returns them.
+    fn seal(&self, all: bool) -> Vec<PartitionRef> {
+        let now = now_ms();
+        let grace = self.cfg.flush_grace;
+        let grace_ms = grace.as_millis() as i64;
+        let mut st = self.state.write();
+        let mut due: Vec<(TenantId, i64)> = st
+            .head
+            .iter()
+            .filter(|(_, p)| {
+                let p = p.read();
+                all || (self.cfg.background_flush
+                    && now >= p.end_ms().saturating_add(grace_ms)
+                    && p.last_write.elapsed() >= grace)
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        let mut sizes: Vec<((TenantId, i64), usize)> = st
+            .head
+            .iter()
+            .filter(|(k, _)| !due.contains(k))
+            .map(|(k, p)| (k.clone(), p.read().approx_bytes()))
+            .collect();
+        let mut total: usize = sizes.iter().map(|s| s.1).sum();
+        if total > self.cfg.head_max_bytes {
+            // Over budget: flush the largest partitions until back under 3/4 of it.
+            sizes.sort_by_key(|s| std::cmp::Reverse(s.1));
+            for (k, sz) in sizes {
+                if total <= self.cfg.head_max_bytes / 4 * 3 {
+                    break;
+                }
+                total -= sz;
+                due.push(k);
+            }
+        }
+        let mut out = Vec::with_capacity(due.len());
+        for k in due {
+            if let Some(p) = st.head.remove(&k) {
+                st.flushing.push(p.clone());
+                out.push(p);
+            }
+        }
+        out
+    }
+
+    pub(super) fn writer_loop(self: Arc<Self>, rx: Receiver<WriterMsg>, ftx: Sender<FlushMsg>) {
+        let tick = Duration::from_millis(500);
+        let mut last_sync = Instant::now();
+        let mut unsynced = false;
+        loop {
+            let first = match rx.recv_timeout(tick) {
+                Ok(m) => m,
+                Err(RecvTimeoutError::Timeout) => {
+                    if unsynced {
+                        if let Err(e) = self.wal.lock().sync() {
+                            error!(error = %e, "WAL fsync failed");
+                        }
+                        unsynced = false;
+                    }
+                    for p in self.seal(false) {
+                        let _ = ftx.send(FlushMsg::Job(p));
+                    }
+                    continue;
+                }
+                Err(RecvTimeoutError::Disconnected) => break,
+            };
+            // Back-pressure: while the head and the partitions being flushed exceed
+            // twice the budget, wait for the flusher instead of taking more input.
+            loop {
+                let (h, f) = self.head_bytes();
+                if h + f <= self.cfg.head_max_bytes.saturating_mul(2) || f == 0 {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+
+            let mut group = vec![first];
+            let mut bytes = 0usize;
+            while group.len() < 512 && bytes < (32 << 20) {
+                match rx.try_recv() {
+                    Ok(m) => {
+                        if let WriterMsg::Write { payload, .. } = &m {
+                            bytes += payload.len();
+                        }
+                        group.push(m);
+                    }
+                    Err(_) => break,
+                }
+            }
+
+            let mut writes = Vec::new();
+            let mut flushes = Vec::new();
+            let mut shutdown = false;
+            let mut abort = false;
+            for m in group {
+                match m {
+                    WriterMsg::Write {
+                        batch,
+                        payload,
+                        reply,
+                    } => writes.push((batch, payload, reply)),
+                    WriterMsg::Flush(r) => flushes.push(r),
+                    WriterMsg::Shutdown => shutdown = true,
+                    WriterMsg::Abort => abort = true,
+                }
+            }
+            if !writes.is_empty() {
+                let sync = match self.cfg.fsync {
+                    FsyncPolicy::Always => true,
+                    FsyncPolicy::Interval { ms } => {
+                        last_sync.elapsed() >= Duration::from_millis(ms)
+                    }
+                    FsyncPolicy::Never => false,
+                };
+                let mut wal = self.wal.lock();
+                let first_lsn = self.next_lsn.load(Ordering::SeqCst);
+                let mut lsn = first_lsn;
+                let mut wal_bytes = 0;
+                for (_, payload, _) in &writes {
+                    wal.append(lsn, payload);
+                    wal_bytes += payload.len() as u64 + 16;
+                    lsn += 1;
+                }
+                match wal.commit(first_lsn, sync) {
+                    Ok(()) => {
+                        self.next_lsn.store(lsn, Ordering::SeqCst);
+                        inc(&self.stats.wal_bytes_written, wal_bytes);
+                        if sync {
+                            inc(&self.stats.wal_syncs, 1);
+                            last_sync = Instant::now();
+                        } else {
+                            unsynced = self.cfg.fsync != FsyncPolicy::Never;
+                        }
+                        for (i, (batch, _, _)) in writes.iter().enumerate() {
+                            self.apply(first_lsn + i as u64, batch);
+                        }
+                        drop(wal);
+                        for (i, (batch, _, reply)) in writes.into_iter().enumerate() {
+                            inc(&self.stats.samples_written, batch.sample_count() as u64);
+                            inc(&self.stats.batches_written, 1);
+                            let _ = reply.send(Ok(first_lsn + i as u64));
+                        }
+                    }
+                    Err(e) => {
+                        // The LSNs were not consumed; a later commit reuses them. The
+                        // file may hold a partial write, which replay drops as a torn
+                        // tail — but a later record could follow it, so rotate.
+                        error!(error = %e, "WAL commit failed; rejecting the group");
+                        drop(wal);
+                        let msg = e.to_string();
+                        for (_, _, reply) in writes {
+                            let _ = reply.send(Err(StorageError::io(
+                                self.dir.join("wal"),
+                                std::io::Error::other(msg.clone()),
+                            )));
+                        }
+                    }
+                }
+            }
+            if abort {
+                return;
+            }
+            let sealed = self.seal(!flushes.is_empty() || shutdown);
+            for p in sealed {
+                let _ = ftx.send(FlushMsg::Job(p));
+            }
+            for r in flushes {
+                let _ = ftx.send(FlushMsg::Barrier(r));
+            }
+            if shutdown {
+                break;
+            }
+        }
+        // Dropping `ftx` lets the flusher finish its queue and exit.
+    }
+}
+
+/// Applies `batch` to the head. With `skip`, samples of partitions whose
+/// segments already cover `lsn` are left out (replay).
+pub(super) fn apply_batch(
+    state: &RwLock<State>,
+    cfg: &StoreConfig,
+    lsn: u64,
+    batch: &Batch,
+    skip: Option<&HashMap<(TenantId, i64), u64>>,
+) -> u64 {
+    let mut parts: Vec<i64> = Vec::new();
+    let mut last = None;
+    for s in &batch.series {
+        for x in &s.samples {
+            if x.value == 0 {
+                continue;
+            }
+            let p = cfg.partition_of(x.timestamp_ms);
+            if last != Some(p) && !parts.contains(&p) {
+                parts.push(p);
+            }
+            last = Some(p);
+        }
+    }
+    let mut applied = 0;
+    for p in parts {
+        let key = (batch.tenant.clone(), p);
+        if skip.and_then(|m| m.get(&key)).is_some_and(|&f| f >= lsn) {
+            continue;
+        }
+        let part = {
+            let found = state.read().head.get(&key).cloned();
+            match found {
+                Some(x) => x,
+                None => state
+                    .write()
+                    .head
+                    .entry(key)
+                    .or_insert_with(|| {
+                        Arc::new(RwLock::new(HeadPartition::new(
+                            batch.tenant.clone(),
+                            p,
+                            cfg.partition_ms,
+                            cfg.step_ms,
+                        )))
+                    })
+                    .clone(),
+            }
+        };
+        applied += part.write().apply(lsn, batch);
+    }
+    applied
+}
