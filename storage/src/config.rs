@@ -118,6 +118,7 @@ impl Default for StoreConfig {
 }
 
 impl StoreConfig {
+    /// Refuses settings the engine cannot run with (zero or misaligned widths and steps).
     pub fn validate(&self) -> Result<()> {
         let bad = |m: &str| Err(StorageError::Invalid(format!("store config: {m}")));
         if self.step_ms <= 0 {
@@ -138,6 +139,7 @@ impl StoreConfig {
         Ok(())
     }
 
+    /// Scan threads per query: `query_threads`, or the number of CPUs.
     pub fn threads(&self) -> usize {
         if self.query_threads > 0 {
             self.query_threads

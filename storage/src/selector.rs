@@ -84,6 +84,8 @@ impl Matcher {
         })
     }
 
+    /// `name = value`, the name unchecked (for names known to be valid; [`Matcher::new`]
+    /// checks).
     pub fn eq(name: impl Into<String>, value: impl Into<String>) -> Self {
         Matcher {
             name: name.into(),
@@ -120,10 +122,12 @@ pub fn is_label_name(s: &str) -> bool {
 /// A conjunction of matchers. The empty selector selects every series.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Selector {
+    /// Every matcher must hold.
     pub matchers: Vec<Matcher>,
 }
 
 impl Selector {
+    /// The selector of `matchers`.
     pub fn new(matchers: Vec<Matcher>) -> Self {
         Selector { matchers }
     }
@@ -152,6 +156,7 @@ impl Selector {
         Ok(Selector { matchers })
     }
 
+    /// This selector and `m`.
     pub fn with(mut self, m: Matcher) -> Self {
         self.matchers.push(m);
         self

@@ -204,6 +204,7 @@ impl Wal {
         Ok(removed)
     }
 
+    #[cfg(test)]
     pub fn file_count(&self) -> usize {
         self.files.len()
     }

@@ -362,7 +362,7 @@ fn queries_and_ingest_during_compaction() {
     let queries = querier.join().unwrap();
     store.flush().unwrap();
     store.compact(None, None, &|_| {}).unwrap();
-    let total = querier(&store)
+    let total = common::querier(&store)
         .merge_tree(&t, &Selector::default(), TimeRange::all())
         .unwrap()
         .total();

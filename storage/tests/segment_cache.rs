@@ -7,7 +7,7 @@ mod common;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use common::{build_batch, test_config, TFrame, TSample};
+use common::{build_batch, querier, test_config, TFrame, TSample};
 use profiledb_storage::{Selector, Store, StoreConfig, TenantId, TimeRange};
 
 const HOUR: i64 = 3_600_000;

@@ -49,11 +49,6 @@ pub fn flat(tree: &CallTree) -> FxHashMap<String, i64> {
     out
 }
 
-/// Shannon entropy (bits) of the shares `p`.
-pub fn entropy<'a>(p: impl Iterator<Item = &'a f64>) -> f64 {
-    -p.filter(|&&x| x > 0.0).map(|&x| x * x.log2()).sum::<f64>()
-}
-
 /// Returns the `k` functions whose share moved most (by |delta|), and the statistics.
 pub fn diff_stats(base: &CallTree, compare: &CallTree, k: usize) -> (Vec<DiffEntry>, DiffStats) {
     let (fb, fc) = (flat(base), flat(compare));

@@ -71,6 +71,7 @@ impl GroupKey {
 /// A group-by query (besides the selector and range).
 #[derive(Clone, Debug, Default)]
 pub struct GroupByQuery {
+    /// The dimensions rows are keyed by, in order.
     pub keys: Vec<GroupKey>,
     /// Keep only stacks with a frame whose function name matches.
     pub include: Option<Regex>,
@@ -90,17 +91,6 @@ impl GroupByQuery {
                 _ => None,
             })
             .collect()
-    }
-
-    /// A cache key part describing the query.
-    pub fn fingerprint(&self) -> String {
-        let keys: Vec<&str> = self.keys.iter().map(|k| k.name()).collect();
-        format!(
-            "keys={:?};inc={:?};exc={:?}",
-            keys,
-            self.include.as_ref().map(|r| r.as_str()),
-            self.exclude.as_ref().map(|r| r.as_str())
-        )
     }
 }
 

@@ -2,12 +2,10 @@
 //! from. Nodes are keyed by `(parent, frame name)`, so the same function reached
 //! through the same path merges across series, segments and the head.
 
-use std::borrow::Cow;
-
 use rustc_hash::FxHashMap;
 
-use super::frames::{frame_name, FrameTree, ROOT_GID};
-use crate::dict::{Dict, NO_PARENT};
+use super::frames::{FrameTree, ROOT_GID};
+use crate::dict::NO_PARENT;
 
 /// Index of the root node (named `total`).
 pub const ROOT: u32 = 0;

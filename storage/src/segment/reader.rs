@@ -27,7 +27,9 @@ struct SectionEntry {
 /// A segment whose trailer and footer have been read and verified.
 #[derive(Clone, Debug)]
 pub struct SegmentFile {
+    /// Where the file is.
     pub path: PathBuf,
+    /// Its metadata, from the footer.
     pub meta: SegmentMeta,
     sections: Vec<SectionEntry>,
 }

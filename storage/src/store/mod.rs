@@ -186,6 +186,7 @@ impl Store {
         })
     }
 
+    /// The configuration the store was opened with.
     pub fn config(&self) -> &StoreConfig {
         &self.inner.cfg
     }
@@ -195,6 +196,7 @@ impl Store {
         &self.inner.catalog
     }
 
+    /// The data directory.
     pub fn dir(&self) -> &Path {
         &self.inner.dir
     }
@@ -280,10 +282,12 @@ impl Store {
         }
     }
 
+    /// Counters for `/metrics`.
     pub fn stats(&self) -> &StoreStats {
         &self.inner.stats
     }
 
+    /// Current sizes of the head, the segments and the segment cache.
     pub fn gauges(&self) -> Gauges {
         let st = self.inner.state.read();
         let mut g = Gauges {
