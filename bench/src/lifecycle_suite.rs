@@ -216,8 +216,9 @@ fn answers(store: &Store) -> anyhow::Result<Answers> {
         totals: BTreeMap::new(),
         folded: BTreeMap::new(),
     };
+    let querier = Querier::new(store, 0, QueryLimits::default());
     for ptype in all_types() {
-        let tree = Querier::new(&store, 0, QueryLimits::default()).merge_tree(
+        let tree = querier.merge_tree(
             &t,
             &Selector::parse(&format!("{ptype}{{}}"))?,
             TimeRange::all(),

@@ -39,7 +39,7 @@ fn flip(path: &Path, offset_from_start: Option<usize>, offset_from_end: Option<u
 }
 
 fn folded(store: &Store) -> String {
-    querier(&store)
+    querier(store)
         .merge_tree(&TenantId::default(), &Selector::default(), TimeRange::all())
         .unwrap()
         .to_folded_text()

@@ -59,7 +59,7 @@ fn check(store: &Store, tenant: &TenantId, reference: &Reference) {
         let range = TimeRange::new(start, end);
         for sel in &selectors {
             let keep = |l: &Labels| sel.matches(|k| l.get(k));
-            let tree = querier(&store).merge_tree(tenant, sel, range).unwrap();
+            let tree = querier(store).merge_tree(tenant, sel, range).unwrap();
             assert_eq!(
                 tree.folded(),
                 reference.folded(keep, start, end),
@@ -67,7 +67,7 @@ fn check(store: &Store, tenant: &TenantId, reference: &Reference) {
             );
             let want_total: i64 = reference.folded(keep, start, end).values().sum();
             assert_eq!(tree.total(), want_total);
-            let totals = querier(&store).series_totals(tenant, sel, range).unwrap();
+            let totals = querier(store).series_totals(tenant, sel, range).unwrap();
             let mut totals = totals;
             for m in totals.values_mut() {
                 m.retain(|_, v| *v != 0);

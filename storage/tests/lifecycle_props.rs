@@ -72,13 +72,10 @@ fn answers(store: &Store, t: &TenantId, range: TimeRange) -> Answers {
         ..Default::default()
     };
     Answers {
-        folded: querier(&store).merge_tree(t, &all, range).unwrap().folded(),
-        folded_svc1: querier(&store)
-            .merge_tree(t, &svc1, range)
-            .unwrap()
-            .folded(),
+        folded: querier(store).merge_tree(t, &all, range).unwrap().folded(),
+        folded_svc1: querier(store).merge_tree(t, &svc1, range).unwrap().folded(),
         groups: engine.group_by(t, &all, range, &q).unwrap().sorted(0),
-        totals: querier(&store).series_totals(t, &all, range).unwrap(),
+        totals: querier(store).series_totals(t, &all, range).unwrap(),
     }
 }
 

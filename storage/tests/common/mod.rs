@@ -193,7 +193,7 @@ pub fn check_acknowledged(
 ) -> usize {
     use profiledb_storage::{Selector, TimeRange};
     let tenant = TenantId::default();
-    let totals = querier(&store)
+    let totals = querier(store)
         .series_totals(&tenant, &Selector::default(), TimeRange::all())
         .unwrap();
     let mut stored: BTreeMap<u64, i64> = BTreeMap::new();
@@ -216,7 +216,7 @@ pub fn check_acknowledged(
             "batch {id} partially stored, lost or double counted"
         );
     }
-    let tree = querier(&store)
+    let tree = querier(store)
         .merge_tree(&tenant, &Selector::default(), TimeRange::all())
         .unwrap();
     assert_eq!(tree.total(), stored.values().sum::<i64>());
