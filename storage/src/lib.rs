@@ -43,7 +43,8 @@
 //!
 //! # Layers
 //!
-//! Modules depend only on modules below them (nothing imports upward, no cycles):
+//! Each module depends only on modules listed before it (nothing imports upward, no
+//! cycles):
 //!
 //! 1. `error`, `durable`, `codec`, `model`, `config`, `stats`, `cache` — the ground.
 //! 2. `dict`, `selector`, `index`, `fnindex` — dictionaries and label/function indexes.

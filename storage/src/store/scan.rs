@@ -1,6 +1,6 @@
 //! The read side of the store: a snapshot of the sources overlapping a query and a
-//! parallel scan over them. Every query (see `crate::querier`) is built on
-//! [`Store::scan_scoped`].
+//! parallel scan over them. Every query (the querier, one layer up) is built on
+//! [`StoreReader::scan_scoped`].
 //!
 //! A snapshot clones the head partitions' and segment handles' `Arc`s under the
 //! state read lock, so a flush, compaction or retention run that swaps the live set
