@@ -65,3 +65,58 @@ pub(crate) fn selector_for(profile_type: &str, label_selector: &str) -> ApiResul
     }
     Ok(sel)
 }
+
+#[cfg(test)]
+mod tests {
+    use profiledb_storage::Budget;
+
+    use super::*;
+
+    /// The typed storage errors a query can end with, and the answer each gets.
+    #[test]
+    fn storage_errors_map_by_variant() {
+        let timeout = storage_error(QueryError::Timeout.into());
+        assert_eq!(
+            (timeout.status, timeout.code),
+            (StatusCode::SERVICE_UNAVAILABLE, "deadline_exceeded")
+        );
+        assert!(timeout.message.contains("timed out"), "{}", timeout.message);
+
+        let too_large = storage_error(
+            QueryError::TooLarge {
+                budget: Budget::TreeNodes,
+                limit: 3,
+            }
+            .into(),
+        );
+        assert_eq!(
+            (too_large.status, too_large.code),
+            (StatusCode::UNPROCESSABLE_ENTITY, "query_too_large")
+        );
+        assert!(
+            too_large.message.contains("exceeds 3 nodes"),
+            "{}",
+            too_large.message
+        );
+
+        let groups = storage_error(
+            QueryError::TooLarge {
+                budget: Budget::Groups,
+                limit: 7,
+            }
+            .into(),
+        );
+        assert_eq!(groups.status, StatusCode::UNPROCESSABLE_ENTITY);
+        assert!(
+            groups.message.contains("more than 7 groups"),
+            "{}",
+            groups.message
+        );
+
+        let invalid = storage_error(StorageError::Invalid("bad matcher".into()));
+        assert_eq!(
+            (invalid.status, invalid.code, invalid.message.as_str()),
+            (StatusCode::BAD_REQUEST, "invalid_argument", "bad matcher")
+        );
+    }
+}
