@@ -166,7 +166,7 @@ fn specs(t_end: i64, service: &str) -> Vec<QuerySpec> {
                     "/api/v1/flamegraph?query={}&from={}&until={}&max_nodes=1024",
                     enc(&q),
                     start - shift,
-                    t_end - 1
+                    t_end
                 ))
             }),
             total: |v| v.get("total").and_then(Value::as_f64),
@@ -219,7 +219,7 @@ fn specs(t_end: i64, service: &str) -> Vec<QuerySpec> {
                     "/api/v1/timeseries?query={}&from={}&until={}&step={step_s}s&group_by=service_name&limit=100",
                     enc(&all),
                     start - shift,
-                    t_end - 1
+                    t_end
                 ))
             }),
             total: |v| {
