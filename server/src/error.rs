@@ -2,7 +2,7 @@
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use profiledb_storage::StorageError;
+use profiledb_storage::{QueryError, StorageError};
 
 #[derive(Debug)]
 pub struct ApiError {
@@ -33,6 +33,8 @@ impl ApiError {
     }
 }
 
+/// The one mapping of storage errors: invalid input 400, a full queue 429, a query
+/// over its time budget 503, over its memory budget 422, the rest 500.
 impl From<StorageError> for ApiError {
     fn from(e: StorageError) -> Self {
         match e {
@@ -43,8 +45,12 @@ impl From<StorageError> for ApiError {
                 "the write queue is full; retry after a short delay",
             ),
             StorageError::Closed => ApiError::unavailable("the store is shutting down"),
-            // Timeouts are told apart by `http::query::storage_error` (503).
-            StorageError::Query(e) => ApiError::new(
+            StorageError::Query(e @ QueryError::Timeout) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "deadline_exceeded",
+                e.to_string(),
+            ),
+            StorageError::Query(e @ QueryError::TooLarge { .. }) => ApiError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "query_too_large",
                 e.to_string(),
@@ -92,5 +98,54 @@ impl From<profiledb_ingest::PipelineError> for ApiError {
             ),
             P::Closed => ApiError::unavailable("the server is shutting down"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use profiledb_storage::Budget;
+
+    use super::*;
+
+    /// The typed storage errors a query can end with, and the answer each gets.
+    #[test]
+    fn storage_errors_map_by_variant() {
+        let timeout = ApiError::from(StorageError::from(QueryError::Timeout));
+        assert_eq!(
+            (timeout.status, timeout.code),
+            (StatusCode::SERVICE_UNAVAILABLE, "deadline_exceeded")
+        );
+        assert!(timeout.message.contains("timed out"), "{}", timeout.message);
+
+        let too_large = ApiError::from(StorageError::from(QueryError::TooLarge {
+            budget: Budget::TreeNodes,
+            limit: 3,
+        }));
+        assert_eq!(
+            (too_large.status, too_large.code),
+            (StatusCode::UNPROCESSABLE_ENTITY, "query_too_large")
+        );
+        assert!(
+            too_large.message.contains("exceeds 3 nodes"),
+            "{}",
+            too_large.message
+        );
+
+        let groups = ApiError::from(StorageError::from(QueryError::TooLarge {
+            budget: Budget::Groups,
+            limit: 7,
+        }));
+        assert_eq!(groups.status, StatusCode::UNPROCESSABLE_ENTITY);
+        assert!(
+            groups.message.contains("more than 7 groups"),
+            "{}",
+            groups.message
+        );
+
+        let invalid = ApiError::from(StorageError::Invalid("bad matcher".into()));
+        assert_eq!(
+            (invalid.status, invalid.code, invalid.message.as_str()),
+            (StatusCode::BAD_REQUEST, "invalid_argument", "bad matcher")
+        );
     }
 }
