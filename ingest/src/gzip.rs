@@ -10,7 +10,7 @@ use profiledb_proto::gzip::{self, GunzipError};
 
 use crate::error::IngestError;
 
-pub use profiledb_proto::gzip::is_gzip;
+pub use profiledb_proto::gzip::{is_gzip, peek};
 
 /// Returns `data` decompressed if it is gzip-framed, or unchanged otherwise; either
 /// way the result is at most `max_bytes` long (`limit` names the field for errors).

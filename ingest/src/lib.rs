@@ -8,6 +8,7 @@
 //! - [`folded`]: collapsed stacks (`a;b;c 12`) and the `lines` format.
 //! - [`pyroscope`]: the `/ingest` query parameters Pyroscope SDKs send.
 //! - [`push`]: Pyroscope `push.v1.PushRequest` bodies, binary or protojson.
+//! - [`time`]: the one parser of times (`from`, `until`, query windows).
 //! - [`proto`]: the generated wire messages the decoders read (from `profiledb-proto`).
 //!
 //! Every decoder is bounded by [`Limits`] and reports [`IngestError`]s that carry a
@@ -25,6 +26,7 @@ pub mod pprof;
 pub mod profile_type;
 pub mod push;
 pub mod pyroscope;
+pub mod time;
 
 /// The generated wire messages the decoders read.
 pub use profiledb_proto as proto;
@@ -38,6 +40,5 @@ pub use profile_type::{
     infer_profile_name, parse_sample_type_config, ProfileType, SampleTypeConfig, SampleTypeSettings,
 };
 pub use push::{decode_push, push_to_batch, PushEncoding, PushProfile, PushSeries};
-pub use pyroscope::{
-    decode_ingest, duration_unit_ms, parse_time, AppName, Format, IngestBody, IngestParams,
-};
+pub use pyroscope::{decode_ingest, AppName, Format, IngestBody, IngestParams};
+pub use time::{duration_unit_ms, parse_time};

@@ -37,6 +37,24 @@ pub fn is_gzip(data: &[u8]) -> bool {
     data.starts_with(&MAGIC)
 }
 
+/// The first (at most) `n` bytes of `data`'s content: decompressed if it is
+/// gzip-framed (a broken stream gives what decoded before the break), as is otherwise.
+pub fn peek(data: &[u8], n: usize) -> Cow<'_, [u8]> {
+    if !is_gzip(data) {
+        return Cow::Borrowed(&data[..data.len().min(n)]);
+    }
+    let mut out = Vec::with_capacity(n);
+    let mut decoder = MultiGzDecoder::new(data).take(n as u64);
+    let mut buf = [0u8; 512];
+    while let Ok(k) = decoder.read(&mut buf) {
+        if k == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..k]);
+    }
+    Cow::Owned(out)
+}
+
 /// Returns `data` decompressed if it is gzip-framed, or unchanged otherwise; either
 /// way the result is at most `max_bytes` long.
 pub fn decompress_bounded(data: &[u8], max_bytes: usize) -> Result<Cow<'_, [u8]>, GunzipError> {
@@ -169,6 +187,17 @@ mod tests {
         let mut two = gz(&[1u8; 50_000]);
         two.extend(gz(b"x"));
         assert_eq!(gunzip(&two, 1 << 20).unwrap().len(), 50_001);
+    }
+
+    #[test]
+    fn peek_reads_the_head_of_plain_gzip_and_broken_bodies() {
+        assert_eq!(&*peek(b"hello world", 5), b"hello");
+        assert_eq!(&*peek(b"hi", 5), b"hi");
+        let framed = gz(b"hello world");
+        assert_eq!(&*peek(&framed, 5), b"hello");
+        assert_eq!(&*peek(&framed, 100), b"hello world");
+        let long = gz(&[b'x'; 4096]);
+        assert_eq!(peek(&long[..long.len() - 8], 1024).len(), 1024);
     }
 
     #[test]

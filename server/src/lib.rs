@@ -11,6 +11,8 @@ pub mod error;
 pub mod http;
 pub mod metrics;
 pub mod pipeline;
+pub mod retention;
+pub mod time;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -1,3 +1,3 @@
 //! The wire messages of Pyroscope's query API, from the one schema crate.
 
-pub use profiledb_proto::{querier, types, DESCRIPTORS};
+pub use profiledb_proto::{pprof, querier, types, DESCRIPTORS};
