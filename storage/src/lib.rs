@@ -46,7 +46,8 @@
 //! Each module depends only on modules listed before it (nothing imports upward, no
 //! cycles):
 //!
-//! 1. `error`, `durable`, `codec`, `model`, `config`, `stats`, `cache` — the ground.
+//! 1. `error`, `durable`, `codec`, `model` (the `profiledb-model` crate), `config`,
+//!    `stats`, `cache` — the ground.
 //! 2. `dict`, `selector`, `index`, `fnindex` — dictionaries and label/function indexes.
 //! 3. `wal`, `segment` — the files; `catalog` — their metadata.
 //! 4. `head` — fresh data in memory.
@@ -69,8 +70,11 @@ mod fnindex;
 mod head;
 mod index;
 mod merger;
-#[allow(missing_docs)]
-mod model;
+/// The profile model lives in its own crate (shared with ingest and the server);
+/// `crate::model::…` paths keep naming it.
+mod model {
+    pub use profiledb_model::*;
+}
 mod querier;
 mod query;
 mod segment;

@@ -33,34 +33,7 @@ use frames::{FrameTree, GidMemo};
 pub use scratch::Scratch;
 pub use tree::{CallTree, TreeNode};
 
-/// A half-open time range `[start_ms, end_ms)` in milliseconds since the epoch.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct TimeRange {
-    /// Inclusive start (ms since the epoch).
-    pub start_ms: i64,
-    /// Exclusive end (ms since the epoch).
-    pub end_ms: i64,
-}
-
-impl TimeRange {
-    /// `[start_ms, end_ms)`.
-    pub fn new(start_ms: i64, end_ms: i64) -> Self {
-        TimeRange { start_ms, end_ms }
-    }
-
-    /// Every time.
-    pub fn all() -> Self {
-        TimeRange {
-            start_ms: i64::MIN,
-            end_ms: i64::MAX,
-        }
-    }
-
-    /// Whether `[start, end)` shares any instant with this range.
-    pub fn overlaps(&self, start: i64, end: i64) -> bool {
-        self.start_ms < end && start < self.end_ms
-    }
-}
+pub use profiledb_model::TimeRange;
 
 /// What queries need from a head partition or a segment.
 pub trait Source {
