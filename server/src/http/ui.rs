@@ -26,7 +26,7 @@ struct Asset {
 }
 
 macro_rules! assets {
-    ($($path:literal => $ctype:literal),* $(,)?) => {
+    ($($path:literal => $ctype:expr),* $(,)?) => {
         &[$(Asset {
             path: $path,
             content_type: $ctype,

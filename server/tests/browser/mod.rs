@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 pub const CHROMIUM: &str = "/usr/bin/chromium";
 pub const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 /// W3C's key for an element reference in JSON.
-const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecc";
+const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
 pub struct Browser {
     driver: Child,

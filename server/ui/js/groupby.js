@@ -39,7 +39,7 @@ export async function render(root, ui) {
       { key: 'value', label: 'Value', num: true, format: (v) => formatValue(v, unit) },
       { key: 'share', label: 'Share', num: true, format: pct, bar: true },
     ],
-    onRow: (row) => { location.assign(exploreLink(keys, row)); },
+    onRow: (row) => state.navigate(exploreLink(keys, row)),
   }).set(rows);
   ui.mark('groupByDrawn');
 }

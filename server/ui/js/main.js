@@ -48,19 +48,13 @@ async function render() {
 }
 
 tenant.addEventListener('change', () => state.update({ tenant: tenant.value.trim() }, { push: true }));
-document.querySelector('header nav').addEventListener('click', (e) => {
-  const a = e.target.closest('a');
-  if (!a || e.ctrlKey || e.metaKey || e.shiftKey) return;
-  e.preventDefault();
-  history.pushState(null, '', a.href);
-  render();
-});
+// In-app links (the navigation, and links marked `data-route`) switch views without
+// reloading the modules; a modified click still opens a new tab.
 document.addEventListener('click', (e) => {
-  const a = e.target.closest('a[data-route]');
-  if (!a || e.ctrlKey || e.metaKey || e.shiftKey) return;
+  const a = e.target.closest('header nav a, a[data-route]');
+  if (!a || e.ctrlKey || e.metaKey || e.shiftKey || e.button !== 0) return;
   e.preventDefault();
-  history.pushState(null, '', a.href);
-  render();
+  state.navigate(a.href);
 });
 window.addEventListener('popstate', render);
 window.addEventListener('statechange', render);

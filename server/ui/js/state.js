@@ -51,3 +51,9 @@ export function link(view, values) {
   }
   return `/ui/${view}${p.toString() ? `?${p}` : ''}`;
 }
+
+/** Shows `url` (same origin) as a new history entry without reloading the page. */
+export function navigate(url) {
+  history.pushState(null, '', url);
+  window.dispatchEvent(new Event('statechange'));
+}
