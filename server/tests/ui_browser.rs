@@ -227,6 +227,15 @@ fn explore_zoom_search_and_sandwich_match_the_api() {
     assert!(stat.starts_with("matches: "), "{stat}");
     assert!(b.url().contains("search=deflate%7Cjson"), "{}", b.url());
     b.screenshot(&screenshots(), "explore-search");
+
+    // The system's dark setting gives the dark theme.
+    let background = "return getComputedStyle(document.body).backgroundColor;";
+    assert_eq!(b.js(background, json!([])), "rgb(255, 255, 255)");
+    b.color_scheme("dark");
+    b.goto(&b.url());
+    b.wait_idle(60);
+    assert_eq!(b.js(background, json!([])), "rgb(20, 23, 28)");
+    b.screenshot(&screenshots(), "explore-dark");
 }
 
 #[test]
@@ -388,10 +397,15 @@ fn tenants_fixtures_and_admin() {
         }
     }
 
+    // A restart flushes the head: the admin view lists the segments it wrote.
+    let s = TestServer::start_in(s.stop(), |_| {});
     b.goto(&format!("{}/ui/admin", s.url));
     b.wait_idle(60);
     let api = s.json("/api/v1/admin/segments", &[]);
+    assert!(num(&api["count"]) > 0.0, "{api}");
     let text = b.text(&b.find("[aria-label='Segment totals']"));
     assert!(text.starts_with(&format!("{} segments", api["count"])), "{text} vs {api}");
+    let tenants = b.text(&b.find("table.data tbody"));
+    assert!(tenants.contains("team-b") && tenants.contains("anonymous"), "{tenants}");
     b.screenshot(&screenshots(), "admin");
 }

@@ -263,6 +263,17 @@ impl Browser {
         path
     }
 
+    /// Emulates the system colour scheme (`dark` or `light`) through Chromium's
+    /// DevTools protocol, as chromedriver exposes it.
+    pub fn color_scheme(&self, scheme: &str) {
+        self.call(
+            "POST",
+            "/goog/cdp/execute",
+            json!({"cmd": "Emulation.setEmulatedMedia", "params": {
+                "features": [{"name": "prefers-color-scheme", "value": scheme}]}}),
+        );
+    }
+
     /// Resizes the window (the page's viewport follows).
     pub fn window_size(&self, width: u32, height: u32) {
         self.call(

@@ -63,9 +63,13 @@ export class TimeChart {
     ctx.textAlign = 'center';
     ctx.textBaseline = 'alphabetic';
     const ticks = Math.max(2, Math.floor((W - PAD.l) / 160));
+    // Over a year the labels need the year; otherwise month-day and time.
+    const long = this.range[1] - this.range[0] > 300 * 86400e3;
     for (let k = 0; k <= ticks; k++) {
       const t = this.range[0] + ((this.range[1] - this.range[0]) * k) / ticks;
-      ctx.fillText(formatTime(t, false).slice(5), this.xOf(t, W), H - 5);
+      ctx.textAlign = k === 0 ? 'left' : k === ticks ? 'right' : 'center';
+      const label = long ? formatTime(t, false).slice(0, 10) : formatTime(t, false).slice(5);
+      ctx.fillText(label, k === 0 ? PAD.l : k === ticks ? W - PAD.r : this.xOf(t, W), H - 5);
     }
     if (this.points.length) {
       ctx.beginPath();
@@ -80,6 +84,11 @@ export class TimeChart {
       ctx.lineWidth = 1.5;
       ctx.stroke();
       ctx.lineWidth = 1;
+      // Sparse data (a few uploads in a long range) would be invisible as a line.
+      if (this.points.filter((p) => p[1] > 0).length < 8) {
+        ctx.fillStyle = color('--chart');
+        for (const [t, v] of this.points) if (v > 0) ctx.fillRect(this.xOf(t, W) - 2, y(v) - 2, 4, y(0) - y(v) + 2);
+      }
     }
     if (this.drag) {
       ctx.fillStyle = color('--select');
