@@ -86,7 +86,11 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
                 .body(req.encode_to_vec())
                 .send()?;
             if !r.status().is_success() {
-                bail!("push failed: {} {}", r.status(), r.text().unwrap_or_default());
+                bail!(
+                    "push failed: {} {}",
+                    r.status(),
+                    r.text().unwrap_or_default()
+                );
             }
             pushes += 1;
         }
@@ -129,7 +133,10 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
     }
     println!(
         "zooming a {}-node flame graph: {:.1} frames/s over {} frames, {:.2} ms mean draw",
-        zoom["nodes"], num(&zoom["fps"]), zoom["frames"], num(&zoom["drawMsMean"])
+        zoom["nodes"],
+        num(&zoom["fps"]),
+        zoom["frames"],
+        num(&zoom["drawMsMean"])
     );
     server.stop()?;
     let path = report::write(

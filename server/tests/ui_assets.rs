@@ -41,13 +41,21 @@ fn every_ui_file_is_served_byte_for_byte_with_its_type() {
     files(&ui_dir(), &mut all);
     assert!(all.len() >= 10, "{all:?}");
     for f in all {
-        let rel = f.strip_prefix(ui_dir()).unwrap().to_string_lossy().replace('\\', "/");
+        let rel = f
+            .strip_prefix(ui_dir())
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
         let r = s.get(&format!("/ui/assets/{rel}"));
         assert_eq!(r.status(), 200, "{rel}");
         assert_eq!(r.headers()["content-type"], content_type(&rel), "{rel}");
         assert_eq!(r.headers()["cache-control"], "no-cache");
         assert!(r.headers().contains_key("etag"), "{rel}");
-        assert_eq!(r.bytes().unwrap().as_ref(), std::fs::read(&f).unwrap(), "{rel}");
+        assert_eq!(
+            r.bytes().unwrap().as_ref(),
+            std::fs::read(&f).unwrap(),
+            "{rel}"
+        );
     }
 }
 
@@ -55,7 +63,13 @@ fn every_ui_file_is_served_byte_for_byte_with_its_type() {
 fn root_and_deep_links_answer_the_page() {
     let s = TestServer::start();
     let page = std::fs::read_to_string(ui_dir().join("index.html")).unwrap();
-    for path in ["/", "/ui", "/ui/", "/ui/explore?service=a&m=env%3D%22prod%22", "/ui/compare/x"] {
+    for path in [
+        "/",
+        "/ui",
+        "/ui/",
+        "/ui/explore?service=a&m=env%3D%22prod%22",
+        "/ui/compare/x",
+    ] {
         let r = s.get(path);
         assert_eq!(r.status(), 200, "{path}");
         assert_eq!(r.headers()["content-type"], "text/html; charset=utf-8");
@@ -121,7 +135,11 @@ fn etag_revalidates_and_gzip_round_trips() {
 #[test]
 fn unknown_assets_are_a_json_404() {
     let s = TestServer::start();
-    for path in ["/ui/assets/nope.js", "/ui/assets/js/..%2Fapp.css", "/ui/assets/js"] {
+    for path in [
+        "/ui/assets/nope.js",
+        "/ui/assets/js/..%2Fapp.css",
+        "/ui/assets/js",
+    ] {
         let r = s.get(path);
         assert_eq!(r.status(), 404, "{path}");
         let v: serde_json::Value = r.json().unwrap();

@@ -44,11 +44,19 @@ fn stacks(service: &str, weight: i64, late: bool) -> String {
     )
 }
 
-fn ingest(s: &TestServer, tenant: Option<&str>, name: &str, from_s: i64, body: Vec<u8>, format: &str) {
-    let mut req = s
-        .client
-        .post(format!("{}/ingest", s.url))
-        .query(&[("name", name), ("from", &from_s.to_string()), ("format", format)]);
+fn ingest(
+    s: &TestServer,
+    tenant: Option<&str>,
+    name: &str,
+    from_s: i64,
+    body: Vec<u8>,
+    format: &str,
+) {
+    let mut req = s.client.post(format!("{}/ingest", s.url)).query(&[
+        ("name", name),
+        ("from", &from_s.to_string()),
+        ("format", format),
+    ]);
     if let Some(t) = tenant {
         req = req.header("X-Scope-OrgID", t);
     }
@@ -64,7 +72,14 @@ fn feed(s: &TestServer, end_s: i64) {
         for (service, weight) in [("checkout", 2), ("search", 1)] {
             for (region, w) in [("eu", 1), ("us", 2)] {
                 let name = format!("{service}.cpu{{env=prod,region={region}}}");
-                ingest(s, None, &name, t, stacks(service, weight * w, late).into_bytes(), "folded");
+                ingest(
+                    s,
+                    None,
+                    &name,
+                    t,
+                    stacks(service, weight * w, late).into_bytes(),
+                    "folded",
+                );
             }
         }
     }
@@ -74,7 +89,11 @@ fn merged(s: &TestServer, query: &str, from: i64, until: i64) -> BTreeMap<String
     let r = s
         .client
         .get(format!("{}/api/v1/merge", s.url))
-        .query(&[("query", query), ("from", &from.to_string()), ("until", &until.to_string())])
+        .query(&[
+            ("query", query),
+            ("from", &from.to_string()),
+            ("until", &until.to_string()),
+        ])
         .send()
         .unwrap();
     assert_eq!(r.status(), 200);
@@ -118,7 +137,10 @@ fn wait_for<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
 
 /// `profiledbUI.flame.<call>` in the page.
 fn flame(b: &Browser, call: &str) -> Value {
-    b.js(&format!("return window.profiledbUI.flame.{call};"), json!([]))
+    b.js(
+        &format!("return window.profiledbUI.flame.{call};"),
+        json!([]),
+    )
 }
 
 struct Setup {
@@ -156,13 +178,21 @@ fn explore_zoom_search_and_sandwich_match_the_api() {
     b.wait_idle(60);
     let url = b.url();
     assert!(url.contains("service=checkout"), "{url}");
-    assert!(url.contains(&format!("type={}", CPU.replace(':', "%3A"))), "{url}");
+    assert!(
+        url.contains(&format!("type={}", CPU.replace(':', "%3A"))),
+        "{url}"
+    );
 
     let sel = "{service_name=\"checkout\"}";
     let q = format!("{CPU}{sel}");
     let api: Value = s.json(
         "/api/v1/flamegraph",
-        &[("query", &q), ("from", &from.to_string()), ("until", &until.to_string()), ("max_nodes", "8192")],
+        &[
+            ("query", &q),
+            ("from", &from.to_string()),
+            ("until", &until.to_string()),
+            ("max_nodes", "8192"),
+        ],
     );
     let stacks = merged(&s, &q, from, until);
     let total: i64 = stacks.values().sum();
@@ -182,10 +212,16 @@ fn explore_zoom_search_and_sandwich_match_the_api() {
     );
     assert_eq!(hit["name"], "zlib::deflate");
     assert_eq!(num(&hit["total"]) as i64, deflate);
-    assert!(close(num(&hit["share"]), deflate_share), "{hit} vs {deflate_share}");
+    assert!(
+        close(num(&hit["share"]), deflate_share),
+        "{hit} vs {deflate_share}"
+    );
     // The top-functions table lists the same function.
     let table = b.text(&b.find("section[aria-label='Top functions'] table"));
-    assert!(table.contains("zlib::deflate") && table.contains("json::encode"), "{table}");
+    assert!(
+        table.contains("zlib::deflate") && table.contains("json::encode"),
+        "{table}"
+    );
     b.screenshot(&screenshots(), "explore");
 
     // Zoom with a real click on `checkout::handle`: it then spans the whole width.
@@ -203,10 +239,19 @@ fn explore_zoom_search_and_sandwich_match_the_api() {
     assert!(url.contains("zoom=checkout%3A%3Ahandle"), "{url}");
     // The sandwich of the clicked function: its callees sum to its total.
     let (handle_total, _) = share_of(&stacks, "checkout::handle");
-    let callees = b.js("return window.profiledbUI.flames.callees.rootTotal();", json!([]));
+    let callees = b.js(
+        "return window.profiledbUI.flames.callees.rootTotal();",
+        json!([]),
+    );
     assert_eq!(num(&callees) as i64, handle_total);
-    let callers = b.js("return window.profiledbUI.flames.callers.hitTest(5, 5);", json!([]));
-    assert_eq!(callers["name"], "main", "the outermost caller, drawn on top when inverted");
+    let callers = b.js(
+        "return window.profiledbUI.flames.callers.hitTest(5, 5);",
+        json!([]),
+    );
+    assert_eq!(
+        callers["name"], "main",
+        "the outermost caller, drawn on top when inverted"
+    );
     b.screenshot(&screenshots(), "explore-zoomed-sandwich");
 
     // The link reloads to the same zoom.
@@ -255,8 +300,10 @@ fn compare_group_by_and_alert_links() {
     let api: Value = s
         .client
         .post(format!("{}/api/v1/diff", s.url))
-        .json(&json!({"profile_type": CPU, "selector": sel, "base": side(from, mid),
-                      "compare": side(mid, until), "top": 20, "max_nodes": 8192}))
+        .json(
+            &json!({"profile_type": CPU, "selector": sel, "base": side(from, mid),
+                      "compare": side(mid, until), "top": 20, "max_nodes": 8192}),
+        )
         .send()
         .unwrap()
         .json()
@@ -266,7 +313,10 @@ fn compare_group_by_and_alert_links() {
     assert_eq!(b.text(&first), "zlib::deflate");
     let manhattan = b.text(&b.find("[data-stat=manhattan] .num"));
     assert_eq!(manhattan, format!("{:.4}", num(&api["stats"]["manhattan"])));
-    let diff_root = b.js("return window.profiledbUI.flames.diff.hitTest(5, 5);", json!([]));
+    let diff_root = b.js(
+        "return window.profiledbUI.flames.diff.hitTest(5, 5);",
+        json!([]),
+    );
     assert_eq!(
         num(&diff_root["baseTotal"]) + num(&diff_root["compareTotal"]),
         num(&api["stats"]["samples_base"]) + num(&api["stats"]["samples_compare"])
@@ -283,8 +333,10 @@ fn compare_group_by_and_alert_links() {
     let api: Value = s
         .client
         .post(format!("{}/api/v1/query", s.url))
-        .json(&json!({"profile_type": CPU, "selector": "{}", "start": from, "end": until,
-                      "group_by": ["service_name", "function"], "limit": 100}))
+        .json(
+            &json!({"profile_type": CPU, "selector": "{}", "start": from, "end": until,
+                      "group_by": ["service_name", "function"], "limit": 100}),
+        )
         .send()
         .unwrap()
         .json()
@@ -302,8 +354,14 @@ fn compare_group_by_and_alert_links() {
     b.click(&b.find("table.data tbody tr:first-child"));
     b.wait_idle(60);
     let url = b.url();
-    assert!(url.contains("/ui/explore?") && url.contains("service=checkout"), "{url}");
-    let (json_total, json_share) = share_of(&merged(&s, &format!("{CPU}{sel}"), from, until), "json::encode");
+    assert!(
+        url.contains("/ui/explore?") && url.contains("service=checkout"),
+        "{url}"
+    );
+    let (json_total, json_share) = share_of(
+        &merged(&s, &format!("{CPU}{sel}"), from, until),
+        "json::encode",
+    );
     assert!(json_total > 0);
     let got = num(&flame(&b, "searchShare()"));
     assert!(close(got, json_share), "{got} vs {json_share}");
@@ -336,8 +394,14 @@ fn compare_group_by_and_alert_links() {
     let url = b.url();
     let body = &links["diff"]["body"];
     assert!(url.contains("/ui/compare?"), "{url}");
-    assert!(url.contains(&format!("bfrom={}", body["base"]["start"])), "{url} {body}");
-    assert!(url.contains(&format!("cuntil={}", body["compare"]["end"])), "{url} {body}");
+    assert!(
+        url.contains(&format!("bfrom={}", body["base"]["start"])),
+        "{url} {body}"
+    );
+    assert!(
+        url.contains(&format!("cuntil={}", body["compare"]["end"])),
+        "{url} {body}"
+    );
     let api: Value = s
         .client
         .post(format!("{}/api/v1/diff", s.url))
@@ -347,7 +411,10 @@ fn compare_group_by_and_alert_links() {
         .json()
         .unwrap();
     let first = b.text(&b.find("section[aria-label='Top movers'] tbody tr td"));
-    assert_eq!(first, api["top"][0]["function"].as_str().unwrap_or_default());
+    assert_eq!(
+        first,
+        api["top"][0]["function"].as_str().unwrap_or_default()
+    );
     assert_eq!(first, "zlib::deflate");
 }
 
@@ -357,11 +424,24 @@ fn tenants_fixtures_and_admin() {
         return;
     };
     // Another tenant sees only its own service.
-    ingest(&s, Some("team-b"), "billing.cpu", until / 1000 - 60, b"main;bill 5\n".to_vec(), "folded");
-    b.goto(&format!("{}/ui/explore?tenant=team-b&from={from}&until={until}", s.url));
+    ingest(
+        &s,
+        Some("team-b"),
+        "billing.cpu",
+        until / 1000 - 60,
+        b"main;bill 5\n".to_vec(),
+        "folded",
+    );
+    b.goto(&format!(
+        "{}/ui/explore?tenant=team-b&from={from}&until={until}",
+        s.url
+    ));
     b.wait_idle(60);
     let services = b.text(&b.find("select[name=service]"));
-    assert!(services.contains("billing") && !services.contains("checkout"), "{services}");
+    assert!(
+        services.contains("billing") && !services.contains("checkout"),
+        "{services}"
+    );
     assert_eq!(num(&flame(&b, "rootTotal()")) as i64, 5 * SCALE);
     // The tenant follows the navigation.
     let nav = b.find("header nav a[data-view=groupby]");
@@ -369,29 +449,50 @@ fn tenants_fixtures_and_admin() {
     b.wait_idle(60);
     assert!(b.url().contains("tenant=team-b"), "{}", b.url());
 
-    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/pyroscope/cpu.pb.gz");
+    let fixture =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/pyroscope/cpu.pb.gz");
     match std::fs::read(&fixture) {
         Err(e) => eprintln!("SKIP fixture part: {}: {e}", fixture.display()),
         Ok(bytes) => {
             // pprof samples keep their own time (years ago), so the page reads all time.
-            ingest(&s, Some("fixtures"), "goapp", until / 1000 - 120, bytes, "pprof");
-            b.goto(&format!("{}/ui/explore?tenant=fixtures&from=0&until={until}", s.url));
+            ingest(
+                &s,
+                Some("fixtures"),
+                "goapp",
+                until / 1000 - 120,
+                bytes,
+                "pprof",
+            );
+            b.goto(&format!(
+                "{}/ui/explore?tenant=fixtures&from=0&until={until}",
+                s.url
+            ));
             b.wait_idle(60);
             assert_eq!(b.error_text(), "");
-            let ty = b.js("return new URLSearchParams(location.search).get('type');", json!([]));
+            let ty = b.js(
+                "return new URLSearchParams(location.search).get('type');",
+                json!([]),
+            );
             let ty = ty.as_str().unwrap_or_default().to_string();
             let r = s
                 .client
                 .get(format!("{}/api/v1/flamegraph", s.url))
                 .header("X-Scope-OrgID", "fixtures")
-                .query(&[("query", format!("{ty}{{}}")), ("from", "0".to_string()), ("until", until.to_string()), ("max_nodes", "8192".into())])
+                .query(&[
+                    ("query", format!("{ty}{{}}")),
+                    ("from", "0".to_string()),
+                    ("until", until.to_string()),
+                    ("max_nodes", "8192".into()),
+                ])
                 .send()
                 .unwrap();
             let api: Value = r.json().unwrap();
             assert!(num(&api["total"]) > 0.0, "{ty}: {api}");
             assert_eq!(num(&flame(&b, "rootTotal()")), num(&api["total"]));
             let nodes = num(&flame(&b, "nodeCount()"));
-            let levels: usize = api["levels"].as_array().map_or(0, |l| l.iter().map(|r| r.as_array().map_or(0, Vec::len) / 4).sum());
+            let levels: usize = api["levels"].as_array().map_or(0, |l| {
+                l.iter().map(|r| r.as_array().map_or(0, Vec::len) / 4).sum()
+            });
             assert_eq!(nodes as usize, levels);
             b.screenshot(&screenshots(), "explore-fixture");
         }
@@ -404,8 +505,14 @@ fn tenants_fixtures_and_admin() {
     let api = s.json("/api/v1/admin/segments", &[]);
     assert!(num(&api["count"]) > 0.0, "{api}");
     let text = b.text(&b.find("[aria-label='Segment totals']"));
-    assert!(text.starts_with(&format!("{} segments", api["count"])), "{text} vs {api}");
+    assert!(
+        text.starts_with(&format!("{} segments", api["count"])),
+        "{text} vs {api}"
+    );
     let tenants = b.text(&b.find("table.data tbody"));
-    assert!(tenants.contains("team-b") && tenants.contains("anonymous"), "{tenants}");
+    assert!(
+        tenants.contains("team-b") && tenants.contains("anonymous"),
+        "{tenants}"
+    );
     b.screenshot(&screenshots(), "admin");
 }

@@ -62,12 +62,7 @@ impl Browser {
             _profile: profile,
         };
         let deadline = Instant::now() + Duration::from_secs(20);
-        while b
-            .client
-            .get(format!("{}/status", b.base))
-            .send()
-            .is_err()
-        {
+        while b.client.get(format!("{}/status", b.base)).send().is_err() {
             assert!(Instant::now() < deadline, "chromedriver never answered");
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -104,7 +99,9 @@ impl Browser {
             "DELETE" => self.client.delete(&url),
             _ => self.client.post(&url).json(&body),
         };
-        let resp = req.send().unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        let resp = req
+            .send()
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
         let status = resp.status();
         let v: Value = resp.json().expect("WebDriver answers JSON");
         assert!(status.is_success(), "{method} {path} {body}: {status} {v}");
@@ -124,7 +121,11 @@ impl Browser {
 
     /// Runs `body` (a function body: use `return`) with `args` in the page.
     pub fn js(&self, body: &str, args: Value) -> Value {
-        self.call("POST", "/execute/sync", json!({ "script": body, "args": args }))
+        self.call(
+            "POST",
+            "/execute/sync",
+            json!({ "script": body, "args": args }),
+        )
     }
 
     /// Runs `body` awaiting the promise it returns (`return someAsync()`).
@@ -150,7 +151,9 @@ impl Browser {
             );
             if v == Value::Bool(true) {
                 // One more frame: a view may schedule a draw after its last request.
-                self.js_async("await new Promise((r) => requestAnimationFrame(() => r())); return 1;");
+                self.js_async(
+                    "await new Promise((r) => requestAnimationFrame(() => r())); return 1;",
+                );
                 return;
             }
             assert!(
