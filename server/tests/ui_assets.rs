@@ -80,6 +80,14 @@ fn root_and_deep_links_answer_the_page() {
     assert_eq!(r.status(), 404);
 }
 
+fn get_with(s: &TestServer, path: &str, header: &str, value: &str) -> reqwest::blocking::Response {
+    s.client
+        .get(format!("{}{path}", s.url))
+        .header(header, value)
+        .send()
+        .unwrap()
+}
+
 #[test]
 fn etag_revalidates_and_gzip_round_trips() {
     let s = TestServer::start();
@@ -88,30 +96,15 @@ fn etag_revalidates_and_gzip_round_trips() {
     let etag = plain.headers()["etag"].clone();
     let body = plain.bytes().unwrap();
 
-    let r = s
-        .client
-        .get(format!("{}{path}", s.url))
-        .header("If-None-Match", etag.clone())
-        .send()
-        .unwrap();
+    let r = get_with(&s, path, "If-None-Match", etag.to_str().unwrap());
     assert_eq!(r.status(), 304);
     assert_eq!(r.headers()["etag"], etag);
     assert!(r.bytes().unwrap().is_empty());
 
-    let r = s
-        .client
-        .get(format!("{}{path}", s.url))
-        .header("If-None-Match", "\"something-else\"")
-        .send()
-        .unwrap();
+    let r = get_with(&s, path, "If-None-Match", "\"something-else\"");
     assert_eq!(r.status(), 200);
 
-    let r = s
-        .client
-        .get(format!("{}{path}", s.url))
-        .header("Accept-Encoding", "br, gzip")
-        .send()
-        .unwrap();
+    let r = get_with(&s, path, "Accept-Encoding", "br, gzip");
     assert_eq!(r.status(), 200);
     assert_eq!(r.headers()["content-encoding"], "gzip");
     let z = r.bytes().unwrap();
@@ -123,12 +116,7 @@ fn etag_revalidates_and_gzip_round_trips() {
     assert_eq!(out, body.as_ref());
 
     // `gzip;q=0` refuses it.
-    let r = s
-        .client
-        .get(format!("{}{path}", s.url))
-        .header("Accept-Encoding", "gzip;q=0")
-        .send()
-        .unwrap();
+    let r = get_with(&s, path, "Accept-Encoding", "gzip;q=0");
     assert!(r.headers().get("content-encoding").is_none());
 }
 

@@ -11,10 +11,9 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
 
 use browser::Browser;
-use common::TestServer;
+use common::{wait_for, TestServer};
 use serde_json::{json, Value};
 
 const CPU: &str = "process_cpu:cpu:nanoseconds:cpu:nanoseconds";
@@ -116,23 +115,24 @@ fn share_of(stacks: &BTreeMap<String, i64>, f: &str) -> (i64, f64) {
     (with, with as f64 / total as f64)
 }
 
+/// POSTs JSON to the API and answers its JSON (asserting 200).
+fn post(s: &TestServer, path: &str, body: &Value) -> Value {
+    let r = s
+        .client
+        .post(format!("{}{path}", s.url))
+        .json(body)
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 200, "{path} {body}");
+    r.json().unwrap()
+}
+
 fn num(v: &Value) -> f64 {
     v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
 }
 
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
-}
-
-fn wait_for<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 /// `profiledbUI.flame.<call>` in the page.
@@ -297,17 +297,12 @@ fn compare_group_by_and_alert_links() {
     b.wait_idle(60);
     assert_eq!(b.error_text(), "");
     let side = |a: i64, z: i64| json!({"start": a, "end": z, "selector": sel});
-    let api: Value = s
-        .client
-        .post(format!("{}/api/v1/diff", s.url))
-        .json(
-            &json!({"profile_type": CPU, "selector": sel, "base": side(from, mid),
+    let api = post(
+        &s,
+        "/api/v1/diff",
+        &json!({"profile_type": CPU, "selector": sel, "base": side(from, mid),
                       "compare": side(mid, until), "top": 20, "max_nodes": 8192}),
-        )
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
+    );
     assert_eq!(api["top"][0]["function"], "zlib::deflate", "{api}");
     let first = b.find("section[aria-label='Top movers'] tbody tr td");
     assert_eq!(b.text(&first), "zlib::deflate");
@@ -330,17 +325,12 @@ fn compare_group_by_and_alert_links() {
     ));
     b.wait_idle(60);
     assert_eq!(b.error_text(), "");
-    let api: Value = s
-        .client
-        .post(format!("{}/api/v1/query", s.url))
-        .json(
-            &json!({"profile_type": CPU, "selector": "{}", "start": from, "end": until,
+    let api = post(
+        &s,
+        "/api/v1/query",
+        &json!({"profile_type": CPU, "selector": "{}", "start": from, "end": until,
                       "group_by": ["service_name", "function"], "limit": 100}),
-        )
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
+    );
     let row0 = &api["rows"][0];
     assert_eq!(row0["key"], json!(["checkout", "json::encode"]), "{api}");
     let cells: Vec<String> = b
@@ -402,14 +392,7 @@ fn compare_group_by_and_alert_links() {
         url.contains(&format!("cuntil={}", body["compare"]["end"])),
         "{url} {body}"
     );
-    let api: Value = s
-        .client
-        .post(format!("{}/api/v1/diff", s.url))
-        .json(body)
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
+    let api = post(&s, "/api/v1/diff", &body);
     let first = b.text(&b.find("section[aria-label='Top movers'] tbody tr td"));
     assert_eq!(
         first,

@@ -134,3 +134,13 @@ export function timePicker(title, fromKey = 'from', untilKey = 'until', fallback
   return h('form', { class: 'toolbar', onsubmit: apply, 'aria-label': title },
     labeled(title, preset), labeled('From', f), labeled('Until', u), h('button', { type: 'submit' }, 'Apply'));
 }
+
+/** The top of a one-range view (Explore, Group by): selection and range picker. */
+export async function header(root) {
+  const [from, until] = range();
+  const top = h('div');
+  root.append(top);
+  const picked = await selection(top, [from, until]);
+  top.append(timePicker('Range'));
+  return { from, until, top, ...picked };
+}

@@ -2,7 +2,7 @@
 import { h, download } from './dom.js';
 import { getJSON, getBlob, query } from './api.js';
 import * as state from './state.js';
-import { selection, selector, range, timePicker } from './controls.js';
+import { header, selector } from './controls.js';
 import { TimeChart } from './chart.js';
 import { FlameGraph } from './flame.js';
 import { DataTable } from './table.js';
@@ -12,11 +12,7 @@ import { formatValue, pct, stepFor, reEscape } from './format.js';
 export const DEFAULT_MAX_NODES = 8192;
 
 export async function render(root, ui) {
-  const [from, until] = range();
-  const top = h('div');
-  root.append(top);
-  const { type, unit } = await selection(top, [from, until]);
-  top.append(timePicker('Range'));
+  const { from, until, type, unit } = await header(root);
   if (!type) {
     root.append(h('p', { class: 'muted' }, 'No profiles in this range. Send some (see docs/api.md, /ingest) or pick a longer range.'));
     return;

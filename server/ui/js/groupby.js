@@ -3,18 +3,14 @@
 import { h } from './dom.js';
 import { getJSON, postJSON, query } from './api.js';
 import * as state from './state.js';
-import { selection, selector, range, timePicker } from './controls.js';
+import { header, selector } from './controls.js';
 import { DataTable } from './table.js';
 import { formatValue, pct, quote, reEscape } from './format.js';
 
 const SPECIAL = ['function', 'function_total', 'binary'];
 
 export async function render(root, ui) {
-  const [from, until] = range();
-  const top = h('div');
-  root.append(top);
-  const { type, unit } = await selection(top, [from, until]);
-  top.append(timePicker('Range'));
+  const { from, until, top, type, unit } = await header(root);
   const keys = state.get('keys', 'function').split(',').map((k) => k.trim()).filter(Boolean);
   top.append(await form(type, keys, [from, until]));
   if (!type) return;
