@@ -47,7 +47,7 @@ export class DataTable {
       onkeydown: this.onRow && ((e) => { if (e.key === 'Enter') this.onRow(r); }),
     }, this.columns.map((c) => h('td', { class: c.num ? 'num' : 'name', title: c.num ? null : String(r[c.key]) },
       c.format ? c.format(r[c.key], r) : String(r[c.key]),
-      c.bar ? h('span', { class: 'bar', style: `width:${Math.round((Math.abs(r[c.key]) / max[c.key]) * 40)}px` }) : null))));
+      c.bar ? h('span', { class: 'bar', style: `width:${Math.round((Math.abs(r[c.key]) / max[c.key]) * 30)}px` }) : null))));
     fill(this.table, h('thead', {}, head), h('tbody', {}, body));
   }
 }
