@@ -22,6 +22,8 @@ const SCALE: i64 = 10_000_000;
 const HOUR_MS: i64 = 3_600_000;
 /// Upload spacing of the generated data.
 const STEP_S: i64 = 300;
+/// WebDriver's code for the Escape key.
+const ESCAPE: &str = "\u{E00C}";
 
 fn screenshots() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/ui-screenshots")
@@ -259,6 +261,12 @@ fn explore_zoom_search_and_sandwich_match_the_api() {
     b.wait_idle(60);
     assert!(spans_all(&b), "zoom restored from the URL");
     assert_eq!(num(&flame(&b, "rootTotal()")) as i64, total);
+    // Escape in the focused flame graph zooms back out to the root.
+    let main_canvas = b.find("section[aria-label='Flame graph'] > .flame canvas");
+    b.type_text(&main_canvas, ESCAPE);
+    wait_for(10, "the zoom-out", || {
+        (num(&flame(&b, "focus.d")) == 0.0 && !b.url().contains("zoom=")).then_some(())
+    });
 
     // Search highlights the matches and shows their combined share.
     let search = b.find("input[aria-label='Search functions']");
@@ -281,6 +289,42 @@ fn explore_zoom_search_and_sandwich_match_the_api() {
     b.wait_idle(60);
     assert_eq!(b.js(background, json!([])), "rgb(20, 23, 28)");
     b.screenshot(&screenshots(), "explore-dark");
+    b.color_scheme("light");
+
+    // Label filters: names and values autocomplete from the label index, and a filter
+    // narrows the flame graph to the API's answer for the same selector.
+    let name = b.find("input[aria-label='Label name']");
+    b.click(&name);
+    let options = "return [...document.getElementById(arguments[0].getAttribute('list')).options].map((o) => o.value);";
+    let names = wait_for(10, "label names", || {
+        let v = b.js(options, json!([{browser::ELEMENT: name.id()}]));
+        v.as_array().is_some_and(|a| !a.is_empty()).then_some(v)
+    });
+    assert_eq!(names, json!(["env", "region"]));
+    b.type_text(&name, "region");
+    let value = b.find("input[aria-label='Label value']");
+    b.click(&value);
+    let values = wait_for(10, "label values", || {
+        let v = b.js(options, json!([{browser::ELEMENT: value.id()}]));
+        v.as_array().is_some_and(|a| !a.is_empty()).then_some(v)
+    });
+    assert_eq!(values, json!(["eu", "us"]));
+    b.type_text(&value, "eu");
+    b.click(&b.find("form[aria-label='Label filters'] button[type=submit]"));
+    b.wait_idle(60);
+    assert!(b.url().contains("m=region%3D%22eu%22"), "{}", b.url());
+    let eu: i64 = merged(
+        &s,
+        &format!("{CPU}{{service_name=\"checkout\",region=\"eu\"}}"),
+        from,
+        until,
+    )
+    .values()
+    .sum();
+    assert_eq!(eu * 3, total, "eu has weight 1 of 3");
+    assert_eq!(num(&flame(&b, "rootTotal()")) as i64, eu);
+    let chip = b.text(&b.find(".chip"));
+    assert!(chip.starts_with("region=\"eu\""), "{chip}");
 }
 
 #[test]

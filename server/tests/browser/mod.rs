@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 pub const CHROMIUM: &str = "/usr/bin/chromium";
 pub const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 /// W3C's key for an element reference in JSON.
-const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
+pub const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
 pub struct Browser {
     driver: Child,
@@ -27,6 +27,13 @@ pub struct Browser {
 /// An element reference the driver handed out.
 #[derive(Clone, Debug)]
 pub struct Element(String);
+
+impl Element {
+    /// The driver's id, for passing the element into a script as `{ELEMENT: id}`.
+    pub fn id(&self) -> &str {
+        &self.0
+    }
+}
 
 impl Browser {
     /// Starts chromedriver and a 1280x800 headless Chromium session, or answers `None`
