@@ -14,6 +14,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use bytes::Bytes;
 
 use super::AppRef;
 use crate::error::ApiError;
@@ -62,7 +63,7 @@ static ASSETS: &[Asset] = assets! {
 struct Served {
     asset: &'static Asset,
     etag: HeaderValue,
-    gzip: OnceLock<Option<Vec<u8>>>,
+    gzip: OnceLock<Option<Bytes>>,
 }
 
 fn served() -> &'static [Served] {
@@ -134,14 +135,14 @@ fn respond(path: &str, headers: &HeaderMap) -> Result<Response, ApiError> {
         HeaderValue::from_static(s.asset.content_type),
     )];
     let gzip = accepts_gzip(headers)
-        .then(|| s.gzip.get_or_init(|| gzip(s.asset)).as_deref())
+        .then(|| s.gzip.get_or_init(|| gzip(s.asset)).clone())
         .flatten();
     Ok(match gzip {
         Some(z) => (
             common,
             ctype,
             [(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"))],
-            z.to_vec(),
+            z,
         )
             .into_response(),
         None => (common, ctype, s.asset.bytes).into_response(),
@@ -171,12 +172,12 @@ fn accepts_gzip(headers: &HeaderMap) -> bool {
 }
 
 /// The gzip'd asset, or `None` when it is not worth it (images, tiny files).
-fn gzip(a: &Asset) -> Option<Vec<u8>> {
+fn gzip(a: &Asset) -> Option<Bytes> {
     use std::io::Write;
     if a.content_type.starts_with("image/") || a.bytes.len() < 512 {
         return None;
     }
     let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
     enc.write_all(a.bytes).ok()?;
-    enc.finish().ok()
+    enc.finish().ok().map(Bytes::from)
 }
