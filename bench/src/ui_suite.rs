@@ -8,7 +8,6 @@
 mod browser;
 
 use std::path::PathBuf;
-use std::time::Instant;
 
 use anyhow::{bail, Context};
 use clap::Args as ClapArgs;
@@ -116,9 +115,9 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
         .map(|_| load(&b, &page))
         .collect::<anyhow::Result<_>>()?;
     cached.sort_by(f64::total_cmp);
+    let cached_p50 = percentile(&cached, 50.0);
     println!(
-        "page load → drawn flame graph, {service}, 1 day: cold {cold:.0} ms, cached p50 {:.0} ms (n={})",
-        percentile(&cached, 0.5),
+        "page load → drawn flame graph, {service}, 1 day: cold {cold:.0} ms, cached p50 {cached_p50:.0} ms (n={})",
         cached.len()
     );
 
@@ -145,7 +144,7 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
             "fleet": {"hosts": args.hosts, "services": args.services, "stacks": args.stacks,
                       "interval_s": args.interval, "pushes": pushes, "quick": args.quick},
             "assets": assets,
-            "flame_drawn_ms": {"cold": cold, "cached_p50": percentile(&cached, 0.5), "cached": cached},
+            "flame_drawn_ms": {"cold": cold, "cached_p50": cached_p50, "cached": cached},
             "zoom": zoom,
         }),
     )?;

@@ -59,6 +59,10 @@ export class FlameGraph {
 
   setModel(m) {
     this.m = m;
+    // Colours are fixed per model: by name, or per node for a diff.
+    this.colors = m.diff
+      ? m.levels.map((l) => Array.from({ length: l.n }, (_, i) => diffColor(m, l, i)))
+      : m.names.map(nameColor);
     this.focus = { d: 0, i: 0 };
     this.view = [0, rootTotal(m) || 1];
     this.setSearch(this.searchText || '');
@@ -156,7 +160,7 @@ export class FlameGraph {
       ctx.fillStyle = this.color(l, d, i);
       ctx.fillRect(x, y, Math.max(w - 0.5, 0.5), ROW - 1);
       if (w > 3 * cw) {
-        const name = d === 0 && !this.opts.inverted && m.names[l.name[i]] === 'total' ? 'total' : m.names[l.name[i]];
+        const name = m.names[l.name[i]];
         const max = Math.floor((w - 6) / cw);
         ctx.fillStyle = '#111';
         ctx.fillText(name.length > max ? `${name.slice(0, max - 1)}…` : name, x + 3, y + ROW / 2);
@@ -184,7 +188,7 @@ export class FlameGraph {
       const k = this.marks[d][i];
       return k === 1 ? '#b14ae0' : k === 2 ? '#d9b8ea' : 'hsl(220, 5%, 80%)';
     }
-    return this.m.diff ? diffColor(this.m, l, i) : nameColor(this.m.names[l.name[i]]);
+    return this.m.diff ? this.colors[d][i] : this.colors[l.name[i]];
   }
 
   /** The node under CSS pixel (x, y) of the canvas, or null. */
