@@ -436,7 +436,7 @@ fn compare_group_by_and_alert_links() {
         url.contains(&format!("cuntil={}", body["compare"]["end"])),
         "{url} {body}"
     );
-    let api = post(&s, "/api/v1/diff", &body);
+    let api = post(&s, "/api/v1/diff", body);
     let first = b.text(&b.find("section[aria-label='Top movers'] tbody tr td"));
     assert_eq!(
         first,
