@@ -29,8 +29,9 @@ export async function render(root, ui) {
     return;
   }
   const shared = selector();
-  const bsel = state.get('bsel') || shared;
-  const csel = state.get('csel') || shared;
+  const braced = (s) => (s.startsWith('{') ? s : `{${s}}`);
+  const bsel = braced(state.get('bsel') || shared);
+  const csel = braced(state.get('csel') || shared);
   const maxNodes = Number(state.get('max_nodes', DEFAULT_MAX_NODES));
   const side = ([start, end], sel) => ({ start, end, selector: sel });
   const [diff, left, right] = await Promise.all([

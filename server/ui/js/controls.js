@@ -49,7 +49,7 @@ function datalist(values) {
  * is chosen, and written to the URL, when none is).
  */
 export async function selection(host, [from, until]) {
-  const types = await getJSON('/api/v1/profile_types', { from, until });
+  const types = await getJSON('/api/v1/profile_types', { query: '{}', from, until });
   let type = state.get('type');
   if (!type || !types.includes(type)) {
     type = types.find((t) => t.startsWith('process_cpu:cpu:')) || types.find((t) => /cpu/.test(t)) || types[0] || '';
