@@ -56,13 +56,16 @@ const HEAP_TYPES: [(&str, &str, i64); 2] = [
 
 #[derive(clap::Args)]
 pub struct Args {
+    /// Seed of the data generator (same seed, same data).
     #[arg(long, default_value_t = 42)]
     seed: u64,
     /// Simulated days of data (one 1 h partition per hour).
     #[arg(long, default_value_t = 7)]
     days: i64,
+    /// Simulated hosts.
     #[arg(long, default_value_t = 6)]
     hosts: usize,
+    /// Simulated services on every host.
     #[arg(long, default_value_t = 4)]
     services: usize,
     /// Distinct stacks per service.
@@ -365,11 +368,13 @@ impl Step {
 /// process of its own, so its VmHWM is the peak memory of that pass alone.
 #[derive(clap::Args)]
 pub struct StepArgs {
+    /// Data directory to compact.
     #[arg(long)]
     data_dir: PathBuf,
     /// The simulated clock for downsampling decisions (ms since the epoch).
     #[arg(long, allow_hyphen_values = true)]
     now_ms: i64,
+    /// Name of the pass in the report.
     #[arg(long)]
     name: String,
 }

@@ -27,10 +27,13 @@ use crate::server::Running;
 
 #[derive(clap::Args, Clone)]
 pub struct Args {
+    /// Seed of the fleet generator (same seed, same fleet).
     #[arg(long, default_value_t = 42)]
     seed: u64,
+    /// Simulated hosts.
     #[arg(long, default_value_t = 100)]
     hosts: usize,
+    /// Simulated services on every host.
     #[arg(long, default_value_t = 10)]
     services: usize,
     /// Distinct stacks per service.
@@ -49,6 +52,7 @@ pub struct Args {
     /// every 5 minutes in the last hour; 0 = none).
     #[arg(long, default_value_t = 10)]
     replay_hosts: usize,
+    /// Real pprof profiles the replay hosts push.
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures/pprof"))]
     fixtures: PathBuf,
     /// Concurrent push clients.
@@ -162,7 +166,7 @@ fn specs(t_end: i64, service: &str) -> Vec<QuerySpec> {
                     "/api/v1/flamegraph?query={}&from={}&until={}&max_nodes=1024",
                     enc(&q),
                     start - shift,
-                    t_end - 1
+                    t_end
                 ))
             }),
             total: |v| v.get("total").and_then(Value::as_f64),
@@ -215,7 +219,7 @@ fn specs(t_end: i64, service: &str) -> Vec<QuerySpec> {
                     "/api/v1/timeseries?query={}&from={}&until={}&step={step_s}s&group_by=service_name&limit=100",
                     enc(&all),
                     start - shift,
-                    t_end - 1
+                    t_end
                 ))
             }),
             total: |v| {

@@ -18,6 +18,24 @@ pub fn is_gzip(data: &[u8]) -> bool {
     data.starts_with(&MAGIC)
 }
 
+/// The first (at most) `n` bytes of `data`'s content: decompressed if it is
+/// gzip-framed (a broken stream gives what decoded before the break), as is otherwise.
+pub fn peek(data: &[u8], n: usize) -> Cow<'_, [u8]> {
+    if !is_gzip(data) {
+        return Cow::Borrowed(&data[..data.len().min(n)]);
+    }
+    let mut out = Vec::with_capacity(n);
+    let mut decoder = MultiGzDecoder::new(data).take(n as u64);
+    let mut buf = [0u8; 512];
+    while let Ok(k) = decoder.read(&mut buf) {
+        if k == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..k]);
+    }
+    Cow::Owned(out)
+}
+
 /// Returns `data` decompressed if it is gzip-framed, or unchanged otherwise; either
 /// way the result is at most `max_bytes` long (`limit` names the field for errors).
 pub fn decompress_bounded<'a>(

@@ -6,6 +6,7 @@
 //! - [`folded`]: collapsed stacks (`a;b;c 12`) and the `lines` format.
 //! - [`pyroscope`]: the `/ingest` query parameters Pyroscope SDKs send.
 //! - [`push`]: Pyroscope `push.v1.PushRequest` bodies, binary or protojson.
+//! - [`time`]: the one parser of times (`from`, `until`, query windows).
 //! - [`pipeline`]: the bounded queue and decoder pool between HTTP and storage.
 //!
 //! Every decoder is bounded by [`Limits`] and reports [`IngestError`]s that carry a
@@ -23,6 +24,7 @@ pub mod profile_type;
 pub mod proto;
 pub mod push;
 pub mod pyroscope;
+pub mod time;
 
 pub use append::append_batch;
 pub use error::IngestError;
@@ -34,6 +36,5 @@ pub use profile_type::{
     infer_profile_name, parse_sample_type_config, ProfileType, SampleTypeConfig, SampleTypeSettings,
 };
 pub use push::{decode_push, push_to_batch, PushEncoding, PushProfile, PushSeries};
-pub use pyroscope::{
-    decode_ingest, duration_unit_ms, parse_time, AppName, Format, IngestBody, IngestParams,
-};
+pub use pyroscope::{decode_ingest, AppName, Format, IngestBody, IngestParams};
+pub use time::{duration_unit_ms, parse_time};

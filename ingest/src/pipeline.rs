@@ -44,11 +44,25 @@ pub struct Job {
     pub received_ms: i64,
 }
 
-/// What a stored upload amounted to.
+/// What a stored upload amounted to, and where in time its samples went (a
+/// profile's own timestamp wins over the receive time, so an old profile lands in
+/// the past, not in "the last hour").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Stored {
     pub samples: u64,
     pub series: u64,
+    /// Oldest and newest sample time (ms), when any sample was stored.
+    pub time_span: Option<(i64, i64)>,
+}
+
+/// The oldest and newest sample time of a batch.
+pub fn time_span(batch: &Batch) -> Option<(i64, i64)> {
+    let mut times = batch
+        .series
+        .iter()
+        .flat_map(|s| s.samples.iter().map(|x| x.timestamp_ms));
+    let first = times.next()?;
+    Some(times.fold((first, first), |(lo, hi), t| (lo.min(t), hi.max(t))))
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -231,14 +245,10 @@ pub fn decode(job: &Job, limits: &Limits) -> Result<Batch, IngestError> {
 
 /// Refuses batches with samples too far in the future (or, with a window, too old).
 pub fn check_times(batch: &Batch, config: &PipelineConfig, now: i64) -> Result<(), PipelineError> {
-    let (mut min, mut max) = (i64::MAX, i64::MIN);
-    for s in &batch.series {
-        for x in &s.samples {
-            min = min.min(x.timestamp_ms);
-            max = max.max(x.timestamp_ms);
-        }
-    }
-    if max != i64::MIN && max > now.saturating_add(config.max_future_skew_ms) {
+    let Some((min, max)) = time_span(batch) else {
+        return Ok(());
+    };
+    if max > now.saturating_add(config.max_future_skew_ms) {
         return Err(PipelineError::Timestamp(format!(
             "sample time {max} ms is {} s in the future; the limit is {} s (max_future_skew)",
             (max - now) / 1000,
@@ -246,7 +256,7 @@ pub fn check_times(batch: &Batch, config: &PipelineConfig, now: i64) -> Result<(
         )));
     }
     if let Some(age) = config.max_age_ms {
-        if min != i64::MAX && min < now.saturating_sub(age) {
+        if min < now.saturating_sub(age) {
             return Err(PipelineError::Timestamp(format!(
                 "sample time {min} ms is older than the ingestion window of {} s",
                 age / 1000
@@ -262,6 +272,7 @@ fn process(store: &Store, config: &PipelineConfig, job: Job) -> Result<Stored, P
     let stored = Stored {
         samples: batch.sample_count() as u64,
         series: batch.series.len() as u64,
+        time_span: time_span(&batch),
     };
     if stored.samples == 0 {
         return Ok(stored);

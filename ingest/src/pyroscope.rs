@@ -26,6 +26,7 @@ use crate::profile_type::{
     default_suffix_type, parse_sample_type_config, suffix_profile_type, SampleTypeConfig,
     SuffixType,
 };
+use crate::time::parse_time;
 
 /// Body format named by the `format` parameter.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -308,10 +309,28 @@ pub enum IngestBody<'a> {
     },
 }
 
+/// Whether a raw body (gzip'd or not) is binary rather than text: folded and lines
+/// bodies are UTF-8 text whose only control characters are tab, CR and LF, while a
+/// pprof's first bytes are protobuf tags and lengths. SDKs send gzip'd pprof without
+/// `format=pprof`, so the body, not the parameter, decides.
+fn is_binary(data: &[u8]) -> bool {
+    let head = crate::gzip::peek(data, 1024);
+    let text = match std::str::from_utf8(&head) {
+        Ok(t) => t,
+        // Cut inside a character at the peek's end: the part before is what counts.
+        Err(e) if e.error_len().is_none() => {
+            std::str::from_utf8(&head[..e.valid_up_to()]).unwrap_or_default()
+        }
+        Err(_) => return true,
+    };
+    text.bytes()
+        .any(|b| b < 0x20 && !matches!(b, b'\t' | b'\n' | b'\r'))
+}
+
 /// Decodes an `/ingest` request into a batch: the one call the HTTP layer needs.
 ///
 /// Without a `format` parameter a multipart body is pprof and a raw body is folded,
-/// as in Pyroscope. `jfr` (and the legacy `trie`/`tree`) fail with
+/// as in Pyroscope, unless the raw body is binary (gzip'd or plain pprof). `jfr` (and the legacy `trie`/`tree`) fail with
 /// `unsupported_format`.
 pub fn decode_ingest(
     params: &IngestParams,
@@ -330,6 +349,7 @@ pub fn decode_ingest(
     let format = match params.format {
         Some(f) => f,
         None if matches!(body, IngestBody::Multipart { .. }) => Format::Pprof,
+        None if is_binary(data) => Format::Pprof,
         None => Format::Folded,
     };
     match format.ensure_supported()? {
@@ -362,88 +382,30 @@ fn decode_component(s: &str) -> Result<String, IngestError> {
         })
 }
 
-/// Parses a `from`/`until` value into ms since the epoch.
-/// Milliseconds in one duration unit: `ms`, `s`, `m`, `h`, `d`, `w` (the units of
-/// relative times here and of durations elsewhere in the server).
-pub fn duration_unit_ms(unit: &str) -> Option<i64> {
-    Some(match unit {
-        "ms" => 1,
-        "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        "w" => 7 * 86_400_000,
-        _ => return None,
-    })
-}
-
-pub fn parse_time(param: &'static str, value: &str, now_ms: i64) -> Result<i64, IngestError> {
-    let v = value.trim();
-    let bad = || {
-        IngestError::param(
-            param,
-            format!("{value:?} is neither a unix time nor now[-<n>(s|m|h|d|w)]"),
-        )
-    };
-    if let Some(rest) = v.strip_prefix("now") {
-        if rest.is_empty() {
-            return Ok(now_ms);
-        }
-        let (sign, amount) = match rest.split_at_checked(1) {
-            Some(("-", a)) => (-1, a),
-            Some(("+", a)) => (1, a),
-            _ => return Err(bad()),
-        };
-        let unit_at = amount.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
-        let (n, unit) = amount.split_at(unit_at);
-        let n: i64 = n.parse().map_err(|_| bad())?;
-        let unit_ms = duration_unit_ms(unit).ok_or_else(bad)?;
-        let delta = n.checked_mul(unit_ms).ok_or_else(bad)?;
-        return now_ms.checked_add(sign * delta).ok_or_else(bad);
-    }
-    if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(bad());
-    }
-    let n: i64 = v.parse().map_err(|_| bad())?;
-    Ok(match v.len() {
-        0..=10 => n.saturating_mul(1_000),
-        11..=13 => n,
-        14..=16 => n / 1_000,
-        _ => n / 1_000_000,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn binary_bodies_are_told_from_text() {
+        let gz = |b: &[u8]| {
+            use std::io::Write;
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            e.write_all(b).unwrap();
+            e.finish().unwrap()
+        };
+        // A pprof's first bytes: field 1 (sample_type), length, field 1 varint.
+        let pprof_head = [0x0a, 0x04, 0x08, 0x01, 0x10, 0x02, 0x12, 0x00];
+        assert!(is_binary(&pprof_head));
+        assert!(is_binary(&gz(&pprof_head)));
+        assert!(!is_binary(b"main;work 12\nmain;idle 3\r\n"));
+        assert!(!is_binary(&gz(b"main;work 12\n")));
+        assert!(!is_binary("naïve;frame\t1\n".as_bytes()));
+        assert!(is_binary(&[0xff, 0xfe, 0x00]));
+    }
     use profiledb_storage::{NAME_LABEL, PROFILE_TYPE_LABEL};
 
     const NOW: i64 = 1_700_000_000_000;
-
-    #[test]
-    fn times_by_digit_count_and_relative() {
-        assert_eq!(parse_time("from", "1700000000", NOW).unwrap(), NOW);
-        assert_eq!(parse_time("from", "1700000000123", NOW).unwrap(), NOW + 123);
-        assert_eq!(
-            parse_time("from", "1700000000123456", NOW).unwrap(),
-            NOW + 123
-        );
-        assert_eq!(
-            parse_time("from", "1700000000123456789", NOW).unwrap(),
-            NOW + 123
-        );
-        assert_eq!(parse_time("from", "now", NOW).unwrap(), NOW);
-        assert_eq!(parse_time("from", "now-1h", NOW).unwrap(), NOW - 3_600_000);
-        assert_eq!(parse_time("from", "now-30m", NOW).unwrap(), NOW - 1_800_000);
-        assert_eq!(parse_time("from", "now-15s", NOW).unwrap(), NOW - 15_000);
-        for bad in ["", "abc", "now-", "now-1y", "now1h", "-5", "1.5"] {
-            let err = parse_time("from", bad, NOW).unwrap_err();
-            assert!(
-                err.to_string().starts_with("invalid parameter from:"),
-                "{err}"
-            );
-        }
-    }
 
     #[test]
     fn name_with_suffix_and_tags() {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::Context;
 use serde_json::{json, Value};
 
-use crate::alerts::time::rfc3339;
+use crate::time::{human_value, rfc3339};
 
 /// What `profiledb diff` asks for; ranges are `[start, end)` in ms.
 #[derive(Clone, Debug)]
@@ -88,6 +88,18 @@ pub fn diff_table(a: &DiffArgs, v: &Value) -> String {
         rfc3339(a.compare.0),
         rfc3339(a.compare.1)
     );
+    let unit = a.profile_type.split(':').nth(2).unwrap_or("");
+    let s = &v["stats"];
+    let totals = format!(
+        "totals:   base {}, compare {}",
+        human_value(s["samples_base"].as_f64().unwrap_or(0.0), unit),
+        human_value(s["samples_compare"].as_f64().unwrap_or(0.0), unit)
+    );
+    if let Some(notice) = v["notice"].as_str() {
+        // Shares against an empty side would read as ±100 pp moves: say what it is.
+        let _ = writeln!(out, "{notice}: no comparison\n{totals}");
+        return out;
+    }
     let rows = v["top"].as_array().cloned().unwrap_or_default();
     let width = rows
         .iter()
@@ -119,16 +131,13 @@ pub fn diff_table(a: &DiffArgs, v: &Value) -> String {
     if rows.is_empty() {
         let _ = writeln!(out, "(no samples in either range)");
     }
-    let s = &v["stats"];
     let _ = writeln!(
         out,
-        "\nmanhattan (top {}): {:.4}\nentropy:  base {:.3} bits, compare {:.3} bits\ntotals:   base {}, compare {}",
+        "\nmanhattan (top {}): {:.4}\nentropy:  base {:.3} bits, compare {:.3} bits\n{totals}",
         a.top,
         s["manhattan"].as_f64().unwrap_or(0.0),
         s["entropy_base"].as_f64().unwrap_or(0.0),
         s["entropy_compare"].as_f64().unwrap_or(0.0),
-        s["samples_base"],
-        s["samples_compare"],
     );
     out
 }

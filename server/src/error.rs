@@ -2,6 +2,7 @@
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use profiledb_storage::query::cache::TIMEOUT_PREFIX;
 use profiledb_storage::StorageError;
 
 #[derive(Debug)]
@@ -33,6 +34,8 @@ impl ApiError {
     }
 }
 
+/// The one mapping of storage errors: invalid input 400, a full queue 429, a query
+/// over its time budget 503, over its memory budget 422, the rest 500.
 impl From<StorageError> for ApiError {
     fn from(e: StorageError) -> Self {
         match e {
@@ -43,6 +46,9 @@ impl From<StorageError> for ApiError {
                 "the write queue is full; retry after a short delay",
             ),
             StorageError::Closed => ApiError::unavailable("the store is shutting down"),
+            StorageError::QueryLimit(m) if m.starts_with(TIMEOUT_PREFIX) => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "deadline_exceeded", m)
+            }
             StorageError::QueryLimit(m) => {
                 ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "query_too_large", m)
             }

@@ -10,6 +10,8 @@ pub mod cli;
 pub mod error;
 pub mod http;
 pub mod metrics;
+pub mod retention;
+pub mod time;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -8,8 +8,8 @@ use anyhow::Context;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
+use profiledb::time::{format_duration, human_value, parse_max_age, rfc3339};
 use profiledb::{shutdown_signal, ServeOptions, Server};
-use profiledb_storage::compact::parse_max_age;
 use profiledb_storage::{FsyncPolicy, StorageError, Store, StoreConfig, TenantId, TimeRange};
 
 // glibc's allocator returns freed memory to the kernel between uploads and pays for
@@ -159,14 +159,18 @@ enum Command {
     /// Compact (and downsample) the segments of a data directory offline. Refuses to
     /// run while a server uses the directory.
     Compact {
+        /// Data directory of a stopped server.
         #[arg(long, default_value = "./data")]
         data_dir: PathBuf,
         /// Only this tenant.
         #[arg(long)]
         tenant: Option<String>,
-        /// Only partitions overlapping [start, end), milliseconds since the epoch.
+        /// Only partitions overlapping [start, end): start, in milliseconds since the
+        /// epoch.
         #[arg(long)]
         start_ms: Option<i64>,
+        /// Only partitions overlapping [start, end): end (exclusive), in milliseconds
+        /// since the epoch.
         #[arg(long)]
         end_ms: Option<i64>,
         /// Time partition width the data was written with, in minutes.
@@ -176,25 +180,34 @@ enum Command {
         #[arg(long)]
         no_downsample: bool,
     },
-    /// List the segments of a data directory offline.
+    /// List the segments of a data directory offline (times in UTC).
     Segments {
+        /// Data directory of a stopped server.
         #[arg(long, default_value = "./data")]
         data_dir: PathBuf,
         /// Only this tenant.
         #[arg(long)]
         tenant: Option<String>,
+        /// Time partition width the data was written with, in minutes.
         #[arg(long, default_value_t = 60)]
         partition_minutes: i64,
     },
     /// Set a tenant's maximum data age and delete what is older, offline.
     Retention {
+        /// Data directory of a stopped server.
         #[arg(long, default_value = "./data")]
         data_dir: PathBuf,
+        /// The tenant whose limit changes (`anonymous` when clients send no
+        /// X-Scope-OrgID); a tenant with no data gets a warning.
         #[arg(long)]
         tenant: String,
-        /// e.g. 30d, 12h, 90m; `forever` removes the limit.
+        /// Maximum age, e.g. 30d, 12h, 90m; `forever` removes the limit.
         #[arg(long)]
         max_age: String,
+        /// List the segments the age would delete, and change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Time partition width the data was written with, in minutes.
         #[arg(long, default_value_t = 60)]
         partition_minutes: i64,
     },
@@ -313,44 +326,79 @@ fn cmd_segments(dir: &Path, tenant: Option<&str>, partition_minutes: i64) -> any
         .filter(|m| tenant.as_ref().is_none_or(|t| *t == m.tenant))
         .collect();
     println!(
-        "{:>8} {:<16} {:>15} {:>15} {:>8} {:>5} {:>12} {:>8} {:>10}",
-        "id", "tenant", "start_ms", "end_ms", "step_ms", "level", "bytes", "series", "samples"
+        "{:>8} {:<16} {:<20} {:<20} {:>6} {:>5} {:>11} {:>8} {:>10}",
+        "id", "tenant", "start (UTC)", "end (UTC)", "step", "level", "size", "series", "samples"
     );
     for m in &segs {
         println!(
-            "{:>8} {:<16} {:>15} {:>15} {:>8} {:>5} {:>12} {:>8} {:>10}",
+            "{:>8} {:<16} {:<20} {:<20} {:>6} {:>5} {:>11} {:>8} {:>10}",
             m.id,
             m.tenant.as_str(),
-            m.min_time_ms,
-            m.max_time_ms + m.step_ms,
-            m.step_ms,
+            utc(m.min_time_ms),
+            utc(m.max_time_ms + m.step_ms),
+            format_duration(m.step_ms),
             m.level,
-            m.size_bytes,
+            human_value(m.size_bytes as f64, "bytes"),
             m.series,
             m.rows
         );
     }
+    let bytes: u64 = segs.iter().map(|m| m.size_bytes).sum();
     println!(
         "{} segments, {} bytes ({})",
         segs.len(),
-        segs.iter().map(|m| m.size_bytes).sum::<u64>(),
-        mib(segs.iter().map(|m| m.size_bytes).sum())
+        bytes,
+        human_value(bytes as f64, "bytes")
     );
     store.close_without_flush();
     Ok(())
+}
+
+/// `2026-11-23 16:05:00` (UTC, seconds).
+fn utc(ms: i64) -> String {
+    let t = rfc3339(ms);
+    format!("{} {}", &t[..10], &t[11..19])
 }
 
 fn cmd_retention(
     dir: &Path,
     tenant: &str,
     max_age: &str,
+    dry_run: bool,
     partition_minutes: i64,
 ) -> anyhow::Result<()> {
     let started = Instant::now();
     let tenant = TenantId::new(tenant).map_err(|e| anyhow::anyhow!("invalid tenant: {e}"))?;
-    let age = parse_max_age(max_age)?;
+    let age = parse_max_age("--max-age", max_age)?;
     let store = open_offline(dir, partition_minutes, false)?;
-    let s = store.set_retention(&tenant, age)?;
+    let preview = profiledb::retention::preview(&store, &tenant, age, profiledb_storage::now_ms());
+    if let Some(w) = &preview.warning {
+        eprintln!("warning: {w} in {}", dir.display());
+    }
+    let doomed = &preview.expired;
+    let age_text = age.map_or_else(|| "forever".to_string(), format_duration);
+    if dry_run {
+        store.close_without_flush();
+        println!(
+            "dry run: tenant {tenant} with max age {age_text} would delete {} segments ({}); nothing changed",
+            doomed.len(),
+            human_value(preview.bytes() as f64, "bytes")
+        );
+        for m in doomed {
+            println!(
+                "  segment {:>8}  {} .. {}  {}",
+                m.id,
+                utc(m.min_time_ms),
+                utc(m.max_time_ms + m.step_ms),
+                human_value(m.size_bytes as f64, "bytes")
+            );
+        }
+        return Ok(());
+    }
+    let s = store.set_retention(
+        &tenant,
+        age.map(|ms| Duration::from_millis(ms.unsigned_abs())),
+    )?;
     let spinner = ProgressBar::new_spinner();
     spinner.set_message("deleting expired segments");
     spinner.enable_steady_tick(Duration::from_millis(100));
@@ -358,13 +406,13 @@ fn cmd_retention(
     spinner.finish_and_clear();
     store.shutdown()?;
     match s.max_age_ms {
-        Some(ms) => println!("tenant {tenant}: max age {} s", ms / 1000),
+        Some(ms) => println!("tenant {tenant}: max age {}", format_duration(ms)),
         None => println!("tenant {tenant}: data kept forever"),
     }
     println!(
         "deleted {} segments ({}) in {:.2} s",
         r.deleted.len(),
-        mib(r.bytes_deleted),
+        human_value(r.bytes_deleted as f64, "bytes"),
         started.elapsed().as_secs_f64()
     );
     println!("segments: {} -> {}", r.segments_before, r.segments_after);
@@ -374,9 +422,14 @@ fn cmd_retention(
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Logs go to stderr, so command output on stdout (tables, JSON) stays clean, and
+    // carry colour codes only when a person watches a terminal.
+    use std::io::IsTerminal;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_target(false);
+        .with_target(false)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
@@ -493,8 +546,9 @@ fn main() -> anyhow::Result<()> {
             data_dir,
             tenant,
             max_age,
+            dry_run,
             partition_minutes,
-        } => cmd_retention(&data_dir, &tenant, &max_age, partition_minutes),
+        } => cmd_retention(&data_dir, &tenant, &max_age, dry_run, partition_minutes),
         Command::Diff {
             server,
             profile_type,
@@ -509,7 +563,7 @@ fn main() -> anyhow::Result<()> {
         } => {
             let now = profiledb_storage::now_ms();
             let t = |what: &'static str, v: &str| {
-                profiledb::alerts::time::parse_instant(what, v, now).map_err(anyhow::Error::msg)
+                profiledb::time::parse_instant(what, v, now).map_err(anyhow::Error::msg)
             };
             let req = profiledb::cli::DiffArgs {
                 server,

@@ -14,6 +14,8 @@ pub struct HttpMetrics {
     pub server_errors: AtomicU64,
     pub ingest_requests: AtomicU64,
     pub query_requests: AtomicU64,
+    /// Uploads whose newest sample is more than an hour before they arrived.
+    pub ingest_backdated: AtomicU64,
 }
 
 fn family(out: &mut String, name: &str, kind: &str, help: &str, value: u64) {
@@ -73,6 +75,14 @@ pub fn render(
         "counter",
         "Ingest requests received.",
         c(&http.ingest_requests),
+    );
+    family(
+        &mut out,
+        "profiledb_ingest_backdated_profiles_total",
+        "counter",
+        "Uploads stored at their own timestamps more than an hour before they arrived \
+         (they do not show in last-hour views; see the X-Profiledb-Stored-Range header).",
+        c(&http.ingest_backdated),
     );
     family(
         &mut out,

@@ -225,6 +225,14 @@ fn offline_cli_commands() {
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("7 segments"), "{text}");
+    // Times as UTC dates, steps and sizes for people, and no log line in the table.
+    let first = profiledb::time::rfc3339(BASE);
+    assert!(
+        text.contains(&format!("{} {}", &first[..10], &first[11..19])),
+        "{text}"
+    );
+    assert!(text.contains(" 10s "), "{text}");
+    assert!(!text.contains("INFO") && !text.contains('\u{1b}'), "{text}");
 
     let out = cli(&["compact", "--data-dir", d, "--no-downsample"]);
     assert!(out.status.success(), "{out:?}");
@@ -233,18 +241,29 @@ fn offline_cli_commands() {
     assert!(text.contains("segments: 7 -> 4"), "{text}");
     assert!(text.contains("bytes:"), "{text}");
 
-    let out = cli(&[
-        "retention",
-        "--data-dir",
-        d,
-        "--tenant",
-        "acme",
-        "--max-age",
-        "30d",
-    ]);
+    // A dry run lists what would go and changes nothing; a tenant with no data is
+    // warned about.
+    let retention = |extra: &[&str]| {
+        let mut args = vec!["retention", "--data-dir", d, "--max-age", "30d"];
+        args.extend_from_slice(extra);
+        cli(&args)
+    };
+    let out = retention(&["--tenant", "acme", "--dry-run"]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("would delete 3 segments"), "{text}");
+    assert!(text.contains("nothing changed"), "{text}");
+    let out = retention(&["--tenant", "nosuchtenant", "--dry-run"]);
+    assert!(out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("tenant \"nosuchtenant\" has no data"), "{err}");
+    assert!(err.contains("tenants with data: acme"), "{err}");
+
+    let out = retention(&["--tenant", "acme"]);
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("deleted 3 segments"), "{text}");
+    assert!(text.contains("max age 30d"), "{text}");
 
     let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
     let left: i64 = store.segments().iter().map(|m| m.value_total).sum();

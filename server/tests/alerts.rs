@@ -292,7 +292,7 @@ fn fast_server(tweak: impl FnOnce(&mut ServeOptions)) -> TestServer {
 
 fn ms_of(v: &Value) -> i64 {
     let s = v.as_str().unwrap();
-    profiledb::alerts::time::parse_instant("t", s, 0).unwrap()
+    profiledb::time::parse_instant("t", s, 0).unwrap()
 }
 
 #[test]

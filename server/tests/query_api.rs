@@ -340,7 +340,8 @@ fn connect_discovery_and_errors() {
     assert_eq!(v["code"], json!("invalid_argument"));
     assert!(v["message"].as_str().unwrap().len() > 3);
     let (st, v) = connect_json(&s, "d", "NoSuchMethod", json!({}));
-    assert_eq!((st, v["code"].clone()), (501, json!("unimplemented")));
+    // A method we do not serve is the client's mistake: 404, Connect code unimplemented.
+    assert_eq!((st, v["code"].clone()), (404, json!("unimplemented")));
     let r = s
         .client
         .post(format!("{}/querier.v1.QuerierService/LabelNames", s.url))

@@ -1312,9 +1312,9 @@ impl Inner {
                 .segments
                 .values()
                 .filter(|h| {
-                    limits.get(&h.meta.tenant).is_some_and(|&age| {
-                        h.meta.max_time_ms.saturating_add(h.meta.step_ms) <= now.saturating_sub(age)
-                    })
+                    limits
+                        .get(&h.meta.tenant)
+                        .is_some_and(|&age| h.meta.expired(age, now))
                 })
                 .map(|h| h.meta.id)
                 .collect();

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use super::rule::Rule;
 use super::state::{Measurement, Notification, NotificationKind, Target};
-use super::time::rfc3339;
+use crate::time::rfc3339;
 
 /// Delay before retry `attempts` (1-based): 0.5 s doubling, at most one minute.
 pub fn backoff_ms(attempts: u32) -> i64 {

@@ -21,7 +21,14 @@ pub fn measure(
     let samples_compare = stats.samples_compare as f64 / rule.sample_value;
     // A share of 0 on the base side is "under one sample", so a new function gets a
     // finite relative increase.
-    let relative = |b: f64, c: f64| c / b.max(1.0 / samples_base.max(1.0)) - 1.0;
+    let relative = |b: f64, c: f64| {
+        if c == 0.0 && b == 0.0 {
+            // Nothing on either side: no change, not a 100 % drop.
+            0.0
+        } else {
+            c / b.max(1.0 / samples_base.max(1.0)) - 1.0
+        }
+    };
     let movers: Vec<Mover> = top
         .iter()
         .map(|e| Mover {

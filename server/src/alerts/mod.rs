@@ -15,7 +15,6 @@ pub mod eval;
 pub mod rule;
 pub mod scheduler;
 pub mod state;
-pub mod time;
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -105,7 +104,7 @@ pub struct Alerts {
 #[derive(Debug, thiserror::Error)]
 pub enum AlertError {
     #[error("invalid rule: {0}")]
-    Invalid(String),
+    Invalid(#[from] rule::InvalidRule),
     #[error("rule {0:?} already exists (use PUT to replace it)")]
     Exists(String),
     #[error("no rule named {0:?}")]
@@ -153,7 +152,7 @@ impl Alerts {
         for spec in &alerts.opts.rules {
             // Validated by the caller already; validate again so nothing unchecked
             // reaches the catalog.
-            let r = Rule::validate(spec.clone()).map_err(AlertError::Invalid)?;
+            let r = Rule::validate(spec.clone())?;
             cat.put_alert_rule(r.name(), &serde_json::to_vec(&r.spec)?)?;
         }
         let mut states: BTreeMap<String, RuleState> = BTreeMap::new();
@@ -167,7 +166,7 @@ impl Alerts {
         }
         for (name, v) in cat.alert_rules()? {
             let rule = serde_json::from_slice::<RuleSpec>(&v)
-                .map_err(|e| e.to_string())
+                .map_err(|e| rule::InvalidRule(e.to_string()))
                 .and_then(Rule::validate);
             match rule {
                 Ok(r) => {
@@ -229,7 +228,7 @@ impl Alerts {
         spec: RuleSpec,
         replace: bool,
     ) -> Result<Arc<Rule>, AlertError> {
-        let rule = Arc::new(Rule::validate(spec).map_err(AlertError::Invalid)?);
+        let rule = Arc::new(Rule::validate(spec)?);
         let name = rule.name().to_string();
         let old = {
             let mut rules = lock(&self.rules);

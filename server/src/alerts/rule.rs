@@ -9,12 +9,36 @@ use profiledb_storage::{Matcher, Selector, TenantId, PROFILE_TYPE_LABEL};
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
-use super::time::{parse_duration, parse_instant};
+use crate::time::{parse_duration, parse_instant};
 
 /// The z-score a share change must reach before the default guard lets a rule fire.
 /// 4 rather than the textbook 2–3: a rule is evaluated every interval, so a 3σ noise
 /// excursion would fire once every few hundred evaluations.
 pub const GUARD_Z: f64 = 4.0;
+
+/// Why a rule or a rules file was refused: one failure for callers (the rule is not
+/// stored), with a message naming the field and what it must be.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidRule(pub String);
+
+impl From<String> for InvalidRule {
+    fn from(m: String) -> Self {
+        InvalidRule(m)
+    }
+}
+
+impl From<&str> for InvalidRule {
+    fn from(m: &str) -> Self {
+        InvalidRule(m.to_string())
+    }
+}
+
+impl From<crate::time::TimeError> for InvalidRule {
+    fn from(e: crate::time::TimeError) -> Self {
+        InvalidRule(e.to_string())
+    }
+}
 
 /// A rule as written by its author.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -147,32 +171,32 @@ fn valid_label_name(s: &str) -> bool {
 impl Rule {
     /// Checks everything and compiles the regex and selector. The message names the
     /// field at fault.
-    pub fn validate(spec: RuleSpec) -> Result<Rule, String> {
+    pub fn validate(spec: RuleSpec) -> Result<Rule, InvalidRule> {
         let name = spec.name.trim();
         if name.is_empty() || name.len() > 128 {
-            return Err("name must be 1 to 128 characters".into());
+            return Err(InvalidRule::from("name must be 1 to 128 characters"));
         }
         if !name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':'))
         {
-            return Err(format!(
+            return Err(InvalidRule::from(format!(
                 "name {name:?} may only hold letters, digits and _ - . :"
-            ));
+            )));
         }
         let parts: Vec<&str> = spec.profile_type.split(':').collect();
         if parts.len() != 5 || parts.iter().any(|p| p.trim().is_empty()) {
-            return Err(format!(
+            return Err(InvalidRule::from(format!(
                 "unknown profile type {:?}: expected name:sample_type:sample_unit:period_type:period_unit, e.g. process_cpu:cpu:nanoseconds:cpu:nanoseconds",
                 spec.profile_type
-            ));
+            )));
         }
         if !KNOWN_PROFILE_NAMES.contains(&parts[0]) {
-            return Err(format!(
+            return Err(InvalidRule::from(format!(
                 "unknown profile type {:?}: the name part must be one of {}",
                 spec.profile_type,
                 KNOWN_PROFILE_NAMES.join(", ")
-            ));
+            )));
         }
         let text = if spec.selector.trim().is_empty() {
             "{}"
@@ -188,7 +212,9 @@ impl Rule {
         };
         let watch = match &spec.watch {
             WatchSpec::Function(re) if re.trim().is_empty() => {
-                return Err("watch.function must be a non-empty regex".into())
+                return Err(InvalidRule::from(
+                    "watch.function must be a non-empty regex",
+                ))
             }
             WatchSpec::Function(re) => Watch::Function {
                 regex: regex::RegexBuilder::new(re)
@@ -197,35 +223,39 @@ impl Rule {
                     .map_err(|e| format!("invalid watch.function regex: {e}"))?,
             },
             WatchSpec::TopK(k) if !(1..=1000).contains(k) => {
-                return Err(format!("watch.top_k must be between 1 and 1000 (got {k})"))
+                return Err(InvalidRule::from(format!(
+                    "watch.top_k must be between 1 and 1000 (got {k})"
+                )))
             }
             WatchSpec::TopK(k) => Watch::TopK { k: *k },
         };
         let window_ms = parse_duration("window", &spec.window)?;
         if window_ms <= 0 {
-            return Err("window must be positive".into());
+            return Err(InvalidRule::from("window must be positive"));
         }
         let baseline = match &spec.baseline {
             BaselineSpec::Offset(o) => {
                 let ms = parse_duration("baseline.offset", o)?;
                 if ms < window_ms {
-                    return Err(format!(
+                    return Err(InvalidRule::from(format!(
                         "baseline.offset ({o}) must be at least the window ({}) so the two ranges do not overlap",
                         spec.window
-                    ));
+                    )));
                 }
                 Baseline::Offset { ms }
             }
             BaselineSpec::Fixed { start, end } => {
                 if start.trim().starts_with("now") || end.trim().starts_with("now") {
-                    return Err(
-                        "baseline.fixed takes absolute times (RFC 3339 or unix); use baseline.offset for a moving baseline".into(),
-                    );
+                    return Err(InvalidRule::from(
+                        "baseline.fixed takes absolute times (RFC 3339 or unix); use baseline.offset for a moving baseline",
+                    ));
                 }
                 let s = parse_instant("baseline.fixed.start", start, 0)?;
                 let e = parse_instant("baseline.fixed.end", end, 0)?;
                 if e <= s {
-                    return Err("baseline.fixed.end must be after its start".into());
+                    return Err(InvalidRule::from(
+                        "baseline.fixed.end must be after its start",
+                    ));
                 }
                 Baseline::Fixed {
                     start_ms: s,
@@ -239,27 +269,31 @@ impl Rule {
             Condition::Manhattan(v) => ("manhattan", v),
         };
         if !v.is_finite() || v <= 0.0 {
-            return Err(format!("condition.{what} must be a positive number"));
+            return Err(InvalidRule::from(format!(
+                "condition.{what} must be a positive number"
+            )));
         }
         match (spec.condition, &watch) {
             (Condition::ShareDeltaPp(v), _) if v > 100.0 => {
-                return Err("condition.share_delta_pp is in percentage points (at most 100)".into())
+                return Err(InvalidRule::from(
+                    "condition.share_delta_pp is in percentage points (at most 100)",
+                ))
             }
             (Condition::Manhattan(v), _) if v > 2.0 => {
-                return Err(
-                    "condition.manhattan is a distance between distributions (at most 2)".into(),
-                )
+                return Err(InvalidRule::from(
+                    "condition.manhattan is a distance between distributions (at most 2)",
+                ))
             }
             (Condition::Manhattan(_), Watch::Function { .. }) => {
-                return Err(
-                    "condition.manhattan compares whole profiles: use it with watch.top_k".into(),
-                )
+                return Err(InvalidRule::from(
+                    "condition.manhattan compares whole profiles: use it with watch.top_k",
+                ))
             }
             _ => {}
         }
         let sample_value = match spec.sample_value {
             Some(v) if !v.is_finite() || v <= 0.0 => {
-                return Err("sample_value must be a positive number".into())
+                return Err(InvalidRule::from("sample_value must be a positive number"))
             }
             Some(v) => v,
             None if parts[2] == "nanoseconds" => 1e7,
@@ -268,17 +302,21 @@ impl Rule {
         let for_ms = parse_duration("for", &spec.for_duration)?;
         let interval_ms = parse_duration("interval", &spec.interval)?;
         if interval_ms < MIN_INTERVAL_MS {
-            return Err(format!("interval must be at least {MIN_INTERVAL_MS}ms"));
+            return Err(InvalidRule::from(format!(
+                "interval must be at least {MIN_INTERVAL_MS}ms"
+            )));
         }
         for (k, _) in spec.labels.iter().chain(spec.annotations.iter()) {
             if !valid_label_name(k) {
-                return Err(format!(
+                return Err(InvalidRule::from(format!(
                     "label/annotation name {k:?} is not a valid Prometheus label name"
-                ));
+                )));
             }
         }
         if spec.labels.contains_key("alertname") {
-            return Err("labels.alertname is set from the rule name".into());
+            return Err(InvalidRule::from(
+                "labels.alertname is set from the rule name",
+            ));
         }
         let spec = RuleSpec {
             name: name.to_string(),
@@ -365,23 +403,32 @@ impl Rule {
 
 /// Reads YAML into the JSON data model, so YAML and JSON rules share one schema
 /// (serde_norway would otherwise want `!tags` for enums such as `watch`).
-pub fn yaml_to_json(text: &str) -> Result<serde_json::Value, String> {
-    let v: serde_norway::Value = serde_norway::from_str(text).map_err(|e| e.to_string())?;
-    serde_json::to_value(v).map_err(|e| format!("unsupported YAML: {e}"))
+pub fn yaml_to_json(text: &str) -> Result<serde_json::Value, InvalidRule> {
+    let v: serde_norway::Value =
+        serde_norway::from_str(text).map_err(|e| InvalidRule(e.to_string()))?;
+    serde_json::to_value(v).map_err(|e| InvalidRule(format!("unsupported YAML: {e}")))
 }
 
 /// Parses and validates a rules file (YAML, so JSON too): a list of rules or
 /// `{rules: [...]}`. The error names the rule (or its position) and what is wrong.
-pub fn parse_rules_file(text: &str) -> Result<Vec<RuleSpec>, String> {
+pub fn parse_rules_file(text: &str) -> Result<Vec<RuleSpec>, InvalidRule> {
     let v = yaml_to_json(text)?;
     let list = match v {
         serde_json::Value::Array(a) => a,
         serde_json::Value::Object(mut o) => match o.remove("rules") {
             Some(serde_json::Value::Array(a)) if o.is_empty() => a,
-            _ => return Err("expected a list of rules or a map with only `rules: [...]`".into()),
+            _ => {
+                return Err(InvalidRule::from(
+                    "expected a list of rules or a map with only `rules: [...]`",
+                ))
+            }
         },
         serde_json::Value::Null => Vec::new(),
-        _ => return Err("expected a list of rules or `rules: [...]`".into()),
+        _ => {
+            return Err(InvalidRule::from(
+                "expected a list of rules or `rules: [...]`",
+            ))
+        }
     };
     let mut rules = Vec::with_capacity(list.len());
     for (i, r) in list.into_iter().enumerate() {
@@ -396,13 +443,14 @@ pub fn parse_rules_file(text: &str) -> Result<Vec<RuleSpec>, String> {
     }
     let mut seen = std::collections::BTreeSet::new();
     for (i, r) in rules.iter().enumerate() {
-        Rule::validate(r.clone()).map_err(|e| format!("rule {} ({:?}): {e}", i + 1, r.name))?;
+        Rule::validate(r.clone())
+            .map_err(|e| InvalidRule(format!("rule {} ({:?}): {e}", i + 1, r.name)))?;
         if !seen.insert(r.name.trim().to_string()) {
-            return Err(format!(
+            return Err(InvalidRule::from(format!(
                 "rule {} ({:?}): the name is used twice",
                 i + 1,
                 r.name
-            ));
+            )));
         }
     }
     Ok(rules)
@@ -448,7 +496,7 @@ mod tests {
         let bad = |f: &dyn Fn(&mut RuleSpec), needle: &str| {
             let mut s = spec();
             f(&mut s);
-            let e = Rule::validate(s).unwrap_err();
+            let e = Rule::validate(s).unwrap_err().to_string();
             assert!(e.contains(needle), "{e:?} lacks {needle:?}");
         };
         bad(&|s| s.profile_type = "cpu".into(), "unknown profile type");
@@ -507,7 +555,9 @@ interval: 1m
                 .collect::<String>()
         );
         assert_eq!(parse_rules_file(&file).unwrap(), vec![spec()]);
-        let e = parse_rules_file(&file.replace("^zlib_", "(")).unwrap_err();
+        let e = parse_rules_file(&file.replace("^zlib_", "("))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("regex") && e.contains("zlib"), "{e}");
     }
 }

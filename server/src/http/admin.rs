@@ -1,26 +1,30 @@
 //! Segment lifecycle administration: `GET /api/v1/admin/segments`,
-//! `POST /api/v1/admin/compact`, `PUT /api/v1/admin/retention`.
+//! `POST /api/v1/admin/compact`, `GET` and `PUT /api/v1/admin/retention` (with a dry
+//! run that lists what would be deleted). Times take every form the query API takes.
 //!
 //! When the server runs with an admin token (`--admin-token`), every admin request
 //! must carry `Authorization: Bearer <token>`; otherwise it gets 401.
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
-use profiledb_storage::compact::{parse_max_age, CompactReport, RetentionReport};
+use profiledb_storage::compact::{CompactReport, RetentionReport};
 use profiledb_storage::segment::SegmentMeta;
-use profiledb_storage::{TenantId, TimeRange};
+use profiledb_storage::{now_ms, TenantId, TimeRange};
 use serde::{Deserialize, Serialize};
 
+use super::request::{blocking, Params, TimeArg};
 use super::AppRef;
 use crate::error::{ApiError, ApiResult};
+use crate::retention;
+use crate::time::{format_duration, parse_max_age};
 
 pub fn routes() -> Router<AppRef> {
     Router::new()
         .route("/api/v1/admin/segments", get(segments))
         .route("/api/v1/admin/compact", post(compact))
-        .route("/api/v1/admin/retention", put(retention))
+        .route("/api/v1/admin/retention", put(retention).get(get_retention))
 }
 
 /// Checks the bearer token when one is configured.
@@ -57,22 +61,33 @@ fn tenant_param(t: Option<&str>) -> ApiResult<Option<TenantId>> {
         .transpose()
 }
 
-fn range_param(start: Option<i64>, end: Option<i64>) -> Option<TimeRange> {
+/// `[start, end)` of optional times (open-ended where absent), or `None` for all.
+fn range_param(start: Option<&TimeArg>, end: Option<&TimeArg>) -> ApiResult<Option<TimeRange>> {
     if start.is_none() && end.is_none() {
-        return None;
+        return Ok(None);
     }
-    Some(TimeRange::new(
-        start.unwrap_or(i64::MIN),
-        end.unwrap_or(i64::MAX),
-    ))
+    let now = now_ms();
+    let s = start.map(|t| t.resolve("start", now)).transpose()?;
+    let e = end.map(|t| t.resolve("end", now)).transpose()?;
+    if let (Some(s), Some(e)) = (s, e) {
+        if e < s {
+            return Err(ApiError::bad_request(format!(
+                "end ({e}) is before start ({s})"
+            )));
+        }
+    }
+    Ok(Some(TimeRange::new(
+        s.unwrap_or(i64::MIN),
+        e.unwrap_or(i64::MAX),
+    )))
 }
 
 #[derive(Deserialize, Default)]
 struct SegmentsParams {
     tenant: Option<String>,
-    /// Milliseconds since the epoch; segments with data in `[start, end)`.
-    start: Option<i64>,
-    end: Option<i64>,
+    /// Segments with data in `[start, end)`: ms since the epoch, `now-1h`, RFC 3339.
+    start: Option<String>,
+    end: Option<String>,
     level: Option<u32>,
 }
 
@@ -127,13 +142,13 @@ struct SegmentsResponse {
 async fn segments(
     State(state): State<AppRef>,
     headers: HeaderMap,
-    q: Result<Query<SegmentsParams>, axum::extract::rejection::QueryRejection>,
+    Params(q): Params<SegmentsParams>,
 ) -> ApiResult<Json<SegmentsResponse>> {
     authorize(&state, &headers)?;
-    let Query(q) = q.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let store = state.store()?;
     let tenant = tenant_param(q.tenant.as_deref())?;
-    let range = range_param(q.start, q.end);
+    let text = |t: &Option<String>| t.clone().map(TimeArg::Text);
+    let range = range_param(text(&q.start).as_ref(), text(&q.end).as_ref())?;
     let segments: Vec<SegmentInfo> = store
         .segments()
         .into_iter()
@@ -152,8 +167,9 @@ async fn segments(
 #[derive(Deserialize, Default)]
 struct CompactRequest {
     tenant: Option<String>,
-    start_ms: Option<i64>,
-    end_ms: Option<i64>,
+    /// Partitions overlapping `[start_ms, end_ms)`: ms or any time text.
+    start_ms: Option<TimeArg>,
+    end_ms: Option<TimeArg>,
 }
 
 async fn compact(
@@ -169,28 +185,91 @@ async fn compact(
             .map_err(|e| ApiError::bad_request(format!("invalid compact request: {e}")))?
     };
     let tenant = tenant_param(req.tenant.as_deref())?;
-    let range = range_param(req.start_ms, req.end_ms);
+    let range = range_param(req.start_ms.as_ref(), req.end_ms.as_ref())?;
     let store = state.store()?;
-    let report =
-        tokio::task::spawn_blocking(move || store.compact(tenant.as_ref(), range, &|_| {}))
-            .await
-            .map_err(|e| ApiError::internal(format!("compaction task failed: {e}")))??;
+    let report = blocking(move || Ok(store.compact(tenant.as_ref(), range, &|_| {})?)).await?;
     Ok(Json(report))
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct RetentionRequest {
     tenant: String,
     /// `30d`, `12h`, … or `forever`/`null` to keep everything.
     max_age: Option<String>,
+    /// Report what the new age would delete, and change nothing.
+    #[serde(default)]
+    dry_run: bool,
 }
 
 #[derive(Serialize)]
 struct RetentionResponse {
     tenant: TenantId,
     max_age_ms: Option<i64>,
-    /// The retention run done right after the change.
-    applied: RetentionReport,
+    /// `30d`, or `forever`.
+    max_age: String,
+    dry_run: bool,
+    /// Segments the age deletes now (for a dry run: would delete).
+    deleted: Vec<u64>,
+    bytes_deleted: u64,
+    /// The retention run done right after the change (absent on a dry run).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    applied: Option<RetentionReport>,
+    /// Things the caller probably did not mean, e.g. a tenant with no data.
+    warnings: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct TenantRetention {
+    tenant: TenantId,
+    max_age_ms: Option<i64>,
+    max_age: String,
+    /// Whether the tenant has data (segments or head) on this server.
+    has_data: bool,
+}
+
+fn age_text(ms: Option<i64>) -> String {
+    ms.map_or_else(|| "forever".to_string(), format_duration)
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RetentionParams {
+    tenant: Option<String>,
+}
+
+/// `GET /api/v1/admin/retention[?tenant=]`: the age limit of every tenant with data,
+/// or of the one named.
+async fn get_retention(
+    State(state): State<AppRef>,
+    headers: HeaderMap,
+    Params(q): Params<RetentionParams>,
+) -> ApiResult<Json<Vec<TenantRetention>>> {
+    authorize(&state, &headers)?;
+    let store = state.store()?;
+    let only = tenant_param(q.tenant.as_deref())?;
+    let list = blocking(move || {
+        let with_data = store.tenants();
+        let tenants: Vec<TenantId> = match &only {
+            Some(t) => vec![t.clone()],
+            None => with_data.clone(),
+        };
+        tenants
+            .into_iter()
+            .map(|t| {
+                let s = store.tenant_settings(&t)?;
+                Ok(TenantRetention {
+                    has_data: with_data.contains(&t),
+                    max_age_ms: s.max_age_ms,
+                    max_age: age_text(s.max_age_ms),
+                    tenant: t,
+                })
+            })
+            .collect::<Result<Vec<_>, profiledb_storage::StorageError>>()
+            .map_err(ApiError::from)
+    })
+    .await?;
+    Ok(Json(list))
 }
 
 async fn retention(
@@ -201,24 +280,42 @@ async fn retention(
     authorize(&state, &headers)?;
     let req: RetentionRequest = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("invalid retention request: {e}")))?;
-    let tenant =
-        TenantId::new(req.tenant.trim()).map_err(|e| ApiError::bad_request(e.to_string()))?;
-    let max_age = match req.max_age.as_deref() {
+    let tenant = tenant_param(Some(&req.tenant))?
+        .ok_or_else(|| ApiError::bad_request("tenant is required"))?;
+    let max_age_ms = match req.max_age.as_deref() {
         None => None,
-        Some(s) => parse_max_age(s)?,
+        Some(s) => parse_max_age("max_age", s)?,
     };
     let store = state.store()?;
-    let (settings, applied) = tokio::task::spawn_blocking(move || {
-        let s = store.set_retention(&tenant, max_age)?;
-        let r = store.apply_retention()?;
-        Ok::<_, profiledb_storage::StorageError>((s, r))
+    let dry_run = req.dry_run;
+    let out = blocking(move || {
+        let preview = retention::preview(&store, &tenant, max_age_ms, now_ms());
+        let warnings: Vec<String> = preview.warning.iter().cloned().collect();
+        let deleted: Vec<u64> = preview.expired.iter().map(|m| m.id).collect();
+        let bytes_deleted = preview.bytes();
+        let applied = if dry_run {
+            None
+        } else {
+            store.set_retention(
+                &tenant,
+                max_age_ms.map(|ms| std::time::Duration::from_millis(ms.unsigned_abs())),
+            )?;
+            Some(store.apply_retention()?)
+        };
+        Ok(RetentionResponse {
+            tenant,
+            max_age_ms,
+            max_age: age_text(max_age_ms),
+            dry_run,
+            deleted,
+            bytes_deleted,
+            applied,
+            warnings,
+        })
     })
-    .await
-    .map_err(|e| ApiError::internal(format!("retention task failed: {e}")))??;
-    Ok(Json(RetentionResponse {
-        tenant: TenantId::new(req.tenant.trim())
-            .map_err(|e| ApiError::bad_request(e.to_string()))?,
-        max_age_ms: settings.max_age_ms,
-        applied,
-    }))
+    .await?;
+    for w in &out.warnings {
+        tracing::warn!(tenant = %out.tenant, "{w}");
+    }
+    Ok(Json(out))
 }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -11,13 +11,14 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::request::Params;
 use super::{tenant_of, AppRef, TENANT_HEADER};
 use crate::alerts::deliver::{figures, links};
 use crate::alerts::rule::{Rule, RuleSpec};
 use crate::alerts::state::{AlertState, RuleState};
-use crate::alerts::time::rfc3339;
 use crate::alerts::{AlertError, Alerts};
 use crate::error::{ApiError, ApiResult};
+use crate::time::rfc3339;
 
 pub fn routes() -> Router<AppRef> {
     Router::new()
@@ -32,7 +33,7 @@ pub fn routes() -> Router<AppRef> {
 impl From<AlertError> for ApiError {
     fn from(e: AlertError) -> Self {
         match e {
-            AlertError::Invalid(m) => ApiError::bad_request(m),
+            AlertError::Invalid(m) => ApiError::bad_request(m.to_string()),
             AlertError::Exists(_) => {
                 ApiError::new(StatusCode::CONFLICT, "already_exists", e.to_string())
             }
@@ -192,12 +193,10 @@ struct ListParams {
 async fn list_alerts(
     State(state): State<AppRef>,
     headers: HeaderMap,
-    q: Result<Query<ListParams>, axum::extract::rejection::QueryRejection>,
+    Params(p): Params<ListParams>,
 ) -> ApiResult<Json<Value>> {
     let tenant = tenant_of(&headers)?;
-    let all = q.map(|Query(p)| p.all.unwrap_or(false)).map_err(|e| {
-        ApiError::bad_request(format!("invalid query parameters: {}", e.body_text()))
-    })?;
+    let all = p.all.unwrap_or(false);
     let a = alerts(&state)?;
     let list: Vec<Value> = a
         .list()

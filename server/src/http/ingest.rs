@@ -7,16 +7,17 @@
 
 use axum::body::Body;
 use axum::extract::{RawQuery, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
 use bytes::Bytes;
-use profiledb_ingest::{IngestParams, Job, Payload, PushEncoding};
+use profiledb_ingest::{IngestParams, Job, Payload, PushEncoding, Stored};
 use profiledb_storage::now_ms;
 
 use super::{tenant_of, AppRef};
 use crate::error::{ApiError, ApiResult};
+use crate::time::rfc3339;
 
 pub fn routes() -> Router<AppRef> {
     Router::new()
@@ -89,7 +90,7 @@ async fn ingest(
     headers: HeaderMap,
     RawQuery(query): RawQuery,
     body: Body,
-) -> ApiResult<StatusCode> {
+) -> ApiResult<Response> {
     state
         .http
         .ingest_requests
@@ -132,9 +133,42 @@ async fn ingest(
         payload,
         received_ms: now,
     })?;
-    rx.await
+    let stored = rx
+        .await
         .map_err(|_| ApiError::unavailable("the ingest pipeline stopped"))??;
-    Ok(StatusCode::OK)
+    Ok(stored_response(
+        &state,
+        &stored,
+        now,
+        StatusCode::OK.into_response(),
+    ))
+}
+
+/// Says where an upload's samples went. Pyroscope's contract is an empty 200, so
+/// this rides in headers: `X-Profiledb-Samples` and `X-Profiledb-Stored-Range`
+/// (`<oldest>/<newest>` sample time, RFC 3339). A profile stored more than an hour
+/// before it arrived is counted, since last-hour views will not show it.
+fn stored_response(state: &AppRef, stored: &Stored, now: i64, mut resp: Response) -> Response {
+    let h = resp.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&stored.samples.to_string()) {
+        h.insert("x-profiledb-samples", v);
+    }
+    if let Some((lo, hi)) = stored.time_span {
+        if let Ok(v) = HeaderValue::from_str(&format!("{}/{}", rfc3339(lo), rfc3339(hi))) {
+            h.insert("x-profiledb-stored-range", v);
+        }
+        if hi < now.saturating_sub(3_600_000) {
+            state
+                .http
+                .ingest_backdated
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::debug!(
+                newest = %rfc3339(hi),
+                "upload stored at its own timestamp, more than an hour ago"
+            );
+        }
+    }
+    resp
 }
 
 /// The `profile` and optional `sample_type_config` parts of a multipart upload.
@@ -209,11 +243,13 @@ async fn push(State(state): State<AppRef>, headers: HeaderMap, body: Body) -> Ap
         },
         received_ms: now,
     })?;
-    rx.await
+    let stored = rx
+        .await
         .map_err(|_| ApiError::unavailable("the ingest pipeline stopped"))??;
     // Connect unary success: an empty PushResponse in the request's encoding.
-    Ok(match encoding {
+    let resp = match encoding {
         PushEncoding::Json => ([(header::CONTENT_TYPE, "application/json")], "{}").into_response(),
         PushEncoding::Proto => ([(header::CONTENT_TYPE, "application/proto")], "").into_response(),
-    })
+    };
+    Ok(stored_response(&state, &stored, now, resp))
 }

@@ -1,19 +1,19 @@
 //! Native discovery and merge endpoints under `/api/v1`:
 //! profile types, label names and values, series, and a merged profile as folded
-//! text or JSON totals. Times are `from`/`until` in any form `/ingest` accepts
-//! (unix s/ms/µs/ns or `now-1h`); the default window is the last hour.
+//! text or JSON totals. Times are `from`/`until` (RFC 3339, unix s/ms/µs/ns or
+//! `now-1h`), the window `[from, until)`, by default the last hour.
 
 use std::collections::BTreeMap;
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use profiledb_ingest::parse_time;
-use profiledb_storage::{now_ms, Labels, Selector, TimeRange};
+use profiledb_storage::{Labels, Selector, TimeRange, PROFILE_TYPE_LABEL};
 use serde::Deserialize;
 
+use super::request::{blocking, discovery_selector, window, Params, Selection};
 use super::{tenant_of, AppRef};
 use crate::error::{ApiError, ApiResult};
 
@@ -46,62 +46,48 @@ pub struct RangeParams {
 }
 
 impl RangeParams {
-    /// The selector and the half-open time range `[from, until)`.
+    /// The window `[from, until)` (the rule of [`crate::http::request`]).
+    pub fn window(&self) -> ApiResult<TimeRange> {
+        window(
+            ("from", self.from.as_deref()),
+            ("until", self.until.as_deref()),
+        )
+    }
+
+    /// Discovery's selector (profile type optional) and window.
     pub fn resolve(&self) -> ApiResult<(Selector, TimeRange)> {
-        let now = now_ms();
-        let from = match &self.from {
-            Some(f) => parse_time("from", f, now)?,
-            None => now - 3_600_000,
-        };
-        let until = match &self.until {
-            Some(u) => parse_time("until", u, now)?,
-            None => now,
-        };
-        if until < from {
-            return Err(ApiError::bad_request(format!(
-                "until ({until}) is before from ({from})"
-            )));
-        }
-        let sel = Selector::parse(self.query.as_deref().unwrap_or("{}"))?;
-        // `until` is inclusive in Pyroscope's API; the engine's ranges are half-open.
-        Ok((sel, TimeRange::new(from, until.saturating_add(1))))
+        Ok((discovery_selector(self.query.as_deref())?, self.window()?))
     }
 }
 
-fn params(
-    q: Result<Query<RangeParams>, axum::extract::rejection::QueryRejection>,
-) -> ApiResult<RangeParams> {
-    q.map(|Query(p)| p)
-        .map_err(|e| ApiError::bad_request(format!("invalid query parameters: {}", e.body_text())))
-}
-
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> ApiResult<T> + Send + 'static,
-) -> ApiResult<T> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| ApiError::internal(format!("query task failed: {e}")))?
-}
-
+/// The profile types with data in the window; with a `query`, only those of the
+/// series it selects (a per-service type picker).
 async fn profile_types(
     State(state): State<AppRef>,
     headers: HeaderMap,
-    q: Result<Query<RangeParams>, axum::extract::rejection::QueryRejection>,
+    Params(p): Params<RangeParams>,
 ) -> ApiResult<Json<Vec<String>>> {
-    let p = params(q)?;
-    let (_, range) = p.resolve()?;
+    let (sel, range) = p.resolve()?;
     let (store, tenant) = (state.store()?, tenant_of(&headers)?);
+    let filtered = p.query.as_deref().is_some_and(|q| !q.trim().is_empty());
     Ok(Json(
-        blocking(move || Ok(store.profile_types(&tenant, range)?)).await?,
+        blocking(move || {
+            Ok(if filtered {
+                store.label_values(&tenant, PROFILE_TYPE_LABEL, &sel, range)?
+            } else {
+                store.profile_types(&tenant, range)?
+            })
+        })
+        .await?,
     ))
 }
 
 async fn label_names(
     State(state): State<AppRef>,
     headers: HeaderMap,
-    q: Result<Query<RangeParams>, axum::extract::rejection::QueryRejection>,
+    Params(p): Params<RangeParams>,
 ) -> ApiResult<Json<Vec<String>>> {
-    let (sel, range) = params(q)?.resolve()?;
+    let (sel, range) = p.resolve()?;
     let (store, tenant) = (state.store()?, tenant_of(&headers)?);
     Ok(Json(
         blocking(move || Ok(store.label_names(&tenant, &sel, range)?)).await?,
@@ -111,9 +97,8 @@ async fn label_names(
 async fn label_values(
     State(state): State<AppRef>,
     headers: HeaderMap,
-    q: Result<Query<RangeParams>, axum::extract::rejection::QueryRejection>,
+    Params(p): Params<RangeParams>,
 ) -> ApiResult<Json<Vec<String>>> {
-    let p = params(q)?;
     let name = p
         .name
         .clone()
@@ -128,9 +113,9 @@ async fn label_values(
 async fn series(
     State(state): State<AppRef>,
     headers: HeaderMap,
-    q: Result<Query<RangeParams>, axum::extract::rejection::QueryRejection>,
+    Params(p): Params<RangeParams>,
 ) -> ApiResult<Json<Vec<BTreeMap<String, String>>>> {
-    let (sel, range) = params(q)?.resolve()?;
+    let (sel, range) = p.resolve()?;
     let (store, tenant) = (state.store()?, tenant_of(&headers)?);
     let list: Vec<Labels> = blocking(move || Ok(store.series(&tenant, &sel, range)?)).await?;
     Ok(Json(
@@ -148,25 +133,25 @@ async fn series(
 async fn merge(
     State(state): State<AppRef>,
     headers: HeaderMap,
-    q: Result<Query<RangeParams>, axum::extract::rejection::QueryRejection>,
+    Params(p): Params<RangeParams>,
 ) -> ApiResult<Response> {
     state
         .http
         .query_requests
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let p = params(q)?;
     let format = p.format.clone().unwrap_or_else(|| "folded".into());
     if format != "folded" && format != "json" {
         return Err(ApiError::bad_request(format!(
             "unknown format {format:?}: use folded or json"
         )));
     }
-    let (sel, range) = p.resolve()?;
+    let sel = Selection::from_query(p.query.as_deref())?.selector;
+    let range = p.window()?;
     let (store, tenant, engine) = (state.store()?, tenant_of(&headers)?, state.engine()?);
     let tree = blocking(move || {
         store
             .merge_cached(&engine, &tenant, &sel, range)
-            .map_err(crate::http::query_error)
+            .map_err(ApiError::from)
     })
     .await?;
     Ok(if format == "json" {

@@ -5,7 +5,7 @@ mod alerts;
 mod ingest;
 mod labels;
 mod query;
-pub(crate) use query::storage_error as query_error;
+pub(crate) mod request;
 mod system;
 mod ui;
 

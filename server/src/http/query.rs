@@ -9,19 +9,16 @@
 mod answers;
 mod connect;
 mod diffsvg;
+mod grid;
 mod native;
 mod pprof;
 mod proto;
 mod querier;
 mod render;
 
-use axum::http::StatusCode;
 use axum::Router;
-use profiledb_storage::query::cache::TIMEOUT_PREFIX;
-use profiledb_storage::{Matcher, Selector, StorageError, PROFILE_TYPE_LABEL};
 
 use super::AppRef;
-use crate::error::{ApiError, ApiResult};
 
 pub fn routes() -> Router<AppRef> {
     Router::new()
@@ -29,36 +26,4 @@ pub fn routes() -> Router<AppRef> {
         .merge(render::routes())
         .merge(native::routes())
         .merge(diffsvg::routes())
-}
-
-/// Maps storage errors, turning timeouts into 503 and budget overruns into 422.
-pub(crate) fn storage_error(e: StorageError) -> ApiError {
-    match e {
-        StorageError::QueryLimit(m) if m.starts_with(TIMEOUT_PREFIX) => {
-            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "deadline_exceeded", m)
-        }
-        other => other.into(),
-    }
-}
-
-pub(crate) async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> ApiResult<T> + Send + 'static,
-) -> ApiResult<T> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| ApiError::internal(format!("query task failed: {e}")))?
-}
-
-/// `profile_type` plus `{matchers}` → one selector.
-pub(crate) fn selector_for(profile_type: &str, label_selector: &str) -> ApiResult<Selector> {
-    let text = if label_selector.trim().is_empty() {
-        "{}"
-    } else {
-        label_selector
-    };
-    let mut sel = Selector::parse(text).map_err(storage_error)?;
-    if !profile_type.is_empty() {
-        sel = sel.with(Matcher::eq(PROFILE_TYPE_LABEL, profile_type));
-    }
-    Ok(sel)
 }

@@ -83,13 +83,15 @@ pub fn diff_stats_by_name(
                 .map(|(&n, &v)| (n, 0.0, share(v, tc))),
         )
         .collect();
+    // `0.0 - sum` and the folds below never yield -0.0 (an empty f64 `sum()` is -0.0,
+    // which JSON shows as `-0.0`).
     let entropy_of = |side: fn(&(&str, f64, f64)) -> f64| {
-        -rows
+        0.0 - rows
             .iter()
             .map(side)
             .filter(|&x| x > 0.0)
             .map(|x| x * x.log2())
-            .sum::<f64>()
+            .fold(0.0, |a, b| a + b)
     };
     let (entropy_base, entropy_compare) = (entropy_of(|r| r.1), entropy_of(|r| r.2));
     // Names are distinct, so both orders are total and the results deterministic.
@@ -107,7 +109,7 @@ pub fn diff_stats_by_name(
     let manhattan = first_k(&mut rows, k, by_share)
         .iter()
         .map(|r| (r.2 - r.1).abs())
-        .sum();
+        .fold(0.0, |a, b| a + b);
     let movers = first_k(&mut rows, k, by_delta)
         .iter()
         .map(|&(n, b, c)| DiffEntry {
@@ -170,5 +172,21 @@ mod tests {
         assert_eq!(movers[0].function, "c");
         assert!((movers[0].delta - 0.5).abs() < 1e-12);
         assert_eq!(movers[1].function, "a");
+    }
+
+    #[test]
+    fn empty_sides_give_positive_zeros() {
+        let mut empty = CallTree::new();
+        empty.finalize();
+        let mut one = CallTree::new();
+        one.add_stack(&["main"], 10);
+        one.finalize();
+        for (b, c) in [(&empty, &empty), (&one, &one)] {
+            let (_, s) = diff_stats(b, c, 10);
+            for v in [s.manhattan, s.entropy_base, s.entropy_compare] {
+                assert_eq!(v, 0.0);
+                assert!(v.is_sign_positive(), "{v:?} prints as -0.0");
+            }
+        }
     }
 }

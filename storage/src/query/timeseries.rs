@@ -62,7 +62,7 @@ impl Points {
 
 /// Per-thread accumulator of a grouped time series: step totals of the selected
 /// series summed per group of `group_by` label values and per bucket of `step_ms`
-/// aligned on the range start. Groups are found by an encoded key, once per series
+/// aligned on whole multiples of the step. Groups are found by an encoded key, once per series
 /// and source; points go to flat arrays.
 #[derive(Debug)]
 pub struct SeriesGroups {
@@ -80,9 +80,12 @@ pub struct SeriesGroups {
 impl SeriesGroups {
     pub fn new(range: TimeRange, step_ms: i64) -> Self {
         let step_ms = step_ms.max(1);
-        let span = range.end_ms.saturating_sub(range.start_ms).max(0);
+        // Buckets sit on whole multiples of the step, as in Pyroscope and Prometheus,
+        // so two queries over overlapping windows agree on every shared bucket.
+        let start_ms = range.start_ms.div_euclid(step_ms) * step_ms;
+        let span = range.end_ms.saturating_sub(start_ms).max(0);
         SeriesGroups {
-            start_ms: range.start_ms,
+            start_ms,
             step_ms,
             buckets: span / step_ms + 1,
             keys: FxHashMap::default(),

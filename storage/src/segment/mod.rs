@@ -112,6 +112,12 @@ impl SegmentMeta {
         self.partition_start_ms + self.partition_ms
     }
 
+    /// Whether retention with `max_age_ms` deletes this segment at `now_ms`: all of
+    /// its data (up to the end of its newest step) is older than the age.
+    pub fn expired(&self, max_age_ms: i64, now_ms: i64) -> bool {
+        self.max_time_ms.saturating_add(self.step_ms) <= now_ms.saturating_sub(max_age_ms)
+    }
+
     /// Whether any data of this segment can fall in `[start, end)`.
     pub fn overlaps(&self, start: i64, end: i64) -> bool {
         self.min_time_ms < end && self.max_time_ms + self.step_ms > start

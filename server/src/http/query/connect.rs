@@ -55,7 +55,9 @@ impl ConnectError {
             "already_exists" | "aborted" => StatusCode::CONFLICT,
             "resource_exhausted" => StatusCode::TOO_MANY_REQUESTS,
             "canceled" => StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST),
-            "unimplemented" => StatusCode::NOT_IMPLEMENTED,
+            // A method we do not serve is the caller's mistake (a client error, not a
+            // server fault to log), as an unknown route is.
+            "unimplemented" => StatusCode::NOT_FOUND,
             "unavailable" => StatusCode::SERVICE_UNAVAILABLE,
             "deadline_exceeded" => StatusCode::GATEWAY_TIMEOUT,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
@@ -80,7 +82,7 @@ impl From<ApiError> for ConnectError {
 
 impl From<profiledb_storage::StorageError> for ConnectError {
     fn from(e: profiledb_storage::StorageError) -> Self {
-        super::storage_error(e).into()
+        crate::error::ApiError::from(e).into()
     }
 }
 

@@ -1,13 +1,12 @@
 //! Native query endpoints under `/api/v1`: GWP group-by, time series, diff, flame
 //! graph JSON, pprof export and an SVG flame graph.
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::{header, HeaderMap, Uri};
 use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
 use bytes::Bytes;
-use profiledb_ingest::parse_time;
 use profiledb_storage::query::flamegraph::FlameGraphDiff;
 use profiledb_storage::query::groupby::{GroupByQuery, GroupKey};
 use profiledb_storage::query::Merged;
@@ -17,10 +16,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::answers::cached_answer;
-use super::render::{profile_type_of, range_params};
-use super::{blocking, selector_for, storage_error};
+use super::grid;
 use crate::error::{ApiError, ApiResult};
+use crate::http::request::{
+    blocking, max_nodes, window, window_ms, Params, ProfileTypeId, Selection, TimeArg,
+};
 use crate::http::{tenant_of, AppRef};
+use crate::time::parse_duration;
 
 pub fn routes() -> Router<AppRef> {
     Router::new()
@@ -32,40 +34,19 @@ pub fn routes() -> Router<AppRef> {
         .route("/api/v1/render.svg", get(svg))
 }
 
-/// A time in a JSON body: milliseconds, or any form `/ingest` accepts (`"now-1h"`).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
-pub enum TimeArg {
-    Ms(i64),
-    Text(String),
-}
-
-impl TimeArg {
-    fn resolve(&self, what: &'static str, now: i64) -> ApiResult<i64> {
-        match self {
-            TimeArg::Ms(v) => Ok(*v),
-            TimeArg::Text(s) => Ok(parse_time(what, s, now)?),
-        }
-    }
-}
-
-/// `[start, end)` in ms; defaults to the last hour.
+/// `[start, end)` in ms: the window rule of every endpoint (an hour before `end`
+/// by default, `end` now).
 fn half_open(start: Option<&TimeArg>, end: Option<&TimeArg>) -> ApiResult<TimeRange> {
     let now = now_ms();
-    let s = match start {
-        Some(t) => t.resolve("start", now)?,
-        None => now - 3_600_000,
-    };
     let e = match end {
         Some(t) => t.resolve("end", now)?,
         None => now,
     };
-    if e < s {
-        return Err(ApiError::bad_request(format!(
-            "end ({e}) is before start ({s})"
-        )));
-    }
-    Ok(TimeRange::new(s, e))
+    let s = match start {
+        Some(t) => t.resolve("start", now)?,
+        None => e.saturating_sub(3_600_000),
+    };
+    window_ms(s, e, ("start", "end"))
 }
 
 fn json_body<T: for<'de> Deserialize<'de>>(body: &Bytes) -> ApiResult<T> {
@@ -112,7 +93,7 @@ async fn group_by(
     if r.group_by.len() > 16 {
         return Err(ApiError::bad_request("at most 16 group_by keys"));
     }
-    let sel = selector_for(&r.profile_type, &r.selector)?;
+    let sel = Selection::from_parts(&r.profile_type, &r.selector)?.selector;
     let range = half_open(r.start.as_ref(), r.end.as_ref())?;
     let q = GroupByQuery {
         keys: r.group_by.iter().map(|k| GroupKey::parse(k)).collect(),
@@ -124,12 +105,7 @@ async fn group_by(
     let key = format!("query\u{0}{}", String::from_utf8_lossy(&body));
     cached_answer(&state, &tenant, &[range], key, JSON, || async {
         let (store, engine, t) = (state.store()?, state.engine()?, tenant.clone());
-        let acc = blocking(move || {
-            store
-                .group_by(&engine, &t, &sel, range, &q)
-                .map_err(storage_error)
-        })
-        .await?;
+        let acc = blocking(move || Ok(store.group_by(&engine, &t, &sel, range, &q)?)).await?;
         let rows: Vec<Value> = acc
             .sorted(r.limit)
             .into_iter()
@@ -168,24 +144,11 @@ struct SeriesParams {
 }
 
 fn step_ms(s: &str) -> ApiResult<i64> {
-    let s = s.trim();
-    let (num, mul) = match s.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
-        Some((i, _)) => {
-            let u = &s[i..];
-            let mul = profiledb_ingest::duration_unit_ms(u)
-                .ok_or_else(|| ApiError::bad_request(format!("unknown step unit {u:?}")))?;
-            (&s[..i], mul)
-        }
-        None => (s, 1000),
-    };
-    let v: f64 = num
-        .parse()
-        .map_err(|_| ApiError::bad_request(format!("invalid step {s:?}")))?;
-    let ms = (v * mul as f64).round();
-    if !(1.0..=1e12).contains(&ms) {
+    let ms = parse_duration("step", s)?;
+    if !(1..=1_000_000_000_000).contains(&ms) {
         return Err(ApiError::bad_request(format!("step {s:?} out of range")));
     }
-    Ok(ms as i64)
+    Ok(ms)
 }
 
 /// `GET /api/v1/timeseries?query=&from=&until=&step=&group_by=a,b&limit=`
@@ -193,24 +156,17 @@ async fn timeseries(
     State(state): State<AppRef>,
     headers: HeaderMap,
     uri: Uri,
-    q: Result<Query<SeriesParams>, axum::extract::rejection::QueryRejection>,
+    Params(p): Params<SeriesParams>,
 ) -> ApiResult<Response> {
     count(&state);
-    let p = q.map(|Query(p)| p).map_err(|e| {
-        ApiError::bad_request(format!("invalid query parameters: {}", e.body_text()))
-    })?;
-    let (sel, range) =
-        range_params(p.query.as_ref(), p.from.as_ref(), p.until.as_ref()).resolve()?;
+    let sel = Selection::from_query(p.query.as_deref())?.selector;
+    let range = window(("from", p.from.as_deref()), ("until", p.until.as_deref()))?;
     let (store, tenant) = (state.store()?, tenant_of(&headers)?);
     let step = match &p.step {
         Some(s) => step_ms(s)?,
         None => store.config().step_ms,
     };
-    if (range.end_ms - range.start_ms) / step.max(1) > 100_000 {
-        return Err(ApiError::bad_request(
-            "more than 100000 points per series: use a larger step",
-        ));
-    }
+    grid::check(range, step).map_err(ApiError::bad_request)?;
     let group: Vec<String> = p
         .group_by
         .as_deref()
@@ -234,7 +190,8 @@ async fn timeseries(
                     .iter()
                     .map(|(k, v)| (k.clone(), Value::String(v.clone())))
                     .collect();
-                json!({"labels": labels, "total": s.total(), "points": s.points})
+                let points = grid::fill(range, step, &s.points);
+                json!({"labels": labels, "total": s.total(), "points": points})
             })
             .collect();
         to_json(&json!({"step_ms": step, "group_by": group, "series": series}))
@@ -297,7 +254,20 @@ pub fn diff_json(d: &FlameGraphDiff) -> DiffFlameJson<'_> {
 struct DiffAnswer<'a> {
     flamegraph: DiffFlameJson<'a>,
     top: Vec<Value>,
+    /// Set when a side is empty: shares against an empty side are not a change.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    notice: Option<&'static str>,
     stats: Value,
+}
+
+/// What a diff with an empty side means, instead of misleading moves of ±100 %.
+pub fn empty_sides_notice(samples_base: i64, samples_compare: i64) -> Option<&'static str> {
+    match (samples_base == 0, samples_compare == 0) {
+        (true, true) => Some("neither range has samples"),
+        (true, false) => Some("base range has no samples"),
+        (false, true) => Some("compare range has no samples"),
+        (false, false) => None,
+    }
 }
 
 /// `POST /api/v1/diff`
@@ -305,26 +275,20 @@ async fn diff(State(state): State<AppRef>, headers: HeaderMap, body: Bytes) -> A
     count(&state);
     let r: DiffRequest = json_body(&body)?;
     let side = |s: &Side| -> ApiResult<(Selector, TimeRange)> {
-        let sel = selector_for(
-            &r.profile_type,
-            s.selector.as_deref().unwrap_or(&r.selector),
-        )?;
+        let text = s.selector.as_deref().unwrap_or(&r.selector);
+        let sel = Selection::from_parts(&r.profile_type, text)?.selector;
         Ok((sel, half_open(s.start.as_ref(), s.end.as_ref())?))
     };
     let (bs, br) = side(&r.base)?;
     let (cs, cr) = side(&r.compare)?;
     let top = r.top.clamp(1, 10_000);
-    let mn = super::querier::max_nodes(r.max_nodes);
+    let mn = max_nodes(r.max_nodes);
     let tenant = tenant_of(&headers)?;
     let key = format!("diff\u{0}{}", String::from_utf8_lossy(&body));
     cached_answer(&state, &tenant, &[br, cr], key, JSON, || async {
         let (store, engine, t) = (state.store()?, state.engine()?, tenant.clone());
-        let d = blocking(move || {
-            store
-                .diff(&engine, &t, (&bs, br), (&cs, cr), top, mn)
-                .map_err(storage_error)
-        })
-        .await?;
+        let d =
+            blocking(move || Ok(store.diff(&engine, &t, (&bs, br), (&cs, cr), top, mn)?)).await?;
         let top: Vec<Value> = d
             .top
             .iter()
@@ -336,6 +300,7 @@ async fn diff(State(state): State<AppRef>, headers: HeaderMap, body: Bytes) -> A
         to_json(&DiffAnswer {
             flamegraph: diff_json(&d.flamegraph),
             top,
+            notice: empty_sides_notice(d.stats.samples_base, d.stats.samples_compare),
             stats: json!({
                 "manhattan": d.stats.manhattan,
                 "entropy_base": d.stats.entropy_base,
@@ -357,13 +322,6 @@ struct MergeParams {
     title: Option<String>,
 }
 
-fn merge_params(
-    q: Result<Query<MergeParams>, axum::extract::rejection::QueryRejection>,
-) -> ApiResult<MergeParams> {
-    q.map(|Query(p)| p)
-        .map_err(|e| ApiError::bad_request(format!("invalid query parameters: {}", e.body_text())))
-}
-
 /// The merge of a resolved selection, in frame-tree space.
 async fn merged(
     state: &AppRef,
@@ -372,12 +330,7 @@ async fn merged(
     range: TimeRange,
 ) -> ApiResult<Merged> {
     let (store, engine, tenant) = (state.store()?, state.engine()?, tenant.clone());
-    blocking(move || {
-        store
-            .merge_frames_cached(&engine, &tenant, &sel, range)
-            .map_err(storage_error)
-    })
-    .await
+    blocking(move || Ok(store.merge_frames_cached(&engine, &tenant, &sel, range)?)).await
 }
 
 /// Resolves a merge request, then answers it through the answer cache with `render`.
@@ -390,11 +343,16 @@ async fn merge_answer<R>(
     render: R,
 ) -> ApiResult<Response>
 where
-    R: FnOnce(Merged, &MergeParams, TimeRange) -> ApiResult<Vec<u8>> + Send + 'static,
+    R: FnOnce(Merged, &MergeParams, &ProfileTypeId, TimeRange) -> ApiResult<Vec<u8>>
+        + Send
+        + 'static,
 {
     count(&state);
-    let (sel, range) =
-        range_params(p.query.as_ref(), p.from.as_ref(), p.until.as_ref()).resolve()?;
+    let Selection {
+        profile_type,
+        selector: sel,
+    } = Selection::from_query(p.query.as_deref())?;
+    let range = window(("from", p.from.as_deref()), ("until", p.until.as_deref()))?;
     let tenant = tenant_of(&headers)?;
     cached_answer(
         &state,
@@ -404,7 +362,7 @@ where
         content_type,
         || async {
             let tree = merged(&state, &tenant, sel, range).await?;
-            blocking(move || render(tree, &p, range)).await
+            blocking(move || render(tree, &p, &profile_type, range)).await
         },
     )
     .await
@@ -415,10 +373,9 @@ async fn flamegraph_json(
     State(state): State<AppRef>,
     headers: HeaderMap,
     uri: Uri,
-    q: Result<Query<MergeParams>, axum::extract::rejection::QueryRejection>,
+    Params(p): Params<MergeParams>,
 ) -> ApiResult<Response> {
-    let p = merge_params(q)?;
-    merge_answer(state, headers, uri, p, JSON, |merged, p, _| {
+    merge_answer(state, headers, uri, p, JSON, |merged, p, _, _| {
         #[derive(Serialize)]
         #[serde(rename_all = "camelCase")]
         struct FlameJson<'a> {
@@ -427,7 +384,7 @@ async fn flamegraph_json(
             total: i64,
             max_self: i64,
         }
-        let fg = merged.flamegraph(super::querier::max_nodes(p.max_nodes));
+        let fg = merged.flamegraph(max_nodes(p.max_nodes));
         to_json(&FlameJson {
             names: &fg.names,
             levels: &fg.levels,
@@ -443,20 +400,18 @@ async fn pprof(
     State(state): State<AppRef>,
     headers: HeaderMap,
     uri: Uri,
-    q: Result<Query<MergeParams>, axum::extract::rejection::QueryRejection>,
+    Params(p): Params<MergeParams>,
 ) -> ApiResult<Response> {
-    let p = merge_params(q)?;
     let mut resp = merge_answer(
         state,
         headers,
         uri,
         p,
         "application/octet-stream",
-        |merged, p, range| {
-            let pt = profile_type_of(p.query.as_ref());
+        |merged, _, pt, range| {
             let prof = super::pprof::profile_from_tree(
-                &merged.to_tree_checked().map_err(storage_error)?,
-                &pt,
+                &merged.to_tree_checked()?,
+                pt.as_str(),
                 range.start_ms,
                 range.end_ms - range.start_ms,
             );
@@ -477,42 +432,59 @@ async fn svg(
     State(state): State<AppRef>,
     headers: HeaderMap,
     uri: Uri,
-    q: Result<Query<MergeParams>, axum::extract::rejection::QueryRejection>,
+    Params(p): Params<MergeParams>,
 ) -> ApiResult<Response> {
-    let p = merge_params(q)?;
-    merge_answer(state, headers, uri, p, "image/svg+xml", |merged, p, _| {
-        let title = p
-            .title
-            .clone()
-            .or_else(|| p.query.clone())
-            .unwrap_or_else(|| "profiledb".into());
-        let text = merged
-            .to_tree_checked()
-            .map_err(storage_error)?
-            .to_folded_text();
-        if text.is_empty() {
-            // inferno refuses empty input: say plainly that the range holds no data.
-            return Ok(empty_svg(&title).into_bytes());
-        }
-        flame_svg(title, &profile_type_of(p.query.as_ref()), &text)
-    })
+    merge_answer(
+        state,
+        headers,
+        uri,
+        p,
+        "image/svg+xml",
+        |merged, p, pt, _| {
+            let title = p
+                .title
+                .clone()
+                .or_else(|| p.query.clone())
+                .unwrap_or_else(|| "profiledb".into());
+            let text = merged.to_tree_checked()?.to_folded_text();
+            if text.is_empty() {
+                // inferno refuses empty input: say plainly that the range holds no data.
+                return Ok(empty_svg(&title).into_bytes());
+            }
+            flame_svg(title, pt, &text)
+        },
+    )
     .await
 }
 
-/// An inferno flame graph of non-empty folded `text`, counted in the sample unit
-/// of `profile_type`.
-pub(super) fn flame_svg(title: String, profile_type: &str, text: &str) -> ApiResult<Vec<u8>> {
+/// An inferno flame graph of non-empty folded `text`, with tooltips in a human unit
+/// of the profile type's (`ms` for nanoseconds, `KiB`/`MiB` for bytes).
+fn flame_svg(title: String, profile_type: &ProfileTypeId, text: &str) -> ApiResult<Vec<u8>> {
+    let total: f64 = text
+        .lines()
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum();
     let mut opts = inferno::flamegraph::Options::default();
     opts.title = title;
-    opts.count_name = profile_type
-        .split(':')
-        .nth(2)
-        .unwrap_or("samples")
-        .to_string();
+    let (name, factor) = svg_unit(profile_type.sample_unit(), total);
+    opts.count_name = name;
+    opts.factor = factor;
     let mut out = Vec::new();
     inferno::flamegraph::from_lines(&mut opts, text.lines(), &mut out)
         .map_err(|e| ApiError::internal(format!("SVG rendering failed: {e}")))?;
     Ok(out)
+}
+
+/// The unit an SVG's tooltips count in, and the factor from stored values: inferno
+/// prints whole numbers, so the unit is the largest that keeps most frames above 1.
+fn svg_unit(sample_unit: &str, total: f64) -> (String, f64) {
+    match sample_unit {
+        "nanoseconds" if total >= 1e11 => ("s".into(), 1e-9),
+        "nanoseconds" => ("ms".into(), 1e-6),
+        "bytes" if total >= 10.0 * (1u64 << 30) as f64 => ("MiB".into(), 1.0 / (1u64 << 20) as f64),
+        "bytes" => ("KiB".into(), 1.0 / 1024.0),
+        other => (other.to_string(), 1.0),
+    }
 }
 
 /// A small SVG saying the selection is empty, instead of an error image.

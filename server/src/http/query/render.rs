@@ -1,18 +1,20 @@
 //! Pyroscope's legacy HTTP query API, used by older UIs: `GET /pyroscope/render`,
 //! `GET /pyroscope/render-diff` (flamebearer JSON) and `GET /pyroscope/label-values`.
-//! `from`/`until` take every form `/ingest` accepts (`now-1h`, unix s/ms/µs/ns).
+//! `from`/`until` take RFC 3339, unix s/ms/µs/ns or `now-1h`; windows are
+//! `[from, until)`, and a query names exactly one profile type.
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::routing::get;
 use axum::{Json, Router};
 use profiledb_storage::query::merged::flamegraph_diff_merged;
+use profiledb_storage::TimeRange;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::blocking;
+use super::grid;
 use crate::error::{ApiError, ApiResult};
-use crate::http::labels::RangeParams;
+use crate::http::request::{blocking, discovery_selector, max_nodes, window, Params, Selection};
 use crate::http::{tenant_of, AppRef};
 
 pub fn routes() -> Router<AppRef> {
@@ -46,31 +48,13 @@ pub struct RenderParams {
     pub name: Option<String>,
 }
 
-fn params(
-    q: Result<Query<RenderParams>, axum::extract::rejection::QueryRejection>,
-) -> ApiResult<RenderParams> {
-    q.map(|Query(p)| p)
-        .map_err(|e| ApiError::bad_request(format!("invalid query parameters: {}", e.body_text())))
-}
-
-pub(crate) fn range_params(
-    query: Option<&String>,
-    from: Option<&String>,
-    until: Option<&String>,
-) -> RangeParams {
-    RangeParams {
-        query: query.cloned(),
-        from: from.cloned(),
-        until: until.cloned(),
-        ..Default::default()
+impl RenderParams {
+    fn window(&self, from: Option<&String>, until: Option<&String>) -> ApiResult<TimeRange> {
+        window(
+            ("from", from.map(String::as_str)),
+            ("until", until.map(String::as_str)),
+        )
     }
-}
-
-/// The profile type named in a `type{...}` query (empty if none).
-pub(crate) fn profile_type_of(query: Option<&String>) -> String {
-    query
-        .map(|q| q.split('{').next().unwrap_or("").trim().to_string())
-        .unwrap_or_default()
 }
 
 /// Units and sample rate the flamebearer UI uses to label values.
@@ -86,16 +70,11 @@ fn units(profile_type: &str) -> (&'static str, i64) {
     }
 }
 
-fn max_nodes(v: Option<i64>) -> usize {
-    super::querier::max_nodes(v)
-}
-
 async fn render(
     State(state): State<AppRef>,
     headers: HeaderMap,
-    q: Result<Query<RenderParams>, axum::extract::rejection::QueryRejection>,
+    Params(p): Params<RenderParams>,
 ) -> ApiResult<Json<Value>> {
-    let p = params(q)?;
     if let Some(f) = p.format.as_deref() {
         if f != "json" {
             return Err(ApiError::bad_request(format!(
@@ -103,41 +82,29 @@ async fn render(
             )));
         }
     }
-    let (sel, range) =
-        range_params(p.query.as_ref(), p.from.as_ref(), p.until.as_ref()).resolve()?;
-    let pt = profile_type_of(p.query.as_ref());
+    let Selection {
+        profile_type,
+        selector: sel,
+    } = Selection::from_query(p.query.as_deref())?;
+    let range = p.window(p.from.as_ref(), p.until.as_ref())?;
+    let pt = profile_type.as_str().to_string();
     let (store, tenant) = (state.store()?, tenant_of(&headers)?);
     let engine = state.engine()?;
     let mn = max_nodes(p.max_nodes);
-    let (fg, series, step) = blocking(move || {
-        let m = store
-            .merge_frames_cached(&engine, &tenant, &sel, range)
-            .map_err(super::storage_error)?;
-        let step = store.config().step_ms.max(1);
+    let step = store.config().step_ms.max(1);
+    grid::check(range, step).map_err(ApiError::bad_request)?;
+    let (fg, series) = blocking(move || {
+        let m = store.merge_frames_cached(&engine, &tenant, &sel, range)?;
         let series = store.time_series(&tenant, &sel, range, &[], step, 0)?;
-        Ok((m.flamegraph(mn), series, step))
+        Ok((m.flamegraph(mn), series))
     })
     .await?;
     let (units, rate) = units(&pt);
-    // The timeline is dense: one value per step from `from`, zeros where no data.
-    let mut samples = Vec::new();
-    if let Some(s) = series.first() {
-        let mut t = range.start_ms;
-        let mut it = s.points.iter().peekable();
-        while t < range.end_ms && samples.len() < 100_000 {
-            let mut v = 0;
-            while let Some(&&(ts, val)) = it.peek() {
-                if ts < t + step {
-                    v += val;
-                    it.next();
-                } else {
-                    break;
-                }
-            }
-            samples.push(v);
-            t += step;
-        }
-    }
+    // The timeline is dense: one value per whole step, zeros where no data.
+    let points = series.first().map_or(&[][..], |s| &s.points[..]);
+    let filled = grid::fill(range, step, points);
+    let start = filled.first().map_or(range.start_ms, |p| p.0);
+    let samples: Vec<i64> = filled.into_iter().map(|(_, v)| v).collect();
     Ok(Json(json!({
         "version": 1,
         "flamebearer": {
@@ -154,7 +121,7 @@ async fn render(
             "name": pt,
         },
         "timeline": {
-            "startTime": range.start_ms / 1000,
+            "startTime": start / 1000,
             "samples": samples,
             "durationDelta": step / 1000,
         },
@@ -164,21 +131,28 @@ async fn render(
 async fn render_diff(
     State(state): State<AppRef>,
     headers: HeaderMap,
-    q: Result<Query<RenderParams>, axum::extract::rejection::QueryRejection>,
+    Params(p): Params<RenderParams>,
 ) -> ApiResult<Json<Value>> {
-    let p = params(q)?;
     let lq = p.left_query.as_ref().or(p.query.as_ref());
     let rq = p.right_query.as_ref().or(p.query.as_ref());
-    let (ls, lr) = range_params(lq, p.left_from.as_ref(), p.left_until.as_ref()).resolve()?;
-    let (rs, rr) = range_params(rq, p.right_from.as_ref(), p.right_until.as_ref()).resolve()?;
-    let pt = profile_type_of(lq);
+    let left = Selection::from_query(lq.map(String::as_str))?;
+    let right = Selection::from_query(rq.map(String::as_str))?;
+    if left.profile_type != right.profile_type {
+        return Err(ApiError::bad_request(format!(
+            "leftQuery and rightQuery name different profile types ({:?} and {:?}): a diff compares one",
+            left.profile_type.as_str(),
+            right.profile_type.as_str()
+        )));
+    }
+    let lr = p.window(p.left_from.as_ref(), p.left_until.as_ref())?;
+    let rr = p.window(p.right_from.as_ref(), p.right_until.as_ref())?;
+    let pt = left.profile_type.as_str().to_string();
+    let (ls, rs) = (left.selector, right.selector);
     let (store, tenant) = (state.store()?, tenant_of(&headers)?);
     let engine = state.engine()?;
     let mn = max_nodes(p.max_nodes);
     let d = blocking(move || {
-        let (l, r) = store
-            .merge_both(&engine, &tenant, (&ls, lr), (&rs, rr))
-            .map_err(super::storage_error)?;
+        let (l, r) = store.merge_both(&engine, &tenant, (&ls, lr), (&rs, rr))?;
         Ok(flamegraph_diff_merged(&l, &r, mn))
     })
     .await?;
@@ -206,16 +180,15 @@ async fn render_diff(
 async fn label_values(
     State(state): State<AppRef>,
     headers: HeaderMap,
-    q: Result<Query<RenderParams>, axum::extract::rejection::QueryRejection>,
+    Params(p): Params<RenderParams>,
 ) -> ApiResult<Json<Vec<String>>> {
-    let p = params(q)?;
     let name = p
         .label
         .clone()
         .or(p.name.clone())
         .ok_or_else(|| ApiError::bad_request("missing parameter label (the label name)"))?;
-    let (sel, range) =
-        range_params(p.query.as_ref(), p.from.as_ref(), p.until.as_ref()).resolve()?;
+    let sel = discovery_selector(p.query.as_deref())?;
+    let range = p.window(p.from.as_ref(), p.until.as_ref())?;
     let (store, tenant) = (state.store()?, tenant_of(&headers)?);
     Ok(Json(
         blocking(move || Ok(store.label_values(&tenant, &name, &sel, range)?)).await?,

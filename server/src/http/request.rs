@@ -1,0 +1,323 @@
+//! How every query endpoint reads its request: one query-string extractor, one
+//! profile type and selector parser, one time window rule, one `max_nodes` rule.
+//!
+//! Each endpoint parses its own wire form (query string, JSON body, Connect message)
+//! and then resolves it here, so `now-1h`, a missing profile type or a selector
+//! without braces mean the same thing, and get the same error, everywhere.
+//!
+//! **The time rule**: a window is half-open, `[from, until)` in milliseconds since
+//! the epoch. `from` defaults to an hour before `until`, `until` to now; a window with
+//! `until` before `from` is refused.
+
+use axum::extract::{FromRequestParts, Query};
+use axum::http::request::Parts;
+use profiledb_storage::{now_ms, MatchOp, Matcher, Selector, TimeRange, PROFILE_TYPE_LABEL};
+use serde::de::DeserializeOwned;
+
+use crate::error::{ApiError, ApiResult};
+use crate::time::parse_instant;
+
+/// Pyroscope's default `max_nodes` when a request leaves it unset.
+pub const DEFAULT_MAX_NODES: i64 = 8192;
+
+/// The default window when a request names no `from`: the hour before `until`.
+const DEFAULT_WINDOW_MS: i64 = 3_600_000;
+
+/// What a profile type id looks like, for error messages.
+const PROFILE_TYPE_FORM: &str =
+    "expected name:sample_type:sample_unit:period_type:period_unit, e.g. process_cpu:cpu:nanoseconds:cpu:nanoseconds";
+
+/// Query-string parameters, with a malformed query string answered as a JSON 400.
+pub struct Params<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Params<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> ApiResult<Self> {
+        Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|Query(p)| Params(p))
+            .map_err(|e| {
+                ApiError::bad_request(format!("invalid query parameters: {}", e.body_text()))
+            })
+    }
+}
+
+/// Runs a store call on the blocking pool.
+pub async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> ApiResult<T> + Send + 'static,
+) -> ApiResult<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::internal(format!("query task failed: {e}")))?
+}
+
+/// A time in a JSON body: milliseconds since the epoch, or text (`"now-1h"`,
+/// RFC 3339, unix seconds).
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(untagged)]
+pub enum TimeArg {
+    Ms(i64),
+    Text(String),
+}
+
+impl TimeArg {
+    pub fn resolve(&self, what: &'static str, now: i64) -> ApiResult<i64> {
+        match self {
+            TimeArg::Ms(v) => Ok(*v),
+            TimeArg::Text(s) => Ok(parse_instant(what, s, now)?),
+        }
+    }
+}
+
+/// A validated profile type id: `name:sample_type:sample_unit:period_type:period_unit`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ProfileTypeId(String);
+
+impl ProfileTypeId {
+    /// Parses an id; names, sample types and units must be present, period parts may
+    /// be empty (some profilers send none).
+    pub fn parse(text: &str) -> ApiResult<Self> {
+        let t = text.trim();
+        let parts: Vec<&str> = t.split(':').collect();
+        let well_formed = parts.len() == 5
+            && parts[..3].iter().all(|p| !p.is_empty())
+            && parts.iter().all(|p| {
+                p.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '/'))
+            });
+        if well_formed {
+            return Ok(ProfileTypeId(t.to_string()));
+        }
+        if t.contains(['=', '~', '"']) {
+            return Err(ApiError::bad_request(format!(
+                "invalid query {t:?}: label matchers go inside braces after the profile type, \
+                 e.g. process_cpu:cpu:nanoseconds:cpu:nanoseconds{{service_name=\"myapp\"}}"
+            )));
+        }
+        Err(ApiError::bad_request(format!(
+            "unknown profile type {t:?}: {PROFILE_TYPE_FORM}"
+        )))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// `[name, sample_type, sample_unit, period_type, period_unit]`.
+    pub fn parts(&self) -> [&str; 5] {
+        let mut it = self.0.split(':');
+        std::array::from_fn(|_| it.next().unwrap_or(""))
+    }
+
+    /// The unit values are counted in (`nanoseconds`, `bytes`, `count`, …).
+    pub fn sample_unit(&self) -> &str {
+        self.parts()[2]
+    }
+}
+
+/// A query's text split into its optional profile type prefix and its matchers.
+/// `{…}` is required around matchers; `<type>` alone means every series of it.
+pub fn parse_query(text: &str) -> ApiResult<(Option<ProfileTypeId>, Selector)> {
+    let t = text.trim();
+    let (prefix, body) = match t.find('{') {
+        Some(i) => (t[..i].trim(), &t[i..]),
+        None => (t, ""),
+    };
+    let profile_type = if prefix.is_empty() {
+        None
+    } else {
+        Some(ProfileTypeId::parse(prefix)?)
+    };
+    let selector = if body.is_empty() {
+        Selector::default()
+    } else {
+        Selector::parse(body).map_err(ApiError::from)?
+    };
+    Ok((profile_type, selector))
+}
+
+/// Matchers for label discovery: a profile type is optional and, when given, one
+/// more matcher.
+pub fn discovery_selector(query: Option<&str>) -> ApiResult<Selector> {
+    let (pt, sel) = parse_query(query.unwrap_or(""))?;
+    Ok(match pt {
+        Some(pt) => sel.with(Matcher::eq(PROFILE_TYPE_LABEL, pt.as_str())),
+        None => sel,
+    })
+}
+
+/// What a merge, group-by, time series or diff reads: exactly one profile type and
+/// the series selector restricted to it. Summing two profile types would add
+/// nanoseconds to bytes, so a query without one is refused.
+#[derive(Clone, Debug)]
+pub struct Selection {
+    pub profile_type: ProfileTypeId,
+    /// The matchers, including the `__profile_type__` one.
+    pub selector: Selector,
+}
+
+impl Selection {
+    /// From a `<type>{matchers}` query string.
+    pub fn from_query(query: Option<&str>) -> ApiResult<Self> {
+        Self::from_parts("", query.unwrap_or(""))
+    }
+
+    /// From a separate profile type field (may be empty) and a selector that may
+    /// carry a type prefix too; both, when present, must agree.
+    pub fn from_parts(profile_type: &str, selector: &str) -> ApiResult<Self> {
+        let field = match profile_type.trim() {
+            "" => None,
+            t => Some(ProfileTypeId::parse(t)?),
+        };
+        let (prefix, mut sel) = parse_query(selector)?;
+        let in_matchers = sel
+            .matchers
+            .iter()
+            .find(|m| m.name == PROFILE_TYPE_LABEL && m.op == MatchOp::Eq)
+            .map(|m| ProfileTypeId::parse(&m.value))
+            .transpose()?;
+        let named: Vec<ProfileTypeId> =
+            [field, prefix, in_matchers].into_iter().flatten().collect();
+        let Some(first) = named.first().cloned() else {
+            return Err(ApiError::bad_request(format!(
+                "the query names no profile type: a merge, group-by, time series or diff reads \
+                 exactly one, e.g. process_cpu:cpu:nanoseconds:cpu:nanoseconds{{service_name=\"myapp\"}} \
+                 (GET /api/v1/profile_types lists them); selector was {:?}",
+                selector.trim()
+            )));
+        };
+        if let Some(other) = named.iter().find(|t| **t != first) {
+            return Err(ApiError::bad_request(format!(
+                "the query names two profile types, {:?} and {:?}: name exactly one",
+                first.as_str(),
+                other.as_str()
+            )));
+        }
+        if !sel
+            .matchers
+            .iter()
+            .any(|m| m.name == PROFILE_TYPE_LABEL && m.op == MatchOp::Eq)
+        {
+            sel = sel.with(Matcher::eq(PROFILE_TYPE_LABEL, first.as_str()));
+        }
+        Ok(Selection {
+            profile_type: first,
+            selector: sel,
+        })
+    }
+}
+
+/// The half-open window `[from, until)` of textual times (any form
+/// [`parse_instant`] reads); `from` defaults to an hour before `until`, `until` to now.
+pub fn window(
+    (from_name, from): (&'static str, Option<&str>),
+    (until_name, until): (&'static str, Option<&str>),
+) -> ApiResult<TimeRange> {
+    let now = now_ms();
+    let until_ms = match until {
+        Some(u) => parse_instant(until_name, u, now).map_err(time_error)?,
+        None => now,
+    };
+    let from_ms = match from {
+        Some(f) => parse_instant(from_name, f, now).map_err(time_error)?,
+        None => until_ms.saturating_sub(DEFAULT_WINDOW_MS),
+    };
+    window_ms(from_ms, until_ms, (from_name, until_name))
+}
+
+/// The half-open window of two millisecond times; `until = 0` means now (as in
+/// Pyroscope's Connect API).
+pub fn window_ms(from: i64, until: i64, names: (&str, &str)) -> ApiResult<TimeRange> {
+    let until = if until == 0 { now_ms() } else { until };
+    if until < from {
+        return Err(ApiError::bad_request(format!(
+            "{} ({until}) is before {} ({from})",
+            names.1, names.0
+        )));
+    }
+    Ok(TimeRange::new(from, until))
+}
+
+fn time_error(e: crate::time::TimeError) -> ApiError {
+    ApiError::bad_request(e.to_string())
+}
+
+/// A request's node budget: unset or 0 is Pyroscope's default, negative is none.
+pub fn max_nodes(v: Option<i64>) -> usize {
+    match v {
+        None | Some(0) => DEFAULT_MAX_NODES as usize,
+        Some(n) if n < 0 => 0,
+        Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
+    }
+}
+
+impl From<crate::time::TimeError> for ApiError {
+    fn from(e: crate::time::TimeError) -> Self {
+        time_error(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(r: ApiResult<impl std::fmt::Debug>) -> String {
+        r.expect_err("should be refused").message
+    }
+
+    #[test]
+    fn profile_types_are_checked() {
+        let t = ProfileTypeId::parse("process_cpu:cpu:nanoseconds:cpu:nanoseconds").unwrap();
+        assert_eq!(t.sample_unit(), "nanoseconds");
+        assert_eq!(t.parts()[0], "process_cpu");
+        assert!(ProfileTypeId::parse("memory:alloc_space:bytes::").is_ok());
+        assert!(err(ProfileTypeId::parse("cpu")).contains("unknown profile type \"cpu\""));
+        assert!(err(ProfileTypeId::parse("a:b::c:d")).contains("expected name:"));
+        assert!(err(ProfileTypeId::parse("service_name=\"x\"")).contains("inside braces"));
+    }
+
+    #[test]
+    fn a_selection_names_exactly_one_type() {
+        let pt = "process_cpu:cpu:nanoseconds:cpu:nanoseconds";
+        let s = Selection::from_query(Some(&format!("{pt}{{service_name=\"a\"}}"))).unwrap();
+        assert_eq!(s.profile_type.as_str(), pt);
+        assert_eq!(s.selector.matchers.len(), 2);
+        let s = Selection::from_parts(pt, "{service_name=\"a\"}").unwrap();
+        assert_eq!(s.selector.matchers.len(), 2);
+        let s = Selection::from_parts("", &format!("{{__profile_type__=\"{pt}\"}}")).unwrap();
+        assert_eq!(s.profile_type.as_str(), pt);
+        assert_eq!(s.selector.matchers.len(), 1);
+        assert!(err(Selection::from_query(Some("{service_name=\"a\"}")))
+            .contains("names no profile type"));
+        assert!(err(Selection::from_query(None)).contains("names no profile type"));
+        assert!(err(Selection::from_query(Some("cpu{service_name=\"a\"}")))
+            .contains("unknown profile type \"cpu\""));
+        assert!(err(Selection::from_query(Some("service_name=\"a\""))).contains("inside braces"));
+        assert!(err(Selection::from_parts(
+            "memory:alloc_space:bytes:space:bytes",
+            &format!("{pt}{{}}")
+        ))
+        .contains("two profile types"));
+    }
+
+    #[test]
+    fn windows_are_half_open_and_ordered() {
+        let r = window(("from", Some("1000")), ("until", Some("2000"))).unwrap();
+        assert_eq!((r.start_ms, r.end_ms), (1_000_000, 2_000_000));
+        let r = window(("from", None), ("until", Some("7200"))).unwrap();
+        assert_eq!((r.start_ms, r.end_ms), (3_600_000, 7_200_000));
+        assert!(err(window(("from", Some("2000")), ("until", Some("1000")))).contains("before"));
+        assert!(err(window(("start", Some("yesterday")), ("end", None))).contains("start"));
+        let r = window_ms(5, 9, ("start", "end")).unwrap();
+        assert_eq!((r.start_ms, r.end_ms), (5, 9));
+    }
+
+    #[test]
+    fn max_nodes_defaults() {
+        assert_eq!(max_nodes(None), 8192);
+        assert_eq!(max_nodes(Some(0)), 8192);
+        assert_eq!(max_nodes(Some(-1)), 0);
+        assert_eq!(max_nodes(Some(16)), 16);
+    }
+}
