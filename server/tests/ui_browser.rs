@@ -541,5 +541,10 @@ fn tenants_fixtures_and_admin() {
         tenants.contains("team-b") && tenants.contains("anonymous"),
         "{tenants}"
     );
+    let retention = b.text(&b.find("section[aria-label='Retention'] table"));
+    assert!(
+        retention.contains("team-b") && retention.contains("forever"),
+        "{retention}"
+    );
     b.screenshot(&screenshots(), "admin");
 }

@@ -44,11 +44,23 @@ export async function render(root, ui) {
       { key: 'bytes', label: 'Bytes', num: true, format: (v) => formatValue(v, 'bytes'), bar: true },
     ],
   }).set([...groups.values()]);
+  const retention = await getJSON('/api/v1/admin/retention', tenant ? { tenant } : {}, auth());
+  if (!ui.current()) return;
+  const host = h('section', { 'aria-label': 'Retention' }, h('h2', {}, 'Retention per tenant'));
+  root.append(host);
+  new DataTable(host, {
+    label: 'tenants', filterKey: 'tenant', sort: { key: 'tenant', desc: false },
+    columns: [
+      { key: 'tenant', label: 'Tenant' },
+      { key: 'max_age', label: 'Keeps data for' },
+      { key: 'has_data', label: 'Has data', format: (v) => (v ? 'yes' : 'no') },
+    ],
+  }).set(retention);
   root.append(actions(tenant));
   ui.mark('adminDrawn');
 }
 
-/** Compaction and retention for one tenant (retention cannot be read back through the API). */
+/** Compaction and retention for one tenant. */
 function actions(tenant) {
   const out = h('output', { 'aria-live': 'polite', class: 'mono' });
   const who = h('input', { value: tenant || 'anonymous', size: 14, 'aria-label': 'Tenant for actions' });
@@ -66,5 +78,5 @@ function actions(tenant) {
           tenant: who.value.trim(), max_age: age.value.trim() === 'forever' ? null : age.value.trim(),
         }, auth())),
       }, 'Set retention')),
-    h('p', { class: 'muted' }, 'Retention is set here; the HTTP API has no call that reads it back.'), out);
+    out);
 }
