@@ -19,9 +19,10 @@ use std::path::Path;
 
 use anyhow::Context;
 use bytes::Bytes;
-use profiledb_ingest::proto::pprof;
-use profiledb_ingest::proto::push::v1::{PushRequest, RawProfileSeries, RawSample};
-use profiledb_ingest::proto::types::v1::LabelPair;
+use profiledb_proto::gzip::{gunzip, is_gzip};
+use profiledb_proto::pprof;
+use profiledb_proto::push::v1::{PushRequest, RawProfileSeries, RawSample};
+use profiledb_proto::types::v1::LabelPair;
 use prost::Message;
 
 /// The profile type the query suites read.
@@ -589,14 +590,11 @@ impl Replay {
             let Ok(raw) = std::fs::read(e.path()) else {
                 continue;
             };
-            let plain = if raw.starts_with(&[0x1f, 0x8b]) {
-                let mut out = Vec::new();
-                if std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&raw[..]), &mut out)
-                    .is_err()
-                {
-                    continue;
+            let plain = if is_gzip(&raw) {
+                match gunzip(&raw, usize::MAX) {
+                    Ok(out) => out,
+                    Err(_) => continue,
                 }
-                out
             } else {
                 raw
             };

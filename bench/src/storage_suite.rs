@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use profiledb_ingest::{decode_pprof, PprofOptions};
+use profiledb_proto::gzip::{gzip, is_gzip, Compression};
 use profiledb_storage::{Batch, Selector, Store, StoreConfig, TenantId, TimeRange};
 use serde_json::json;
 
@@ -59,12 +60,10 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
         args.minutes = 6;
     }
     let raw = crate::fleet::profile_or_generated(&args.profile)?;
-    let gz_len = if raw.starts_with(&[0x1f, 0x8b]) {
+    let gz_len = if is_gzip(&raw) {
         raw.len() as u64
     } else {
-        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-        std::io::Write::write_all(&mut enc, &raw)?;
-        enc.finish()?.len() as u64
+        gzip(&raw, Compression::default())?.len() as u64
     };
     let t0_ms: i64 = 1_700_000_000_000 / 3_600_000 * 3_600_000;
     let template = decode_pprof(

@@ -14,10 +14,10 @@ use crate::guard::{CpuGuard, GuardError};
 use crate::perf::{self, EventFd, PerfError, PerfOptions, Target, MISC_COMM_EXEC};
 use crate::pprof::{self, LabelConfig, LabeledStack, Labels};
 use crate::procs::{MmapInfo, ProcessTable};
-use crate::proto::push::v1::PushRequest;
 use crate::push::{HttpTransport, PushStats, Pusher, RetryPolicy};
 use crate::symbolize::{Batch, Frame, HostSymbolizer, SymbolStats, SymbolizerThread};
 use crate::unwind::DwarfUnwinder;
+use profiledb_proto::push::v1::PushRequest;
 
 /// `PERF_CONTEXT_MAX`: callchain entries at or above are context markers.
 const PERF_CONTEXT_MAX: u64 = (-4095i64) as u64;

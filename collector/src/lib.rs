@@ -15,8 +15,8 @@
 //! a bounded queue, bounded retries with backoff and drop accounting; a CPU guard stops
 //! sampling when the agent's own CPU use passes its budget.
 //!
-//! The crate depends on neither the storage engine nor the server: its pprof and
-//! push.v1 messages are generated from its own small protos (`proto/`).
+//! The crate depends on no profiledb crate but `profiledb-proto`: the shared wire
+//! schemas (pprof, push.v1) and the pprof builder the server's export uses too.
 //!
 //! Modules:
 //! - [`config`]: parsing of durations, tags and events from the command line.
@@ -44,28 +44,3 @@ pub mod procs;
 pub mod push;
 pub mod symbolize;
 pub mod unwind;
-
-/// Messages generated from the workspace `proto/` folder at build time. Modules
-/// mirror the proto packages because generated code refers across them by path.
-#[allow(clippy::all, missing_docs)]
-pub mod proto {
-    pub mod perftools {
-        /// `perftools.profiles` (pprof).
-        pub mod profiles {
-            include!(concat!(env!("OUT_DIR"), "/perftools.profiles.rs"));
-        }
-    }
-    pub mod types {
-        /// `types.v1` (label pairs).
-        pub mod v1 {
-            include!(concat!(env!("OUT_DIR"), "/types.v1.rs"));
-        }
-    }
-    pub mod push {
-        /// `push.v1` (Pyroscope push API).
-        pub mod v1 {
-            include!(concat!(env!("OUT_DIR"), "/push.v1.rs"));
-        }
-    }
-    pub use perftools::profiles as pprof;
-}

@@ -6,15 +6,14 @@
 //! `cgroup`) are pprof sample labels, which the server turns into series labels.
 
 use std::collections::HashMap;
-use std::io::Write;
 
-use flate2::write::GzEncoder;
-use flate2::Compression;
+use profiledb_proto::gzip::{gzip, Compression};
+use profiledb_proto::pprof::Profile;
+use profiledb_proto::push::v1::{PushRequest, RawProfileSeries, RawSample};
+use profiledb_proto::types::v1::LabelPair;
+use profiledb_proto::{MappingInfo, ProfileBuilder};
 use prost::Message;
 
-use crate::proto::pprof::{Function, Label, Line, Location, Mapping, Profile, Sample, ValueType};
-use crate::proto::push::v1::{PushRequest, RawProfileSeries, RawSample};
-use crate::proto::types::v1::LabelPair;
 use crate::symbolize::{Frame, ModuleRef};
 
 /// Label pairs, sorted by name when built by this module.
@@ -96,30 +95,6 @@ pub fn merge_stacks(stacks: impl IntoIterator<Item = LabeledStack>) -> Vec<Label
     out
 }
 
-#[derive(Default)]
-struct Strings {
-    table: Vec<String>,
-    idx: HashMap<String, i64>,
-}
-
-impl Strings {
-    fn new() -> Self {
-        let mut s = Self::default();
-        s.get("");
-        s
-    }
-
-    fn get(&mut self, v: &str) -> i64 {
-        if let Some(&i) = self.idx.get(v) {
-            return i;
-        }
-        let i = self.table.len() as i64;
-        self.table.push(v.to_string());
-        self.idx.insert(v.to_string(), i);
-        i
-    }
-}
-
 /// Builds the pprof of one event: sample types `samples:count` and `cpu:nanoseconds`
 /// (count × `period_ns`), period type `cpu:nanoseconds`.
 pub fn build_profile(
@@ -128,115 +103,39 @@ pub fn build_profile(
     time_nanos: i64,
     duration_nanos: i64,
 ) -> Profile {
-    let mut strings = Strings::new();
-    let mut p = Profile {
-        sample_type: vec![
-            ValueType {
-                r#type: strings.get("samples"),
-                unit: strings.get("count"),
-            },
-            ValueType {
-                r#type: strings.get("cpu"),
-                unit: strings.get("nanoseconds"),
-            },
-        ],
-        period_type: Some(ValueType {
-            r#type: strings.get("cpu"),
-            unit: strings.get("nanoseconds"),
-        }),
-        period: period_ns,
-        time_nanos,
-        duration_nanos,
-        ..Default::default()
-    };
-    let mut mappings: HashMap<ModuleRef, u64> = HashMap::new();
-    let mut functions: HashMap<String, u64> = HashMap::new();
-    let mut locations: HashMap<(u64, u64, u64), u64> = HashMap::new();
+    let mut b = ProfileBuilder::new();
+    b.add_sample_type("samples", "count");
+    b.add_sample_type("cpu", "nanoseconds");
+    b.set_period("cpu", "nanoseconds", period_ns);
+    b.set_time(time_nanos, duration_nanos);
+    let mut mappings: HashMap<&ModuleRef, u64> = HashMap::new();
     for s in stacks {
         let mut location_id = Vec::with_capacity(s.frames.len());
         for f in &s.frames {
             let mapping_id = match &f.module {
-                Some(m) => match mappings.get(m) {
-                    Some(&id) => id,
-                    None => {
-                        let id = p.mapping.len() as u64 + 1;
-                        p.mapping.push(Mapping {
-                            id,
-                            memory_start: m.start,
-                            memory_limit: m.end,
-                            file_offset: m.pgoff,
-                            filename: strings.get(&m.file.path),
-                            build_id: strings.get(m.build_id.as_deref().unwrap_or("")),
-                            has_functions: true,
-                            ..Default::default()
-                        });
-                        mappings.insert(m.clone(), id);
-                        id
-                    }
-                },
+                Some(m) => *mappings.entry(m).or_insert_with(|| {
+                    b.add_mapping(&MappingInfo {
+                        memory_start: m.start,
+                        memory_limit: m.end,
+                        file_offset: m.pgoff,
+                        filename: &m.file.path,
+                        build_id: m.build_id.as_deref().unwrap_or(""),
+                        has_functions: true,
+                    })
+                }),
                 None => 0,
             };
-            let function_id = match &f.function {
-                Some(name) => match functions.get(&**name) {
-                    Some(&id) => id,
-                    None => {
-                        let id = p.function.len() as u64 + 1;
-                        let n = strings.get(name);
-                        p.function.push(Function {
-                            id,
-                            name: n,
-                            system_name: n,
-                            ..Default::default()
-                        });
-                        functions.insert(name.to_string(), id);
-                        id
-                    }
-                },
-                None => 0,
-            };
-            let key = (mapping_id, f.address, function_id);
-            let loc = match locations.get(&key) {
-                Some(&id) => id,
-                None => {
-                    let id = p.location.len() as u64 + 1;
-                    p.location.push(Location {
-                        id,
-                        mapping_id,
-                        address: f.address,
-                        line: if function_id != 0 {
-                            vec![Line {
-                                function_id,
-                                line: 0,
-                                column: 0,
-                            }]
-                        } else {
-                            Vec::new()
-                        },
-                        is_folded: false,
-                    });
-                    locations.insert(key, id);
-                    id
-                }
-            };
-            location_id.push(loc);
+            let function_id = f.function.as_deref().map(|name| b.function(name));
+            location_id.push(b.location(mapping_id, f.address, function_id));
         }
         let count = i64::try_from(s.count).unwrap_or(i64::MAX);
-        p.sample.push(Sample {
+        b.add_sample(
             location_id,
-            value: vec![count, count.saturating_mul(period_ns)],
-            label: s
-                .labels
-                .iter()
-                .map(|(k, v)| Label {
-                    key: strings.get(k),
-                    str: strings.get(v),
-                    ..Default::default()
-                })
-                .collect(),
-        });
+            vec![count, count.saturating_mul(period_ns)],
+            s.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+        );
     }
-    p.string_table = strings.table.into_iter().map(String::into_bytes).collect();
-    p
+    b.finish()
 }
 
 /// One push series: labels plus an uncompressed pprof.
@@ -258,14 +157,11 @@ pub fn push_series(labels: &Labels, profile: &Profile) -> RawProfileSeries {
 
 /// Encodes a push request as a gzip'd protobuf body.
 pub fn encode_push_body(req: &PushRequest) -> std::io::Result<Vec<u8>> {
-    let mut gz = GzEncoder::new(Vec::new(), Compression::fast());
-    gz.write_all(&req.encode_to_vec())?;
-    gz.finish()
+    gzip(&req.encode_to_vec(), Compression::fast())
 }
 
 #[cfg(test)]
 mod tests {
-    use std::io::Read;
     use std::sync::Arc;
 
     use super::*;
@@ -399,10 +295,7 @@ mod tests {
         };
         let body = encode_push_body(&req).expect("encodes");
         assert_eq!(&body[..2], &[0x1f, 0x8b]);
-        let mut raw = Vec::new();
-        flate2::read::GzDecoder::new(&body[..])
-            .read_to_end(&mut raw)
-            .expect("gunzips");
+        let raw = profiledb_proto::gzip::gunzip(&body, 1 << 20).expect("gunzips");
         let back = PushRequest::decode(&raw[..]).expect("decodes");
         assert_eq!(back, req);
         assert_eq!(

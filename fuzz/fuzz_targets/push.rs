@@ -4,7 +4,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use profiledb_ingest::{decode_push, push_to_batch, Limits, PushEncoding};
-use profiledb_storage::TenantId;
+use profiledb_model::TenantId;
 
 fuzz_target!(|data: &[u8]| {
     let Some((&mode, body)) = data.split_first() else {

@@ -2,7 +2,7 @@
 //! with many series) becomes one [`Batch`]. Decoders always fill a fresh batch and
 //! append it only on success, so a failing profile never leaves half its data behind.
 
-use profiledb_storage::{Batch, Location};
+use profiledb_model::{Batch, Location};
 
 /// Appends `src`'s symbols, stacks and series to `dst`, shifting every index.
 /// Series with equal labels are merged. `src.tenant` is ignored.
@@ -40,7 +40,7 @@ pub fn append_batch(dst: &mut Batch, src: Batch) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use profiledb_storage::{Function, Labels, Mapping, Sample, SeriesSamples, TenantId};
+    use profiledb_model::{Function, Labels, Mapping, Sample, SeriesSamples, TenantId};
 
     fn one(name: &str, pt: &str, value: i64) -> Batch {
         let mut b = Batch::new(TenantId::default());

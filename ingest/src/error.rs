@@ -10,7 +10,9 @@ pub enum IngestError {
     /// The bytes are not a valid protobuf message of the expected type.
     #[error("malformed {what} protobuf: {source}")]
     Protobuf {
+        /// The message that was expected (`"pprof Profile"`, …).
         what: &'static str,
+        /// prost's account of what is wrong.
         #[source]
         source: prost::DecodeError,
     },
@@ -23,6 +25,7 @@ pub enum IngestError {
     TooLarge {
         /// Name of the field of [`crate::Limits`] that was exceeded.
         limit: &'static str,
+        /// The limit's value.
         max: u64,
         /// What was measured ("decompressed body", "samples in profile", …).
         what: &'static str,
@@ -30,8 +33,11 @@ pub enum IngestError {
     /// A shape limit (stack depth, label count or length) was exceeded.
     #[error("{detail} exceeds the limit {limit} = {max}")]
     LimitExceeded {
+        /// Name of the field of [`crate::Limits`] that was exceeded.
         limit: &'static str,
+        /// The limit's value.
         max: u64,
+        /// What exceeded it, naming the offending stack or label.
         detail: String,
     },
     /// A well-formed protobuf whose content breaks the pprof rules (dangling ids,
@@ -40,19 +46,42 @@ pub enum IngestError {
     InvalidProfile(String),
     /// A folded/lines body line that cannot be parsed (1-based line number).
     #[error("invalid folded input at line {line}: {reason}")]
-    InvalidFolded { line: usize, reason: String },
+    InvalidFolded {
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong with the line.
+        reason: String,
+    },
     /// A query parameter that cannot be parsed.
     #[error("invalid parameter {param}: {reason}")]
-    InvalidParameter { param: &'static str, reason: String },
+    InvalidParameter {
+        /// The parameter's name.
+        param: &'static str,
+        /// What is wrong with its value.
+        reason: String,
+    },
     /// A label name or value that is not allowed.
     #[error("invalid label {name:?}: {reason}")]
-    InvalidLabel { name: String, reason: String },
+    InvalidLabel {
+        /// The label's name.
+        name: String,
+        /// Which rule it breaks.
+        reason: String,
+    },
     /// A JSON body (protojson push request, sample_type_config) that cannot be parsed.
     #[error("invalid {what} JSON: {reason}")]
-    InvalidJson { what: &'static str, reason: String },
+    InvalidJson {
+        /// What the JSON was meant to be.
+        what: &'static str,
+        /// The parser's account of what is wrong.
+        reason: String,
+    },
     /// A format that exists in the Pyroscope API but that profiledb does not decode yet.
     #[error("format {format:?} is not supported yet")]
-    UnsupportedFormat { format: String },
+    UnsupportedFormat {
+        /// The format as the request named it.
+        format: String,
+    },
 }
 
 impl IngestError {

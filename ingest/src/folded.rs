@@ -17,7 +17,7 @@
 
 use std::collections::HashMap;
 
-use profiledb_storage::{
+use profiledb_model::{
     Batch, Function, Labels, Location, Sample, SeriesSamples, TenantId, NAME_LABEL,
     PROFILE_TYPE_LABEL,
 };
@@ -41,11 +41,14 @@ pub enum FoldedFormat {
 /// value = round(count × numerator / denominator).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ValueScale {
+    /// Multiplies the count.
     pub numerator: i64,
+    /// Divides the product (treated as at least 1).
     pub denominator: i64,
 }
 
 impl ValueScale {
+    /// Values are the counts as sent.
     pub const IDENTITY: ValueScale = ValueScale {
         numerator: 1,
         denominator: 1,
@@ -77,15 +80,20 @@ impl Default for ValueScale {
 /// What the caller knows about a folded/lines upload besides its bytes.
 #[derive(Clone, Debug)]
 pub struct FoldedOptions {
+    /// Whose data it is.
     pub tenant: TenantId,
+    /// Folded or lines.
     pub format: FoldedFormat,
     /// Labels of the series (`service_name`, tags); `__name__` and
     /// `__profile_type__` are set from `profile_type`.
     pub labels: Labels,
+    /// The profile type every sample gets.
     pub profile_type: ProfileType,
+    /// Converts each line's count into the stored value.
     pub scale: ValueScale,
     /// Timestamp of every sample (the request's `from`), ms.
     pub time_ms: i64,
+    /// Bounds on the body and its stacks and labels.
     pub limits: Limits,
 }
 

@@ -1,7 +1,7 @@
 //! What a series label may look like, and which pprof sample labels become series
 //! labels.
 
-use profiledb_storage::Labels;
+use profiledb_model::Labels;
 
 use crate::error::IngestError;
 use crate::limits::Limits;

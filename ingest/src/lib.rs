@@ -1,5 +1,7 @@
 //! profiledb's decoding layer: turns every wire format profiledb accepts into
-//! [`profiledb_storage::Batch`]es, with no I/O and no HTTP.
+//! [`profiledb_model::Batch`]es. It is pure computation over bytes already read: no
+//! I/O, no threads, no HTTP and no storage engine (the server's ingest pipeline runs
+//! these decoders on its worker threads and writes the batches).
 //!
 //! - [`pprof`]: `perftools.profiles.Profile` (gzip-framed or plain), one profile type
 //!   per sample type, names inferred as Pyroscope does ([`profile_type`]).
@@ -7,10 +9,12 @@
 //! - [`pyroscope`]: the `/ingest` query parameters Pyroscope SDKs send.
 //! - [`push`]: Pyroscope `push.v1.PushRequest` bodies, binary or protojson.
 //! - [`time`]: the one parser of times (`from`, `until`, query windows).
-//! - [`pipeline`]: the bounded queue and decoder pool between HTTP and storage.
+//! - [`proto`]: the generated wire messages the decoders read (from `profiledb-proto`).
 //!
 //! Every decoder is bounded by [`Limits`] and reports [`IngestError`]s that carry a
 //! stable [`IngestError::code`] for the HTTP layer.
+
+#![deny(missing_docs)]
 
 pub mod append;
 pub mod error;
@@ -18,19 +22,19 @@ pub mod folded;
 pub mod gzip;
 pub mod label_rules;
 pub mod limits;
-pub mod pipeline;
 pub mod pprof;
 pub mod profile_type;
-pub mod proto;
 pub mod push;
 pub mod pyroscope;
 pub mod time;
+
+/// The generated wire messages the decoders read.
+pub use profiledb_proto as proto;
 
 pub use append::append_batch;
 pub use error::IngestError;
 pub use folded::{decode_folded, FoldedFormat, FoldedOptions, ValueScale};
 pub use limits::Limits;
-pub use pipeline::{Job, Payload, Pipeline, PipelineConfig, PipelineError, PipelineStats, Stored};
 pub use pprof::{decode_pprof, PprofOptions};
 pub use profile_type::{
     infer_profile_name, parse_sample_type_config, ProfileType, SampleTypeConfig, SampleTypeSettings,

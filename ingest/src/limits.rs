@@ -24,11 +24,17 @@ pub struct Limits {
 }
 
 impl Limits {
+    /// Default of [`Limits::max_decompressed_bytes`]: 256 MiB.
     pub const DEFAULT_MAX_DECOMPRESSED_BYTES: usize = 256 << 20;
+    /// Default of [`Limits::max_samples_per_profile`].
     pub const DEFAULT_MAX_SAMPLES_PER_PROFILE: usize = 5_000_000;
+    /// Default of [`Limits::max_stack_depth`].
     pub const DEFAULT_MAX_STACK_DEPTH: usize = 4096;
+    /// Default of [`Limits::max_labels_per_series`].
     pub const DEFAULT_MAX_LABELS_PER_SERIES: usize = 64;
+    /// Default of [`Limits::max_label_name_len`].
     pub const DEFAULT_MAX_LABEL_NAME_LEN: usize = 1024;
+    /// Default of [`Limits::max_label_value_len`].
     pub const DEFAULT_MAX_LABEL_VALUE_LEN: usize = 4096;
 }
 

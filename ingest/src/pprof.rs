@@ -26,7 +26,7 @@ use std::collections::HashMap;
 #[cfg(test)]
 use bytes::Bytes;
 
-use profiledb_storage::{
+use profiledb_model::{
     Batch, Function, Labels, Location, Mapping, Sample, SeriesSamples, TenantId, NAME_LABEL,
     PROFILE_TYPE_LABEL,
 };
@@ -48,6 +48,7 @@ use wire::RawProfile;
 /// What the caller knows about a pprof upload besides its bytes.
 #[derive(Clone, Debug, Default)]
 pub struct PprofOptions {
+    /// Whose data it is.
     pub tenant: TenantId,
     /// Labels every series gets (`service_name`, query-string tags, Push labels).
     /// `__name__` and `__profile_type__` are always set by the decoder.
@@ -57,6 +58,7 @@ pub struct PprofOptions {
     /// Sample time (ms) when the profile's `time_nanos` is unusable, normally the
     /// request's `from` or the receive time.
     pub fallback_time_ms: i64,
+    /// Bounds on the body, its samples, stacks and labels.
     pub limits: Limits,
     /// Pyroscope `sample_type_config` sent with the upload, if any.
     pub sample_type_config: Option<SampleTypeConfig>,

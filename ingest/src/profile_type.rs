@@ -25,14 +25,20 @@ use crate::error::IngestError;
 /// The five parts of a profile type id.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ProfileType {
+    /// The profile name (`process_cpu`, `memory`, …).
     pub name: String,
+    /// What a sample value measures (`cpu`, `alloc_space`, …).
     pub sample_type: String,
+    /// Its unit (`nanoseconds`, `bytes`, …).
     pub sample_unit: String,
+    /// What one sampling event measures.
     pub period_type: String,
+    /// Its unit.
     pub period_unit: String,
 }
 
 impl ProfileType {
+    /// The type `name:sample.0:sample.1:period.0:period.1`.
     pub fn new(name: &str, sample: (&str, &str), period: (&str, &str)) -> Self {
         ProfileType {
             name: name.to_string(),
@@ -73,11 +79,16 @@ pub const CPU_NANOSECONDS: &str = "process_cpu:cpu:nanoseconds:cpu:nanoseconds";
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(default)]
 pub struct SampleTypeSettings {
+    /// Unit to store the values in, overriding the profile's.
     pub units: Option<String>,
+    /// Sample type name to store, overriding the profile's.
     #[serde(rename = "display-name")]
     pub display_name: Option<String>,
+    /// How Pyroscope aggregates the values (`sum`, `average`).
     pub aggregation: Option<String>,
+    /// Whether the values accumulate over the process's life.
     pub cumulative: bool,
+    /// Whether the values are samples of a larger population.
     pub sampled: bool,
 }
 
@@ -152,7 +163,9 @@ pub fn infer_profile_name<'a>(
 /// nanoseconds: count × 1e9 / sampleRate).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SuffixType {
+    /// The profile type the suffix names.
     pub profile_type: ProfileType,
+    /// Whether counts are samples at `sampleRate` Hz, stored as nanoseconds.
     pub counts_are_samples: bool,
 }
 

@@ -12,7 +12,7 @@
 use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
 use base64::engine::DecodePaddingMode;
 use base64::{alphabet, Engine};
-use profiledb_storage::{Batch, Labels, TenantId, NAME_LABEL};
+use profiledb_model::{Batch, Labels, TenantId, NAME_LABEL};
 use prost::Message;
 use serde::Deserialize;
 
@@ -27,7 +27,9 @@ use crate::proto::push::v1::PushRequest;
 /// How the request body is encoded, from its `Content-Type`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PushEncoding {
+    /// Binary protobuf.
     Proto,
+    /// protojson.
     Json,
 }
 
@@ -68,6 +70,7 @@ pub struct PushSeries {
     pub name: Option<String>,
     /// Every other kept label.
     pub labels: Labels,
+    /// The series' raw profiles.
     pub profiles: Vec<PushProfile>,
 }
 

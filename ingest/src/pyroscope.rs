@@ -15,7 +15,7 @@
 //!
 //! Unknown parameters are ignored, as Pyroscope does.
 
-use profiledb_storage::{Batch, Labels, TenantId, SERVICE_NAME_LABEL};
+use profiledb_model::{Batch, Labels, TenantId, SERVICE_NAME_LABEL};
 
 use crate::error::IngestError;
 use crate::folded::{decode_folded, FoldedFormat, FoldedOptions, ValueScale};
@@ -31,14 +31,20 @@ use crate::time::parse_time;
 /// Body format named by the `format` parameter.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Format {
+    /// Collapsed stacks, `a;b;c 12` (the default).
     #[default]
     Folded,
+    /// One stack per line, repeated once per sample.
     Lines,
+    /// A pprof profile.
     Pprof,
+    /// Java Flight Recorder (refused as not yet supported).
     Jfr,
 }
 
 impl Format {
+    /// The format a `format` parameter names; `trie`, `tree` and `speedscope` are
+    /// refused as unsupported.
     pub fn parse(s: &str) -> Result<Format, IngestError> {
         match s {
             "" | "folded" => Ok(Format::Folded),
@@ -81,6 +87,7 @@ pub struct AppName {
 }
 
 impl AppName {
+    /// Parses `app.suffix{k=v,…}`.
     pub fn parse(name: &str, limits: &Limits) -> Result<AppName, IngestError> {
         let bad = |reason: String| IngestError::param("name", reason);
         let (app, tags_text) = match name.find('{') {
@@ -153,18 +160,26 @@ impl AppName {
 /// Everything the `/ingest` query string says.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IngestParams {
+    /// The `name` parameter.
     pub name: AppName,
+    /// `from`, ms since the epoch.
     pub from_ms: Option<i64>,
+    /// `until`, ms since the epoch.
     pub until_ms: Option<i64>,
     /// `None` when the parameter is absent: a multipart body then means pprof.
     pub format: Option<Format>,
+    /// `sampleRate` in Hz (default [`IngestParams::DEFAULT_SAMPLE_RATE`]).
     pub sample_rate: u32,
+    /// `spyName`: the SDK's profiler.
     pub spy_name: Option<String>,
+    /// `units`, as sent.
     pub units: Option<String>,
+    /// `aggregationType`, as sent.
     pub aggregation_type: Option<String>,
 }
 
 impl IngestParams {
+    /// Pyroscope SDKs sample at 100 Hz unless told otherwise.
     pub const DEFAULT_SAMPLE_RATE: u32 = 100;
 
     /// Parses already percent-decoded query pairs. `now_ms` anchors `now-…` times.
@@ -304,7 +319,9 @@ pub enum IngestBody<'a> {
     /// `multipart/form-data`: the `profile` part and the optional
     /// `sample_type_config` part.
     Multipart {
+        /// The `profile` part.
         profile: &'a [u8],
+        /// The `sample_type_config` part, if sent.
         sample_type_config: Option<&'a [u8]>,
     },
 }
@@ -403,7 +420,7 @@ mod tests {
         assert!(!is_binary("naïve;frame\t1\n".as_bytes()));
         assert!(is_binary(&[0xff, 0xfe, 0x00]));
     }
-    use profiledb_storage::{NAME_LABEL, PROFILE_TYPE_LABEL};
+    use profiledb_model::{NAME_LABEL, PROFILE_TYPE_LABEL};
 
     const NOW: i64 = 1_700_000_000_000;
 

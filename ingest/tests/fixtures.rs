@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use profiledb_ingest::proto::pprof::Profile;
 use profiledb_ingest::{decode_pprof, PprofOptions};
-use profiledb_storage::{Batch, Labels, NAME_LABEL, SERVICE_NAME_LABEL};
+use profiledb_model::{Batch, Labels, NAME_LABEL, SERVICE_NAME_LABEL};
 use prost::Message;
 
 fn fixtures_dir() -> Option<PathBuf> {

@@ -81,9 +81,9 @@ impl From<profiledb_ingest::IngestError> for ApiError {
     }
 }
 
-impl From<profiledb_ingest::PipelineError> for ApiError {
-    fn from(e: profiledb_ingest::PipelineError) -> Self {
-        use profiledb_ingest::PipelineError as P;
+impl From<crate::pipeline::PipelineError> for ApiError {
+    fn from(e: crate::pipeline::PipelineError) -> Self {
+        use crate::pipeline::PipelineError as P;
         match e {
             P::Decode(e) => e.into(),
             P::Timestamp(m) => ApiError::bad_request(m),

@@ -10,6 +10,7 @@ pub mod cli;
 pub mod error;
 pub mod http;
 pub mod metrics;
+pub mod pipeline;
 pub mod retention;
 pub mod time;
 
@@ -19,7 +20,6 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use anyhow::Context;
-use profiledb_ingest::{Pipeline, PipelineConfig};
 use profiledb_storage::query::cache::{QueryEngine, QueryLimits};
 use profiledb_storage::{Store, StoreConfig};
 use tokio::net::TcpListener;
@@ -27,6 +27,7 @@ use tracing::{error, info};
 
 use crate::error::ApiError;
 use crate::metrics::HttpMetrics;
+use crate::pipeline::{Pipeline, PipelineConfig};
 
 /// Everything `profiledb serve` needs.
 #[derive(Clone, Debug)]

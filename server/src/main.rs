@@ -492,7 +492,7 @@ fn main() -> anyhow::Result<()> {
                 listen,
                 data_dir,
                 store,
-                ingest: profiledb_ingest::PipelineConfig {
+                ingest: profiledb::pipeline::PipelineConfig {
                     queue: ingest_queue,
                     max_future_skew_ms: max_future_skew_secs.saturating_mul(1000),
                     max_age_ms: ingestion_window_secs.map(|s| s.saturating_mul(1000)),

@@ -3,8 +3,9 @@
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use profiledb_ingest::Pipeline;
 use profiledb_storage::Store;
+
+use crate::pipeline::Pipeline;
 
 /// HTTP-level counters.
 #[derive(Debug, Default)]

@@ -6,7 +6,7 @@
 //! resolve label matchers on roaring-bitmap indexes, scan the selected series in
 //! parallel and merge them into call trees.
 //!
-//! Module map: [`model`] (what is stored), [`wal`] and [`head`] (fresh data),
+//! Module map: [`profiledb_model`] (what is stored), [`wal`] and [`head`] (fresh data),
 //! [`segment`], [`dict`] and [`index`] (files on disk), [`catalog`] (metadata),
 //! [`query`] and [`selector`] (reading), [`store`] (the engine tying them together).
 
@@ -19,7 +19,6 @@ pub mod error;
 pub mod fnindex;
 pub mod head;
 pub mod index;
-pub mod model;
 pub mod query;
 pub mod segment;
 pub mod selector;
@@ -28,10 +27,16 @@ pub mod store;
 mod store_query;
 pub mod wal;
 
+/// The profile model lives in its own crate (shared with ingest and the server);
+/// `crate::model::…` paths keep naming it.
+mod model {
+    pub use profiledb_model::*;
+}
+
 pub use compact::{CompactProgress, CompactReport, RetentionReport};
 pub use config::{DownsampleRule, FsyncPolicy, StoreConfig};
 pub use error::{Result, StorageError};
-pub use model::{
+pub use profiledb_model::{
     Batch, Function, InvalidTenant, Labels, Location, Mapping, Sample, SeriesSamples, Stacks,
     Symbols, TenantId, NAME_LABEL, PROFILE_TYPE_LABEL, SERVICE_NAME_LABEL,
 };

@@ -3,7 +3,7 @@ use std::io::Write;
 
 use flate2::write::GzEncoder;
 use flate2::Compression;
-use profiledb_storage::SERVICE_NAME_LABEL;
+use profiledb_model::SERVICE_NAME_LABEL;
 use proptest::prelude::*;
 
 use super::*;

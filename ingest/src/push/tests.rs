@@ -2,7 +2,7 @@ use std::io::Write;
 
 use flate2::write::GzEncoder;
 use flate2::Compression;
-use profiledb_storage::{PROFILE_TYPE_LABEL, SERVICE_NAME_LABEL};
+use profiledb_model::{PROFILE_TYPE_LABEL, SERVICE_NAME_LABEL};
 
 use super::*;
 use crate::proto::pprof::{Function, Line, Location, Profile, Sample, ValueType};

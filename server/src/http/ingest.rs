@@ -12,11 +12,12 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
 use bytes::Bytes;
-use profiledb_ingest::{IngestParams, Job, Payload, PushEncoding, Stored};
+use profiledb_ingest::{IngestParams, PushEncoding};
 use profiledb_storage::now_ms;
 
 use super::{tenant_of, AppRef};
 use crate::error::{ApiError, ApiResult};
+use crate::pipeline::{Job, Payload, Stored};
 use crate::time::rfc3339;
 
 pub fn routes() -> Router<AppRef> {

@@ -34,29 +34,7 @@ pub use merged::Merged;
 pub use scratch::Scratch;
 pub use tree::{CallTree, TreeNode};
 
-/// A half-open time range `[start_ms, end_ms)` in milliseconds since the epoch.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct TimeRange {
-    pub start_ms: i64,
-    pub end_ms: i64,
-}
-
-impl TimeRange {
-    pub fn new(start_ms: i64, end_ms: i64) -> Self {
-        TimeRange { start_ms, end_ms }
-    }
-
-    pub fn all() -> Self {
-        TimeRange {
-            start_ms: i64::MIN,
-            end_ms: i64::MAX,
-        }
-    }
-
-    pub fn overlaps(&self, start: i64, end: i64) -> bool {
-        self.start_ms < end && start < self.end_ms
-    }
-}
+pub use profiledb_model::TimeRange;
 
 /// What queries need from a head partition or a segment.
 pub trait Source {

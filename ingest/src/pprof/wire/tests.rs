@@ -21,8 +21,8 @@ fn assert_same(buf: &[u8]) -> Result<(), TestCaseError> {
 }
 
 fn outcome(
-    r: Result<profiledb_storage::Batch, IngestError>,
-) -> Result<profiledb_storage::Batch, String> {
+    r: Result<profiledb_model::Batch, IngestError>,
+) -> Result<profiledb_model::Batch, String> {
     r.map_err(|e| e.to_string())
 }
 

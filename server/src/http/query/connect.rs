@@ -6,7 +6,6 @@
 //! 64-bit integers as strings, enums by name. Unknown fields are ignored, as Grafana's
 //! front end may be newer than us.
 
-use std::io::Read;
 use std::sync::LazyLock;
 
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -114,18 +113,14 @@ pub fn encoding(headers: &HeaderMap) -> ConnectResult<Encoding> {
 }
 
 fn gunzip(body: &[u8], limit: usize) -> ConnectResult<Vec<u8>> {
-    let mut out = Vec::new();
-    flate2::read::GzDecoder::new(body)
-        .take(limit as u64 + 1)
-        .read_to_end(&mut out)
-        .map_err(|e| ConnectError::invalid(format!("invalid gzip body: {e}")))?;
-    if out.len() > limit {
-        return Err(ConnectError::new(
+    use profiledb_proto::gzip::GunzipError;
+    profiledb_proto::gzip::gunzip(body, limit).map_err(|e| match e {
+        GunzipError::TooLarge { .. } => ConnectError::new(
             "resource_exhausted",
             format!("decompressed request exceeds {limit} bytes"),
-        ));
-    }
-    Ok(out)
+        ),
+        GunzipError::Invalid(e) => ConnectError::invalid(format!("invalid gzip body: {e}")),
+    })
 }
 
 /// Decodes a Connect unary request body into `T` (full proto name `name`).

@@ -362,7 +362,7 @@ async fn select_merge_span_profile(
 async fn select_merge_profile(
     ctx: Ctx,
     r: q::SelectMergeProfileRequest,
-) -> ConnectResult<super::proto::google::v1::Profile> {
+) -> ConnectResult<super::proto::pprof::Profile> {
     let selection = Selection::from_parts(&r.profile_type_id, &r.label_selector)?;
     let range = range(r.start, r.end)?;
     let call_site: Vec<String> = r

@@ -17,10 +17,10 @@ use crossbeam::channel::{self, Receiver, Sender, TrySendError};
 use profiledb_storage::{now_ms, Batch, StorageError, Store, TenantId};
 use tracing::debug;
 
-use crate::error::IngestError;
-use crate::limits::Limits;
-use crate::push::{decode_push, push_to_batch, PushEncoding};
-use crate::pyroscope::{decode_ingest, IngestBody, IngestParams};
+use profiledb_ingest::{
+    decode_ingest, decode_push, push_to_batch, IngestBody, IngestError, IngestParams, Limits,
+    PushEncoding,
+};
 
 /// What one upload carries, as the HTTP layer extracted it.
 pub enum Payload {

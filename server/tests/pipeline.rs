@@ -3,9 +3,8 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use profiledb_ingest::{
-    IngestParams, Job, Limits, Payload, Pipeline, PipelineConfig, PipelineError,
-};
+use profiledb::pipeline::{Job, Payload, Pipeline, PipelineConfig, PipelineError};
+use profiledb_ingest::{IngestParams, Limits};
 use profiledb_storage::{now_ms, Selector, Store, StoreConfig, TenantId, TimeRange};
 
 fn job(i: usize, now: i64) -> Job {
