@@ -173,11 +173,9 @@ fn accepts_gzip(headers: &HeaderMap) -> bool {
 
 /// The gzip'd asset, or `None` when it is not worth it (images, tiny files).
 fn gzip(a: &Asset) -> Option<Bytes> {
-    use std::io::Write;
+    use profiledb_proto::gzip::{gzip, Compression};
     if a.content_type.starts_with("image/") || a.bytes.len() < 512 {
         return None;
     }
-    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
-    enc.write_all(a.bytes).ok()?;
-    enc.finish().ok().map(Bytes::from)
+    gzip(a.bytes, Compression::best()).ok().map(Bytes::from)
 }
