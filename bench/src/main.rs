@@ -12,6 +12,7 @@ mod query_suite;
 mod report;
 mod server;
 mod storage_suite;
+mod ui_suite;
 
 use clap::{Parser, Subcommand};
 
@@ -54,6 +55,10 @@ enum Suite {
     /// fds, samples/s delivered, unsymbolized frames, stack depth. Skips when
     /// perf_event_open is not permitted.
     Agent(agent_suite::Args),
+    /// The web UI in headless Chromium over a generated 1-day fleet: asset bytes
+    /// served, navigation to a drawn flame graph (cold and cached), and frames per
+    /// second while zooming a 10,000-node flame graph. Skips without Chromium.
+    Ui(ui_suite::Args),
     /// One compaction pass of the `lifecycle` suite in a process of its own (its
     /// peak RSS is that pass's alone). Internal.
     #[command(hide = true)]
@@ -68,6 +73,7 @@ fn main() -> anyhow::Result<()> {
         Suite::Baseline(args) => query_suite::run(args, true),
         Suite::Lifecycle(args) => lifecycle_suite::run(args),
         Suite::Agent(args) => agent_suite::run(args),
+        Suite::Ui(args) => ui_suite::run(args),
         Suite::LifecycleStep(args) => lifecycle_suite::run_step(args),
     }
 }

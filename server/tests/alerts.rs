@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::TestServer;
+use common::{wait_for, TestServer};
 use profiledb::alerts::AlertOptions;
 use profiledb::ServeOptions;
 use serde_json::{json, Value};
@@ -281,18 +281,6 @@ fn hot_rule(s: &TestServer, name: &str, extra: Value) -> Feeder {
 
 fn rule_state(s: &TestServer, name: &str) -> Value {
     s.json(&format!("/api/v1/alerts/rules/{name}"), &[])
-}
-
-/// Polls until `f` returns Some, failing after `secs`.
-fn wait_for<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 fn fast_server(tweak: impl FnOnce(&mut ServeOptions)) -> TestServer {

@@ -7,6 +7,7 @@ mod labels;
 pub(crate) mod query;
 pub(crate) mod request;
 mod system;
+mod ui;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -48,6 +49,7 @@ pub fn router(state: AppRef) -> Router {
         .merge(query::routes())
         .merge(admin::routes())
         .merge(alerts::routes())
+        .merge(ui::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(

@@ -277,3 +277,15 @@ pub fn encode(p: &pprof::Profile) -> Vec<u8> {
     use prost::Message;
     p.encode_to_vec()
 }
+
+/// Polls until `f` returns Some, failing after `secs`.
+pub fn wait_for<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
