@@ -8,7 +8,7 @@ use anyhow::Context;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use profiledb::time::{format_duration, human_value, parse_max_age, rfc3339};
+use profiledb::time::{format_duration, format_max_age, human_value, parse_max_age, rfc3339};
 use profiledb::{shutdown_signal, ServeOptions, Server};
 use profiledb_storage::{FsyncPolicy, StorageError, Store, StoreConfig, TenantId, TimeRange};
 
@@ -376,7 +376,7 @@ fn cmd_retention(
         eprintln!("warning: {w} in {}", dir.display());
     }
     let doomed = &preview.expired;
-    let age_text = age.map_or_else(|| "forever".to_string(), format_duration);
+    let age_text = format_max_age(age);
     if dry_run {
         store.close_without_flush();
         println!(

@@ -23,13 +23,6 @@ pub enum TimeError {
     NotInstant { what: String, text: String },
 }
 
-/// Rule validation reports one message per problem; a time error is one of them.
-impl From<TimeError> for String {
-    fn from(e: TimeError) -> String {
-        e.to_string()
-    }
-}
-
 /// Parses a duration such as `500ms`, `30s`, `5m`, `1h30m`, `7d`, `2w` into ms.
 /// A bare number is seconds (fractions allowed: `0.5` is 500 ms). Negative durations
 /// are refused with a message that says so.
@@ -122,6 +115,11 @@ pub fn format_duration(ms: i64) -> String {
         }
     }
     out
+}
+
+/// A retention age as `parse_max_age` reads it: `30d`, or `forever`.
+pub fn format_max_age(ms: Option<i64>) -> String {
+    ms.map_or_else(|| "forever".to_string(), format_duration)
 }
 
 /// Parses an instant: RFC 3339 (`2026-01-02T03:04:05Z`, offsets and fractions
@@ -239,6 +237,11 @@ mod tests {
         assert_eq!(parse_max_age("a", "forever"), Ok(None));
         assert_eq!(parse_max_age("a", "30d"), Ok(Some(30 * 86_400_000)));
         assert!(parse_max_age("a", "30x").is_err());
+        assert!(parse_max_age("a", "d").is_err());
+        assert_eq!(parse_max_age("a", "90m"), Ok(Some(90 * 60_000)));
+        assert_eq!(parse_max_age("a", "15"), Ok(Some(15_000)));
+        assert_eq!(format_max_age(Some(30 * 86_400_000)), "30d");
+        assert_eq!(format_max_age(None), "forever");
         assert!(parse_duration("w", "1y").is_err());
         assert!(parse_duration("w", "h").is_err());
         assert_eq!(format_duration(5_400_000), "1h30m");

@@ -154,54 +154,7 @@ impl StoreConfig {
     }
 }
 
-/// Parses an age such as `30d`, `12h`, `90m`, `3600s`, `2w` or a bare number of
-/// seconds. `forever`, `none` and `0` mean no limit (`Ok(None)`).
-pub fn parse_max_age(s: &str) -> Result<Option<Duration>> {
-    let s = s.trim();
-    if matches!(s, "forever" | "none" | "0" | "") {
-        return Ok(None);
-    }
-    let bad = || StorageError::Invalid(format!("cannot parse age {s:?}; use e.g. 30d, 12h, 90m"));
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: u64 = num.parse().map_err(|_| bad())?;
-    let secs = match unit {
-        "" | "s" => 1,
-        "m" => 60,
-        "h" => 3_600,
-        "d" => 86_400,
-        "w" => 7 * 86_400,
-        _ => return Err(bad()),
-    };
-    let total = n.checked_mul(secs).ok_or_else(bad)?;
-    if total == 0 {
-        return Ok(None);
-    }
-    Ok(Some(Duration::from_secs(total)))
-}
-
 /// A duration in whole milliseconds, saturating.
 pub(crate) fn duration_ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ages_parse() {
-        assert_eq!(
-            parse_max_age("30d").unwrap(),
-            Some(Duration::from_secs(30 * 86_400))
-        );
-        assert_eq!(
-            parse_max_age("90m").unwrap(),
-            Some(Duration::from_secs(5400))
-        );
-        assert_eq!(parse_max_age("15").unwrap(), Some(Duration::from_secs(15)));
-        assert_eq!(parse_max_age("forever").unwrap(), None);
-        assert!(parse_max_age("3x").is_err());
-        assert!(parse_max_age("d").is_err());
-    }
 }

@@ -84,7 +84,7 @@ mod store;
 mod wal;
 
 pub use catalog::{Catalog, TenantSettings};
-pub use config::{parse_max_age, DownsampleRule, FsyncPolicy, StoreConfig};
+pub use config::{DownsampleRule, FsyncPolicy, StoreConfig};
 pub use error::{Budget, QueryError, Result, StorageError};
 pub use merger::Merger;
 pub use model::{

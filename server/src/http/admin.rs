@@ -18,7 +18,7 @@ use super::request::{blocking, Params, TimeArg};
 use super::AppRef;
 use crate::error::{ApiError, ApiResult};
 use crate::retention;
-use crate::time::{format_duration, parse_max_age};
+use crate::time::{format_max_age, parse_max_age};
 
 pub fn routes() -> Router<AppRef> {
     Router::new()
@@ -228,10 +228,6 @@ struct TenantRetention {
     has_data: bool,
 }
 
-fn age_text(ms: Option<i64>) -> String {
-    ms.map_or_else(|| "forever".to_string(), format_duration)
-}
-
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RetentionParams {
@@ -261,7 +257,7 @@ async fn get_retention(
                 Ok(TenantRetention {
                     has_data: with_data.contains(&t),
                     max_age_ms: s.max_age_ms,
-                    max_age: age_text(s.max_age_ms),
+                    max_age: format_max_age(s.max_age_ms),
                     tenant: t,
                 })
             })
@@ -305,7 +301,7 @@ async fn retention(
         Ok(RetentionResponse {
             tenant,
             max_age_ms,
-            max_age: age_text(max_age_ms),
+            max_age: format_max_age(max_age_ms),
             dry_run,
             deleted,
             bytes_deleted,

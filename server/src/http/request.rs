@@ -106,14 +106,20 @@ impl ProfileTypeId {
 
     /// `[name, sample_type, sample_unit, period_type, period_unit]`.
     pub fn parts(&self) -> [&str; 5] {
-        let mut it = self.0.split(':');
-        std::array::from_fn(|_| it.next().unwrap_or(""))
+        profile_type_parts(&self.0)
     }
 
     /// The unit values are counted in (`nanoseconds`, `bytes`, `count`, …).
     pub fn sample_unit(&self) -> &str {
         self.parts()[2]
     }
+}
+
+/// `name:sample_type:sample_unit:period_type:period_unit` → its five parts (empty
+/// where missing), for ids read back from storage as well as validated ones.
+pub fn profile_type_parts(id: &str) -> [&str; 5] {
+    let mut it = id.split(':');
+    std::array::from_fn(|_| it.next().unwrap_or(""))
 }
 
 /// A query's text split into its optional profile type prefix and its matchers.
@@ -215,15 +221,30 @@ pub fn window(
     (until_name, until): (&'static str, Option<&str>),
 ) -> ApiResult<TimeRange> {
     let now = now_ms();
-    let until_ms = match until {
-        Some(u) => parse_instant(until_name, u, now).map_err(time_error)?,
-        None => now,
-    };
-    let from_ms = match from {
-        Some(f) => parse_instant(from_name, f, now).map_err(time_error)?,
-        None => until_ms.saturating_sub(DEFAULT_WINDOW_MS),
-    };
-    window_ms(from_ms, until_ms, (from_name, until_name))
+    let parse = |name, t| parse_instant(name, t, now);
+    let until_ms = until.map(|u| parse(until_name, u)).transpose()?;
+    let from_ms = from.map(|f| parse(from_name, f)).transpose()?;
+    window_defaulted(from_ms, until_ms, now, (from_name, until_name))
+}
+
+/// The same window of times in a JSON body (`start`, `end`: ms or text).
+pub fn window_args(start: Option<&TimeArg>, end: Option<&TimeArg>) -> ApiResult<TimeRange> {
+    let now = now_ms();
+    let end_ms = end.map(|t| t.resolve("end", now)).transpose()?;
+    let start_ms = start.map(|t| t.resolve("start", now)).transpose()?;
+    window_defaulted(start_ms, end_ms, now, ("start", "end"))
+}
+
+/// The defaults of the rule: `until` now, `from` an hour before `until`.
+fn window_defaulted(
+    from: Option<i64>,
+    until: Option<i64>,
+    now: i64,
+    names: (&str, &str),
+) -> ApiResult<TimeRange> {
+    let until = until.unwrap_or(now);
+    let from = from.unwrap_or(until.saturating_sub(DEFAULT_WINDOW_MS));
+    window_ms(from, until, names)
 }
 
 /// The half-open window of two millisecond times; `until = 0` means now (as in
@@ -239,10 +260,6 @@ pub fn window_ms(from: i64, until: i64, names: (&str, &str)) -> ApiResult<TimeRa
     Ok(TimeRange::new(from, until))
 }
 
-fn time_error(e: crate::time::TimeError) -> ApiError {
-    ApiError::bad_request(e.to_string())
-}
-
 /// A request's node budget: unset or 0 is Pyroscope's default, negative is none.
 pub fn max_nodes(v: Option<i64>) -> usize {
     match v {
@@ -254,7 +271,7 @@ pub fn max_nodes(v: Option<i64>) -> usize {
 
 impl From<crate::time::TimeError> for ApiError {
     fn from(e: crate::time::TimeError) -> Self {
-        time_error(e)
+        ApiError::bad_request(e.to_string())
     }
 }
 

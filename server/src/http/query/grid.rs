@@ -5,6 +5,8 @@
 
 use profiledb_storage::TimeRange;
 
+use crate::error::{ApiError, ApiResult};
+
 /// Most points one series may have; a larger grid needs a larger step.
 pub const MAX_POINTS: i64 = 100_000;
 
@@ -18,12 +20,12 @@ pub fn grid(range: TimeRange, step: i64) -> (i64, i64) {
 }
 
 /// Refuses a window that would have more than [`MAX_POINTS`] steps.
-pub fn check(range: TimeRange, step: i64) -> Result<(), String> {
+pub fn check(range: TimeRange, step: i64) -> ApiResult<()> {
     let (_, n) = grid(range, step);
     if n > MAX_POINTS {
-        return Err(format!(
+        return Err(ApiError::bad_request(format!(
             "{n} points per series (more than {MAX_POINTS}): use a larger step"
-        ));
+        )));
     }
     Ok(())
 }

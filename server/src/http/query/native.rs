@@ -9,8 +9,8 @@ use axum::Router;
 use bytes::Bytes;
 use profiledb_storage::FlameGraphDiff;
 use profiledb_storage::Merged;
-use profiledb_storage::{now_ms, Selector, TenantId, TimeRange};
 use profiledb_storage::{GroupByQuery, GroupKey};
+use profiledb_storage::{Selector, TenantId, TimeRange};
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -19,7 +19,7 @@ use super::answers::cached_answer;
 use super::grid;
 use crate::error::{ApiError, ApiResult};
 use crate::http::request::{
-    blocking, max_nodes, window, window_ms, Params, ProfileTypeId, Selection, TimeArg,
+    blocking, max_nodes, window, window_args, Params, ProfileTypeId, Selection, TimeArg,
 };
 use crate::http::{tenant_of, AppRef};
 use crate::time::parse_duration;
@@ -32,21 +32,6 @@ pub fn routes() -> Router<AppRef> {
         .route("/api/v1/flamegraph", get(flamegraph_json))
         .route("/api/v1/pprof", get(pprof))
         .route("/api/v1/render.svg", get(svg))
-}
-
-/// `[start, end)` in ms: the window rule of every endpoint (an hour before `end`
-/// by default, `end` now).
-fn half_open(start: Option<&TimeArg>, end: Option<&TimeArg>) -> ApiResult<TimeRange> {
-    let now = now_ms();
-    let e = match end {
-        Some(t) => t.resolve("end", now)?,
-        None => now,
-    };
-    let s = match start {
-        Some(t) => t.resolve("start", now)?,
-        None => e.saturating_sub(3_600_000),
-    };
-    window_ms(s, e, ("start", "end"))
 }
 
 fn json_body<T: for<'de> Deserialize<'de>>(body: &Bytes) -> ApiResult<T> {
@@ -94,7 +79,7 @@ async fn group_by(
         return Err(ApiError::bad_request("at most 16 group_by keys"));
     }
     let sel = Selection::from_parts(&r.profile_type, &r.selector)?.selector;
-    let range = half_open(r.start.as_ref(), r.end.as_ref())?;
+    let range = window_args(r.start.as_ref(), r.end.as_ref())?;
     let q = GroupByQuery {
         keys: r.group_by.iter().map(|k| GroupKey::parse(k)).collect(),
         include: compile("function", r.function.as_ref())?,
@@ -167,7 +152,7 @@ async fn timeseries(
         Some(s) => step_ms(s)?,
         None => store.config().step_ms,
     };
-    grid::check(range, step).map_err(ApiError::bad_request)?;
+    grid::check(range, step)?;
     let group: Vec<String> = p
         .group_by
         .as_deref()
@@ -278,7 +263,7 @@ async fn diff(State(state): State<AppRef>, headers: HeaderMap, body: Bytes) -> A
     let side = |s: &Side| -> ApiResult<(Selector, TimeRange)> {
         let text = s.selector.as_deref().unwrap_or(&r.selector);
         let sel = Selection::from_parts(&r.profile_type, text)?.selector;
-        Ok((sel, half_open(s.start.as_ref(), s.end.as_ref())?))
+        Ok((sel, window_args(s.start.as_ref(), s.end.as_ref())?))
     };
     let (bs, br) = side(&r.base)?;
     let (cs, cr) = side(&r.compare)?;
@@ -446,24 +431,27 @@ async fn svg(
                 .clone()
                 .or_else(|| p.query.clone())
                 .unwrap_or_else(|| "profiledb".into());
-            let text = merged.to_tree_checked()?.to_folded_text();
+            let tree = merged.to_tree_checked()?;
+            let text = tree.to_folded_text();
             if text.is_empty() {
                 // inferno refuses empty input: say plainly that the range holds no data.
                 return Ok(empty_svg(&title).into_bytes());
             }
-            flame_svg(title, pt, &text)
+            flame_svg(title, pt, &text, tree.total() as f64)
         },
     )
     .await
 }
 
-/// An inferno flame graph of non-empty folded `text`, with tooltips in a human unit
-/// of the profile type's (`ms` for nanoseconds, `KiB`/`MiB` for bytes).
-fn flame_svg(title: String, profile_type: &ProfileTypeId, text: &str) -> ApiResult<Vec<u8>> {
-    let total: f64 = text
-        .lines()
-        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-        .sum();
+/// An inferno flame graph of non-empty folded `text` summing to `total`, with
+/// tooltips in a human unit of the profile type's (`ms` for nanoseconds, `KiB`/`MiB`
+/// for bytes).
+fn flame_svg(
+    title: String,
+    profile_type: &ProfileTypeId,
+    text: &str,
+    total: f64,
+) -> ApiResult<Vec<u8>> {
     let mut opts = inferno::flamegraph::Options::default();
     opts.title = title;
     let (name, factor) = svg_unit(profile_type.sample_unit(), total);

@@ -9,15 +9,7 @@ use profiledb_proto::pprof::Profile;
 use profiledb_proto::ProfileBuilder;
 use profiledb_storage::CallTree;
 
-/// `name:sample_type:sample_unit:period_type:period_unit` → its five parts.
-pub fn profile_type_parts(id: &str) -> [&str; 5] {
-    let mut p = id.split(':');
-    let mut out = [""; 5];
-    for slot in out.iter_mut() {
-        *slot = p.next().unwrap_or("");
-    }
-    out
-}
+use crate::http::request::profile_type_parts;
 
 pub fn profile_from_tree(
     tree: &CallTree,

@@ -24,7 +24,10 @@ use prost::Message;
 use super::connect::{decode, respond, ConnectError, ConnectResult};
 use super::proto::querier::v1 as q;
 use super::proto::types::v1 as t;
-use crate::http::request::{blocking, discovery_selector, max_nodes, window_ms, Selection};
+use crate::error::ApiResult;
+use crate::http::request::{
+    blocking, discovery_selector, max_nodes, profile_type_parts, window_ms, Selection,
+};
 use crate::http::{tenant_of, AppRef};
 
 pub fn routes() -> Router<AppRef> {
@@ -222,6 +225,25 @@ fn matchers_selectors(matchers: &[String]) -> ConnectResult<Vec<Selector>> {
         .collect()
 }
 
+/// The sorted, distinct union of `f` over Connect's matchers (each one is an
+/// alternative selection).
+fn union<T: Ord>(
+    sels: &[Selector],
+    mut f: impl FnMut(&Selector) -> profiledb_storage::Result<Vec<T>>,
+) -> ApiResult<Vec<T>> {
+    let mut set = BTreeSet::new();
+    for s in sels {
+        set.extend(f(s)?);
+    }
+    Ok(set.into_iter().collect())
+}
+
+/// The root-first frame names of a stack trace selector's call site (empty: none).
+fn call_site(sel: Option<t::StackTraceSelector>) -> Vec<String> {
+    sel.map(|s| s.call_site.into_iter().map(|l| l.name).collect())
+        .unwrap_or_default()
+}
+
 async fn profile_types(
     ctx: Ctx,
     r: q::ProfileTypesRequest,
@@ -236,7 +258,7 @@ async fn profile_types(
     let profile_types = ids
         .iter()
         .map(|id| {
-            let [name, st, su, pt, pu] = super::pprof::profile_type_parts(id);
+            let [name, st, su, pt, pu] = profile_type_parts(id);
             t::ProfileType {
                 id: id.clone(),
                 name: name.into(),
@@ -254,14 +276,7 @@ async fn label_names(ctx: Ctx, r: t::LabelNamesRequest) -> ConnectResult<t::Labe
     let range = range(r.start, r.end)?;
     let sels = matchers_selectors(&r.matchers)?;
     let (querier, tenant) = (ctx.state.querier()?, ctx.tenant);
-    let names = blocking(move || {
-        let mut set = BTreeSet::new();
-        for s in &sels {
-            set.extend(querier.label_names(&tenant, s, range)?);
-        }
-        Ok(set.into_iter().collect())
-    })
-    .await?;
+    let names = blocking(move || union(&sels, |s| querier.label_names(&tenant, s, range))).await?;
     Ok(t::LabelNamesResponse { names })
 }
 
@@ -269,14 +284,8 @@ async fn label_values(ctx: Ctx, r: t::LabelValuesRequest) -> ConnectResult<t::La
     let range = range(r.start, r.end)?;
     let sels = matchers_selectors(&r.matchers)?;
     let (querier, tenant, name) = (ctx.state.querier()?, ctx.tenant, r.name);
-    let names = blocking(move || {
-        let mut set = BTreeSet::new();
-        for s in &sels {
-            set.extend(querier.label_values(&tenant, &name, s, range)?);
-        }
-        Ok(set.into_iter().collect())
-    })
-    .await?;
+    let names =
+        blocking(move || union(&sels, |s| querier.label_values(&tenant, &name, s, range))).await?;
     Ok(t::LabelValuesResponse { names })
 }
 
@@ -316,10 +325,7 @@ async fn select_merge_stacktraces(
     r: q::SelectMergeStacktracesRequest,
 ) -> ConnectResult<q::SelectMergeStacktracesResponse> {
     let sel = Selection::from_parts(&r.profile_type_id, &r.label_selector)?.selector;
-    let call_site: Vec<String> = r
-        .stack_trace_selector
-        .map(|s| s.call_site.into_iter().map(|l| l.name).collect())
-        .unwrap_or_default();
+    let call_site = call_site(r.stack_trace_selector);
     let as_tree = r.format == q::ProfileFormat::Tree as i32;
     let m = merge(
         ctx,
@@ -365,10 +371,7 @@ async fn select_merge_profile(
 ) -> ConnectResult<super::proto::pprof::Profile> {
     let selection = Selection::from_parts(&r.profile_type_id, &r.label_selector)?;
     let range = range(r.start, r.end)?;
-    let call_site: Vec<String> = r
-        .stack_trace_selector
-        .map(|s| s.call_site.into_iter().map(|l| l.name).collect())
-        .unwrap_or_default();
+    let call_site = call_site(r.stack_trace_selector);
     let (querier, tenant) = (ctx.state.querier()?, ctx.tenant);
     Ok(blocking(move || {
         let tree = querier.merge_tree(&tenant, &selection.selector, range)?;
@@ -396,7 +399,7 @@ async fn select_series(
     } else {
         storage_step
     };
-    super::grid::check(range, step_ms).map_err(ConnectError::invalid)?;
+    super::grid::check(range, step_ms)?;
     let average = r.aggregation == Some(t::TimeSeriesAggregationType::Average as i32);
     let limit = r.limit.map_or(0, |l| usize::try_from(l).unwrap_or(0));
     let (tenant, group_by) = (ctx.tenant, r.group_by);

@@ -92,7 +92,7 @@ async fn render(
     let querier = state.querier()?;
     let mn = max_nodes(p.max_nodes);
     let step = store.config().step_ms.max(1);
-    grid::check(range, step).map_err(ApiError::bad_request)?;
+    grid::check(range, step)?;
     let (fg, series) = blocking(move || {
         let m = querier.merge_flamegraph(&tenant, &sel, range)?;
         let series = querier.time_series(&tenant, &sel, range, &[], step, 0)?;
