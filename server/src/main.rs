@@ -83,7 +83,8 @@ enum Command {
         /// imports are welcome).
         #[arg(long)]
         ingestion_window_secs: Option<i64>,
-        /// Query result cache size in MiB (0 disables it).
+        /// Query result cache size in MiB (0 disables it): a quarter for whole
+        /// answers, the rest for merge and group-by parts.
         #[arg(long, default_value_t = 256)]
         query_cache_mb: u64,
         /// Decoded segments kept in memory for queries, in MiB. A decoded segment

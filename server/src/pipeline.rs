@@ -243,9 +243,14 @@ pub fn decode(job: &Job, limits: &Limits) -> Result<Batch, IngestError> {
     }
 }
 
-/// Refuses batches with samples too far in the future (or, with a window, too old).
-pub fn check_times(batch: &Batch, config: &PipelineConfig, now: i64) -> Result<(), PipelineError> {
-    let Some((min, max)) = time_span(batch) else {
+/// Refuses a batch whose samples (oldest and newest time, [`time_span`]) are too far
+/// in the future (or, with a window, too old).
+pub fn check_times(
+    span: Option<(i64, i64)>,
+    config: &PipelineConfig,
+    now: i64,
+) -> Result<(), PipelineError> {
+    let Some((min, max)) = span else {
         return Ok(());
     };
     if max > now.saturating_add(config.max_future_skew_ms) {
@@ -268,11 +273,13 @@ pub fn check_times(batch: &Batch, config: &PipelineConfig, now: i64) -> Result<(
 
 fn process(store: &Store, config: &PipelineConfig, job: Job) -> Result<Stored, PipelineError> {
     let batch = decode(&job, &config.limits)?;
-    check_times(&batch, config, now_ms().max(job.received_ms))?;
+    // One pass over the samples serves both the time check and the answer.
+    let span = time_span(&batch);
+    check_times(span, config, now_ms().max(job.received_ms))?;
     let stored = Stored {
         samples: batch.sample_count() as u64,
         series: batch.series.len() as u64,
-        time_span: time_span(&batch),
+        time_span: span,
     };
     if stored.samples == 0 {
         return Ok(stored);
