@@ -13,11 +13,14 @@ use protox::file::{ChainFileResolver, DescriptorSetFileResolver, IncludeFileReso
 const SCHEMA_DIR: &str = "schema";
 const PPROF: &str = "perftools/profiles/profile.proto";
 const PYROSCOPE_PPROF: &str = "google/v1/profile.proto";
-const FILES: [&str; 4] = [
+const FILES: [&str; 7] = [
     PPROF,
     "types/v1/types.proto",
     "push/v1/push.proto",
     "querier/v1/querier.proto",
+    "version/v1/version.proto",
+    "capabilities/v1/feature_flags.proto",
+    "settings/v1/setting.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

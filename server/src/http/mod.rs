@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use axum::extract::{Request, State};
 use axum::middleware::{self, Next};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::Router;
 
 use axum::http::HeaderMap;
@@ -60,12 +60,19 @@ pub fn router(state: AppRef) -> Router {
         .with_state(state)
 }
 
-async fn not_found(req: Request) -> ApiError {
+/// An unknown route: a 404 naming it, or Connect's `unimplemented` when it names a
+/// Connect procedure we do not serve (a newer Grafana calling a method we lack).
+async fn not_found(req: Request) -> Response {
+    let path = req.uri().path();
+    if req.method() == axum::http::Method::POST && query::is_procedure(path) {
+        return query::unimplemented(path).into_response();
+    }
     ApiError::new(
         axum::http::StatusCode::NOT_FOUND,
         "not_found",
-        format!("no endpoint {} {}", req.method(), req.uri().path()),
+        format!("no endpoint {} {}", req.method(), path),
     )
+    .into_response()
 }
 
 async fn method_not_allowed(req: Request) -> ApiError {

@@ -7,8 +7,7 @@
 //! function and encodes its answer, so each method reads as one function from its
 //! request message to its response message.
 
-use std::collections::BTreeSet;
-use std::future::Future;
+use std::collections::{BTreeMap, BTreeSet};
 
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
@@ -18,10 +17,10 @@ use axum::Router;
 use bytes::Bytes;
 use profiledb_storage::flamegraph_diff_merged;
 use profiledb_storage::{flamegraph, tree_bytes, FlameGraph};
-use profiledb_storage::{CallTree, MatchOp, Matcher, Selector, TenantId, TimeRange};
-use prost::Message;
+use profiledb_storage::{CallTree, MatchOp, Matcher, Querier, Selector, TenantId, TimeRange};
 
-use super::connect::{decode, respond, ConnectError, ConnectResult};
+use super::connect::{ConnectError, ConnectResult, Ctx, Unary};
+use super::individual::{individuals, merge_profiles, top_per_bucket};
 use super::proto::querier::v1 as q;
 use super::proto::types::v1 as t;
 use crate::error::ApiResult;
@@ -32,12 +31,6 @@ use crate::http::{tenant_of, AppRef};
 
 pub fn routes() -> Router<AppRef> {
     Router::new().route("/querier.v1.QuerierService/{method}", post(call))
-}
-
-/// What every method gets besides its request message.
-struct Ctx {
-    state: AppRef,
-    tenant: TenantId,
 }
 
 /// The method table.
@@ -144,36 +137,28 @@ async fn call(
                 )
                 .await
         }
+        "SelectHeatmap" => {
+            unary
+                .run(
+                    "querier.v1.SelectHeatmapRequest",
+                    "querier.v1.SelectHeatmapResponse",
+                    super::heatmap::select_heatmap,
+                )
+                .await
+        }
+        "AnalyzeQuery" => {
+            unary
+                .run(
+                    "querier.v1.AnalyzeQueryRequest",
+                    "querier.v1.AnalyzeQueryResponse",
+                    super::analyze::analyze_query,
+                )
+                .await
+        }
         other => Err(ConnectError::new(
             "unimplemented",
             format!("querier.v1.QuerierService/{other} is not implemented"),
         )),
-    }
-}
-
-/// One Connect unary call: decode, run, encode in the request's encoding.
-struct Unary<'a> {
-    ctx: Ctx,
-    headers: &'a HeaderMap,
-    body: &'a Bytes,
-}
-
-impl Unary<'_> {
-    async fn run<Req, Resp, F, Fut>(
-        self,
-        req_name: &str,
-        resp_name: &str,
-        method: F,
-    ) -> ConnectResult<Response>
-    where
-        Req: Message + Default,
-        Resp: Message,
-        F: FnOnce(Ctx, Req) -> Fut,
-        Fut: Future<Output = ConnectResult<Resp>>,
-    {
-        let limit = self.ctx.state.options.max_body_bytes;
-        let (req, enc) = decode::<Req>(self.headers, self.body, req_name, limit)?;
-        respond(&method(self.ctx, req).await?, resp_name, enc)
     }
 }
 
@@ -325,17 +310,14 @@ async fn select_merge_stacktraces(
     r: q::SelectMergeStacktracesRequest,
 ) -> ConnectResult<q::SelectMergeStacktracesResponse> {
     let sel = Selection::from_parts(&r.profile_type_id, &r.label_selector)?.selector;
-    let call_site = call_site(r.stack_trace_selector);
-    let as_tree = r.format == q::ProfileFormat::Tree as i32;
-    let m = merge(
-        ctx,
+    let what = What {
         sel,
-        range(r.start, r.end)?,
-        call_site,
-        max_nodes(r.max_nodes),
-        as_tree,
-    )
-    .await?;
+        range: range(r.start, r.end)?,
+        call_site: call_site(r.stack_trace_selector),
+        profile_ids: r.profile_id_selector,
+    };
+    let as_tree = r.format == q::ProfileFormat::Tree as i32;
+    let m = merge(ctx, what, max_nodes(r.max_nodes), as_tree).await?;
     let (flamegraph, tree) = m.into_parts();
     Ok(q::SelectMergeStacktracesResponse { flamegraph, tree })
 }
@@ -351,16 +333,14 @@ async fn select_merge_span_profile(
             .map_err(|e| ConnectError::invalid(e.to_string()))?;
         sel = sel.with(m);
     }
-    let as_tree = r.format == q::ProfileFormat::Tree as i32;
-    let m = merge(
-        ctx,
+    let what = What {
         sel,
-        range(r.start, r.end)?,
-        Vec::new(),
-        max_nodes(r.max_nodes),
-        as_tree,
-    )
-    .await?;
+        range: range(r.start, r.end)?,
+        call_site: Vec::new(),
+        profile_ids: Vec::new(),
+    };
+    let as_tree = r.format == q::ProfileFormat::Tree as i32;
+    let m = merge(ctx, what, max_nodes(r.max_nodes), as_tree).await?;
     let (flamegraph, tree) = m.into_parts();
     Ok(q::SelectMergeSpanProfileResponse { flamegraph, tree })
 }
@@ -371,11 +351,15 @@ async fn select_merge_profile(
 ) -> ConnectResult<super::proto::pprof::Profile> {
     let selection = Selection::from_parts(&r.profile_type_id, &r.label_selector)?;
     let range = range(r.start, r.end)?;
-    let call_site = call_site(r.stack_trace_selector);
+    let what = What {
+        sel: selection.selector,
+        range,
+        call_site: call_site(r.stack_trace_selector),
+        profile_ids: r.profile_id_selector,
+    };
     let (querier, tenant) = (ctx.state.querier()?, ctx.tenant);
     Ok(blocking(move || {
-        let tree = querier.merge_tree(&tenant, &selection.selector, range)?;
-        let tree = filter_call_site(&tree, &call_site);
+        let tree = what.tree(&querier, &tenant)?;
         Ok(super::pprof::profile_from_tree(
             &tree,
             selection.profile_type.as_str(),
@@ -394,29 +378,33 @@ async fn select_series(
     let range = range(r.start, r.end)?;
     let (store, querier) = (ctx.state.store()?, ctx.state.querier()?);
     let storage_step = store.config().step_ms.max(1);
-    let step_ms = if r.step.is_finite() && r.step > 0.0 {
-        ((r.step * 1000.0).round() as i64).max(1)
-    } else {
-        storage_step
-    };
+    let step_ms = step_ms(r.step, storage_step);
     super::grid::check(range, step_ms)?;
     let average = r.aggregation == Some(t::TimeSeriesAggregationType::Average as i32);
     let limit = r.limit.map_or(0, |l| usize::try_from(l).unwrap_or(0));
+    let with_exemplars = matches!(
+        t::ExemplarType::try_from(r.exemplar_type),
+        Ok(t::ExemplarType::Individual | t::ExemplarType::Span)
+    );
     let (tenant, group_by) = (ctx.tenant, r.group_by);
-    let list =
-        blocking(move || Ok(querier.time_series(&tenant, &sel, range, &group_by, step_ms, limit)?))
-            .await?;
+    let (list, mut exemplars) = blocking(move || {
+        let list = querier.time_series(&tenant, &sel, range, &group_by, step_ms, limit)?;
+        let mut exemplars = BTreeMap::new();
+        if with_exemplars {
+            let profiles = individuals(&querier, &tenant, &sel, range)?;
+            for (key, p) in top_per_bucket(&profiles, &group_by, step_ms) {
+                exemplars.insert(key, p.exemplar(&group_by));
+            }
+        }
+        Ok((list, exemplars))
+    })
+    .await?;
     // An average spreads each bucket over the storage steps it spans.
     let per_bucket = (step_ms as f64 / storage_step as f64).max(1.0);
     let series = list
         .into_iter()
-        .map(|s| t::Series {
-            labels: s
-                .labels
-                .into_iter()
-                .map(|(name, value)| t::LabelPair { name, value })
-                .collect(),
-            points: super::grid::fill(range, step_ms, &s.points)
+        .map(|s| {
+            let points = super::grid::fill(range, step_ms, &s.points)
                 .into_iter()
                 .map(|(ts, v)| t::Point {
                     value: if average {
@@ -425,11 +413,33 @@ async fn select_series(
                         v as f64
                     },
                     timestamp: ts,
+                    annotations: Vec::new(),
+                    exemplars: exemplars
+                        .remove(&(s.labels.clone(), ts))
+                        .into_iter()
+                        .collect(),
                 })
-                .collect(),
+                .collect();
+            t::Series {
+                labels: s
+                    .labels
+                    .into_iter()
+                    .map(|(name, value)| t::LabelPair { name, value })
+                    .collect(),
+                points,
+            }
         })
         .collect();
     Ok(q::SelectSeriesResponse { series })
+}
+
+/// A Connect request's step (seconds; 0 or absent: the storage step) in ms.
+pub fn step_ms(step_s: f64, storage_step_ms: i64) -> i64 {
+    if step_s.is_finite() && step_s > 0.0 {
+        ((step_s * 1000.0).round() as i64).max(1)
+    } else {
+        storage_step_ms.max(1)
+    }
 }
 
 async fn diff(ctx: Ctx, r: q::DiffRequest) -> ConnectResult<q::DiffResponse> {
@@ -512,28 +522,41 @@ impl Merge {
     }
 }
 
-/// The merge of a selection, optionally under a call site, as a flame graph or
-/// serialized tree. Without a call site it stays in frame-tree space (no call tree).
-async fn merge(
-    ctx: Ctx,
+/// What a merge selects: a selection over a window, optionally only the stacks
+/// under a call site and only the individual profiles named by id.
+struct What {
     sel: Selector,
     range: TimeRange,
     call_site: Vec<String>,
-    mn: usize,
-    as_tree: bool,
-) -> ConnectResult<Merge> {
+    profile_ids: Vec<String>,
+}
+
+impl What {
+    /// The merged call tree, for the cases that need one (a call site or profile ids).
+    fn tree(&self, querier: &Querier, tenant: &TenantId) -> ApiResult<CallTree> {
+        let tree = if self.profile_ids.is_empty() {
+            querier.merge_tree(tenant, &self.sel, self.range)?
+        } else {
+            merge_profiles(querier, tenant, &self.sel, &self.profile_ids)?
+        };
+        Ok(filter_call_site(&tree, &self.call_site))
+    }
+}
+
+/// The merge of a selection as a flame graph or serialized tree. Without a call site
+/// or profile ids it stays in frame-tree space (no call tree).
+async fn merge(ctx: Ctx, what: What, mn: usize, as_tree: bool) -> ConnectResult<Merge> {
     let (querier, tenant) = (ctx.state.querier()?, ctx.tenant);
     Ok(blocking(move || {
-        if call_site.is_empty() {
-            let m = querier.merge_flamegraph(&tenant, &sel, range)?;
+        if what.call_site.is_empty() && what.profile_ids.is_empty() {
+            let m = querier.merge_flamegraph(&tenant, &what.sel, what.range)?;
             return Ok(if as_tree {
                 Merge::Tree(m.tree_bytes(mn))
             } else {
                 Merge::Flame(m.flamegraph(mn))
             });
         }
-        let tree = querier.merge_tree(&tenant, &sel, range)?;
-        let tree = filter_call_site(&tree, &call_site);
+        let tree = what.tree(&querier, &tenant)?;
         Ok(if as_tree {
             Merge::Tree(tree_bytes(&tree, mn))
         } else {

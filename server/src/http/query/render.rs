@@ -22,6 +22,7 @@ pub fn routes() -> Router<AppRef> {
         .route("/pyroscope/render", get(render))
         .route("/pyroscope/render-diff", get(render_diff))
         .route("/pyroscope/label-values", get(label_values))
+        .route("/pyroscope/labels", get(label_names))
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -191,5 +192,21 @@ async fn label_values(
     let (querier, tenant) = (state.querier()?, tenant_of(&headers)?);
     Ok(Json(
         blocking(move || Ok(querier.label_values(&tenant, &name, &sel, range)?)).await?,
+    ))
+}
+
+/// `GET /pyroscope/labels?query=&from=&until=`: the label names of the selected series,
+/// as a JSON array (the legacy companion of `label-values`). Reserved `__…__` names
+/// are included, as `label-values` accepts them.
+async fn label_names(
+    State(state): State<AppRef>,
+    headers: HeaderMap,
+    Params(p): Params<RenderParams>,
+) -> ApiResult<Json<Vec<String>>> {
+    let sel = discovery_selector(p.query.as_deref())?;
+    let range = p.window(p.from.as_ref(), p.until.as_ref())?;
+    let (querier, tenant) = (state.querier()?, tenant_of(&headers)?);
+    Ok(Json(
+        blocking(move || Ok(querier.label_names(&tenant, &sel, range)?)).await?,
     ))
 }
