@@ -481,3 +481,131 @@ fn pyroscope_labels_lists_label_names() {
     let r = s.get("/pyroscope/labels?query=%7Bservice_name%3D");
     assert_eq!(r.status(), 400);
 }
+
+#[test]
+fn render_as_dot_draws_the_call_graph() {
+    let s = fleet();
+    let (from, until) = (T0.to_string(), (T0 + 3600).to_string());
+    // As the Drilldown app asks for it.
+    let r = s
+        .client
+        .get(format!("{}/pyroscope/render", s.url))
+        .query(&[
+            ("query", &format!("{CPU}{{service_name=\"shop\"}}")),
+            ("from", &from),
+            ("until", &until),
+            ("format", &"dot".to_string()),
+            ("max-nodes", &"2".to_string()),
+        ])
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/vnd.graphviz"));
+    let d = r.text().unwrap();
+    assert!(d.starts_with(&format!("digraph \"{CPU}\" {{")), "{d}");
+    // main holds all 9 (× SCALE), idle 5 of them; work (4) is past the node limit.
+    let main = format!(
+        "N1 [label=\"main\\n0 (0.00%)\\nof {} (100.00%)\"",
+        9 * SCALE
+    );
+    let idle = format!(
+        "N2 [label=\"idle\\n{0} (55.56%)\\nof {0} (55.56%)\"",
+        5 * SCALE
+    );
+    assert!(d.contains(&main) && d.contains(&idle), "{d}");
+    assert!(d.contains("Showing 2 of 3 functions (1 dropped)"), "{d}");
+    assert!(
+        d.contains(&format!("N1 -> N2 [label=\" {}\"", 5 * SCALE)),
+        "{d}"
+    );
+    // Nothing selected: an empty graph text, not an error.
+    let r = s
+        .client
+        .get(format!("{}/pyroscope/render", s.url))
+        .query(&[
+            ("query", &format!("{CPU}{{service_name=\"nope\"}}")),
+            ("from", &from),
+            ("format", &"dot".to_string()),
+        ])
+        .send()
+        .unwrap();
+    assert_eq!(
+        (r.status().as_u16(), r.text().unwrap()),
+        (200, String::new())
+    );
+    let r = s.get(&format!("/pyroscope/render?format=xml&query={CPU}%7B%7D"));
+    assert_eq!(r.status(), 400);
+}
+
+#[test]
+fn merges_answer_dot_and_pprof_and_refuse_trace_ids() {
+    let s = fleet();
+    let base = json!({
+        "profileTypeID": CPU, "labelSelector": "{service_name=\"shop\"}",
+        "start": ms(T0), "end": ms(T0 + 3600)
+    });
+    let with = |extra: Value| {
+        let mut b = base.clone();
+        b.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        b
+    };
+    let path = "/querier.v1.QuerierService/SelectMergeStacktraces";
+    let (st, v) = post(&s, "", path, with(json!({"format": "PROFILE_FORMAT_DOT"})));
+    assert_eq!(st, 200, "{v}");
+    let d = v["dot"].as_str().unwrap();
+    assert!(
+        d.contains(&format!(
+            "label=\"main\\n0 (0.00%)\\nof {} (100.00%)\"",
+            9 * SCALE
+        )),
+        "{d}"
+    );
+    assert!(v.get("flamegraph").is_none());
+
+    let req = q::SelectMergeStacktracesRequest {
+        profile_type_id: CPU.into(),
+        label_selector: "{}".into(),
+        start: ms(T0),
+        end: ms(T0 + 3600),
+        format: q::ProfileFormat::Pprof as i32,
+        ..Default::default()
+    };
+    let r: q::SelectMergeStacktracesResponse = post_proto(&s, path, &req);
+    let p = r.pprof.and_then(|p| p.profile).expect("a pprof profile");
+    assert_eq!(p.sample.iter().map(|x| x.value[0]).sum::<i64>(), 9 * SCALE);
+
+    let (st, v) = post(
+        &s,
+        "",
+        path,
+        with(json!({"traceIdSelector": ["4bf92f3577b34da6a3ce929d0e0e4736"]})),
+    );
+    assert_eq!(
+        (st, v["code"].as_str()),
+        (404, Some("unimplemented")),
+        "{v}"
+    );
+    let (st, _) = post(&s, "", path, with(json!({"format": 9})));
+    assert_eq!(st, 400);
+    let (st, v) = post(
+        &s,
+        "",
+        "/querier.v1.QuerierService/SelectMergeSpanProfile",
+        with(json!({"format": "PROFILE_FORMAT_DOT", "spanSelector": ["00f067aa0ba902b7"]})),
+    );
+    assert_eq!(st, 400, "{v}");
+    // A span selector on SelectMergeStacktraces narrows to those spans: none here.
+    let (st, v) = post(
+        &s,
+        "",
+        path,
+        with(json!({"spanSelector": ["00f067aa0ba902b7"]})),
+    );
+    assert_eq!(st, 200);
+    assert_eq!(v["flamegraph"]["total"].as_str().unwrap_or("0"), "0", "{v}");
+}

@@ -178,12 +178,7 @@ pub fn merge_profiles(
                 )
             })?;
         let exact = exactly(querier, tenant, sel, step, &labels)?;
-        let tree = querier.merge_tree(tenant, &exact, step)?;
-        for (i, n) in tree.nodes().iter().enumerate() {
-            if n.self_value != 0 {
-                out.add_stack(&tree.path(i as u32), n.self_value);
-            }
-        }
+        out.merge(&querier.merge_tree(tenant, &exact, step)?);
     }
     out.finalize();
     Ok(out)

@@ -16,11 +16,12 @@ use axum::routing::post;
 use axum::Router;
 use bytes::Bytes;
 use profiledb_storage::flamegraph_diff_merged;
-use profiledb_storage::{flamegraph, tree_bytes, FlameGraph};
-use profiledb_storage::{CallTree, MatchOp, Matcher, Querier, Selector, TenantId, TimeRange};
+use profiledb_storage::FlameGraph;
+use profiledb_storage::{CallTree, Selector, TimeRange};
 
 use super::connect::{ConnectError, ConnectResult, Ctx, Unary};
-use super::individual::{individuals, merge_profiles, top_per_bucket};
+use super::individual::{individuals, top_per_bucket};
+use super::merges::{merge, refuse_trace_ids, Format, Merged, What};
 use super::proto::querier::v1 as q;
 use super::proto::types::v1 as t;
 use crate::error::ApiResult;
@@ -309,65 +310,62 @@ async fn select_merge_stacktraces(
     ctx: Ctx,
     r: q::SelectMergeStacktracesRequest,
 ) -> ConnectResult<q::SelectMergeStacktracesResponse> {
-    let sel = Selection::from_parts(&r.profile_type_id, &r.label_selector)?.selector;
+    refuse_trace_ids(&r.trace_id_selector)?;
     let what = What {
-        sel,
+        selection: Selection::from_parts(&r.profile_type_id, &r.label_selector)?,
         range: range(r.start, r.end)?,
         call_site: call_site(r.stack_trace_selector),
         profile_ids: r.profile_id_selector,
-    };
-    let as_tree = r.format == q::ProfileFormat::Tree as i32;
-    let m = merge(ctx, what, max_nodes(r.max_nodes), as_tree).await?;
-    let (flamegraph, tree) = m.into_parts();
-    Ok(q::SelectMergeStacktracesResponse { flamegraph, tree })
+    }
+    .spans(&r.span_selector)?;
+    let format = Format::of(r.format)?;
+    Ok(merge(ctx, what, r.max_nodes, format).await?.into_response())
 }
 
 async fn select_merge_span_profile(
     ctx: Ctx,
     r: q::SelectMergeSpanProfileRequest,
 ) -> ConnectResult<q::SelectMergeSpanProfileResponse> {
-    let mut sel = Selection::from_parts(&r.profile_type_id, &r.label_selector)?.selector;
-    if !r.span_selector.is_empty() {
-        let alt: Vec<String> = r.span_selector.iter().map(|s| regex::escape(s)).collect();
-        let m = Matcher::new("span_id", MatchOp::Re, alt.join("|"))
-            .map_err(|e| ConnectError::invalid(e.to_string()))?;
-        sel = sel.with(m);
-    }
     let what = What {
-        sel,
+        selection: Selection::from_parts(&r.profile_type_id, &r.label_selector)?,
         range: range(r.start, r.end)?,
         call_site: Vec::new(),
         profile_ids: Vec::new(),
+    }
+    .spans(&r.span_selector)?;
+    let format = match Format::of(r.format)? {
+        f @ (Format::Flame | Format::Tree) => f,
+        _ => {
+            return Err(ConnectError::invalid(
+                "SelectMergeSpanProfile answers PROFILE_FORMAT_FLAMEGRAPH or _TREE; \
+                 ask SelectMergeStacktraces with span_selector for DOT or pprof",
+            ))
+        }
     };
-    let as_tree = r.format == q::ProfileFormat::Tree as i32;
-    let m = merge(ctx, what, max_nodes(r.max_nodes), as_tree).await?;
-    let (flamegraph, tree) = m.into_parts();
-    Ok(q::SelectMergeSpanProfileResponse { flamegraph, tree })
+    let r = merge(ctx, what, r.max_nodes, format).await?.into_response();
+    Ok(q::SelectMergeSpanProfileResponse {
+        flamegraph: r.flamegraph,
+        tree: r.tree,
+    })
 }
 
 async fn select_merge_profile(
     ctx: Ctx,
     r: q::SelectMergeProfileRequest,
 ) -> ConnectResult<super::proto::pprof::Profile> {
-    let selection = Selection::from_parts(&r.profile_type_id, &r.label_selector)?;
-    let range = range(r.start, r.end)?;
+    refuse_trace_ids(&r.trace_id_selector)?;
     let what = What {
-        sel: selection.selector,
-        range,
+        selection: Selection::from_parts(&r.profile_type_id, &r.label_selector)?,
+        range: range(r.start, r.end)?,
         call_site: call_site(r.stack_trace_selector),
         profile_ids: r.profile_id_selector,
     };
-    let (querier, tenant) = (ctx.state.querier()?, ctx.tenant);
-    Ok(blocking(move || {
-        let tree = what.tree(&querier, &tenant)?;
-        Ok(super::pprof::profile_from_tree(
-            &tree,
-            selection.profile_type.as_str(),
-            range.start_ms,
-            range.end_ms - range.start_ms,
-        ))
-    })
-    .await?)
+    match merge(ctx, what, r.max_nodes, Format::Pprof).await? {
+        Merged::Pprof(p) => Ok(p),
+        _ => Err(ConnectError::internal(
+            "a pprof merge answered another form",
+        )),
+    }
 }
 
 async fn select_series(
@@ -504,64 +502,4 @@ async fn get_profile_stats(
         oldest_profile_time: if any { oldest } else { 0 },
         newest_profile_time: if any { newest } else { 0 },
     })
-}
-
-/// A merge answered in the requested `ProfileFormat`.
-enum Merge {
-    Flame(FlameGraph),
-    /// `PROFILE_FORMAT_TREE`: Pyroscope's serialized tree.
-    Tree(Vec<u8>),
-}
-
-impl Merge {
-    fn into_parts(self) -> (Option<q::FlameGraph>, Vec<u8>) {
-        match self {
-            Merge::Flame(fg) => (Some(fg_proto(fg)), Vec::new()),
-            Merge::Tree(bytes) => (None, bytes),
-        }
-    }
-}
-
-/// What a merge selects: a selection over a window, optionally only the stacks
-/// under a call site and only the individual profiles named by id.
-struct What {
-    sel: Selector,
-    range: TimeRange,
-    call_site: Vec<String>,
-    profile_ids: Vec<String>,
-}
-
-impl What {
-    /// The merged call tree, for the cases that need one (a call site or profile ids).
-    fn tree(&self, querier: &Querier, tenant: &TenantId) -> ApiResult<CallTree> {
-        let tree = if self.profile_ids.is_empty() {
-            querier.merge_tree(tenant, &self.sel, self.range)?
-        } else {
-            merge_profiles(querier, tenant, &self.sel, &self.profile_ids)?
-        };
-        Ok(filter_call_site(&tree, &self.call_site))
-    }
-}
-
-/// The merge of a selection as a flame graph or serialized tree. Without a call site
-/// or profile ids it stays in frame-tree space (no call tree).
-async fn merge(ctx: Ctx, what: What, mn: usize, as_tree: bool) -> ConnectResult<Merge> {
-    let (querier, tenant) = (ctx.state.querier()?, ctx.tenant);
-    Ok(blocking(move || {
-        if what.call_site.is_empty() && what.profile_ids.is_empty() {
-            let m = querier.merge_flamegraph(&tenant, &what.sel, what.range)?;
-            return Ok(if as_tree {
-                Merge::Tree(m.tree_bytes(mn))
-            } else {
-                Merge::Flame(m.flamegraph(mn))
-            });
-        }
-        let tree = what.tree(&querier, &tenant)?;
-        Ok(if as_tree {
-            Merge::Tree(tree_bytes(&tree, mn))
-        } else {
-            Merge::Flame(flamegraph(&tree, mn))
-        })
-    })
-    .await?)
 }

@@ -1,10 +1,13 @@
-//! Pyroscope's legacy HTTP query API, used by older UIs: `GET /pyroscope/render`,
-//! `GET /pyroscope/render-diff` (flamebearer JSON) and `GET /pyroscope/label-values`.
+//! Pyroscope's legacy HTTP query API, used by older UIs and the Profiles Drilldown
+//! app: `GET /pyroscope/render` (flamebearer JSON, or a Graphviz call graph with
+//! `format=dot`), `GET /pyroscope/render-diff` (flamebearer JSON),
+//! `GET /pyroscope/label-values` and `GET /pyroscope/labels`.
 //! `from`/`until` take RFC 3339, unix s/ms/µs/ns or `now-1h`; windows are
 //! `[from, until)`, and a query names exactly one profile type.
 
 use axum::extract::State;
-use axum::http::HeaderMap;
+use axum::http::{header, HeaderMap};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use profiledb_storage::flamegraph_diff_merged;
@@ -12,6 +15,7 @@ use profiledb_storage::TimeRange;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::dot::{dot, DEFAULT_DOT_NODES};
 use super::grid;
 use crate::error::{ApiError, ApiResult};
 use crate::http::request::{blocking, discovery_selector, max_nodes, window, Params, Selection};
@@ -75,14 +79,43 @@ async fn render(
     State(state): State<AppRef>,
     headers: HeaderMap,
     Params(p): Params<RenderParams>,
-) -> ApiResult<Json<Value>> {
-    if let Some(f) = p.format.as_deref() {
-        if f != "json" {
-            return Err(ApiError::bad_request(format!(
-                "unsupported format {f:?}: only json"
-            )));
-        }
+) -> ApiResult<Response> {
+    match p.format.as_deref() {
+        None | Some("json") => Ok(render_json(state, headers, p).await?.into_response()),
+        Some("dot") => render_dot(state, headers, p).await,
+        Some(f) => Err(ApiError::bad_request(format!(
+            "unsupported format {f:?}: json or dot"
+        ))),
     }
+}
+
+/// `format=dot`: the merged profile as a Graphviz call graph of at most `max-nodes`
+/// functions (default [`DEFAULT_DOT_NODES`]); an empty profile is an empty text.
+async fn render_dot(state: AppRef, headers: HeaderMap, p: RenderParams) -> ApiResult<Response> {
+    let Selection {
+        profile_type,
+        selector: sel,
+    } = Selection::from_query(p.query.as_deref())?;
+    let range = p.window(p.from.as_ref(), p.until.as_ref())?;
+    let (querier, tenant) = (state.querier()?, tenant_of(&headers)?);
+    let limit = match p.max_nodes {
+        Some(n) if n > 0 => usize::try_from(n).unwrap_or(usize::MAX),
+        _ => DEFAULT_DOT_NODES,
+    };
+    let text = blocking(move || {
+        let tree = querier.merge_tree(&tenant, &sel, range)?;
+        let [_, _, unit, _, _] = profile_type.parts();
+        Ok(dot(&tree, profile_type.as_str(), unit, limit))
+    })
+    .await?;
+    Ok((
+        [(header::CONTENT_TYPE, "text/vnd.graphviz; charset=utf-8")],
+        text,
+    )
+        .into_response())
+}
+
+async fn render_json(state: AppRef, headers: HeaderMap, p: RenderParams) -> ApiResult<Json<Value>> {
     let Selection {
         profile_type,
         selector: sel,
