@@ -22,8 +22,14 @@ struct FnStats {
     cum: i64,
 }
 
+/// The call graph: stats per function name and value per (caller, callee).
+struct Graph<'a> {
+    fns: HashMap<&'a str, FnStats>,
+    edges: HashMap<(&'a str, &'a str), i64>,
+}
+
 /// Flat and cumulative value per function name, and value per (caller, callee).
-fn graph(tree: &CallTree) -> (HashMap<&str, FnStats>, HashMap<(&str, &str), i64>) {
+fn graph(tree: &CallTree) -> Graph<'_> {
     let nodes = tree.nodes();
     let mut children: Vec<Vec<u32>> = vec![Vec::new(); nodes.len()];
     for (i, n) in nodes.iter().enumerate().skip(1) {
@@ -69,7 +75,7 @@ fn graph(tree: &CallTree) -> (HashMap<&str, FnStats>, HashMap<(&str, &str), i64>
             }
         }
     }
-    (fns, edges)
+    Graph { fns, edges }
 }
 
 /// DOT text for `tree`, titled `title` (the profile type), values in `unit`.
@@ -79,7 +85,7 @@ pub fn dot(tree: &CallTree, title: &str, unit: &str, max_nodes: usize) -> String
     if total == 0 {
         return String::new();
     }
-    let (fns, edges) = graph(tree);
+    let Graph { fns, edges } = graph(tree);
     let mut ranked: Vec<(&str, FnStats)> = fns.into_iter().collect();
     ranked.sort_by(|a, b| b.1.cum.cmp(&a.1.cum).then_with(|| a.0.cmp(b.0)));
     let shown = ranked.len().min(max_nodes.max(1));
@@ -184,7 +190,7 @@ mod tests {
     fn recursion_is_counted_once_and_the_node_limit_drops_the_smallest() {
         // f calls itself: its cumulative value is the stack's 10, not 20 or 30.
         let t = tree(&[(&["main", "f", "f", "f"], 10), (&["main", "g"], 1)]);
-        let (fns, edges) = graph(&t);
+        let Graph { fns, edges } = graph(&t);
         assert_eq!((fns["f"].flat, fns["f"].cum), (10, 10));
         assert_eq!(fns["main"].cum, 11);
         assert_eq!(edges[&("f", "f")], 10);
