@@ -37,14 +37,7 @@ fn authorize(state: &AppRef, headers: &HeaderMap) -> ApiResult<()> {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim);
-    // Compare without an early exit on the first differing byte.
-    let ok = got.is_some_and(|g| {
-        g.len() == want.len()
-            && g.bytes()
-                .zip(want.bytes())
-                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-                == 0
-    });
+    let ok = got.is_some_and(|g| crate::tenancy::constant_time_eq(g.as_bytes(), want.as_bytes()));
     if ok {
         Ok(())
     } else {

@@ -332,7 +332,7 @@ async fn select_merge_stacktraces(
         sel,
         range(r.start, r.end)?,
         call_site,
-        max_nodes(r.max_nodes),
+        max_nodes(r.max_nodes)?,
         as_tree,
     )
     .await?;
@@ -357,7 +357,7 @@ async fn select_merge_span_profile(
         sel,
         range(r.start, r.end)?,
         Vec::new(),
-        max_nodes(r.max_nodes),
+        max_nodes(r.max_nodes)?,
         as_tree,
     )
     .await?;
@@ -446,7 +446,7 @@ async fn diff(ctx: Ctx, r: q::DiffRequest) -> ConnectResult<q::DiffResponse> {
         )));
     }
     let (lr, rr) = (range(left.start, left.end)?, range(right.start, right.end)?);
-    let mn = max_nodes(left.max_nodes.or(right.max_nodes));
+    let mn = max_nodes(left.max_nodes.or(right.max_nodes))?;
     let (querier, tenant) = (ctx.state.querier()?, ctx.tenant);
     let (ls, rs) = (ls.selector, rs.selector);
     let d = blocking(move || {

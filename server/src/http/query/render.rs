@@ -90,7 +90,7 @@ async fn render(
     let pt = profile_type.as_str().to_string();
     let (store, tenant) = (state.store()?, tenant_of(&headers)?);
     let querier = state.querier()?;
-    let mn = max_nodes(p.max_nodes);
+    let mn = max_nodes(p.max_nodes)?;
     let step = store.config().step_ms.max(1);
     grid::check(range, step)?;
     let (fg, series) = blocking(move || {
@@ -149,7 +149,7 @@ async fn render_diff(
     let pt = left.profile_type.as_str().to_string();
     let (ls, rs) = (left.selector, right.selector);
     let (querier, tenant) = (state.querier()?, tenant_of(&headers)?);
-    let mn = max_nodes(p.max_nodes);
+    let mn = max_nodes(p.max_nodes)?;
     let d = blocking(move || {
         let (l, r) = querier.diff_sides(&tenant, (&ls, lr), (&rs, rr))?;
         Ok(flamegraph_diff_merged(&l, &r, mn))
