@@ -356,10 +356,14 @@ fn a_tenant_runs_at_most_its_concurrent_queries() {
     .unwrap();
     held.flush().unwrap();
     let second = || connect(&s, "conc", "ProfileTypes", json!({}));
-    let r = common::wait_for(30, "the held query to take the slot", || {
-        let r = second();
-        (r.status() == 429).then_some(r)
+    // Until the held query is seen running, another one could race it for the slot.
+    common::wait_for(30, "the held query to be running", || {
+        let m = s.get("/metrics").text().unwrap();
+        m.lines()
+            .any(|l| l == "profiledb_queries_running{tenant=\"conc\"} 1")
+            .then_some(())
     });
+    let r = second();
     let v = refused(r, 429, "max_concurrent_queries = 1");
     assert!(v["message"]
         .as_str()

@@ -295,7 +295,8 @@ impl Admission {
         }
     }
 
-    /// `profiledb_limit_refusals_total` and `profiledb_active_series`.
+    /// `profiledb_limit_refusals_total`, `profiledb_active_series` and
+    /// `profiledb_queries_running`.
     pub fn render_metrics(&self, out: &mut String) {
         let _ = writeln!(
             out,
@@ -326,6 +327,19 @@ impl Admission {
                 escape(tenant.as_str())
             );
         }
+        let _ = writeln!(
+            out,
+            "# HELP profiledb_queries_running Queries of the tenant in flight.\n\
+             # TYPE profiledb_queries_running gauge"
+        );
+        for (tenant, n) in lock(&self.running).iter() {
+            let _ = writeln!(
+                out,
+                "profiledb_queries_running{{tenant=\"{}\"}} {}",
+                escape(tenant.as_str()),
+                n.load(Ordering::Acquire)
+            );
+        }
     }
 }
 
@@ -334,4 +348,87 @@ fn escape(v: &str) -> String {
     v.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn admission(limits: serde_json::Value) -> (Admission, TenantId) {
+        let a = Admission::new(Limits::default(), 60_000);
+        let t = TenantId::new("t").unwrap();
+        let l = Limits::default().with_overrides(&limits).unwrap();
+        a.set_overrides(HashMap::from([(t.clone(), l)]));
+        (a, t)
+    }
+
+    #[test]
+    fn node_budgets_within_the_limit() {
+        let (a, t) = admission(serde_json::json!({"max_nodes": 100}));
+        assert_eq!(a.max_nodes(&t, None, 8192), Ok(100));
+        assert_eq!(a.max_nodes(&t, Some(40), 8192), Ok(40));
+        assert_eq!(a.max_nodes(&t, Some(101), 8192).unwrap_err().value, 100);
+        assert_eq!(
+            a.max_nodes(&t, Some(0), 8192).unwrap_err().limit,
+            LimitName::MaxNodes
+        );
+        // Another tenant has the defaults: no node limit.
+        let other = TenantId::new("u").unwrap();
+        assert_eq!(a.max_nodes(&other, Some(0), 8192), Ok(0));
+        assert_eq!(a.max_nodes(&other, None, 8192), Ok(8192));
+    }
+
+    #[test]
+    fn query_slots_free_when_dropped() {
+        let (a, t) = admission(serde_json::json!({"max_concurrent_queries": 2}));
+        let one = a.begin_query(&t).unwrap();
+        let two = a.begin_query(&t).unwrap();
+        assert_eq!(
+            a.begin_query(&t).unwrap_err().limit,
+            LimitName::MaxConcurrentQueries
+        );
+        drop(one);
+        let _three = a.begin_query(&t).unwrap();
+        drop(two);
+        let mut metrics = String::new();
+        a.render_metrics(&mut metrics);
+        assert!(metrics.lines().any(|l| l
+            == "profiledb_limit_refusals_total{tenant=\"t\",limit=\"max_concurrent_queries\"} 1"));
+    }
+
+    #[test]
+    fn ranges_round_up_to_seconds() {
+        let (a, t) = admission(serde_json::json!({"max_query_range_secs": 60}));
+        assert!(a.check_range(&t, 60_000).is_ok());
+        let e = a.check_range(&t, 60_001).unwrap_err();
+        assert_eq!(e.what, "the query window is 61 s long");
+    }
+
+    #[test]
+    fn a_refused_batch_records_no_series() {
+        let (a, t) =
+            admission(serde_json::json!({"max_active_series": 1, "max_labels_per_series": 2}));
+        let batch = |services: &[&str]| Batch {
+            series: services
+                .iter()
+                .map(|s| profiledb_storage::SeriesSamples {
+                    labels: profiledb_storage::Labels::new([("service_name", *s)]),
+                    samples: Vec::new(),
+                })
+                .collect(),
+            ..Batch::new(t.clone())
+        };
+        let e = a.admit_batch(&t, &batch(&["a", "b"]), 1, 0).unwrap_err();
+        assert_eq!((e.limit, e.value), (LimitName::MaxActiveSeries, 1));
+        assert_eq!(a.admit_batch(&t, &batch(&["b"]), 1, 0), Ok(()));
+        let many = Batch {
+            series: vec![profiledb_storage::SeriesSamples {
+                labels: profiledb_storage::Labels::new([("a", "1"), ("b", "2"), ("c", "3")]),
+                samples: Vec::new(),
+            }],
+            ..Batch::new(t.clone())
+        };
+        let e = a.admit_batch(&t, &many, 1, 0).unwrap_err();
+        assert_eq!(e.what, "a series has 3 labels");
+    }
 }
