@@ -36,8 +36,8 @@ fn forbidden(message: String) -> Response {
     ApiError::new(StatusCode::FORBIDDEN, "permission_denied", message).into_response()
 }
 
-/// Whether the request carries the admin token as a bearer token.
-fn has_admin_token(state: &AppRef, headers: &HeaderMap) -> bool {
+/// Whether the request carries the admin token (`--admin-token`) as a bearer token.
+pub fn has_admin_token(state: &AppRef, headers: &HeaderMap) -> bool {
     let Some(want) = state.options.admin_token.as_deref() else {
         return false;
     };
@@ -49,7 +49,7 @@ fn has_admin_token(state: &AppRef, headers: &HeaderMap) -> bool {
 }
 
 /// Equality that does not stop at the first differing byte.
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 

@@ -21,7 +21,7 @@ use std::sync::{Arc, RwLock};
 pub use admission::{Admission, QueryPermit};
 pub use auth::AuthError;
 pub use authfile::{AuthFile, AuthFileError, Credentials};
-pub use gate::{constant_time_eq, gate};
+pub use gate::{gate, has_admin_token};
 pub use limits::{LimitExceeded, LimitName, Limits};
 
 /// What `profiledb serve` says about tenants.
