@@ -192,11 +192,17 @@ impl Admission {
                 ));
             }
         }
-        let fingerprints: Vec<u64> = batch
-            .series
-            .iter()
-            .map(|s| fingerprint(&s.labels))
-            .collect();
+        // Without a series limit nothing is tracked, so the registry stays bounded
+        // by the limit in every case.
+        let fingerprints: Vec<u64> = if l.max_active_series > 0 {
+            batch
+                .series
+                .iter()
+                .map(|s| fingerprint(&s.labels))
+                .collect()
+        } else {
+            Vec::new()
+        };
         let usage = self.usage(tenant);
         let mut guard = lock(&usage);
         let u: &mut Usage = &mut guard;
@@ -430,5 +436,14 @@ mod tests {
         };
         let e = a.admit_batch(&t, &many, 1, 0).unwrap_err();
         assert_eq!(e.what, "a series has 3 labels");
+        // A tenant without a series limit is not tracked at all.
+        let free = TenantId::new("free").unwrap();
+        let a = Admission::new(Limits::unlimited(), 60_000);
+        assert_eq!(a.admit_batch(&free, &batch(&["a", "b", "c"]), 1, 0), Ok(()));
+        let mut metrics = String::new();
+        a.render_metrics(&mut metrics);
+        assert!(metrics
+            .lines()
+            .any(|l| l == "profiledb_active_series{tenant=\"free\"} 0"));
     }
 }

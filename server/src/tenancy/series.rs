@@ -112,7 +112,7 @@ mod tests {
     }
 
     #[test]
-    fn unlimited_still_counts() {
+    fn a_limit_of_zero_admits_everything() {
         let mut a = ActiveSeries::default();
         let many: Vec<u64> = (0..100).map(|i| fp(&i.to_string())).collect();
         assert_eq!(admit(&mut a, &many, 0, 0), Ok(()));
