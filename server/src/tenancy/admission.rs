@@ -304,48 +304,57 @@ impl Admission {
     /// `profiledb_limit_refusals_total`, `profiledb_active_series` and
     /// `profiledb_queries_running`.
     pub fn render_metrics(&self, out: &mut String) {
-        let _ = writeln!(
+        let refusals: Vec<(String, u64)> = lock(&self.refusals)
+            .iter()
+            .map(|((t, limit), n)| {
+                (
+                    format!("tenant=\"{}\",limit=\"{limit}\"", escape(t.as_str())),
+                    *n,
+                )
+            })
+            .collect();
+        family(
             out,
-            "# HELP profiledb_limit_refusals_total Requests refused by a per-tenant limit.\n\
-             # TYPE profiledb_limit_refusals_total counter"
-        );
-        for ((tenant, limit), n) in lock(&self.refusals).iter() {
-            let _ = writeln!(
-                out,
-                "profiledb_limit_refusals_total{{tenant=\"{}\",limit=\"{limit}\"}} {n}",
-                escape(tenant.as_str())
-            );
-        }
-        let _ = writeln!(
-            out,
-            "# HELP profiledb_active_series Series written within the active-series window.\n\
-             # TYPE profiledb_active_series gauge"
+            ("profiledb_limit_refusals_total", "counter"),
+            "Requests refused by a per-tenant limit.",
+            refusals,
         );
         let usage: Vec<(TenantId, Arc<Mutex<Usage>>)> = lock(&self.usage)
             .iter()
             .map(|(t, u)| (t.clone(), u.clone()))
             .collect();
-        for (tenant, u) in usage {
-            let n = lock(&u).series.len();
-            let _ = writeln!(
-                out,
-                "profiledb_active_series{{tenant=\"{}\"}} {n}",
-                escape(tenant.as_str())
-            );
-        }
-        let _ = writeln!(
+        let active = usage
+            .into_iter()
+            .map(|(t, u)| (tenant_label(&t), lock(&u).series.len() as u64))
+            .collect();
+        family(
             out,
-            "# HELP profiledb_queries_running Queries of the tenant in flight.\n\
-             # TYPE profiledb_queries_running gauge"
+            ("profiledb_active_series", "gauge"),
+            "Series written within the active-series window (tenants with a series limit).",
+            active,
         );
-        for (tenant, n) in lock(&self.running).iter() {
-            let _ = writeln!(
-                out,
-                "profiledb_queries_running{{tenant=\"{}\"}} {}",
-                escape(tenant.as_str()),
-                n.load(Ordering::Acquire)
-            );
-        }
+        let running = lock(&self.running)
+            .iter()
+            .map(|(t, n)| (tenant_label(t), n.load(Ordering::Acquire)))
+            .collect();
+        family(
+            out,
+            ("profiledb_queries_running", "gauge"),
+            "Queries of the tenant in flight.",
+            running,
+        );
+    }
+}
+
+fn tenant_label(t: &TenantId) -> String {
+    format!("tenant=\"{}\"", escape(t.as_str()))
+}
+
+/// One metric family: its help and type, then one sample per label set.
+fn family(out: &mut String, (name, kind): (&str, &str), help: &str, samples: Vec<(String, u64)>) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    for (labels, v) in samples {
+        let _ = writeln!(out, "{name}{{{labels}}} {v}");
     }
 }
 
