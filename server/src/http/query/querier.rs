@@ -454,7 +454,7 @@ async fn diff(ctx: Ctx, r: q::DiffRequest) -> ConnectResult<q::DiffResponse> {
         )));
     }
     let (lr, rr) = (range(left.start, left.end)?, range(right.start, right.end)?);
-    let mn = max_nodes(left.max_nodes.or(right.max_nodes));
+    let mn = max_nodes(left.max_nodes.or(right.max_nodes))?;
     let (querier, tenant) = (ctx.state.querier()?, ctx.tenant);
     let (ls, rs) = (ls.selector, rs.selector);
     let d = blocking(move || {
