@@ -113,6 +113,11 @@ fn convert(profile: &RawProfile<'_>, opts: &PprofOptions) -> Result<Batch, Inges
     let mut series_samples: Vec<Vec<Sample>> = vec![Vec::new(); n_out];
     let mut frames: Vec<u32> = Vec::with_capacity(64);
     let mut values: Vec<i64> = vec![0; n_out];
+    // (label set, location ids) → (stack, summed values): Pyroscope keeps one
+    // sample per stack and label set (Go heap profiles repeat stacks that differ
+    // only in the numeric `bytes` label).
+    let mut merged: HashMap<(usize, &[u64]), (u32, Vec<i64>)> = HashMap::new();
+    let mut order: Vec<(usize, &[u64])> = Vec::new();
 
     for i in 0..profile.sample_count() {
         let (location_ids, sample_values, sample_labels) = profile.sample(i);
@@ -121,6 +126,10 @@ fn convert(profile: &RawProfile<'_>, opts: &PprofOptions) -> Result<Batch, Inges
                 "sample {i} has {} values but the profile has {n_values} sample types",
                 sample_values.len()
             )));
+        }
+        // Pyroscope drops a sample with any negative value, whole.
+        if sample_values.iter().any(|&v| v < 0) {
+            continue;
         }
         let mut any = false;
         for (v, t) in values.iter_mut().zip(&out_types) {
@@ -137,8 +146,13 @@ fn convert(profile: &RawProfile<'_>, opts: &PprofOptions) -> Result<Batch, Inges
             continue;
         }
         let set = label_sets.id_for(sample_labels, &strings, limits)?;
-        if series_samples.len() < (set + 1) * n_out {
-            series_samples.resize((set + 1) * n_out, Vec::new());
+        if let Some((_, sums)) = merged.get_mut(&(set, location_ids)) {
+            for (dst, &v) in sums.iter_mut().zip(&values) {
+                *dst = dst.checked_add(v).ok_or_else(|| {
+                    IngestError::profile(format!("sample {i}: summed value overflows"))
+                })?;
+            }
+            continue;
         }
 
         frames.clear();
@@ -161,11 +175,21 @@ fn convert(profile: &RawProfile<'_>, opts: &PprofOptions) -> Result<Batch, Inges
             }
         }
         let stack = batch.stacks.push_leaf_first(frames.iter().copied());
-
+        merged.insert((set, location_ids), (stack, values.clone()));
+        order.push((set, location_ids));
+    }
+    for key in order {
+        let Some((stack, sums)) = merged.remove(&key) else {
+            continue;
+        };
+        let set = key.0;
+        if series_samples.len() < (set + 1) * n_out {
+            series_samples.resize((set + 1) * n_out, Vec::new());
+        }
         let row = series_samples
             .get_mut(set * n_out..(set + 1) * n_out)
             .ok_or_else(|| IngestError::profile("internal: series table out of range"))?;
-        for (dst, &value) in row.iter_mut().zip(&values) {
+        for (dst, &value) in row.iter_mut().zip(&sums) {
             if value != 0 {
                 dst.push(Sample {
                     timestamp_ms,

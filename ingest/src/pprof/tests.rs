@@ -357,7 +357,8 @@ fn string_sample_labels_become_series_labels() {
                 format!(
                     r#"{{__name__="process_cpu", __profile_type__="{pt}", env="prod", service_name="svc"}}"#
                 ),
-                vec![8, 16]
+                // Dropped labels do not keep equal stacks apart.
+                vec![24]
             ),
         ]
     );
@@ -776,9 +777,8 @@ proptest! {
         prop_assert_eq!(batch.validate(), Ok(()));
         let mut expected: BTreeMap<String, i64> = BTreeMap::new();
         let mut expected_frames: BTreeMap<String, usize> = BTreeMap::new();
-        let depth = |s: &PSample| -> usize {
-            s.location_id
-                .iter()
+        let depth = |ids: &[u64]| -> usize {
+            ids.iter()
                 .map(|id| {
                     let loc = profile.location.iter().find(|l| l.id == *id).unwrap();
                     loc.line.len().max(1)
@@ -795,10 +795,22 @@ proptest! {
                 None,
             );
             let id = format!("{name}:{t}:count::");
-            for s in &profile.sample {
-                if s.value[i] != 0 {
-                    *expected.entry(id.clone()).or_default() += s.value[i];
-                    *expected_frames.entry(id.clone()).or_default() += depth(s);
+            // Pyroscope's rule: samples with a negative value are dropped, samples
+            // with equal locations and kept string labels summed into one.
+            let mut groups: BTreeMap<(Vec<u64>, Vec<(i64, i64)>), i64> = BTreeMap::new();
+            for s in profile.sample.iter().filter(|s| s.value.iter().all(|&v| v >= 0)) {
+                let labels = s
+                    .label
+                    .iter()
+                    .filter(|l| profile.string_table[l.key as usize] != "span_id")
+                    .map(|l| (l.key, l.str))
+                    .collect();
+                *groups.entry((s.location_id.clone(), labels)).or_default() += s.value[i];
+            }
+            for ((ids, _), sum) in groups {
+                if sum != 0 {
+                    *expected.entry(id.clone()).or_default() += sum;
+                    *expected_frames.entry(id.clone()).or_default() += depth(&ids);
                 }
             }
         }
@@ -815,4 +827,61 @@ proptest! {
         prop_assert_eq!(got, expected);
         prop_assert_eq!(got_frames, expected_frames);
     }
+}
+
+/// Pyroscope's normalisation: samples with the same locations and string labels
+/// become one (values summed; numeric labels such as Go heap's `bytes` do not
+/// separate them), and a sample with any negative value is dropped whole.
+#[test]
+fn duplicate_stacks_merge_and_negative_samples_drop() {
+    let mut b = Builder::new()
+        .sample_type("alloc_objects", "count")
+        .sample_type("alloc_space", "bytes")
+        .period("space", "bytes", 524_288)
+        .time_nanos(T0_NANOS)
+        .function(1, "main", "main.go")
+        .function(2, "alloc", "alloc.go")
+        .location(1, 0, 0x1000, &[(1, 10)])
+        .location(2, 0, 0x2000, &[(2, 20)])
+        .sample(&[2, 1], &[3, 96])
+        .sample(&[2, 1], &[1, 1024])
+        .labeled_sample(&[2, 1], &[5, 500], &[("pod", "a")])
+        .labeled_sample(&[2, 1], &[7, 700], &[("pod", "a")])
+        .sample(&[2, 1], &[-1, 4096])
+        .sample(&[1], &[2, 64]);
+    // Go heap samples differ only in a numeric `bytes` label.
+    let bytes_key = b.s("bytes");
+    b.p.sample[1].label.push(Label {
+        key: bytes_key,
+        str: 0,
+        num: 1024,
+        num_unit: 0,
+    });
+    let batch = decode(&b).unwrap();
+    let mut got: Vec<(String, Option<String>, Vec<String>, i64)> = Vec::new();
+    for s in &batch.series {
+        for x in &s.samples {
+            got.push((
+                s.labels.profile_type().unwrap().to_string(),
+                s.labels.get("pod").map(str::to_string),
+                names(&batch, x.stack),
+                x.value,
+            ));
+        }
+    }
+    got.sort();
+    let objects = "memory:alloc_objects:count:space:bytes".to_string();
+    let space = "memory:alloc_space:bytes:space:bytes".to_string();
+    let pod = Some("a".to_string());
+    assert_eq!(
+        got,
+        vec![
+            (objects.clone(), None, strs(&["main"]), 2),
+            (objects.clone(), None, strs(&["main", "alloc"]), 4),
+            (objects, pod.clone(), strs(&["main", "alloc"]), 12),
+            (space.clone(), None, strs(&["main"]), 64),
+            (space.clone(), None, strs(&["main", "alloc"]), 1120),
+            (space, pod, strs(&["main", "alloc"]), 1200),
+        ]
+    );
 }
