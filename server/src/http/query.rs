@@ -9,6 +9,7 @@
 mod answers;
 mod connect;
 mod diffsvg;
+mod go_pgo;
 mod grid;
 mod native;
 mod pprof;

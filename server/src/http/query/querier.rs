@@ -371,17 +371,29 @@ async fn select_merge_profile(
 ) -> ConnectResult<super::proto::pprof::Profile> {
     let selection = Selection::from_parts(&r.profile_type_id, &r.label_selector)?;
     let range = range(r.start, r.end)?;
-    let call_site = call_site(r.stack_trace_selector);
+    // With `go_pgo` set, Pyroscope ignores the call site.
+    let go_pgo = r
+        .stack_trace_selector
+        .as_ref()
+        .and_then(|s| s.go_pgo.clone());
+    let call_site = match go_pgo {
+        Some(_) => Vec::new(),
+        None => call_site(r.stack_trace_selector),
+    };
     let (querier, tenant) = (ctx.state.querier()?, ctx.tenant);
     Ok(blocking(move || {
         let tree = querier.merge_tree(&tenant, &selection.selector, range)?;
         let tree = filter_call_site(&tree, &call_site);
-        Ok(super::pprof::profile_from_tree(
+        let profile = super::pprof::profile_from_tree(
             &tree,
             selection.profile_type.as_str(),
             range.start_ms,
             range.end_ms - range.start_ms,
-        ))
+        );
+        Ok(match &go_pgo {
+            Some(pgo) => super::go_pgo::apply(profile, pgo),
+            None => profile,
+        })
     })
     .await?)
 }
