@@ -116,8 +116,8 @@ fn convert(profile: &RawProfile<'_>, opts: &PprofOptions) -> Result<Batch, Inges
     // (label set, location ids) → (stack, summed values): Pyroscope keeps one
     // sample per stack and label set (Go heap profiles repeat stacks that differ
     // only in the numeric `bytes` label).
-    let mut merged: HashMap<(usize, &[u64]), (u32, Vec<i64>)> = HashMap::new();
-    let mut order: Vec<(usize, &[u64])> = Vec::new();
+    let mut merged: HashMap<SampleKey<'_>, Merged> = HashMap::new();
+    let mut order: Vec<SampleKey<'_>> = Vec::new();
 
     for i in 0..profile.sample_count() {
         let (location_ids, sample_values, sample_labels) = profile.sample(i);
@@ -146,8 +146,8 @@ fn convert(profile: &RawProfile<'_>, opts: &PprofOptions) -> Result<Batch, Inges
             continue;
         }
         let set = label_sets.id_for(sample_labels, &strings, limits)?;
-        if let Some((_, sums)) = merged.get_mut(&(set, location_ids)) {
-            for (dst, &v) in sums.iter_mut().zip(&values) {
+        if let Some(m) = merged.get_mut(&(set, location_ids)) {
+            for (dst, &v) in m.values.iter_mut().zip(&values) {
                 *dst = dst.checked_add(v).ok_or_else(|| {
                     IngestError::profile(format!("sample {i}: summed value overflows"))
                 })?;
@@ -175,11 +175,21 @@ fn convert(profile: &RawProfile<'_>, opts: &PprofOptions) -> Result<Batch, Inges
             }
         }
         let stack = batch.stacks.push_leaf_first(frames.iter().copied());
-        merged.insert((set, location_ids), (stack, values.clone()));
+        merged.insert(
+            (set, location_ids),
+            Merged {
+                stack,
+                values: values.clone(),
+            },
+        );
         order.push((set, location_ids));
     }
     for key in order {
-        let Some((stack, sums)) = merged.remove(&key) else {
+        let Some(Merged {
+            stack,
+            values: sums,
+        }) = merged.remove(&key)
+        else {
             continue;
         };
         let set = key.0;
@@ -230,6 +240,16 @@ fn convert(profile: &RawProfile<'_>, opts: &PprofOptions) -> Result<Batch, Inges
         }
     }
     Ok(batch)
+}
+
+/// A pprof sample's identity for merging: its label set and location ids.
+type SampleKey<'p> = (usize, &'p [u64]);
+
+/// Samples merged under one [`SampleKey`]: their stack in the batch and the summed
+/// value per output type.
+struct Merged {
+    stack: u32,
+    values: Vec<i64>,
 }
 
 /// Pyroscope's rule: `time_nanos` of 0 or in 1970 is not a real collection time.

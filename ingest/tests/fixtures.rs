@@ -201,6 +201,9 @@ fn raw_profile(data: &[u8]) -> Profile {
     Profile::decode(bytes.as_slice()).unwrap()
 }
 
+/// A raw sample's identity under Pyroscope's merge: location ids and kept labels.
+type SampleKey<'p> = (Vec<u64>, Vec<(&'p str, &'p str)>);
+
 /// Straightforward per-type totals and sample counts from the raw profile, with
 /// Pyroscope's rule: a sample with a negative value is dropped, and samples with
 /// equal locations and kept string labels count once.
@@ -211,7 +214,7 @@ fn expected_totals(p: &Profile, e: &Expect) -> BTreeMap<String, (i128, usize)> {
         .as_ref()
         .map(|v| (s(v.r#type), s(v.unit)))
         .unwrap_or(("", ""));
-    let mut groups: BTreeMap<(Vec<u64>, Vec<(&str, &str)>), Vec<i128>> = BTreeMap::new();
+    let mut groups: BTreeMap<SampleKey<'_>, Vec<i128>> = BTreeMap::new();
     for sample in p.sample.iter().filter(|x| x.value.iter().all(|&v| v >= 0)) {
         let mut labels: Vec<(&str, &str)> = sample
             .label

@@ -770,6 +770,9 @@ fn arb_profile() -> impl Strategy<Value = Profile> {
     })
 }
 
+/// A sample's kept string labels as (key, value) string indices.
+type KeptLabels = Vec<(i64, i64)>;
+
 proptest! {
     #[test]
     fn totals_per_type_match_a_direct_sum(profile in arb_profile()) {
@@ -797,7 +800,7 @@ proptest! {
             let id = format!("{name}:{t}:count::");
             // Pyroscope's rule: samples with a negative value are dropped, samples
             // with equal locations and kept string labels summed into one.
-            let mut groups: BTreeMap<(Vec<u64>, Vec<(i64, i64)>), i64> = BTreeMap::new();
+            let mut groups: BTreeMap<(Vec<u64>, KeptLabels), i64> = BTreeMap::new();
             for s in profile.sample.iter().filter(|s| s.value.iter().all(|&v| v >= 0)) {
                 let labels = s
                     .label

@@ -372,10 +372,7 @@ async fn select_merge_profile(
     let selection = Selection::from_parts(&r.profile_type_id, &r.label_selector)?;
     let range = range(r.start, r.end)?;
     // With `go_pgo` set, Pyroscope ignores the call site.
-    let go_pgo = r
-        .stack_trace_selector
-        .as_ref()
-        .and_then(|s| s.go_pgo.clone());
+    let go_pgo = r.stack_trace_selector.as_ref().and_then(|s| s.go_pgo);
     let call_site = match go_pgo {
         Some(_) => Vec::new(),
         None => call_site(r.stack_trace_selector),
