@@ -31,7 +31,7 @@ use std::collections::HashMap;
 use profiledb_model::{Batch, Labels, TenantId};
 
 use crate::error::IngestError;
-use crate::gzip::decompress_bounded;
+use crate::gzip::decompress_body;
 use crate::limits::Limits;
 
 pub use chunk::is_jfr;
@@ -70,14 +70,10 @@ pub fn decode_jfr(
     opts: &JfrOptions,
 ) -> Result<Batch, IngestError> {
     let limits = &opts.limits;
-    let data = decompress_bounded(
-        data,
-        limits.max_decompressed_bytes,
-        "max_decompressed_bytes",
-    )?;
+    let data = decompress_body(data, limits)?;
     let snapshot = match labels.filter(|l| !l.is_empty()) {
         Some(l) => {
-            let l = decompress_bounded(l, limits.max_decompressed_bytes, "max_decompressed_bytes")?;
+            let l = decompress_body(l, limits)?;
             Some(LabelsSnapshot::decode_bytes(&l)?)
         }
         None => None,
@@ -113,13 +109,7 @@ pub fn decode_jfr(
                 Event::Setting { name, value } => conv.setting(&name, &value),
                 Event::Profile(o) => {
                     events_seen += 1;
-                    if events_seen > limits.max_samples_per_profile {
-                        return Err(IngestError::TooLarge {
-                            limit: "max_samples_per_profile",
-                            max: limits.max_samples_per_profile as u64,
-                            what: "events in recording",
-                        });
-                    }
+                    limits.check_samples(events_seen, "events in recording")?;
                     conv.observe(&o, &mut tables)?;
                 }
             }

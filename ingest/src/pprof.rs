@@ -33,7 +33,7 @@ use profiledb_model::{
 use prost::Message;
 
 use crate::error::IngestError;
-use crate::gzip::decompress_bounded;
+use crate::gzip::decompress_body;
 use crate::label_rules::{
     check_label_name, check_series_labels, is_reserved, DROPPED_SAMPLE_LABELS,
 };
@@ -66,11 +66,7 @@ pub struct PprofOptions {
 
 /// Decodes a pprof profile (gzip-framed or plain) into a new batch.
 pub fn decode_pprof(data: &[u8], opts: &PprofOptions) -> Result<Batch, IngestError> {
-    let bytes = decompress_bounded(
-        data,
-        opts.limits.max_decompressed_bytes,
-        "max_decompressed_bytes",
-    )?;
+    let bytes = decompress_body(data, &opts.limits)?;
     match RawProfile::parse(&bytes) {
         Ok(raw) => convert(&raw, opts),
         // The streaming reader accepts exactly what prost accepts but keeps no error
@@ -93,13 +89,7 @@ pub fn profile_to_batch(profile: &Profile, opts: &PprofOptions) -> Result<Batch,
 
 fn convert(profile: &RawProfile<'_>, opts: &PprofOptions) -> Result<Batch, IngestError> {
     let limits = &opts.limits;
-    if profile.sample_count() > limits.max_samples_per_profile {
-        return Err(IngestError::TooLarge {
-            limit: "max_samples_per_profile",
-            max: limits.max_samples_per_profile as u64,
-            what: "samples in profile",
-        });
-    }
+    limits.check_samples(profile.sample_count(), "samples in profile")?;
     let strings = Strings::new(&profile.strings)?;
     let (name, out_types) = output_types(profile, &strings, opts)?;
     let mut batch = Batch::new(opts.tenant.clone());

@@ -74,15 +74,21 @@ fn request(pgo: Option<GoPgo>) -> SelectMergeProfileRequest {
     }
 }
 
-fn binary(s: &TestServer, req: &SelectMergeProfileRequest) -> Profile {
+/// Calls SelectMergeProfile with a body in the given Connect encoding.
+fn call(s: &TestServer, content_type: &str, body: Vec<u8>) -> reqwest::blocking::Response {
     let r = s
         .client
         .post(format!("{}{URL}", s.url))
-        .header("content-type", "application/proto")
-        .body(req.encode_to_vec())
+        .header("content-type", content_type)
+        .body(body)
         .send()
         .unwrap();
     assert_eq!(r.status(), 200);
+    r
+}
+
+fn binary(s: &TestServer, req: &SelectMergeProfileRequest) -> Profile {
+    let r = call(s, "application/proto", req.encode_to_vec());
     Profile::decode(r.bytes().unwrap()).unwrap()
 }
 
@@ -120,15 +126,9 @@ fn go_pgo_in_json() {
         "end": (T0 + 60) * 1000,
         "stackTraceSelector": {"goPgo": {"keepLocations": 1, "aggregateCallees": false}},
     });
-    let r = s
-        .client
-        .post(format!("{}{URL}", s.url))
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
+    let v: Value = call(&s, "application/json", body.to_string().into_bytes())
+        .json()
         .unwrap();
-    assert_eq!(r.status(), 200);
-    let v: Value = r.json().unwrap();
     let strings: Vec<&str> = v["stringTable"]
         .as_array()
         .unwrap()

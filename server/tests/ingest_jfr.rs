@@ -16,6 +16,32 @@ fn read(fx: &std::path::Path, name: &str) -> Vec<u8> {
     std::fs::read(fx.join("pyroscope").join(name)).unwrap()
 }
 
+/// `POST /ingest?<query>` with a raw body.
+fn ingest(
+    s: &TestServer,
+    query: &str,
+    body: impl Into<reqwest::blocking::Body>,
+) -> reqwest::blocking::Response {
+    s.client
+        .post(format!("{}/ingest?{query}", s.url))
+        .body(body)
+        .send()
+        .unwrap()
+}
+
+/// `POST /ingest?<query>` with a multipart body.
+fn ingest_form(
+    s: &TestServer,
+    query: &str,
+    form: reqwest::blocking::multipart::Form,
+) -> reqwest::blocking::Response {
+    s.client
+        .post(format!("{}/ingest?{query}", s.url))
+        .multipart(form)
+        .send()
+        .unwrap()
+}
+
 #[test]
 fn java_agent_multipart_upload_matches_pyroscope_totals() {
     let Some(fx) = fixtures() else { return };
@@ -31,12 +57,7 @@ fn java_agent_multipart_upload_matches_pyroscope_totals() {
             reqwest::blocking::multipart::Part::bytes(labels).file_name("labels"),
         );
     let query = "name=javaapp%7Benv%3Dprod%7D&format=jfr&spyName=javaspy&from=now";
-    let resp = s
-        .client
-        .post(format!("{}/ingest?{query}", s.url))
-        .multipart(form)
-        .send()
-        .unwrap();
+    let resp = ingest_form(&s, query, form);
     assert_eq!(resp.status(), 200, "{:?}", resp.text());
 
     let sel = "{service_name=\"javaapp\",env=\"prod\"}";
@@ -59,12 +80,7 @@ fn java_agent_multipart_upload_matches_pyroscope_totals() {
 fn raw_gzipped_recording_without_format_is_jfr() {
     let Some(fx) = fixtures() else { return };
     let s = TestServer::start();
-    let resp = s
-        .client
-        .post(format!("{}/ingest?name=rawapp&from=now", s.url))
-        .body(read(&fx, "dump2.jfr.gz"))
-        .send()
-        .unwrap();
+    let resp = ingest(&s, "name=rawapp&from=now", read(&fx, "dump2.jfr.gz"));
     assert_eq!(resp.status(), 200, "{:?}", resp.text());
     assert_eq!(
         s.total(None, &format!("{CPU}{{service_name=\"rawapp\"}}")),
@@ -75,22 +91,12 @@ fn raw_gzipped_recording_without_format_is_jfr() {
 #[test]
 fn corrupt_recording_is_refused_and_stored_data_stays() {
     let s = TestServer::start();
-    let ok = s
-        .client
-        .post(format!("{}/ingest?name=keep&from=now", s.url))
-        .body("main;work 7\n")
-        .send()
-        .unwrap();
+    let ok = ingest(&s, "name=keep&from=now", "main;work 7\n");
     assert_eq!(ok.status(), 200);
     let mut recording = b"FLR\0\0\x02\0\0".to_vec();
     recording.extend([0xff; 80]);
     for body in [recording, gzip(b"FLR\0 truncated")] {
-        let resp = s
-            .client
-            .post(format!("{}/ingest?name=bad&format=jfr", s.url))
-            .body(body)
-            .send()
-            .unwrap();
+        let resp = ingest(&s, "name=bad&format=jfr", body);
         assert_eq!(resp.status(), 400);
         let json: serde_json::Value = resp.json().unwrap();
         assert_eq!(json["code"], "invalid_argument", "{json}");
@@ -101,12 +107,7 @@ fn corrupt_recording_is_refused_and_stored_data_stays() {
         "labels",
         reqwest::blocking::multipart::Part::bytes(vec![1, 2]),
     );
-    let resp = s
-        .client
-        .post(format!("{}/ingest?name=bad&format=jfr", s.url))
-        .multipart(form)
-        .send()
-        .unwrap();
+    let resp = ingest_form(&s, "name=bad&format=jfr", form);
     assert_eq!(resp.status(), 400);
     assert_eq!(
         s.total(None, &format!("{CPU}{{service_name=\"keep\"}}")),

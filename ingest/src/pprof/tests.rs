@@ -109,6 +109,17 @@ impl Builder {
         });
         self
     }
+    /// Adds a numeric label to sample `i` (Go heap profiles' `bytes`).
+    fn num_label(mut self, i: usize, key: &str, num: i64) -> Self {
+        let key = self.s(key);
+        self.p.sample[i].label.push(Label {
+            key,
+            str: 0,
+            num,
+            num_unit: 0,
+        });
+        self
+    }
     fn time_nanos(mut self, t: i64) -> Self {
         self.p.time_nanos = t;
         self
@@ -293,7 +304,7 @@ fn unsymbolized_frames_keep_address_and_mapping() {
 
 #[test]
 fn string_sample_labels_become_series_labels() {
-    let mut p = Builder::new()
+    let p = Builder::new()
         .sample_type("cpu", "nanoseconds")
         .function(1, "f", "")
         .location(1, 0, 0, &[(1, 0)])
@@ -309,15 +320,9 @@ fn string_sample_labels_become_series_labels() {
             &[8],
             &[("__name__", "evil"), ("__profile_type__", "a:b:c:d:e")],
         )
-        .sample(&[1], &[16]);
-    // A numeric label on the last sample is ignored.
-    let bytes_key = p.s("bytes");
-    p.p.sample[4].label.push(Label {
-        key: bytes_key,
-        str: 0,
-        num: 512,
-        num_unit: 0,
-    });
+        .sample(&[1], &[16])
+        // A numeric label on the last sample is ignored.
+        .num_label(4, "bytes", 512);
     let b = decode(&p).unwrap();
     assert_eq!(b.validate(), Ok(()));
     let mut got: Vec<(String, Vec<i64>)> = b
@@ -837,7 +842,7 @@ proptest! {
 /// separate them), and a sample with any negative value is dropped whole.
 #[test]
 fn duplicate_stacks_merge_and_negative_samples_drop() {
-    let mut b = Builder::new()
+    let b = Builder::new()
         .sample_type("alloc_objects", "count")
         .sample_type("alloc_space", "bytes")
         .period("space", "bytes", 524_288)
@@ -851,15 +856,9 @@ fn duplicate_stacks_merge_and_negative_samples_drop() {
         .labeled_sample(&[2, 1], &[5, 500], &[("pod", "a")])
         .labeled_sample(&[2, 1], &[7, 700], &[("pod", "a")])
         .sample(&[2, 1], &[-1, 4096])
-        .sample(&[1], &[2, 64]);
-    // Go heap samples differ only in a numeric `bytes` label.
-    let bytes_key = b.s("bytes");
-    b.p.sample[1].label.push(Label {
-        key: bytes_key,
-        str: 0,
-        num: 1024,
-        num_unit: 0,
-    });
+        .sample(&[1], &[2, 64])
+        // Go heap samples differ only in a numeric `bytes` label.
+        .num_label(1, "bytes", 1024);
     let batch = decode(&b).unwrap();
     let mut got: Vec<(String, Option<String>, Vec<String>, i64)> = Vec::new();
     for s in &batch.series {
