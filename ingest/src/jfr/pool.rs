@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 
+use super::chunk::HEADER_SIZE;
 use super::cursor::Cursor;
 use super::error::JfrError;
 use super::metadata::Metadata;
@@ -53,9 +54,15 @@ impl Pools {
             let n_pools = c.count(1, "constant pool count")?;
             for _ in 0..n_pools {
                 let class = c.long("constant pool type")?;
+                // The JDK stores its chunk header as raw bytes in a pool of its own.
+                let raw_header = dec.meta().class(class)?.name == "jdk.types.ChunkHeader";
                 let count = c.count(1, "constant count")?;
                 for _ in 0..count {
                     let key = c.long("constant key")?;
+                    if raw_header {
+                        c.bytes(HEADER_SIZE, "chunk header constant")?;
+                        continue;
+                    }
                     let value = dec.value(&mut c, class)?;
                     pools.entries.insert((class, key), value);
                 }
@@ -148,15 +155,7 @@ impl Pools {
         let symbol = |v: &Value| self.field(meta, v, "string").and_then(|s| self.text(s));
         let name = symbol(self.field(meta, &method, "name")?).unwrap_or_default();
         let class = self.field(meta, &method, "type")?;
-        self.get_ref(class)?;
         let class_name = symbol(self.field(meta, class, "name")?).unwrap_or_default();
         Some(format!("{class_name}.{name}"))
-    }
-
-    fn get_ref(&self, v: &Value) -> Option<&Value> {
-        match v {
-            Value::Ref { class, key } => self.get(*class, *key),
-            _ => None,
-        }
     }
 }

@@ -16,6 +16,7 @@ const METHOD: u64 = 12;
 const FRAME: u64 = 13;
 const TRACE: u64 = 14;
 const STATE: u64 = 15;
+const CHUNK_HEADER: u64 = 16;
 const EXECUTION: u64 = 20;
 const IN_TLAB: u64 = 21;
 const OUTSIDE_TLAB: u64 = 22;
@@ -100,6 +101,11 @@ fn classes() -> Vec<ClassDef> {
             STATE,
             "jdk.types.ThreadState",
             vec![("name", STRING, false, false)],
+        ),
+        (
+            CHUNK_HEADER,
+            "jdk.types.ChunkHeader",
+            vec![("payload", LONG, false, true)],
         ),
         (
             EXECUTION,
@@ -223,7 +229,12 @@ fn checkpoint_event() -> Vec<u8> {
         varint(&mut b, v); // type 1, start, duration, delta 0 (the only checkpoint)
     }
     b.push(0);
-    varint(&mut b, 6); // pools
+    varint(&mut b, 7); // pools
+                       // The JDK's raw copy of the chunk header, which is not field-encoded.
+    varint(&mut b, CHUNK_HEADER);
+    varint(&mut b, 1);
+    varint(&mut b, 1);
+    b.extend([0xff; chunk::HEADER_SIZE]);
     varint(&mut b, SYMBOL);
     varint(&mut b, 4);
     for (k, s) in [
@@ -558,7 +569,7 @@ fn hostile_counts_and_work_are_bounded() {
     let mut data = recording(&[]);
     let cp_at = u64::from_be_bytes(data[16..24].try_into().unwrap()) as usize;
     let count_at = cp_at + 4 + 4 + 1; // padded size, four one-byte varints, flags
-    assert_eq!(data[count_at], 6);
+    assert_eq!(data[count_at], 7);
     data.splice(count_at..count_at + 1, [0xff, 0xff, 0xff, 0x7f]);
     let err = decode_jfr(&data, None, &options()).unwrap_err();
     assert!(
