@@ -11,7 +11,8 @@
 //! - [`chunk`]: chunk headers; [`metadata`]: the type table; [`value`]: decoding a
 //!   value of any declared type; [`pool`]: constant pools and symbol lookups;
 //!   [`events`]: the profiling events; [`labels`]: the agent's `LabelsSnapshot`;
-//!   [`convert`]: Pyroscope's rules from events to profile types.
+//!   [`convert`]: Pyroscope's rules from events to profile types; [`symbols`]:
+//!   stable names for JVM-generated classes.
 
 pub mod chunk;
 pub mod convert;
@@ -21,6 +22,7 @@ pub mod events;
 pub mod labels;
 pub mod metadata;
 pub mod pool;
+pub mod symbols;
 pub mod value;
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ use super::chunk::HEADER_SIZE;
 use super::cursor::Cursor;
 use super::error::JfrError;
 use super::metadata::Metadata;
+use super::symbols::merge_generated;
 use super::value::{Decoder, Value};
 
 /// Most checkpoint events followed from one chunk; real chunks have one to a few
@@ -152,7 +153,10 @@ impl Pools {
             class: method_class,
             key,
         };
-        let symbol = |v: &Value| self.field(meta, v, "string").and_then(|s| self.text(s));
+        let symbol = |v: &Value| {
+            let text = self.field(meta, v, "string").and_then(|s| self.text(s))?;
+            Some(merge_generated(&text).into_owned())
+        };
         let name = symbol(self.field(meta, &method, "name")?).unwrap_or_default();
         let class = self.field(meta, &method, "type")?;
         let class_name = symbol(self.field(meta, class, "name")?).unwrap_or_default();
