@@ -31,6 +31,7 @@ use profiledb_model::{
     PROFILE_TYPE_LABEL,
 };
 use prost::Message;
+use rustc_hash::FxHashMap;
 
 use crate::error::IngestError;
 use crate::gzip::decompress_body;
@@ -103,11 +104,13 @@ fn convert(profile: &RawProfile<'_>, opts: &PprofOptions) -> Result<Batch, Inges
     let mut series_samples: Vec<Vec<Sample>> = vec![Vec::new(); n_out];
     let mut frames: Vec<u32> = Vec::with_capacity(64);
     let mut values: Vec<i64> = vec![0; n_out];
-    // (label set, location ids) → (stack, summed values): Pyroscope keeps one
-    // sample per stack and label set (Go heap profiles repeat stacks that differ
-    // only in the numeric `bytes` label).
-    let mut merged: HashMap<SampleKey<'_>, Merged> = HashMap::new();
-    let mut order: Vec<SampleKey<'_>> = Vec::new();
+    // Pyroscope keeps one sample per stack and label set (Go heap profiles repeat
+    // stacks that differ only in the numeric `bytes` label): (label set, location
+    // ids) → row; row r is (label set, stack) in `rows[r]` and its summed values in
+    // `sums[r * n_out..]`. Fx rather than SipHash: one lookup per sample.
+    let mut merged: FxHashMap<SampleKey<'_>, usize> = FxHashMap::default();
+    let mut rows: Vec<(usize, u32)> = Vec::new();
+    let mut sums: Vec<i64> = Vec::new();
 
     for i in 0..profile.sample_count() {
         let (location_ids, sample_values, sample_labels) = profile.sample(i);
@@ -136,8 +139,11 @@ fn convert(profile: &RawProfile<'_>, opts: &PprofOptions) -> Result<Batch, Inges
             continue;
         }
         let set = label_sets.id_for(sample_labels, &strings, limits)?;
-        if let Some(m) = merged.get_mut(&(set, location_ids)) {
-            for (dst, &v) in m.values.iter_mut().zip(&values) {
+        if let Some(&row) = merged.get(&(set, location_ids)) {
+            let dsts = sums
+                .get_mut(row * n_out..(row + 1) * n_out)
+                .unwrap_or_default();
+            for (dst, &v) in dsts.iter_mut().zip(&values) {
                 *dst = dst.checked_add(v).ok_or_else(|| {
                     IngestError::profile(format!("sample {i}: summed value overflows"))
                 })?;
@@ -165,31 +171,18 @@ fn convert(profile: &RawProfile<'_>, opts: &PprofOptions) -> Result<Batch, Inges
             }
         }
         let stack = batch.stacks.push_leaf_first(frames.iter().copied());
-        merged.insert(
-            (set, location_ids),
-            Merged {
-                stack,
-                values: values.clone(),
-            },
-        );
-        order.push((set, location_ids));
+        merged.insert((set, location_ids), rows.len());
+        rows.push((set, stack));
+        sums.extend_from_slice(&values);
     }
-    for key in order {
-        let Some(Merged {
-            stack,
-            values: sums,
-        }) = merged.remove(&key)
-        else {
-            continue;
-        };
-        let set = key.0;
+    for (&(set, stack), row_sums) in rows.iter().zip(sums.chunks(n_out.max(1))) {
         if series_samples.len() < (set + 1) * n_out {
             series_samples.resize((set + 1) * n_out, Vec::new());
         }
         let row = series_samples
             .get_mut(set * n_out..(set + 1) * n_out)
             .ok_or_else(|| IngestError::profile("internal: series table out of range"))?;
-        for (dst, &value) in row.iter_mut().zip(&sums) {
+        for (dst, &value) in row.iter_mut().zip(row_sums) {
             if value != 0 {
                 dst.push(Sample {
                     timestamp_ms,
@@ -234,13 +227,6 @@ fn convert(profile: &RawProfile<'_>, opts: &PprofOptions) -> Result<Batch, Inges
 
 /// A pprof sample's identity for merging: its label set and location ids.
 type SampleKey<'p> = (usize, &'p [u64]);
-
-/// Samples merged under one [`SampleKey`]: their stack in the batch and the summed
-/// value per output type.
-struct Merged {
-    stack: u32,
-    values: Vec<i64>,
-}
 
 /// Pyroscope's rule: `time_nanos` of 0 or in 1970 is not a real collection time.
 fn sample_time_ms(time_nanos: i64, fallback_ms: i64) -> i64 {
