@@ -33,6 +33,8 @@ pub enum Payload {
         params: IngestParams,
         profile: Bytes,
         sample_type_config: Option<Bytes>,
+        /// The Java agent's `labels` part (JFR uploads).
+        labels: Option<Bytes>,
     },
     /// `push.v1.PusherService/Push`.
     Push { encoding: PushEncoding, body: Bytes },
@@ -258,12 +260,14 @@ pub fn decode(job: &Job, limits: &Limits) -> Result<(Batch, u64), IngestError> {
             params,
             profile,
             sample_type_config,
+            labels,
         } => (
             decode_ingest(
                 params,
                 IngestBody::Multipart {
                     profile,
                     sample_type_config: sample_type_config.as_deref(),
+                    labels: labels.as_deref(),
                 },
                 job.tenant.clone(),
                 job.received_ms,

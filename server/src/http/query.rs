@@ -12,6 +12,7 @@ mod answers;
 mod connect;
 mod diffsvg;
 mod dot;
+mod go_pgo;
 mod grid;
 mod heatmap;
 mod individual;
