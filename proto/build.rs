@@ -13,11 +13,13 @@ use protox::file::{ChainFileResolver, DescriptorSetFileResolver, IncludeFileReso
 const SCHEMA_DIR: &str = "schema";
 const PPROF: &str = "perftools/profiles/profile.proto";
 const PYROSCOPE_PPROF: &str = "google/v1/profile.proto";
-const FILES: [&str; 4] = [
+const FILES: [&str; 5] = [
     PPROF,
     "types/v1/types.proto",
     "push/v1/push.proto",
     "querier/v1/querier.proto",
+    // Imports the OTLP common, resource and profiles schemas.
+    "opentelemetry/proto/collector/profiles/v1development/profiles_service.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

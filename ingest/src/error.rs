@@ -76,6 +76,10 @@ pub enum IngestError {
         /// The parser's account of what is wrong.
         reason: String,
     },
+    /// A well-formed OTLP profiles request whose content breaks the OTLP rules
+    /// (index out of range, missing dictionary, …).
+    #[error("invalid OTLP profiles request: {0}")]
+    Otlp(crate::otlp::OtlpError),
     /// A format that exists in the Pyroscope API but that profiledb does not decode yet.
     #[error("format {format:?} is not supported yet")]
     UnsupportedFormat {
@@ -101,7 +105,8 @@ impl IngestError {
             | IngestError::InvalidFolded { .. }
             | IngestError::InvalidParameter { .. }
             | IngestError::InvalidLabel { .. }
-            | IngestError::InvalidJson { .. } => "invalid_argument",
+            | IngestError::InvalidJson { .. }
+            | IngestError::Otlp(_) => "invalid_argument",
         }
     }
 

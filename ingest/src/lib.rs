@@ -7,6 +7,7 @@
 //!   per sample type, names inferred as Pyroscope does ([`profile_type`]).
 //! - [`folded`]: collapsed stacks (`a;b;c 12`) and the `lines` format.
 //! - [`pyroscope`]: the `/ingest` query parameters Pyroscope SDKs send.
+//! - [`otlp`]: OpenTelemetry profiles (`ExportProfilesServiceRequest`), binary or JSON.
 //! - [`push`]: Pyroscope `push.v1.PushRequest` bodies, binary or protojson.
 //! - [`time`]: the one parser of times (`from`, `until`, query windows).
 //! - [`proto`]: the generated wire messages the decoders read (from `profiledb-proto`).
@@ -22,6 +23,7 @@ pub mod folded;
 pub mod gzip;
 pub mod label_rules;
 pub mod limits;
+pub mod otlp;
 pub mod pprof;
 pub mod profile_type;
 pub mod push;
@@ -35,6 +37,7 @@ pub use append::append_batch;
 pub use error::IngestError;
 pub use folded::{decode_folded, FoldedFormat, FoldedOptions, ValueScale};
 pub use limits::Limits;
+pub use otlp::{decode_otlp, otlp_to_batch, OtlpError};
 pub use pprof::{decode_pprof, PprofOptions};
 pub use profile_type::{
     infer_profile_name, parse_sample_type_config, ProfileType, SampleTypeConfig, SampleTypeSettings,
