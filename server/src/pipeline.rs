@@ -18,8 +18,8 @@ use profiledb_storage::{now_ms, Batch, StorageError, Store, TenantId};
 use tracing::debug;
 
 use profiledb_ingest::{
-    decode_ingest, decode_push, push_to_batch, IngestBody, IngestError, IngestParams, Limits,
-    PushEncoding,
+    decode_ingest, decode_otlp, decode_push, push_to_batch, IngestBody, IngestError, IngestParams,
+    Limits, PushEncoding,
 };
 
 /// What one upload carries, as the HTTP layer extracted it.
@@ -34,6 +34,8 @@ pub enum Payload {
     },
     /// `push.v1.PusherService/Push`.
     Push { encoding: PushEncoding, body: Bytes },
+    /// An OTLP `ExportProfilesServiceRequest` (HTTP or gRPC).
+    Otlp { encoding: PushEncoding, body: Bytes },
 }
 
 /// One upload to decode and store.
@@ -239,6 +241,9 @@ pub fn decode(job: &Job, limits: &Limits) -> Result<Batch, IngestError> {
         Payload::Push { encoding, body } => {
             let series = decode_push(body, *encoding, limits)?;
             push_to_batch(&series, job.tenant.clone(), job.received_ms, limits)
+        }
+        Payload::Otlp { encoding, body } => {
+            decode_otlp(body, *encoding, job.tenant.clone(), job.received_ms, limits)
         }
     }
 }
