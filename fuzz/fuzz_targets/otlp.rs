@@ -2,25 +2,17 @@
 //! must decode to a valid batch.
 #![no_main]
 
+mod body;
+
 use libfuzzer_sys::fuzz_target;
-use profiledb_ingest::{decode_otlp, Limits, PushEncoding};
+use profiledb_ingest::decode_otlp;
 use profiledb_model::TenantId;
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&mode, body)) = data.split_first() else {
+    let Some((encoding, body)) = body::split(data) else {
         return;
     };
-    let encoding = if mode & 1 == 0 {
-        PushEncoding::Proto
-    } else {
-        PushEncoding::Json
-    };
-    let limits = Limits {
-        max_decompressed_bytes: 4 << 20,
-        max_samples_per_profile: 100_000,
-        ..Limits::default()
-    };
-    if let Ok(batch) = decode_otlp(body, encoding, TenantId::default(), 0, &limits) {
+    if let Ok(batch) = decode_otlp(body, encoding, TenantId::default(), 0, &body::limits()) {
         assert_eq!(batch.validate(), Ok(()));
     }
 });

@@ -91,6 +91,32 @@ impl<'a> Dictionary<'a> {
     }
 }
 
+/// Where a dictionary entry stands: unset (index 0), already copied into the batch
+/// (its batch index), or still to copy (the entry and its cache slot).
+enum Entry<'t, T, V> {
+    Unset,
+    Copied(V),
+    New(&'t T, usize),
+}
+
+fn entry<'t, T, V: Copy>(
+    cache: &[Option<V>],
+    table: &'t [T],
+    name: &'static str,
+    index: i32,
+    referrer: impl FnOnce() -> String,
+) -> Result<Entry<'t, T, V>, OtlpError> {
+    let Some(e) = at(table, name, index, referrer)? else {
+        return Ok(Entry::Unset);
+    };
+    // Non-negative and in range: `at` found it.
+    let slot = index as usize;
+    Ok(match cache.get(slot).copied().flatten() {
+        Some(v) => Entry::Copied(v),
+        None => Entry::New(e, slot),
+    })
+}
+
 /// Dictionary index → batch index, filled on first use.
 pub(super) struct Symbols {
     /// location_table index → (first frame, frame count) in `batch.symbols.locations`.
@@ -118,14 +144,11 @@ impl Symbols {
     ) -> Result<(u32, u32), OtlpError> {
         let table = &dict.dict.location_table;
         let referrer = || "a stack".to_string();
-        let Some(loc) = at(table, "location_table", index, referrer)? else {
-            return Ok((0, 0));
+        let (loc, slot) = match entry(&self.locations, table, "location_table", index, referrer)? {
+            Entry::Unset => return Ok((0, 0)),
+            Entry::Copied(span) => return Ok(span),
+            Entry::New(loc, slot) => (loc, slot),
         };
-        // In range: `at` found it.
-        let slot = index as usize;
-        if let Some(Some(known)) = self.locations.get(slot) {
-            return Ok(*known);
-        }
         let mapping = self.mapping(dict, batch, loc.mapping_index, slot)?;
         let first = to_u32(batch.symbols.locations.len());
         let frame = |function, line: i64| Location {
@@ -155,29 +178,28 @@ impl Symbols {
         index: i32,
         location: usize,
     ) -> Result<Option<u32>, OtlpError> {
+        let table = &dict.dict.function_table;
         let referrer = || format!("location_table[{location}].lines");
-        let Some(f) = at(&dict.dict.function_table, "function_table", index, referrer)? else {
-            return Ok(None);
-        };
-        let slot = index as usize;
-        if let Some(Some(known)) = self.functions.get(slot) {
-            return Ok(Some(*known));
-        }
-        let field = |what: &str| format!("function_table[{index}].{what}");
-        let mut name = dict.string(f.name_strindex, || field("name_strindex"))?;
-        if name.is_empty() {
-            name = dict.string(f.system_name_strindex, || field("system_name_strindex"))?;
-        }
-        let file = dict.string(f.filename_strindex, || field("filename_strindex"))?;
-        let id = to_u32(batch.symbols.functions.len());
-        batch.symbols.functions.push(Function {
-            name: name.to_string(),
-            file: file.to_string(),
-        });
-        if let Some(s) = self.functions.get_mut(slot) {
-            *s = Some(id);
-        }
-        Ok(Some(id))
+        cached(
+            &mut self.functions,
+            table,
+            "function_table",
+            index,
+            referrer,
+            |f| {
+                let field = |what: &str| format!("function_table[{index}].{what}");
+                let mut name = dict.string(f.name_strindex, || field("name_strindex"))?;
+                if name.is_empty() {
+                    name = dict.string(f.system_name_strindex, || field("system_name_strindex"))?;
+                }
+                let file = dict.string(f.filename_strindex, || field("filename_strindex"))?;
+                batch.symbols.functions.push(Function {
+                    name: name.to_string(),
+                    file: file.to_string(),
+                });
+                Ok(to_u32(batch.symbols.functions.len() - 1))
+            },
+        )
     }
 
     fn mapping(
@@ -187,40 +209,61 @@ impl Symbols {
         index: i32,
         location: usize,
     ) -> Result<Option<u32>, OtlpError> {
+        let table = &dict.dict.mapping_table;
         let referrer = || format!("location_table[{location}].mapping_index");
-        let Some(m) = at(&dict.dict.mapping_table, "mapping_table", index, referrer)? else {
-            return Ok(None);
-        };
-        let slot = index as usize;
-        if let Some(Some(known)) = self.mappings.get(slot) {
-            return Ok(Some(*known));
-        }
-        let field = |what: &str| format!("mapping_table[{index}].{what}");
-        let file = dict.string(m.filename_strindex, || field("filename_strindex"))?;
-        let mut build_ids = Vec::new();
-        for &a in &m.attribute_indices {
-            let Some(attr) = dict.attribute(a, || field("attribute_indices"))? else {
-                continue;
-            };
-            let key = dict.string(attr.key_strindex, || format!("attribute_table[{a}]"))?;
-            if let Some(rank) = BUILD_ID_KEYS.iter().position(|k| *k == key) {
-                let referrer = || format!("attribute_table[{a}].value");
-                if let Some(v) = dict.string_value(attr.value.as_ref(), referrer)? {
-                    build_ids.push((rank, v));
+        cached(
+            &mut self.mappings,
+            table,
+            "mapping_table",
+            index,
+            referrer,
+            |m| {
+                let field = |what: &str| format!("mapping_table[{index}].{what}");
+                let file = dict.string(m.filename_strindex, || field("filename_strindex"))?;
+                let mut build_ids = Vec::new();
+                for &a in &m.attribute_indices {
+                    let Some(attr) = dict.attribute(a, || field("attribute_indices"))? else {
+                        continue;
+                    };
+                    let key = dict.string(attr.key_strindex, || format!("attribute_table[{a}]"))?;
+                    if let Some(rank) = BUILD_ID_KEYS.iter().position(|k| *k == key) {
+                        let referrer = || format!("attribute_table[{a}].value");
+                        if let Some(v) = dict.string_value(attr.value.as_ref(), referrer)? {
+                            build_ids.push((rank, v));
+                        }
+                    }
                 }
-            }
-        }
-        build_ids.sort_by_key(|(rank, _)| *rank);
-        let id = to_u32(batch.symbols.mappings.len());
-        batch.symbols.mappings.push(Mapping {
-            file: file.to_string(),
-            build_id: build_ids.first().map_or("", |(_, v)| v).to_string(),
-        });
-        if let Some(s) = self.mappings.get_mut(slot) {
-            *s = Some(id);
-        }
-        Ok(Some(id))
+                build_ids.sort_by_key(|(rank, _)| *rank);
+                batch.symbols.mappings.push(Mapping {
+                    file: file.to_string(),
+                    build_id: build_ids.first().map_or("", |(_, v)| v).to_string(),
+                });
+                Ok(to_u32(batch.symbols.mappings.len() - 1))
+            },
+        )
     }
+}
+
+/// The batch index of a dictionary entry: `None` when unset (index 0), else copied
+/// into the batch by `copy` the first time and remembered in `cache`.
+fn cached<T, V: Copy>(
+    cache: &mut [Option<V>],
+    table: &[T],
+    name: &'static str,
+    index: i32,
+    referrer: impl FnOnce() -> String,
+    copy: impl FnOnce(&T) -> Result<V, OtlpError>,
+) -> Result<Option<V>, OtlpError> {
+    let (e, slot) = match entry(cache, table, name, index, referrer)? {
+        Entry::Unset => return Ok(None),
+        Entry::Copied(v) => return Ok(Some(v)),
+        Entry::New(e, slot) => (e, slot),
+    };
+    let v = copy(e)?;
+    if let Some(s) = cache.get_mut(slot) {
+        *s = Some(v);
+    }
+    Ok(Some(v))
 }
 
 /// Batch tables are indexed by u32; a request big enough to overflow that is far
