@@ -13,7 +13,7 @@ use protox::file::{ChainFileResolver, DescriptorSetFileResolver, IncludeFileReso
 const SCHEMA_DIR: &str = "schema";
 const PPROF: &str = "perftools/profiles/profile.proto";
 const PYROSCOPE_PPROF: &str = "google/v1/profile.proto";
-const FILES: [&str; 7] = [
+const FILES: [&str; 8] = [
     PPROF,
     "types/v1/types.proto",
     "push/v1/push.proto",
@@ -21,6 +21,8 @@ const FILES: [&str; 7] = [
     "version/v1/version.proto",
     "capabilities/v1/feature_flags.proto",
     "settings/v1/setting.proto",
+    // Imports the OTLP common, resource and profiles schemas.
+    "opentelemetry/proto/collector/profiles/v1development/profiles_service.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

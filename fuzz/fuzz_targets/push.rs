@@ -2,24 +2,17 @@
 //! decode to a batch must produce a valid one.
 #![no_main]
 
+mod body;
+
 use libfuzzer_sys::fuzz_target;
-use profiledb_ingest::{decode_push, push_to_batch, Limits, PushEncoding};
+use profiledb_ingest::{decode_push, push_to_batch};
 use profiledb_model::TenantId;
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&mode, body)) = data.split_first() else {
+    let Some((encoding, body)) = body::split(data) else {
         return;
     };
-    let encoding = if mode & 1 == 0 {
-        PushEncoding::Proto
-    } else {
-        PushEncoding::Json
-    };
-    let limits = Limits {
-        max_decompressed_bytes: 4 << 20,
-        max_samples_per_profile: 100_000,
-        ..Limits::default()
-    };
+    let limits = body::limits();
     if let Ok(series) = decode_push(body, encoding, &limits) {
         if let Ok(batch) = push_to_batch(&series, TenantId::default(), 0, &limits) {
             assert_eq!(batch.validate(), Ok(()));

@@ -79,6 +79,10 @@ pub enum IngestError {
     /// A JFR recording or labels snapshot that cannot be read.
     #[error("invalid JFR recording: {0}")]
     InvalidJfr(#[from] crate::jfr::JfrError),
+    /// A well-formed OTLP profiles request whose content breaks the OTLP rules
+    /// (index out of range, missing dictionary, …).
+    #[error("invalid OTLP profiles request: {0}")]
+    Otlp(crate::otlp::OtlpError),
     /// A format that exists in the Pyroscope API but that profiledb does not decode yet.
     #[error("format {format:?} is not supported yet")]
     UnsupportedFormat {
@@ -105,7 +109,8 @@ impl IngestError {
             | IngestError::InvalidParameter { .. }
             | IngestError::InvalidLabel { .. }
             | IngestError::InvalidJson { .. }
-            | IngestError::InvalidJfr(_) => "invalid_argument",
+            | IngestError::InvalidJfr(_)
+            | IngestError::Otlp(_) => "invalid_argument",
         }
     }
 

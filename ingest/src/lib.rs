@@ -9,6 +9,7 @@
 //! - [`jfr`]: Java Flight Recorder recordings with the Pyroscope Java agent's
 //!   labels snapshot.
 //! - [`pyroscope`]: the `/ingest` query parameters Pyroscope SDKs send.
+//! - [`otlp`]: OpenTelemetry profiles (`ExportProfilesServiceRequest`), binary or JSON.
 //! - [`push`]: Pyroscope `push.v1.PushRequest` bodies, binary or protojson.
 //! - [`time`]: the one parser of times (`from`, `until`, query windows).
 //! - [`proto`]: the generated wire messages the decoders read (from `profiledb-proto`).
@@ -25,6 +26,7 @@ pub mod gzip;
 pub mod jfr;
 pub mod label_rules;
 pub mod limits;
+pub mod otlp;
 pub mod pprof;
 pub mod profile_type;
 pub mod push;
@@ -39,6 +41,7 @@ pub use error::IngestError;
 pub use folded::{decode_folded, FoldedFormat, FoldedOptions, ValueScale};
 pub use jfr::{decode_jfr, JfrOptions};
 pub use limits::Limits;
+pub use otlp::{decode_otlp, otlp_to_batch, OtlpError};
 pub use pprof::{decode_pprof, PprofOptions};
 pub use profile_type::{
     infer_profile_name, parse_sample_type_config, ProfileType, SampleTypeConfig, SampleTypeSettings,

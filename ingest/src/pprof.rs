@@ -229,7 +229,7 @@ fn convert(profile: &RawProfile<'_>, opts: &PprofOptions) -> Result<Batch, Inges
 type SampleKey<'p> = (usize, &'p [u64]);
 
 /// Pyroscope's rule: `time_nanos` of 0 or in 1970 is not a real collection time.
-fn sample_time_ms(time_nanos: i64, fallback_ms: i64) -> i64 {
+pub(crate) fn sample_time_ms(time_nanos: i64, fallback_ms: i64) -> i64 {
     // 1971-01-01T00:00:00Z in nanoseconds.
     const FIRST_VALID_NANOS: i64 = 365 * 24 * 3600 * 1_000_000_000;
     if time_nanos < FIRST_VALID_NANOS {

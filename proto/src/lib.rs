@@ -7,6 +7,7 @@
 //!
 //! - [`pprof`]: `perftools.profiles`, the pprof profile format.
 //! - [`types::v1`], [`push::v1`], [`querier::v1`]: Pyroscope's public API packages.
+//! - [`opentelemetry`]: OTLP profiles (`v1development`) and the export service.
 //! - [`DESCRIPTORS`]: the descriptor set of all of them, for protojson.
 //! - [`ProfileBuilder`]: the one pprof encoder (string interning, functions,
 //!   locations, samples).
@@ -85,6 +86,62 @@ pub mod settings {
         include!(concat!(env!("OUT_DIR"), "/settings.v1.rs"));
     }
 }
+
+/// Generated code for the OpenTelemetry packages OTLP profiles ingest needs.
+#[allow(clippy::all, missing_docs)]
+pub mod opentelemetry {
+    /// `opentelemetry.proto.*`.
+    pub mod proto {
+        /// `opentelemetry.proto.common.v1`: attributes and instrumentation scopes.
+        pub mod common {
+            /// `opentelemetry.proto.common.v1`.
+            pub mod v1 {
+                include!(concat!(
+                    env!("OUT_DIR"),
+                    "/opentelemetry.proto.common.v1.rs"
+                ));
+            }
+        }
+        /// `opentelemetry.proto.resource.v1`: the producing entity.
+        pub mod resource {
+            /// `opentelemetry.proto.resource.v1`.
+            pub mod v1 {
+                include!(concat!(
+                    env!("OUT_DIR"),
+                    "/opentelemetry.proto.resource.v1.rs"
+                ));
+            }
+        }
+        /// `opentelemetry.proto.profiles.v1development`: profiles and their dictionary.
+        pub mod profiles {
+            /// `opentelemetry.proto.profiles.v1development`.
+            pub mod v1development {
+                include!(concat!(
+                    env!("OUT_DIR"),
+                    "/opentelemetry.proto.profiles.v1development.rs"
+                ));
+            }
+        }
+        /// `opentelemetry.proto.collector.profiles.v1development`: the export service.
+        pub mod collector {
+            /// `opentelemetry.proto.collector.profiles.*`.
+            pub mod profiles {
+                /// `opentelemetry.proto.collector.profiles.v1development`.
+                pub mod v1development {
+                    include!(concat!(
+                        env!("OUT_DIR"),
+                        "/opentelemetry.proto.collector.profiles.v1development.rs"
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// Short path to the OTLP profiles export request and response.
+pub use opentelemetry::proto::collector::profiles::v1development as otlp_collector;
+/// Short path to the OTLP profiles messages.
+pub use opentelemetry::proto::profiles::v1development as otlp;
 
 /// Short path to the pprof messages.
 pub use perftools::profiles as pprof;

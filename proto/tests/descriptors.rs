@@ -70,6 +70,10 @@ fn every_package_is_in_the_set_once() {
         [
             "capabilities.v1",
             "google.v1",
+            "opentelemetry.proto.collector.profiles.v1development",
+            "opentelemetry.proto.common.v1",
+            "opentelemetry.proto.profiles.v1development",
+            "opentelemetry.proto.resource.v1",
             "perftools.profiles",
             "push.v1",
             "querier.v1",
@@ -85,4 +89,9 @@ fn every_package_is_in_the_set_once() {
     message(&set, "capabilities.v1", "GetFeatureFlagsResponse");
     message(&set, "push.v1", "PushRequest");
     message(&set, "types.v1", "LabelNamesRequest");
+    message(
+        &set,
+        "opentelemetry.proto.collector.profiles.v1development",
+        "ExportProfilesServiceRequest",
+    );
 }

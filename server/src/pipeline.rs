@@ -20,8 +20,8 @@ use tracing::debug;
 use crate::tenancy::{Admission, LimitExceeded};
 
 use profiledb_ingest::{
-    decode_ingest, decode_push, push_to_batch, IngestBody, IngestError, IngestParams, Limits,
-    PushEncoding,
+    decode_ingest, decode_otlp, decode_push, push_to_batch, IngestBody, IngestError, IngestParams,
+    Limits, PushEncoding,
 };
 
 /// What one upload carries, as the HTTP layer extracted it.
@@ -38,13 +38,17 @@ pub enum Payload {
     },
     /// `push.v1.PusherService/Push`.
     Push { encoding: PushEncoding, body: Bytes },
+    /// An OTLP `ExportProfilesServiceRequest` (HTTP or gRPC).
+    Otlp { encoding: PushEncoding, body: Bytes },
 }
 
 impl Payload {
     /// Bytes as sent, which the tenant's ingestion rate counts.
     pub fn wire_bytes(&self) -> u64 {
         let n = match self {
-            Payload::Raw { body, .. } | Payload::Push { body, .. } => body.len(),
+            Payload::Raw { body, .. } | Payload::Push { body, .. } | Payload::Otlp { body, .. } => {
+                body.len()
+            }
             Payload::Multipart {
                 profile,
                 sample_type_config,
@@ -282,6 +286,12 @@ pub fn decode(job: &Job, limits: &Limits) -> Result<(Batch, u64), IngestError> {
                 push_to_batch(&series, job.tenant.clone(), job.received_ms, limits)?,
                 profiles,
             )
+        }
+        Payload::Otlp { encoding, body } => {
+            let batch = decode_otlp(body, *encoding, job.tenant.clone(), job.received_ms, limits)?;
+            // An export carries many profiles; each series of the batch is one.
+            let profiles = batch.series.len() as u64;
+            (batch, profiles)
         }
     })
 }

@@ -151,6 +151,11 @@ fn with_json(mut c: Call, v: Value) -> Call {
     c
 }
 
+fn with_bytes(mut c: Call, content_type: &'static str, body: Vec<u8>) -> Call {
+    c.body = Some((content_type, body));
+    c
+}
+
 fn with_text(mut c: Call, text: &str) -> Call {
     c.body = Some(("text/plain", text.as_bytes().to_vec()));
     c
@@ -216,6 +221,25 @@ fn every_route(svc: &str, start: i64, end: i64) -> Vec<Call> {
         "labels": [{"name": "__name__", "value": "process_cpu"}, {"name": "service_name", "value": svc}],
         "samples": [{"rawProfile": base64::engine::general_purpose::STANDARD.encode(pprof)}],
     }]});
+    let otlp = json!({
+        "resourceProfiles": [{
+            "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": svc}}]},
+            "scopeProfiles": [{"profiles": [{
+                "sampleType": {"typeStrindex": 1, "unitStrindex": 2},
+                "samples": [{
+                    "stackIndex": 1,
+                    "values": ["7"],
+                    "timestampsUnixNano": [((now_ms() - 60_000) * 1_000_000).to_string()]
+                }]
+            }]}]
+        }],
+        "dictionary": {
+            "stringTable": ["", "events", "nanoseconds", format!("{svc}_otlp")],
+            "functionTable": [{}, {"nameStrindex": 3}],
+            "locationTable": [{}, {"lines": [{"functionIndex": 1}]}],
+            "stackTable": [{}, {"locationIndices": [1]}]
+        }
+    });
     let merge_req =
         json!({"profile_typeID": CPU, "label_selector": "{}", "start": start, "end": end});
     let querier = |m: &str, body: Value| {
@@ -260,6 +284,23 @@ fn every_route(svc: &str, start: i64, end: i64) -> Vec<Call> {
         with_json(
             call("/push.v1.PusherService/Push", M::POST, "/push.v1.PusherService/Push".into()),
             push,
+        ),
+        // OTLP: off-CPU events (not the CPU type the totals below count), named after
+        // the service so a leak would show its marker.
+        with_json(
+            call("/v1development/profiles", M::POST, "/v1development/profiles".into()),
+            otlp,
+        ),
+        // An empty gRPC export (one frame of an empty message): the gate's checks on
+        // the gRPC route; tests/otlp.rs stores data through it.
+        with_bytes(
+            call(
+                "/opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export",
+                M::POST,
+                "/opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export".into(),
+            ),
+            "application/grpc",
+            vec![0, 0, 0, 0, 0],
         ),
         querier("ProfileTypes", window.clone()),
         querier("LabelNames", window.clone()),

@@ -79,7 +79,7 @@ pub async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> ApiResu
     Ok(buf.freeze())
 }
 
-fn content_type(headers: &HeaderMap) -> &str {
+pub(super) fn content_type(headers: &HeaderMap) -> &str {
     headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -150,7 +150,12 @@ async fn ingest(
 /// this rides in headers: `X-Profiledb-Samples` and `X-Profiledb-Stored-Range`
 /// (`<oldest>/<newest>` sample time, RFC 3339). A profile stored more than an hour
 /// before it arrived is counted, since last-hour views will not show it.
-fn stored_response(state: &AppRef, stored: &Stored, now: i64, mut resp: Response) -> Response {
+pub(super) fn stored_response(
+    state: &AppRef,
+    stored: &Stored,
+    now: i64,
+    mut resp: Response,
+) -> Response {
     let h = resp.headers_mut();
     if let Ok(v) = HeaderValue::from_str(&stored.samples.to_string()) {
         h.insert("x-profiledb-samples", v);

@@ -4,6 +4,7 @@ mod admin;
 mod alerts;
 mod ingest;
 mod labels;
+mod otlp;
 pub(crate) mod query;
 pub(crate) mod request;
 mod system;
@@ -50,6 +51,7 @@ pub fn router(state: AppRef) -> Router {
         .merge(system::routes())
         .merge(ingest::routes())
         .merge(labels::routes())
+        .merge(otlp::routes())
         .merge(query::routes())
         .merge(admin::routes())
         .merge(alerts::routes())

@@ -26,6 +26,11 @@ pub const ROUTES: &[(&str, RouteClass)] = &[
     ("/ingest", RouteClass::Ingest),
     ("/pyroscope/ingest", RouteClass::Ingest),
     ("/push.v1.PusherService/Push", RouteClass::Ingest),
+    ("/v1development/profiles", RouteClass::Ingest),
+    (
+        "/opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export",
+        RouteClass::Ingest,
+    ),
     ("/querier.v1.QuerierService/{method}", RouteClass::Query),
     ("/pyroscope/render", RouteClass::Query),
     ("/pyroscope/render-diff", RouteClass::Query),
