@@ -12,6 +12,7 @@ mod answers;
 mod connect;
 mod diffsvg;
 mod dot;
+mod fleet;
 mod grid;
 mod heatmap;
 mod individual;
@@ -35,6 +36,7 @@ pub fn routes() -> Router<AppRef> {
         .merge(querier::routes())
         .merge(render::routes())
         .merge(native::routes())
+        .merge(fleet::routes())
         .merge(diffsvg::routes())
         .merge(services::routes())
 }

@@ -1,0 +1,14 @@
+//! Fleet analyses (Google-Wide Profiling, Ren et al. 2010): questions answered over
+//! the whole fleet's profiles rather than one service's flame graph.
+//!
+//! The algorithms here are pure functions over group-by rows, so each can be tested
+//! on hand-built inputs and checked against a brute-force form; the querier
+//! (`crate::querier::fleet`) feeds them from the store.
+//!
+//! - `hottest`: functions and binaries ranked by their share of every service's
+//!   samples, with the number of services each appears in, and their cost.
+//! - `noise`: GWP's sampling-noise model M(N) ≈ C/√N, fitted per profile type by
+//!   splitting the hosts, and the verdict on a diff's distance.
+
+pub mod hottest;
+pub mod noise;

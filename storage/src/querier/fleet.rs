@@ -1,0 +1,60 @@
+//! Fleet analyses fed from the store: the group-by rows each needs, handed to the
+//! algorithms in `crate::analysis`.
+
+use super::Querier;
+use crate::analysis::hottest::{rank_shared, HotDimension, Hottest};
+use crate::analysis::noise::{fit, per_host, NoiseModel};
+use crate::error::Result;
+use crate::model::TenantId;
+use crate::query::groupby::{GroupByQuery, GroupKey};
+use crate::query::TimeRange;
+use crate::selector::Selector;
+
+/// Seed of the host splits of a noise fit: fixed, so the same data always fits the
+/// same C (and cached answers agree with fresh ones).
+const NOISE_SEED: u64 = 0x6777_7000_2010;
+
+impl Querier {
+    /// Functions or binaries ranked by their share of every selected sample, with
+    /// the number of values of `service_label` each appears under; `limit` 0 keeps
+    /// all. Runs through the group-by, so it shares its cache and group limit.
+    pub fn fleet_hottest(
+        &self,
+        tenant: &TenantId,
+        sel: &Selector,
+        range: TimeRange,
+        dimension: HotDimension,
+        service_label: &str,
+        limit: usize,
+    ) -> Result<Hottest> {
+        let q = GroupByQuery {
+            keys: vec![
+                GroupKey::Label(service_label.to_string()),
+                dimension.group_key(),
+            ],
+            ..GroupByQuery::default()
+        };
+        let rows = self.group_by(tenant, sel, range, &q)?;
+        Ok(rank_shared(&rows, limit))
+    }
+
+    /// Fits the sampling-noise constant C of the selection by splitting the values
+    /// of `host_label` into random halves `splits` times, measuring the top-`k`
+    /// Manhattan distance. `None` when fewer than two hosts have data.
+    pub fn noise_model(
+        &self,
+        tenant: &TenantId,
+        sel: &Selector,
+        range: TimeRange,
+        host_label: &str,
+        k: usize,
+        splits: usize,
+    ) -> Result<Option<NoiseModel>> {
+        let q = GroupByQuery {
+            keys: vec![GroupKey::Label(host_label.to_string()), GroupKey::Function],
+            ..GroupByQuery::default()
+        };
+        let rows = self.group_by(tenant, sel, range, &q)?;
+        Ok(fit(&per_host(&rows), k, splits, NOISE_SEED))
+    }
+}

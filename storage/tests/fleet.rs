@@ -1,0 +1,193 @@
+//! Fleet analyses straight on a store: the hottest shared code on a hand-built
+//! fleet (exact values) and against a brute-force ranking of the raw samples, and
+//! the noise model fitted from hosts.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use common::{build_batch, querier, test_config, TFrame, TSample, CPU};
+use profiledb_storage::analysis::hottest::HotDimension;
+use profiledb_storage::{Selector, Store, TenantId, TimeRange};
+use proptest::prelude::*;
+
+fn sample(svc: &str, host: &str, stack: &[&str], value: i64) -> TSample {
+    TSample {
+        labels: vec![
+            ("__profile_type__".into(), CPU.into()),
+            ("service_name".into(), svc.into()),
+            ("host".into(), host.into()),
+        ],
+        ts: 1_000,
+        stack: stack.iter().map(|f| TFrame::Func(f.to_string())).collect(),
+        value,
+    }
+}
+
+fn store_with(samples: &[TSample]) -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), test_config()).unwrap();
+    store
+        .write(build_batch(&TenantId::default(), samples))
+        .unwrap();
+    (dir, store)
+}
+
+fn cpu() -> Selector {
+    Selector::parse(&format!("{CPU}{{}}")).unwrap()
+}
+
+const RANGE: TimeRange = TimeRange {
+    start_ms: 0,
+    end_ms: 10_000,
+};
+
+#[test]
+fn zlib_is_the_hottest_shared_function() {
+    let (_dir, store) = store_with(&[
+        sample("api", "h1", &["main", "zlib"], 30),
+        sample("api", "h1", &["main", "api"], 40),
+        sample("db", "h2", &["main", "zlib"], 20),
+        sample("db", "h2", &["main", "db"], 10),
+        sample("web", "h3", &["main", "zlib"], 10),
+        sample("web", "h3", &["main", "web"], 90),
+    ]);
+    let q = querier(&store);
+    let t = TenantId::default();
+    let h = q
+        .fleet_hottest(&t, &cpu(), RANGE, HotDimension::Function, "service_name", 0)
+        .unwrap();
+    let got: Vec<(&str, i64, f64, usize)> = h
+        .entries
+        .iter()
+        .map(|e| (e.name.as_str(), e.value, e.share, e.services))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("web", 90, 0.45, 1),
+            ("zlib", 60, 0.3, 3),
+            ("api", 40, 0.2, 1),
+            ("db", 10, 0.05, 1),
+        ]
+    );
+    assert_eq!((h.total, h.services), (200, 3));
+    // Inclusive: `main` is on every stack of every service.
+    let h = q
+        .fleet_hottest(
+            &t,
+            &cpu(),
+            RANGE,
+            HotDimension::FunctionTotal,
+            "service_name",
+            1,
+        )
+        .unwrap();
+    assert_eq!(h.entries[0].name, "main");
+    assert_eq!((h.entries[0].value, h.entries[0].services), (200, 3));
+    assert_eq!(h.entries[0].share, 1.0);
+    // Every frame of the test batches lives in one mapping.
+    let h = q
+        .fleet_hottest(&t, &cpu(), RANGE, HotDimension::Binary, "service_name", 0)
+        .unwrap();
+    assert_eq!(h.entries.len(), 1);
+    assert_eq!(h.entries[0].name, "/usr/lib/libx.so");
+    assert_eq!((h.entries[0].value, h.entries[0].services), (200, 3));
+}
+
+#[test]
+fn noise_constant_from_two_hosts() {
+    // Split {h1} | {h2}: M = 0.4 at 100 a side, so C = 0.4 · √100 = 4.
+    let (_dir, store) = store_with(&[
+        sample("app", "h1", &["main", "a"], 60),
+        sample("app", "h1", &["main", "b"], 40),
+        sample("app", "h2", &["main", "a"], 40),
+        sample("app", "h2", &["main", "b"], 60),
+    ]);
+    let q = querier(&store);
+    let t = TenantId::default();
+    let m = q
+        .noise_model(&t, &cpu(), RANGE, "host", 10, 4)
+        .unwrap()
+        .unwrap();
+    assert!((m.c - 4.0).abs() < 1e-12, "{}", m.c);
+    assert_eq!(m.hosts, 2);
+    assert_eq!(
+        q.noise_model(&t, &cpu(), RANGE, "zone", 10, 4).unwrap(),
+        None,
+        "no zone label: one (empty) value, nothing to split"
+    );
+}
+
+const SERVICES: [&str; 3] = ["a", "b", "c"];
+const FUNCS: [&str; 5] = ["main", "zlib", "hash", "io", "idle"];
+
+fn fleet() -> impl Strategy<Value = Vec<(usize, Vec<usize>, i64)>> {
+    prop::collection::vec(
+        (
+            0..SERVICES.len(),
+            prop::collection::vec(0..FUNCS.len(), 1..5),
+            1..50i64,
+        ),
+        1..40,
+    )
+}
+
+/// The ranking computed directly from the samples: name → (value, services).
+fn brute_force(
+    rows: &[(usize, Vec<usize>, i64)],
+    inclusive: bool,
+) -> BTreeMap<String, (i64, usize)> {
+    let mut acc: BTreeMap<String, (i64, BTreeSet<usize>)> = BTreeMap::new();
+    for (svc, stack, v) in rows {
+        let names: BTreeSet<usize> = if inclusive {
+            stack.iter().copied().collect()
+        } else {
+            stack.last().copied().into_iter().collect()
+        };
+        for f in names {
+            let e = acc.entry(FUNCS[f].to_string()).or_default();
+            e.0 += v;
+            e.1.insert(*svc);
+        }
+    }
+    acc.into_iter()
+        .map(|(k, (v, s))| (k, (v, s.len())))
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+    #[test]
+    fn hottest_matches_brute_force(rows in fleet(), flush in any::<bool>()) {
+        let samples: Vec<TSample> = rows
+            .iter()
+            .map(|(s, stack, v)| {
+                let names: Vec<&str> = stack.iter().map(|&f| FUNCS[f]).collect();
+                sample(SERVICES[*s], "h", &names, *v)
+            })
+            .collect();
+        let (_dir, store) = store_with(&samples);
+        if flush {
+            store.flush().unwrap();
+        }
+        let q = querier(&store);
+        let total: i64 = rows.iter().map(|r| r.2).sum();
+        for (dim, inclusive) in [(HotDimension::Function, false), (HotDimension::FunctionTotal, true)] {
+            let h = q
+                .fleet_hottest(&TenantId::default(), &cpu(), RANGE, dim, "service_name", 0)
+                .unwrap();
+            prop_assert_eq!(h.total, total);
+            let got: BTreeMap<String, (i64, usize)> = h
+                .entries
+                .iter()
+                .map(|e| (e.name.clone(), (e.value, e.services)))
+                .collect();
+            prop_assert_eq!(&got, &brute_force(&rows, inclusive));
+            for e in &h.entries {
+                prop_assert_eq!(e.share, e.value as f64 / total as f64);
+            }
+            prop_assert!(h.entries.windows(2).all(|w| w[0].value >= w[1].value));
+        }
+    }
+}
