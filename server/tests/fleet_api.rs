@@ -189,3 +189,102 @@ fn diff_within_and_outside_noise() {
     let (_, v) = diff(&s, far, Value::Null);
     assert!(v.get("noise").is_none(), "{v}");
 }
+
+/// One hardware-event pprof upload: `leaf → value` under `main`.
+fn ingest_events(s: &TestServer, event: &str, svc: &str, platform: &str, stacks: &[(&str, i64)]) {
+    let stacks: Vec<(Vec<String>, Vec<i64>)> = stacks
+        .iter()
+        .map(|(leaf, v)| (vec!["main".to_string(), leaf.to_string()], vec![*v]))
+        .collect();
+    let p = common::build_pprof(&[(event, "count")], (event, "count", 1), &stacks, &[], T0 * 1_000_000_000);
+    let r = s
+        .client
+        .post(format!("{}/ingest", s.url))
+        .query(&[("name", format!("{svc}{{platform={platform}}}")), ("format", "pprof".into())])
+        .body(common::encode(&p))
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().unwrap_or_default());
+}
+
+/// GWP's NumCrunch / MemBench example through pprof uploads of `cycles` and
+/// `instructions`: today's even spread costs 500 cycles, the suggestion 400.
+#[test]
+fn cpi_and_assignment_over_http() {
+    let s = TestServer::start();
+    for p in ["p1", "p2"] {
+        ingest_events(&s, "cycles", "numcrunch", p, &[("crunch", 100)]);
+        ingest_events(&s, "instructions", "numcrunch", p, &[("crunch", 100)]);
+        ingest_events(&s, "instructions", "membench", p, &[("memcpy", 50), ("compute", 50)]);
+    }
+    ingest_events(&s, "cycles", "membench", "p1", &[("memcpy", 50), ("compute", 50)]);
+    ingest_events(&s, "cycles", "membench", "p2", &[("memcpy", 150), ("compute", 50)]);
+    let window = [
+        ("from", "2023-01-01T00:00:00Z"),
+        ("until", "2023-01-01T00:01:00Z"),
+    ];
+    let (st, v) = get(&s, "/api/v1/fleet/cpi", &window);
+    assert_eq!(st, 200, "{v}");
+    let rows: Vec<(String, i64, i64, f64)> = v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let k = format!("{}/{}", r["key"][0].as_str().unwrap(), r["key"][1].as_str().unwrap());
+            let n = |f: &str| r[f].as_i64().unwrap();
+            (k, n("cycles"), n("instructions"), r["cpi"].as_f64().unwrap())
+        })
+        .collect();
+    let want = [
+        ("membench/p1", 100, 100, 1.0),
+        ("membench/p2", 200, 100, 2.0),
+        ("numcrunch/p1", 100, 100, 1.0),
+        ("numcrunch/p2", 100, 100, 1.0),
+    ];
+    let want: Vec<(String, i64, i64, f64)> =
+        want.iter().map(|&(k, c, i, x)| (k.to_string(), c, i, x)).collect();
+    assert_eq!(rows, want);
+
+    let mut p = window.to_vec();
+    p.push(("by_function", "true"));
+    let (st, v) = get(&s, "/api/v1/fleet/cpi", &p);
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["keys"], json!(["service_name", "platform", "function"]));
+    let memcpy_p2 = v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["key"] == json!(["membench", "p2", "memcpy"]))
+        .unwrap();
+    assert_eq!(memcpy_p2["cpi"], json!(3.0));
+
+    let (st, v) = get(&s, "/api/v1/fleet/assignment", &window);
+    assert_eq!(st, 200, "{v}");
+    assert!(close(&v["cycles_today"], 500.0), "{v}");
+    assert!(close(&v["cycles_suggested"], 400.0), "{v}");
+    assert!(close(&v["cycles_saved"], 100.0), "{v}");
+    assert_eq!(v["capacity_cycles"], json!([200.0, 300.0]));
+    let suggested: Vec<(String, String, i64)> = v["placement"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["instructions_suggested"].as_f64().unwrap() > 0.5)
+        .map(|m| {
+            let s = |f: &str| m[f].as_str().unwrap().to_string();
+            let n = m["instructions_suggested"].as_f64().unwrap().round() as i64;
+            (s("service"), s("platform"), n)
+        })
+        .collect();
+    let want = vec![
+        ("membench".to_string(), "p1".to_string(), 200),
+        ("numcrunch".to_string(), "p2".to_string(), 200),
+    ];
+    assert_eq!(suggested, want);
+
+    let mut bad = window.to_vec();
+    bad.push(("by_function", "true"));
+    let (st, v) = get(&s, "/api/v1/fleet/assignment", &bad);
+    assert_eq!(st, 400, "{v}");
+    let (st, v) = get(&s, "/api/v1/fleet/cpi", &[("cycles_type", "nope")]);
+    assert_eq!(st, 400, "{v}");
+}

@@ -191,3 +191,118 @@ proptest! {
         }
     }
 }
+
+// ---- CPI and the platform assignment (GWP Table 1) -------------------------------
+
+use profiledb_storage::analysis::assign::{assign, cycles_of, Placement};
+use profiledb_storage::analysis::cpi::{CYCLES_TYPE, INSTRUCTIONS_TYPE};
+use profiledb_storage::GroupKey;
+
+fn hw(ty: &str, svc: &str, platform: &str, leaf: &str, value: i64) -> TSample {
+    TSample {
+        labels: vec![
+            ("__profile_type__".into(), ty.into()),
+            ("service_name".into(), svc.into()),
+            ("platform".into(), platform.into()),
+            ("clock_ghz".into(), "2".into()),
+        ],
+        ts: 1_000,
+        stack: vec![TFrame::Func("main".into()), TFrame::Func(leaf.into())],
+        value,
+    }
+}
+
+/// NumCrunch runs at CPI 1 everywhere; MemBench at CPI 1 on p1 and 2 on p2, all of
+/// the difference in `memcpy` (CPI 3 on p2, 1 on p1). 200 instructions each,
+/// spread evenly today.
+fn gwp_fleet() -> Vec<TSample> {
+    let (c, i) = (CYCLES_TYPE, INSTRUCTIONS_TYPE);
+    let mut s = Vec::new();
+    for p in ["p1", "p2"] {
+        s.push(hw(c, "numcrunch", p, "crunch", 100));
+        s.push(hw(i, "numcrunch", p, "crunch", 100));
+        s.push(hw(i, "membench", p, "memcpy", 50));
+        s.push(hw(i, "membench", p, "compute", 50));
+        s.push(hw(c, "membench", p, "compute", 50));
+    }
+    s.push(hw(c, "membench", "p1", "memcpy", 50));
+    s.push(hw(c, "membench", "p2", "memcpy", 150));
+    s
+}
+
+fn sel_of(ty: &str) -> Selector {
+    Selector::parse(&format!("{ty}{{}}")).unwrap()
+}
+
+#[test]
+fn cpi_per_service_platform_and_function() {
+    let (_dir, store) = store_with(&gwp_fleet());
+    let q = querier(&store);
+    let t = TenantId::default();
+    let sels = (&sel_of(CYCLES_TYPE), &sel_of(INSTRUCTIONS_TYPE));
+    let keys = [
+        GroupKey::Label("service_name".into()),
+        GroupKey::Label("platform".into()),
+        GroupKey::Label("clock_ghz".into()),
+    ];
+    let cells = q.fleet_cpi(&t, sels, RANGE, &keys, Some(2)).unwrap();
+    let got: Vec<(String, i64, i64, Option<f64>, Option<f64>)> = cells
+        .iter()
+        .map(|c| {
+            let k = format!("{}/{}", c.key[0], c.key[1]);
+            (k, c.cycles, c.instructions, c.cpi, c.ns_per_instruction)
+        })
+        .collect();
+    let row = |k: &str, c, i, cpi: f64| (k.to_string(), c, i, Some(cpi), Some(cpi / 2.0));
+    assert_eq!(
+        got,
+        vec![
+            row("membench/p1", 100, 100, 1.0),
+            row("membench/p2", 200, 100, 2.0),
+            row("numcrunch/p1", 100, 100, 1.0),
+            row("numcrunch/p2", 100, 100, 1.0),
+        ]
+    );
+    // The function hot on one platform only.
+    let keys = [
+        GroupKey::Label("service_name".into()),
+        GroupKey::Label("platform".into()),
+        GroupKey::Function,
+    ];
+    let cells = q.fleet_cpi(&t, sels, RANGE, &keys, None).unwrap();
+    let memcpy: Vec<(&str, Option<f64>)> = cells
+        .iter()
+        .filter(|c| c.key[2] == "memcpy")
+        .map(|c| (c.key[1].as_str(), c.cpi))
+        .collect();
+    assert_eq!(memcpy, vec![("p1", Some(1.0)), ("p2", Some(3.0))]);
+}
+
+#[test]
+fn gwp_assignment_saves_a_fifth_of_the_cycles() {
+    let (_dir, store) = store_with(&gwp_fleet());
+    let q = querier(&store);
+    let sels = (&sel_of(CYCLES_TYPE), &sel_of(INSTRUCTIONS_TYPE));
+    let keys = [
+        GroupKey::Label("service_name".into()),
+        GroupKey::Label("platform".into()),
+    ];
+    let cells = q
+        .fleet_cpi(&TenantId::default(), sels, RANGE, &keys, None)
+        .unwrap();
+    let p = Placement::from_cells(&cells);
+    assert_eq!(p.apps, ["membench", "numcrunch"]);
+    assert_eq!(p.platforms, ["p1", "p2"]);
+    assert_eq!(p.problem.capacities, [200.0, 300.0]);
+    assert_eq!(p.problem.loads, [200.0, 200.0]);
+    assert_eq!(cycles_of(&p.problem.cpi, &p.today), 500.0);
+    let a = assign(&p.problem).unwrap();
+    assert!((a.cycles - 400.0).abs() < 1e-6, "{}", a.cycles);
+    // MemBench all on p1, NumCrunch all on p2.
+    let rounded: Vec<Vec<i64>> = a
+        .load
+        .iter()
+        .map(|r| r.iter().map(|v| v.round() as i64).collect())
+        .collect();
+    assert_eq!(rounded, vec![vec![200, 0], vec![0, 200]]);
+}

@@ -13,6 +13,7 @@ mod connect;
 mod diffsvg;
 mod dot;
 mod fleet;
+mod fleet_cpi;
 mod grid;
 mod heatmap;
 mod individual;
@@ -37,6 +38,7 @@ pub fn routes() -> Router<AppRef> {
         .merge(render::routes())
         .merge(native::routes())
         .merge(fleet::routes())
+        .merge(fleet_cpi::routes())
         .merge(diffsvg::routes())
         .merge(services::routes())
 }

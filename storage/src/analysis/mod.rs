@@ -9,6 +9,11 @@
 //!   samples, with the number of services each appears in, and their cost.
 //! - `noise`: GWP's sampling-noise model M(N) ≈ C/√N, fitted per profile type by
 //!   splitting the hosts, and the verdict on a diff's distance.
+//! - `cpi`: cycles per instruction per (service, platform), with the totals behind it.
+//! - `assign`: the linear program placing applications on the platforms where they
+//!   run best.
 
+pub mod assign;
+pub mod cpi;
 pub mod hottest;
 pub mod noise;

@@ -2,6 +2,7 @@
 //! algorithms in `crate::analysis`.
 
 use super::Querier;
+use crate::analysis::cpi::{cpi_cells, CpiCell};
 use crate::analysis::hottest::{rank_shared, HotDimension, Hottest};
 use crate::analysis::noise::{fit, per_host, NoiseModel};
 use crate::error::Result;
@@ -56,5 +57,27 @@ impl Querier {
         };
         let rows = self.group_by(tenant, sel, range, &q)?;
         Ok(fit(&per_host(&rows), k, splits, NOISE_SEED))
+    }
+}
+
+impl Querier {
+    /// Cycles per instruction per group of `keys`, joining the `cycles` and
+    /// `instructions` selections over `range`; `clock_at` is the key holding the
+    /// clock rate in GHz, if one does.
+    pub fn fleet_cpi(
+        &self,
+        tenant: &TenantId,
+        (cycles, instructions): (&Selector, &Selector),
+        range: TimeRange,
+        keys: &[GroupKey],
+        clock_at: Option<usize>,
+    ) -> Result<Vec<CpiCell>> {
+        let q = GroupByQuery {
+            keys: keys.to_vec(),
+            ..GroupByQuery::default()
+        };
+        let c = self.group_by(tenant, cycles, range, &q)?;
+        let i = self.group_by(tenant, instructions, range, &q)?;
+        Ok(cpi_cells(&c, &i, clock_at))
     }
 }
