@@ -544,8 +544,13 @@ impl Fleet {
             let d = self.draw(s, host, ts_ms ^ 0x4857, self.cfg.draws_per_profile);
             let cycles_per_sample = (self.cpi(s, host % PLATFORMS.len()) * HW_PERIOD as f64) as i64;
             for (event, scale) in [("cycles", cycles_per_sample), ("instructions", HW_PERIOD)] {
-                let raw_profile =
-                    self.pprof(s, &d, ts_ms, (event, "count", scale), &[(event, "count", scale)]);
+                let raw_profile = self.pprof(
+                    s,
+                    &d,
+                    ts_ms,
+                    (event, "count", scale),
+                    &[(event, "count", scale)],
+                );
                 let mut labels = self.labels(event, s, host, ts_ms);
                 labels.push(LabelPair {
                     name: "platform".into(),
@@ -747,7 +752,10 @@ mod tests {
         let (cycles, instructions) = (total(0), total(1));
         let cpi = f.cpi(0, 1);
         assert!((0.42..2.7).contains(&cpi), "{cpi}");
-        assert_eq!(cycles, instructions / HW_PERIOD * (cpi * HW_PERIOD as f64) as i64);
+        assert_eq!(
+            cycles,
+            instructions / HW_PERIOD * (cpi * HW_PERIOD as f64) as i64
+        );
         let platform = req.series[0].labels.iter().find(|l| l.name == "platform");
         assert_eq!(platform.map(|l| l.value.as_str()), Some("milan"));
     }

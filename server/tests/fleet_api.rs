@@ -196,11 +196,20 @@ fn ingest_events(s: &TestServer, event: &str, svc: &str, platform: &str, stacks:
         .iter()
         .map(|(leaf, v)| (vec!["main".to_string(), leaf.to_string()], vec![*v]))
         .collect();
-    let p = common::build_pprof(&[(event, "count")], (event, "count", 1), &stacks, &[], T0 * 1_000_000_000);
+    let p = common::build_pprof(
+        &[(event, "count")],
+        (event, "count", 1),
+        &stacks,
+        &[],
+        T0 * 1_000_000_000,
+    );
     let r = s
         .client
         .post(format!("{}/ingest", s.url))
-        .query(&[("name", format!("{svc}{{platform={platform}}}")), ("format", "pprof".into())])
+        .query(&[
+            ("name", format!("{svc}{{platform={platform}}}")),
+            ("format", "pprof".into()),
+        ])
         .body(common::encode(&p))
         .send()
         .unwrap();
@@ -215,10 +224,28 @@ fn cpi_and_assignment_over_http() {
     for p in ["p1", "p2"] {
         ingest_events(&s, "cycles", "numcrunch", p, &[("crunch", 100)]);
         ingest_events(&s, "instructions", "numcrunch", p, &[("crunch", 100)]);
-        ingest_events(&s, "instructions", "membench", p, &[("memcpy", 50), ("compute", 50)]);
+        ingest_events(
+            &s,
+            "instructions",
+            "membench",
+            p,
+            &[("memcpy", 50), ("compute", 50)],
+        );
     }
-    ingest_events(&s, "cycles", "membench", "p1", &[("memcpy", 50), ("compute", 50)]);
-    ingest_events(&s, "cycles", "membench", "p2", &[("memcpy", 150), ("compute", 50)]);
+    ingest_events(
+        &s,
+        "cycles",
+        "membench",
+        "p1",
+        &[("memcpy", 50), ("compute", 50)],
+    );
+    ingest_events(
+        &s,
+        "cycles",
+        "membench",
+        "p2",
+        &[("memcpy", 150), ("compute", 50)],
+    );
     let window = [
         ("from", "2023-01-01T00:00:00Z"),
         ("until", "2023-01-01T00:01:00Z"),
@@ -230,9 +257,18 @@ fn cpi_and_assignment_over_http() {
         .unwrap()
         .iter()
         .map(|r| {
-            let k = format!("{}/{}", r["key"][0].as_str().unwrap(), r["key"][1].as_str().unwrap());
+            let k = format!(
+                "{}/{}",
+                r["key"][0].as_str().unwrap(),
+                r["key"][1].as_str().unwrap()
+            );
             let n = |f: &str| r[f].as_i64().unwrap();
-            (k, n("cycles"), n("instructions"), r["cpi"].as_f64().unwrap())
+            (
+                k,
+                n("cycles"),
+                n("instructions"),
+                r["cpi"].as_f64().unwrap(),
+            )
         })
         .collect();
     let want = [
@@ -241,8 +277,10 @@ fn cpi_and_assignment_over_http() {
         ("numcrunch/p1", 100, 100, 1.0),
         ("numcrunch/p2", 100, 100, 1.0),
     ];
-    let want: Vec<(String, i64, i64, f64)> =
-        want.iter().map(|&(k, c, i, x)| (k.to_string(), c, i, x)).collect();
+    let want: Vec<(String, i64, i64, f64)> = want
+        .iter()
+        .map(|&(k, c, i, x)| (k.to_string(), c, i, x))
+        .collect();
     assert_eq!(rows, want);
 
     let mut p = window.to_vec();
@@ -286,5 +324,51 @@ fn cpi_and_assignment_over_http() {
     let (st, v) = get(&s, "/api/v1/fleet/assignment", &bad);
     assert_eq!(st, 400, "{v}");
     let (st, v) = get(&s, "/api/v1/fleet/cpi", &[("cycles_type", "nope")]);
+    assert_eq!(st, 400, "{v}");
+}
+
+#[test]
+fn variance_names_the_slow_host_and_its_function() {
+    let s = TestServer::start();
+    for h in ["h1", "h2", "h3"] {
+        ingest(
+            &s,
+            &format!("api.cpu{{host={h}}}"),
+            T0,
+            "main;serve 100\nmain;gc 10\n",
+        );
+    }
+    ingest(
+        &s,
+        "api.cpu{host=h4}",
+        T0,
+        "main;serve 100\nmain;gc 10\nmain;lock 200\n",
+    );
+    ingest(&s, "db.cpu{host=h5}", T0, "main;query 90\n");
+    ingest(&s, "db.cpu{host=h6}", T0, "main;query 110\n");
+    let q = format!("{CPU}{{}}");
+    let params = [
+        ("query", q.as_str()),
+        ("from", "2023-01-01T00:00:00Z"),
+        ("until", "2023-01-01T00:01:00Z"),
+        ("explain", "1"),
+    ];
+    let (st, v) = get(&s, "/api/v1/fleet/variance", &params);
+    assert_eq!(st, 200, "{v}");
+    let g = &v["groups"][0];
+    assert_eq!(g["group"], json!({"service_name": "api"}));
+    assert_eq!(g["units"], json!(4));
+    assert!(close(&g["mean"], 160.0 * SCALE as f64), "{g}");
+    assert!(close(&g["cov"], 7500f64.sqrt() / 160.0), "{g}");
+    assert_eq!(g["max_unit"]["name"], json!("h4"));
+    assert_eq!(g["explainers"][0]["function"], json!("lock"));
+    assert!(
+        close(&g["explainers"][0]["high_share"], 200.0 / 310.0),
+        "{g}"
+    );
+    assert!(close(&v["groups"][1]["cov"], 0.1), "{v}");
+    let mut bad = params.to_vec();
+    bad.push(("unit", "service_name"));
+    let (st, v) = get(&s, "/api/v1/fleet/variance", &bad);
     assert_eq!(st, 400, "{v}");
 }

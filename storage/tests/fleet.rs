@@ -306,3 +306,38 @@ fn gwp_assignment_saves_a_fifth_of_the_cycles() {
         .collect();
     assert_eq!(rounded, vec![vec![200, 0], vec![0, 200]]);
 }
+
+// ---- Variance hunting ------------------------------------------------------------
+
+#[test]
+fn group_with_one_slow_host_ranks_first_and_is_explained() {
+    let mut samples = Vec::new();
+    for h in ["h1", "h2", "h3", "h4"] {
+        samples.push(sample("api", h, &["main", "serve"], 100));
+        samples.push(sample("api", h, &["main", "gc"], 10));
+    }
+    samples.push(sample("api", "h4", &["main", "lock"], 200));
+    samples.push(sample("db", "h5", &["main", "query"], 90));
+    samples.push(sample("db", "h6", &["main", "query"], 110));
+    let (_dir, store) = store_with(&samples);
+    let q = querier(&store);
+    let t = TenantId::default();
+    let labels = vec!["service_name".to_string()];
+    let g = q
+        .fleet_variance(&t, &cpu(), RANGE, &labels, "host")
+        .unwrap();
+    assert_eq!(g.len(), 2);
+    // api: 110, 110, 110, 310 → mean 160, σ = √((3·50² + 150²)/4) = √7500.
+    assert_eq!(g[0].group, ["api"]);
+    assert_eq!((g[0].units, g[0].mean), (4, 160.0));
+    assert!((g[0].cov - 7500f64.sqrt() / 160.0).abs() < 1e-12);
+    assert_eq!(g[0].max_unit, ("h4".to_string(), 310));
+    // db: 90, 110 → σ 10 of mean 100.
+    assert!((g[1].cov - 0.1).abs() < 1e-12);
+    let e = q
+        .fleet_variance_explain(&t, &cpu(), RANGE, &labels, &g[0].group, "host", 1)
+        .unwrap();
+    assert_eq!(e.len(), 1);
+    assert_eq!(e[0].function, "lock");
+    assert!((e[0].high_share - 200.0 / 310.0).abs() < 1e-12 && e[0].low_share == 0.0);
+}

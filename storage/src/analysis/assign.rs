@@ -120,8 +120,7 @@ pub fn assign(p: &AssignProblem) -> Result<Assignment, AssignError> {
     }
     if p.cpi.len() != p.loads.len() || p.cpi.iter().any(|r| r.len() != p.capacities.len()) {
         return Err(AssignError::InvalidInput(
-            "the CPI matrix must have one row per application and one column per platform"
-                .into(),
+            "the CPI matrix must have one row per application and one column per platform".into(),
         ));
     }
     let mut lp = Problem::new(OptimizationDirection::Minimize);
@@ -240,6 +239,9 @@ mod tests {
             loads: vec![-1.0, 0.0],
             ..p
         };
-        assert!(matches!(assign(&negative), Err(AssignError::InvalidInput(_))));
+        assert!(matches!(
+            assign(&negative),
+            Err(AssignError::InvalidInput(_))
+        ));
     }
 }

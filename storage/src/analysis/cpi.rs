@@ -38,7 +38,11 @@ pub struct CpiCell {
 /// Joins group-by rows of the two profiles (same keys, in the same order) into CPI
 /// cells sorted by key. `clock_at` is the index of the key holding the clock rate
 /// in GHz, if any.
-pub fn cpi_cells(cycles: &GroupAcc, instructions: &GroupAcc, clock_at: Option<usize>) -> Vec<CpiCell> {
+pub fn cpi_cells(
+    cycles: &GroupAcc,
+    instructions: &GroupAcc,
+    clock_at: Option<usize>,
+) -> Vec<CpiCell> {
     let mut both: BTreeMap<&[String], (i64, i64)> = BTreeMap::new();
     for (k, &v) in &cycles.rows {
         both.entry(k.as_slice()).or_default().0 += v;

@@ -12,8 +12,11 @@
 //! - `cpi`: cycles per instruction per (service, platform), with the totals behind it.
 //! - `assign`: the linear program placing applications on the platforms where they
 //!   run best.
+//! - `variance`: Pythia's variance hunting — the CoV of unit costs per group of
+//!   units that should behave alike, and the functions that explain the spread.
 
 pub mod assign;
 pub mod cpi;
 pub mod hottest;
 pub mod noise;
+pub mod variance;

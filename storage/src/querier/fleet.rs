@@ -5,11 +5,12 @@ use super::Querier;
 use crate::analysis::cpi::{cpi_cells, CpiCell};
 use crate::analysis::hottest::{rank_shared, HotDimension, Hottest};
 use crate::analysis::noise::{fit, per_host, NoiseModel};
+use crate::analysis::variance::{explain, group_variance, Explainer, GroupVariance};
 use crate::error::Result;
 use crate::model::TenantId;
 use crate::query::groupby::{GroupByQuery, GroupKey};
 use crate::query::TimeRange;
-use crate::selector::Selector;
+use crate::selector::{Matcher, Selector};
 
 /// Seed of the host splits of a noise fit: fixed, so the same data always fits the
 /// same C (and cached answers agree with fresh ones).
@@ -79,5 +80,55 @@ impl Querier {
         let c = self.group_by(tenant, cycles, range, &q)?;
         let i = self.group_by(tenant, instructions, range, &q)?;
         Ok(cpi_cells(&c, &i, clock_at))
+    }
+}
+
+impl Querier {
+    /// Pythia: per group of `group_labels` values, the CoV of the cost of each
+    /// `unit_label` value over `range`, highest first.
+    pub fn fleet_variance(
+        &self,
+        tenant: &TenantId,
+        sel: &Selector,
+        range: TimeRange,
+        group_labels: &[String],
+        unit_label: &str,
+    ) -> Result<Vec<GroupVariance>> {
+        let mut keys: Vec<GroupKey> = group_labels.iter().cloned().map(GroupKey::Label).collect();
+        keys.push(GroupKey::Label(unit_label.to_string()));
+        let q = GroupByQuery {
+            keys,
+            ..GroupByQuery::default()
+        };
+        Ok(group_variance(&self.group_by(tenant, sel, range, &q)?))
+    }
+
+    /// The `k` functions explaining the spread of one group (its `group_labels`
+    /// values in `group`): the selection is narrowed to the group, so only its
+    /// units' functions are grouped.
+    #[allow(clippy::too_many_arguments)]
+    pub fn fleet_variance_explain(
+        &self,
+        tenant: &TenantId,
+        sel: &Selector,
+        range: TimeRange,
+        group_labels: &[String],
+        group: &[String],
+        unit_label: &str,
+        k: usize,
+    ) -> Result<Vec<Explainer>> {
+        let mut narrowed = sel.clone();
+        for (l, v) in group_labels.iter().zip(group) {
+            narrowed = narrowed.with(Matcher::eq(l, v));
+        }
+        let q = GroupByQuery {
+            keys: vec![GroupKey::Label(unit_label.to_string()), GroupKey::Function],
+            ..GroupByQuery::default()
+        };
+        Ok(explain(
+            &self.group_by(tenant, &narrowed, range, &q)?,
+            &[],
+            k,
+        ))
     }
 }
