@@ -9,13 +9,12 @@ use std::time::Instant;
 
 use anyhow::bail;
 use clap::Args as ClapArgs;
-use prost::Message;
 use serde_json::{json, Value};
 
 use crate::fleet::{Fleet, FleetConfig, CPU_TYPE};
 use crate::query_suite::percentile;
 use crate::report;
-use crate::server::Running;
+use crate::server::{push, Running};
 
 #[derive(ClapArgs)]
 pub struct Args {
@@ -148,26 +147,6 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
         }),
     )?;
     println!("wrote {}", path.display());
-    Ok(())
-}
-
-fn push(
-    client: &reqwest::blocking::Client,
-    url: &str,
-    req: &profiledb_proto::push::v1::PushRequest,
-) -> anyhow::Result<()> {
-    let r = client
-        .post(format!("{url}/push.v1.PusherService/Push"))
-        .header("content-type", "application/proto")
-        .body(req.encode_to_vec())
-        .send()?;
-    if !r.status().is_success() {
-        bail!(
-            "push failed: {} {}",
-            r.status(),
-            r.text().unwrap_or_default()
-        );
-    }
     Ok(())
 }
 

@@ -195,7 +195,7 @@ proptest! {
 // ---- CPI and the platform assignment (GWP Table 1) -------------------------------
 
 use profiledb_storage::analysis::assign::{assign, cycles_of, Placement};
-use profiledb_storage::analysis::cpi::{CYCLES_TYPE, INSTRUCTIONS_TYPE};
+use profiledb_storage::analysis::cpi::{CpiCell, CYCLES_TYPE, INSTRUCTIONS_TYPE};
 use profiledb_storage::GroupKey;
 
 fn hw(ty: &str, svc: &str, platform: &str, leaf: &str, value: i64) -> TSample {
@@ -246,21 +246,20 @@ fn cpi_per_service_platform_and_function() {
         GroupKey::Label("clock_ghz".into()),
     ];
     let cells = q.fleet_cpi(&t, sels, RANGE, &keys, Some(2)).unwrap();
-    let got: Vec<(String, i64, i64, Option<f64>, Option<f64>)> = cells
-        .iter()
-        .map(|c| {
-            let k = format!("{}/{}", c.key[0], c.key[1]);
-            (k, c.cycles, c.instructions, c.cpi, c.ns_per_instruction)
-        })
-        .collect();
-    let row = |k: &str, c, i, cpi: f64| (k.to_string(), c, i, Some(cpi), Some(cpi / 2.0));
+    let cell = |svc: &str, platform: &str, cycles, instructions, cpi: f64| CpiCell {
+        key: vec![svc.to_string(), platform.to_string(), "2".to_string()],
+        cycles,
+        instructions,
+        cpi: Some(cpi),
+        ns_per_instruction: Some(cpi / 2.0),
+    };
     assert_eq!(
-        got,
+        cells,
         vec![
-            row("membench/p1", 100, 100, 1.0),
-            row("membench/p2", 200, 100, 2.0),
-            row("numcrunch/p1", 100, 100, 1.0),
-            row("numcrunch/p2", 100, 100, 1.0),
+            cell("membench", "p1", 100, 100, 1.0),
+            cell("membench", "p2", 200, 100, 2.0),
+            cell("numcrunch", "p1", 100, 100, 1.0),
+            cell("numcrunch", "p2", 100, 100, 1.0),
         ]
     );
     // The function hot on one platform only.

@@ -71,33 +71,26 @@ pub fn cpi_cells(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn acc(rows: &[(&[&str], i64)]) -> GroupAcc {
-        GroupAcc {
-            rows: rows
-                .iter()
-                .map(|(k, v)| (k.iter().map(|s| s.to_string()).collect(), *v))
-                .collect(),
-            total: rows.iter().map(|r| r.1).sum(),
-        }
-    }
+    use crate::analysis::test_rows as acc;
 
     #[test]
     fn cpi_with_clock_normalisation() {
         let cycles = acc(&[(&["db", "p1", "2"], 300), (&["db", "p2", "x"], 50)]);
         let instr = acc(&[(&["db", "p1", "2"], 100), (&["web", "p1", "2"], 10)]);
         let cells = cpi_cells(&cycles, &instr, Some(2));
-        let got: Vec<(Vec<String>, i64, i64, Option<f64>, Option<f64>)> = cells
-            .into_iter()
-            .map(|c| (c.key, c.cycles, c.instructions, c.cpi, c.ns_per_instruction))
-            .collect();
-        let k = |a: &str, b: &str, c: &str| vec![a.to_string(), b.to_string(), c.to_string()];
+        let cell = |key: [&str; 3], cycles, instructions, cpi, ns_per_instruction| CpiCell {
+            key: key.iter().map(|s| s.to_string()).collect(),
+            cycles,
+            instructions,
+            cpi,
+            ns_per_instruction,
+        };
         assert_eq!(
-            got,
+            cells,
             vec![
-                (k("db", "p1", "2"), 300, 100, Some(3.0), Some(1.5)),
-                (k("db", "p2", "x"), 50, 0, None, None),
-                (k("web", "p1", "2"), 0, 10, Some(0.0), Some(0.0)),
+                cell(["db", "p1", "2"], 300, 100, Some(3.0), Some(1.5)),
+                cell(["db", "p2", "x"], 50, 0, None, None),
+                cell(["web", "p1", "2"], 0, 10, Some(0.0), Some(0.0)),
             ]
         );
     }

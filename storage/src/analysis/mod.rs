@@ -20,3 +20,15 @@ pub mod cpi;
 pub mod hottest;
 pub mod noise;
 pub mod variance;
+
+/// Group-by rows from `(key, value)` pairs, for the analyses' unit tests.
+#[cfg(test)]
+pub(crate) fn test_rows(rows: &[(&[&str], i64)]) -> crate::query::groupby::GroupAcc {
+    crate::query::groupby::GroupAcc {
+        rows: rows
+            .iter()
+            .map(|(k, v)| (k.iter().map(|s| s.to_string()).collect(), *v))
+            .collect(),
+        total: rows.iter().map(|r| r.1).sum(),
+    }
+}

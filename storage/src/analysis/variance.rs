@@ -156,16 +156,7 @@ pub fn explain(rows: &GroupAcc, group: &[String], k: usize) -> Vec<Explainer> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn acc(rows: &[(&[&str], i64)]) -> GroupAcc {
-        GroupAcc {
-            rows: rows
-                .iter()
-                .map(|(k, v)| (k.iter().map(|s| s.to_string()).collect(), *v))
-                .collect(),
-            total: rows.iter().map(|r| r.1).sum(),
-        }
-    }
+    use crate::analysis::test_rows as acc;
 
     #[test]
     fn one_slow_host_gives_the_highest_cov() {

@@ -50,6 +50,16 @@ struct Inputs {
     platform: String,
 }
 
+impl Inputs {
+    /// The group-by keys of a (service, platform) cell.
+    fn keys(&self) -> Vec<GroupKey> {
+        vec![
+            GroupKey::Label(self.service.clone()),
+            GroupKey::Label(self.platform.clone()),
+        ]
+    }
+}
+
 fn inputs(p: &CpiParams) -> ApiResult<Inputs> {
     let sel = p.selector.as_deref().unwrap_or("{}");
     let of = |t: Option<&String>, default: &str| {
@@ -78,10 +88,7 @@ async fn cpi(
 ) -> ApiResult<Response> {
     count(&state);
     let inp = inputs(&p)?;
-    let mut keys = vec![
-        GroupKey::Label(inp.service.clone()),
-        GroupKey::Label(inp.platform.clone()),
-    ];
+    let mut keys = inp.keys();
     let clock_at = p.clock_label.as_ref().filter(|c| !c.is_empty()).map(|c| {
         keys.push(GroupKey::Label(c.clone()));
         keys.len() - 1
@@ -125,10 +132,7 @@ async fn assignment(
         ));
     }
     let inp = inputs(&p)?;
-    let keys = vec![
-        GroupKey::Label(inp.service.clone()),
-        GroupKey::Label(inp.platform.clone()),
-    ];
+    let keys = inp.keys();
     let tenant = tenant_of(&headers)?;
     let range = inp.range;
     cached_answer(&state, &tenant, &[range], raw_query(&uri), JSON, || async {
