@@ -40,6 +40,9 @@ pub struct Args {
 
 const HOUR: i64 = 3_600_000;
 
+/// Query parameters of one ask.
+type Params<'a> = Vec<(&'a str, String)>;
+
 pub fn run(mut args: Args) -> anyhow::Result<()> {
     if args.quick {
         args.hosts = args.hosts.min(4);
@@ -90,7 +93,7 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
     );
     let window = [("from", t_start.to_string()), ("until", t_end.to_string())];
     let cpu = format!("{CPU_TYPE}{{}}");
-    let asks: Vec<(&str, &str, Vec<(&str, String)>)> = vec![
+    let asks: Vec<(&str, &str, Params)> = vec![
         (
             "hottest functions",
             "/api/v1/fleet/hottest",
