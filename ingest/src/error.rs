@@ -76,6 +76,9 @@ pub enum IngestError {
         /// The parser's account of what is wrong.
         reason: String,
     },
+    /// A JFR recording or labels snapshot that cannot be read.
+    #[error("invalid JFR recording: {0}")]
+    InvalidJfr(#[from] crate::jfr::JfrError),
     /// A format that exists in the Pyroscope API but that profiledb does not decode yet.
     #[error("format {format:?} is not supported yet")]
     UnsupportedFormat {
@@ -101,7 +104,8 @@ impl IngestError {
             | IngestError::InvalidFolded { .. }
             | IngestError::InvalidParameter { .. }
             | IngestError::InvalidLabel { .. }
-            | IngestError::InvalidJson { .. } => "invalid_argument",
+            | IngestError::InvalidJson { .. }
+            | IngestError::InvalidJfr(_) => "invalid_argument",
         }
     }
 

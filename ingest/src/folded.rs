@@ -23,7 +23,7 @@ use profiledb_model::{
 };
 
 use crate::error::IngestError;
-use crate::gzip::decompress_bounded;
+use crate::gzip::decompress_body;
 use crate::label_rules::check_series_labels;
 use crate::limits::Limits;
 use crate::profile_type::ProfileType;
@@ -114,11 +114,7 @@ impl Default for FoldedOptions {
 /// Decodes a folded or lines body (gzip-framed or plain) into a new batch.
 pub fn decode_folded(data: &[u8], opts: &FoldedOptions) -> Result<Batch, IngestError> {
     let limits = &opts.limits;
-    let bytes = decompress_bounded(
-        data,
-        limits.max_decompressed_bytes,
-        "max_decompressed_bytes",
-    )?;
+    let bytes = decompress_body(data, limits)?;
 
     let mut labels = opts.labels.clone();
     labels.set(NAME_LABEL, opts.profile_type.name.as_str());
@@ -141,13 +137,7 @@ pub fn decode_folded(data: &[u8], opts: &FoldedOptions) -> Result<Batch, IngestE
             continue;
         }
         lines_seen += 1;
-        if lines_seen > limits.max_samples_per_profile {
-            return Err(IngestError::TooLarge {
-                limit: "max_samples_per_profile",
-                max: limits.max_samples_per_profile as u64,
-                what: "lines in folded body",
-            });
-        }
+        limits.check_samples(lines_seen, "lines in folded body")?;
         let bad = |reason: String| IngestError::InvalidFolded {
             line: line_no,
             reason,

@@ -9,6 +9,7 @@ use std::borrow::Cow;
 use profiledb_proto::gzip::{self, GunzipError};
 
 use crate::error::IngestError;
+use crate::limits::Limits;
 
 pub use profiledb_proto::gzip::{is_gzip, peek};
 
@@ -27,6 +28,16 @@ pub fn decompress_bounded<'a>(
         },
         GunzipError::Invalid(source) => IngestError::Gzip(source),
     })
+}
+
+/// [`decompress_bounded`] of an uploaded profile body, capped by
+/// [`Limits::max_decompressed_bytes`].
+pub fn decompress_body<'a>(data: &'a [u8], limits: &Limits) -> Result<Cow<'a, [u8]>, IngestError> {
+    decompress_bounded(
+        data,
+        limits.max_decompressed_bytes,
+        "max_decompressed_bytes",
+    )
 }
 
 #[cfg(test)]

@@ -6,6 +6,8 @@
 //! - [`pprof`]: `perftools.profiles.Profile` (gzip-framed or plain), one profile type
 //!   per sample type, names inferred as Pyroscope does ([`profile_type`]).
 //! - [`folded`]: collapsed stacks (`a;b;c 12`) and the `lines` format.
+//! - [`jfr`]: Java Flight Recorder recordings with the Pyroscope Java agent's
+//!   labels snapshot.
 //! - [`pyroscope`]: the `/ingest` query parameters Pyroscope SDKs send.
 //! - [`push`]: Pyroscope `push.v1.PushRequest` bodies, binary or protojson.
 //! - [`time`]: the one parser of times (`from`, `until`, query windows).
@@ -20,6 +22,7 @@ pub mod append;
 pub mod error;
 pub mod folded;
 pub mod gzip;
+pub mod jfr;
 pub mod label_rules;
 pub mod limits;
 pub mod pprof;
@@ -34,6 +37,7 @@ pub use profiledb_proto as proto;
 pub use append::append_batch;
 pub use error::IngestError;
 pub use folded::{decode_folded, FoldedFormat, FoldedOptions, ValueScale};
+pub use jfr::{decode_jfr, JfrOptions};
 pub use limits::Limits;
 pub use pprof::{decode_pprof, PprofOptions};
 pub use profile_type::{

@@ -1,6 +1,8 @@
 //! Per-request limits that keep one upload from exhausting memory or bloating the
 //! index. Every decoder checks them while decoding, before the batch reaches storage.
 
+use crate::error::IngestError;
+
 /// Limits applied to one uploaded profile. Errors name the field and its value.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Limits {
@@ -24,6 +26,19 @@ pub struct Limits {
 }
 
 impl Limits {
+    /// Refuses a profile once `count` samples (what `what` names: pprof samples,
+    /// folded lines, JFR events) exceed [`Limits::max_samples_per_profile`].
+    pub fn check_samples(&self, count: usize, what: &'static str) -> Result<(), IngestError> {
+        if count > self.max_samples_per_profile {
+            return Err(IngestError::TooLarge {
+                limit: "max_samples_per_profile",
+                max: self.max_samples_per_profile as u64,
+                what,
+            });
+        }
+        Ok(())
+    }
+
     /// Default of [`Limits::max_decompressed_bytes`]: 256 MiB.
     pub const DEFAULT_MAX_DECOMPRESSED_BYTES: usize = 256 << 20;
     /// Default of [`Limits::max_samples_per_profile`].

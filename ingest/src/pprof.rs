@@ -31,9 +31,10 @@ use profiledb_model::{
     PROFILE_TYPE_LABEL,
 };
 use prost::Message;
+use rustc_hash::FxHashMap;
 
 use crate::error::IngestError;
-use crate::gzip::decompress_bounded;
+use crate::gzip::decompress_body;
 use crate::label_rules::{
     check_label_name, check_series_labels, is_reserved, DROPPED_SAMPLE_LABELS,
 };
@@ -66,11 +67,7 @@ pub struct PprofOptions {
 
 /// Decodes a pprof profile (gzip-framed or plain) into a new batch.
 pub fn decode_pprof(data: &[u8], opts: &PprofOptions) -> Result<Batch, IngestError> {
-    let bytes = decompress_bounded(
-        data,
-        opts.limits.max_decompressed_bytes,
-        "max_decompressed_bytes",
-    )?;
+    let bytes = decompress_body(data, &opts.limits)?;
     match RawProfile::parse(&bytes) {
         Ok(raw) => convert(&raw, opts),
         // The streaming reader accepts exactly what prost accepts but keeps no error
@@ -93,13 +90,7 @@ pub fn profile_to_batch(profile: &Profile, opts: &PprofOptions) -> Result<Batch,
 
 fn convert(profile: &RawProfile<'_>, opts: &PprofOptions) -> Result<Batch, IngestError> {
     let limits = &opts.limits;
-    if profile.sample_count() > limits.max_samples_per_profile {
-        return Err(IngestError::TooLarge {
-            limit: "max_samples_per_profile",
-            max: limits.max_samples_per_profile as u64,
-            what: "samples in profile",
-        });
-    }
+    limits.check_samples(profile.sample_count(), "samples in profile")?;
     let strings = Strings::new(&profile.strings)?;
     let (name, out_types) = output_types(profile, &strings, opts)?;
     let mut batch = Batch::new(opts.tenant.clone());
@@ -113,6 +104,13 @@ fn convert(profile: &RawProfile<'_>, opts: &PprofOptions) -> Result<Batch, Inges
     let mut series_samples: Vec<Vec<Sample>> = vec![Vec::new(); n_out];
     let mut frames: Vec<u32> = Vec::with_capacity(64);
     let mut values: Vec<i64> = vec![0; n_out];
+    // Pyroscope keeps one sample per stack and label set (Go heap profiles repeat
+    // stacks that differ only in the numeric `bytes` label): (label set, location
+    // ids) → row; row r is (label set, stack) in `rows[r]` and its summed values in
+    // `sums[r * n_out..]`. Fx rather than SipHash: one lookup per sample.
+    let mut merged: FxHashMap<SampleKey<'_>, usize> = FxHashMap::default();
+    let mut rows: Vec<(usize, u32)> = Vec::new();
+    let mut sums: Vec<i64> = Vec::new();
 
     for i in 0..profile.sample_count() {
         let (location_ids, sample_values, sample_labels) = profile.sample(i);
@@ -121,6 +119,10 @@ fn convert(profile: &RawProfile<'_>, opts: &PprofOptions) -> Result<Batch, Inges
                 "sample {i} has {} values but the profile has {n_values} sample types",
                 sample_values.len()
             )));
+        }
+        // Pyroscope drops a sample with any negative value, whole.
+        if sample_values.iter().any(|&v| v < 0) {
+            continue;
         }
         let mut any = false;
         for (v, t) in values.iter_mut().zip(&out_types) {
@@ -137,8 +139,16 @@ fn convert(profile: &RawProfile<'_>, opts: &PprofOptions) -> Result<Batch, Inges
             continue;
         }
         let set = label_sets.id_for(sample_labels, &strings, limits)?;
-        if series_samples.len() < (set + 1) * n_out {
-            series_samples.resize((set + 1) * n_out, Vec::new());
+        if let Some(&row) = merged.get(&(set, location_ids)) {
+            let dsts = sums
+                .get_mut(row * n_out..(row + 1) * n_out)
+                .unwrap_or_default();
+            for (dst, &v) in dsts.iter_mut().zip(&values) {
+                *dst = dst.checked_add(v).ok_or_else(|| {
+                    IngestError::profile(format!("sample {i}: summed value overflows"))
+                })?;
+            }
+            continue;
         }
 
         frames.clear();
@@ -161,11 +171,18 @@ fn convert(profile: &RawProfile<'_>, opts: &PprofOptions) -> Result<Batch, Inges
             }
         }
         let stack = batch.stacks.push_leaf_first(frames.iter().copied());
-
+        merged.insert((set, location_ids), rows.len());
+        rows.push((set, stack));
+        sums.extend_from_slice(&values);
+    }
+    for (&(set, stack), row_sums) in rows.iter().zip(sums.chunks(n_out.max(1))) {
+        if series_samples.len() < (set + 1) * n_out {
+            series_samples.resize((set + 1) * n_out, Vec::new());
+        }
         let row = series_samples
             .get_mut(set * n_out..(set + 1) * n_out)
             .ok_or_else(|| IngestError::profile("internal: series table out of range"))?;
-        for (dst, &value) in row.iter_mut().zip(&values) {
+        for (dst, &value) in row.iter_mut().zip(row_sums) {
             if value != 0 {
                 dst.push(Sample {
                     timestamp_ms,
@@ -207,6 +224,9 @@ fn convert(profile: &RawProfile<'_>, opts: &PprofOptions) -> Result<Batch, Inges
     }
     Ok(batch)
 }
+
+/// A pprof sample's identity for merging: its label set and location ids.
+type SampleKey<'p> = (usize, &'p [u64]);
 
 /// Pyroscope's rule: `time_nanos` of 0 or in 1970 is not a real collection time.
 fn sample_time_ms(time_nanos: i64, fallback_ms: i64) -> i64 {

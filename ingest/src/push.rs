@@ -18,7 +18,7 @@ use serde::Deserialize;
 
 use crate::append::append_batch;
 use crate::error::IngestError;
-use crate::gzip::decompress_bounded;
+use crate::gzip::decompress_body;
 use crate::label_rules::{check_label_name, is_reserved};
 use crate::limits::Limits;
 use crate::pprof::{decode_pprof, PprofOptions};
@@ -80,11 +80,7 @@ pub fn decode_push(
     encoding: PushEncoding,
     limits: &Limits,
 ) -> Result<Vec<PushSeries>, IngestError> {
-    let body = decompress_bounded(
-        body,
-        limits.max_decompressed_bytes,
-        "max_decompressed_bytes",
-    )?;
+    let body = decompress_body(body, limits)?;
     let raw: Vec<RawSeries> = match encoding {
         PushEncoding::Proto => {
             let req = PushRequest::decode(&*body).map_err(|source| IngestError::Protobuf {

@@ -9,8 +9,7 @@
 //!   removed); names must be valid label names and not reserved (`__*`).
 //! - `from`/`until`: unix time in s/ms/µs/ns chosen by digit count (≤10 s, ≤13 ms,
 //!   ≤16 µs, else ns), or `now`, `now-1h`, `now-30m`, `now-15s`, `now-2d`, `now-1w`.
-//! - `format`: `folded` (default) | `lines` | `pprof` | `jfr` (refused with
-//!   `unsupported_format`).
+//! - `format`: `folded` (default) | `lines` | `pprof` | `jfr`.
 //! - `sampleRate` (default 100, must be > 0), `spyName`, `units`, `aggregationType`.
 //!
 //! Unknown parameters are ignored, as Pyroscope does.
@@ -19,6 +18,7 @@ use profiledb_model::{Batch, Labels, TenantId, SERVICE_NAME_LABEL};
 
 use crate::error::IngestError;
 use crate::folded::{decode_folded, FoldedFormat, FoldedOptions, ValueScale};
+use crate::jfr::{decode_jfr, is_jfr, JfrOptions};
 use crate::label_rules::{check_label_name, is_reserved};
 use crate::limits::Limits;
 use crate::pprof::{decode_pprof, PprofOptions};
@@ -38,7 +38,7 @@ pub enum Format {
     Lines,
     /// A pprof profile.
     Pprof,
-    /// Java Flight Recorder (refused as not yet supported).
+    /// Java Flight Recorder.
     Jfr,
 }
 
@@ -59,16 +59,6 @@ impl Format {
                 "format",
                 format!("unknown format {other:?} (expected folded, lines, pprof or jfr)"),
             )),
-        }
-    }
-
-    /// Errors with `unsupported_format` for formats that exist but are not decoded yet.
-    pub fn ensure_supported(self) -> Result<Format, IngestError> {
-        match self {
-            Format::Jfr => Err(IngestError::UnsupportedFormat {
-                format: "jfr".to_string(),
-            }),
-            f => Ok(f),
         }
     }
 }
@@ -290,6 +280,20 @@ impl IngestParams {
         }
     }
 
+    /// Options for decoding a JFR body: the app name is the service name, whole,
+    /// as Pyroscope's JFR path takes it.
+    pub fn jfr_options(&self, tenant: TenantId, now_ms: i64, limits: Limits) -> JfrOptions {
+        let mut base_labels = self.name.tags.clone();
+        base_labels.set(SERVICE_NAME_LABEL, self.name.app.as_str());
+        JfrOptions {
+            tenant,
+            base_labels,
+            time_ms: self.sample_time_ms(now_ms),
+            sample_rate: self.sample_rate,
+            limits,
+        }
+    }
+
     /// Options for decoding a pprof body: the app name is the service name, whole.
     pub fn pprof_options(
         &self,
@@ -316,13 +320,15 @@ impl IngestParams {
 pub enum IngestBody<'a> {
     /// The raw request body (any content type but multipart).
     Raw(&'a [u8]),
-    /// `multipart/form-data`: the `profile` part and the optional
-    /// `sample_type_config` part.
+    /// `multipart/form-data`: the `profile` part (or the Java agent's `jfr` part)
+    /// and the optional `sample_type_config` and `labels` parts.
     Multipart {
-        /// The `profile` part.
+        /// The `profile` or `jfr` part.
         profile: &'a [u8],
         /// The `sample_type_config` part, if sent.
         sample_type_config: Option<&'a [u8]>,
+        /// The Java agent's `labels` part (a `LabelsSnapshot`), if sent.
+        labels: Option<&'a [u8]>,
     },
 }
 
@@ -346,9 +352,9 @@ fn is_binary(data: &[u8]) -> bool {
 
 /// Decodes an `/ingest` request into a batch: the one call the HTTP layer needs.
 ///
-/// Without a `format` parameter a multipart body is pprof and a raw body is folded,
-/// as in Pyroscope, unless the raw body is binary (gzip'd or plain pprof). `jfr` (and the legacy `trie`/`tree`) fail with
-/// `unsupported_format`.
+/// Without a `format` parameter a body that starts like a JFR recording (gzip'd or
+/// not) is JFR, another multipart body is pprof and a raw body is folded, as in
+/// Pyroscope, unless the raw body is binary (gzip'd or plain pprof).
 pub fn decode_ingest(
     params: &IngestParams,
     body: IngestBody<'_>,
@@ -356,20 +362,27 @@ pub fn decode_ingest(
     now_ms: i64,
     limits: &Limits,
 ) -> Result<Batch, IngestError> {
-    let (data, config) = match body {
-        IngestBody::Raw(data) => (data, None),
+    let (data, config, labels) = match body {
+        IngestBody::Raw(data) => (data, None, None),
         IngestBody::Multipart {
             profile,
             sample_type_config,
-        } => (profile, sample_type_config),
+            labels,
+        } => (profile, sample_type_config, labels),
     };
     let format = match params.format {
         Some(f) => f,
+        None if is_jfr(&crate::gzip::peek(data, 4)) => Format::Jfr,
         None if matches!(body, IngestBody::Multipart { .. }) => Format::Pprof,
         None if is_binary(data) => Format::Pprof,
         None => Format::Folded,
     };
-    match format.ensure_supported()? {
+    match format {
+        Format::Jfr => decode_jfr(
+            data,
+            labels,
+            &params.jfr_options(tenant, now_ms, limits.clone()),
+        ),
         Format::Pprof => {
             let config = config.map(parse_sample_type_config).transpose()?;
             let opts = params.pprof_options(tenant, config, now_ms, limits.clone());
@@ -379,7 +392,7 @@ pub fn decode_ingest(
             data,
             &params.folded_options(tenant, FoldedFormat::Lines, now_ms, limits.clone()),
         ),
-        Format::Folded | Format::Jfr => decode_folded(
+        Format::Folded => decode_folded(
             data,
             &params.folded_options(tenant, FoldedFormat::Folded, now_ms, limits.clone()),
         ),
@@ -544,6 +557,7 @@ mod tests {
         let body = IngestBody::Multipart {
             profile: b"",
             sample_type_config: Some(br#"{"samples":{"display-name":"cpu"}}"#),
+            labels: None,
         };
         assert_eq!(
             decode_ingest(&p, body, TenantId::default(), 0, &l)
@@ -555,12 +569,14 @@ mod tests {
         let body = IngestBody::Multipart {
             profile: b"x;y 5",
             sample_type_config: None,
+            labels: None,
         };
         let err = decode_ingest(&p, body, TenantId::default(), 0, &l).unwrap_err();
         assert!(matches!(err, IngestError::Protobuf { .. }), "{err:?}");
         let body = IngestBody::Multipart {
             profile: b"",
             sample_type_config: Some(b"{"),
+            labels: None,
         };
         let err = decode_ingest(&p, body, TenantId::default(), 0, &l).unwrap_err();
         assert!(matches!(
@@ -573,8 +589,9 @@ mod tests {
 
         let jfr = IngestParams::from_pairs([("name", "app"), ("format", "jfr")], 0, &l).unwrap();
         let err =
-            decode_ingest(&jfr, IngestBody::Raw(b""), TenantId::default(), 0, &l).unwrap_err();
-        assert_eq!(err.code(), "unsupported_format");
+            decode_ingest(&jfr, IngestBody::Raw(b"FLR"), TenantId::default(), 0, &l).unwrap_err();
+        assert!(matches!(err, IngestError::InvalidJfr(_)), "{err:?}");
+        assert_eq!(err.code(), "invalid_argument");
     }
 
     #[test]
@@ -588,14 +605,9 @@ mod tests {
             err.to_string(),
             "invalid parameter sampleRate: \"0\" is not a positive integer"
         );
-        let err = IngestParams::from_pairs([("name", "a"), ("format", "jfr")], 0, &l)
-            .unwrap()
-            .format
-            .unwrap()
-            .ensure_supported()
-            .unwrap_err();
+        let err = IngestParams::from_pairs([("name", "a"), ("format", "trie")], 0, &l).unwrap_err();
         assert_eq!(err.code(), "unsupported_format");
-        assert_eq!(err.to_string(), "format \"jfr\" is not supported yet");
+        assert_eq!(err.to_string(), "format \"trie\" is not supported yet");
         let err = IngestParams::from_pairs([("name", "a"), ("format", "xml")], 0, &l).unwrap_err();
         assert_eq!(err.code(), "invalid_argument");
         let err = IngestParams::from_pairs([("name", "a"), ("from", "20"), ("until", "10")], 0, &l)

@@ -201,7 +201,12 @@ fn raw_profile(data: &[u8]) -> Profile {
     Profile::decode(bytes.as_slice()).unwrap()
 }
 
-/// Straightforward per-type totals and non-zero sample counts from the raw profile.
+/// A raw sample's identity under Pyroscope's merge: location ids and kept labels.
+type SampleKey<'p> = (Vec<u64>, Vec<(&'p str, &'p str)>);
+
+/// Straightforward per-type totals and sample counts from the raw profile, with
+/// Pyroscope's rule: a sample with a negative value is dropped, and samples with
+/// equal locations and kept string labels count once.
 fn expected_totals(p: &Profile, e: &Expect) -> BTreeMap<String, (i128, usize)> {
     let s = |i: i64| std::str::from_utf8(&p.string_table[i as usize]).unwrap();
     let (pt, pu) = p
@@ -209,14 +214,32 @@ fn expected_totals(p: &Profile, e: &Expect) -> BTreeMap<String, (i128, usize)> {
         .as_ref()
         .map(|v| (s(v.r#type), s(v.unit)))
         .unwrap_or(("", ""));
+    let mut groups: BTreeMap<SampleKey<'_>, Vec<i128>> = BTreeMap::new();
+    for sample in p.sample.iter().filter(|x| x.value.iter().all(|&v| v >= 0)) {
+        let mut labels: Vec<(&str, &str)> = sample
+            .label
+            .iter()
+            .filter(|l| l.str != 0)
+            .map(|l| (s(l.key), s(l.str)))
+            .filter(|(k, _)| {
+                !k.starts_with("__") && !["span_id", "trace_id", "profile_id"].contains(k)
+            })
+            .collect();
+        labels.sort();
+        let sums = groups
+            .entry((sample.location_id.clone(), labels))
+            .or_insert_with(|| vec![0; sample.value.len()]);
+        for (dst, &v) in sums.iter_mut().zip(&sample.value) {
+            *dst += i128::from(v);
+        }
+    }
     let mut out: BTreeMap<String, (i128, usize)> = BTreeMap::new();
     for (i, vt) in p.sample_type.iter().enumerate() {
         let id = format!("{}:{}:{}:{pt}:{pu}", e.name, s(vt.r#type), s(vt.unit));
         let entry = out.entry(id).or_default();
-        for sample in &p.sample {
-            let v = sample.value[i];
-            entry.0 += i128::from(v);
-            entry.1 += usize::from(v != 0);
+        for sums in groups.values() {
+            entry.0 += sums[i];
+            entry.1 += usize::from(sums[i] != 0);
         }
     }
     if e.derived_cpu {
@@ -228,9 +251,9 @@ fn expected_totals(p: &Profile, e: &Expect) -> BTreeMap<String, (i128, usize)> {
         let entry = out
             .entry("process_cpu:cpu:nanoseconds:cpu:nanoseconds".to_string())
             .or_default();
-        for sample in &p.sample {
-            entry.0 += i128::from(sample.value[idx]) * i128::from(p.period);
-            entry.1 += usize::from(sample.value[idx] != 0);
+        for sums in groups.values() {
+            entry.0 += sums[idx] * i128::from(p.period);
+            entry.1 += usize::from(sums[idx] != 0);
         }
     }
     out.retain(|_, (_, n)| *n > 0);
@@ -317,7 +340,8 @@ fn every_pprof_fixture_decodes_with_exact_totals() {
     }
 }
 
-/// Series per label value, counted in samples of one profile type.
+/// Series per label value, counted in pprof samples of one profile type: the
+/// `samples:count` values, since equal stacks are merged into one sample.
 fn samples_by_label(b: &Batch, profile_type: &str, label: &str) -> BTreeMap<Option<String>, usize> {
     let mut out = BTreeMap::new();
     for s in b
@@ -326,7 +350,38 @@ fn samples_by_label(b: &Batch, profile_type: &str, label: &str) -> BTreeMap<Opti
         .filter(|s| s.labels.profile_type() == Some(profile_type))
     {
         *out.entry(s.labels.get(label).map(str::to_string))
-            .or_default() += s.samples.len();
+            .or_default() += s.samples.iter().map(|x| x.value as usize).sum::<usize>();
+    }
+    out
+}
+
+/// For samples with and without a string label `label` in the raw profile: how
+/// many there are and the sum of their `samples` values.
+fn raw_by_label(raw: &Profile, label: &str) -> BTreeMap<bool, (usize, usize)> {
+    let s = |i: i64| raw.string_table[i as usize].as_ref();
+    let idx = raw
+        .sample_type
+        .iter()
+        .position(|vt| s(vt.r#type) == b"samples")
+        .unwrap();
+    let mut out = BTreeMap::new();
+    for sample in &raw.sample {
+        let has = sample
+            .label
+            .iter()
+            .any(|l| s(l.key) == label.as_bytes() && l.str != 0);
+        let e: &mut (usize, usize) = out.entry(has).or_default();
+        e.0 += 1;
+        e.1 += sample.value[idx] as usize;
+    }
+    out
+}
+
+/// `samples_by_label` summed over labelled (`true`) and unlabelled samples.
+fn by_presence(by_value: &BTreeMap<Option<String>, usize>) -> BTreeMap<bool, usize> {
+    let mut out = BTreeMap::new();
+    for (k, v) in by_value {
+        *out.entry(k.is_some()).or_default() += v;
     }
     out
 }
@@ -335,30 +390,31 @@ fn samples_by_label(b: &Batch, profile_type: &str, label: &str) -> BTreeMap<Opti
 fn sample_labels_from_fixtures() {
     let Some(dir) = fixtures_dir() else { return };
     let read = |f: &str| std::fs::read(dir.join(f)).unwrap();
+    let pt = "process_cpu:samples:count:cpu:nanoseconds";
 
-    // `api` is set on 11 of 121 samples (SOURCES.md).
+    // `api` is set on 11 of 121 samples (SOURCES.md); each keeps its label.
+    let raw = raw_profile(&read("pprof/labels.pb.gz"));
+    let counts = raw_by_label(&raw, "api");
+    assert_eq!((counts[&false].0, counts[&true].0), (110, 11));
     let b = decode(&read("pprof/labels.pb.gz"));
-    let by_api = samples_by_label(&b, "process_cpu:samples:count:cpu:nanoseconds", "api");
-    assert_eq!(by_api.get(&None), Some(&110));
+    let got = by_presence(&samples_by_label(&b, pt, "api"));
     assert_eq!(
-        by_api
-            .iter()
-            .filter(|(k, _)| k.is_some())
-            .map(|(_, n)| n)
-            .sum::<usize>(),
-        11
+        got,
+        BTreeMap::from([(false, counts[&false].1), (true, counts[&true].1)])
     );
 
     // thread_id / thread_name on all 439 samples.
+    let raw = raw_profile(&read("pprof/profile-with-labels.pb.gz"));
+    let counts = raw_by_label(&raw, "thread_id");
+    assert_eq!(counts.get(&true).map(|c| c.0), Some(439));
     let b = decode(&read("pprof/profile-with-labels.pb.gz"));
-    let pt = "process_cpu:samples:count:cpu:nanoseconds";
     assert_eq!(samples_by_label(&b, pt, "thread_id").get(&None), None);
     assert_eq!(samples_by_label(&b, pt, "thread_name").get(&None), None);
     assert_eq!(
         samples_by_label(&b, pt, "thread_id")
             .values()
             .sum::<usize>(),
-        439
+        counts[&true].1
     );
 
     // `foo` and `function` kept, `profile_id` dropped.
@@ -379,24 +435,10 @@ fn sample_labels_from_fixtures() {
             "service_name"
         ])
     );
-    let key = |name: &str| {
-        raw.string_table
-            .iter()
-            .position(|s| s == name.as_bytes())
-            .unwrap() as i64
-    };
-    let with_foo = raw
-        .sample
-        .iter()
-        .filter(|s| s.label.iter().any(|l| l.key == key("foo") && l.str != 0))
-        .count();
+    let with_foo = raw_by_label(&raw, "foo")[&true].1;
     assert_eq!(
-        samples_by_label(&b, "process_cpu:samples:count:cpu:nanoseconds", "foo")
-            .iter()
-            .filter(|(k, _)| k.is_some())
-            .map(|(_, n)| n)
-            .sum::<usize>(),
-        with_foo
+        by_presence(&samples_by_label(&b, pt, "foo")).get(&true),
+        Some(&with_foo)
     );
 
     // span_id dropped; the other labels stay.

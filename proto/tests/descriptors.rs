@@ -68,14 +68,21 @@ fn every_package_is_in_the_set_once() {
     assert_eq!(
         packages,
         [
+            "capabilities.v1",
             "google.v1",
             "perftools.profiles",
             "push.v1",
             "querier.v1",
-            "types.v1"
+            "settings.v1",
+            "types.v1",
+            "version.v1"
         ]
     );
     message(&set, "querier.v1", "SelectMergeProfileRequest");
+    message(&set, "querier.v1", "SelectHeatmapRequest");
+    message(&set, "settings.v1", "SetSettingsRequest");
+    message(&set, "version.v1", "VersionResponse");
+    message(&set, "capabilities.v1", "GetFeatureFlagsResponse");
     message(&set, "push.v1", "PushRequest");
     message(&set, "types.v1", "LabelNamesRequest");
 }

@@ -116,6 +116,13 @@ enum Command {
         /// http://<listen address>).
         #[arg(long, value_name = "URL")]
         external_url: Option<String>,
+        #[command(flatten)]
+        tenancy: profiledb::tenancy::cli::TenancyArgs,
+    },
+    /// Manage the auth file: tenants and their tokens.
+    Auth {
+        #[command(subcommand)]
+        command: profiledb::tenancy::cli::AuthCommand,
     },
     /// Print the functions whose share moved most between two time ranges, with the
     /// Manhattan distance, entropies and sample counts (asks a running server).
@@ -466,6 +473,7 @@ fn main() -> anyhow::Result<()> {
             alertmanager_url,
             alert_webhook_url,
             external_url,
+            tenancy,
         } => {
             let rules = match &rules {
                 None => Vec::new(),
@@ -519,6 +527,7 @@ fn main() -> anyhow::Result<()> {
                     rules,
                     resend_delay: None,
                 },
+                tenancy: tenancy.options()?,
             };
             let rt = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
             rt.block_on(async {
@@ -526,6 +535,7 @@ fn main() -> anyhow::Result<()> {
                 server.run(shutdown_signal()).await
             })
         }
+        Command::Auth { command } => command.run(),
         Command::Compact {
             data_dir,
             tenant,

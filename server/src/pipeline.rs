@@ -17,6 +17,8 @@ use crossbeam::channel::{self, Receiver, Sender, TrySendError};
 use profiledb_storage::{now_ms, Batch, StorageError, Store, TenantId};
 use tracing::debug;
 
+use crate::tenancy::{Admission, LimitExceeded};
+
 use profiledb_ingest::{
     decode_ingest, decode_push, push_to_batch, IngestBody, IngestError, IngestParams, Limits,
     PushEncoding,
@@ -31,9 +33,26 @@ pub enum Payload {
         params: IngestParams,
         profile: Bytes,
         sample_type_config: Option<Bytes>,
+        /// The Java agent's `labels` part (JFR uploads).
+        labels: Option<Bytes>,
     },
     /// `push.v1.PusherService/Push`.
     Push { encoding: PushEncoding, body: Bytes },
+}
+
+impl Payload {
+    /// Bytes as sent, which the tenant's ingestion rate counts.
+    pub fn wire_bytes(&self) -> u64 {
+        let n = match self {
+            Payload::Raw { body, .. } | Payload::Push { body, .. } => body.len(),
+            Payload::Multipart {
+                profile,
+                sample_type_config,
+                ..
+            } => profile.len() + sample_type_config.as_ref().map_or(0, Bytes::len),
+        };
+        n as u64
+    }
 }
 
 /// One upload to decode and store.
@@ -78,6 +97,9 @@ pub enum PipelineError {
     Busy,
     #[error("the ingest pipeline is shutting down")]
     Closed,
+    /// Over one of the tenant's limits.
+    #[error(transparent)]
+    Limit(#[from] LimitExceeded),
 }
 
 #[derive(Clone, Debug)]
@@ -92,6 +114,8 @@ pub struct PipelineConfig {
     /// If set, samples older than this before the receive time are refused. Off by
     /// default: importing history is a feature.
     pub max_age_ms: Option<i64>,
+    /// Per-tenant limits uploads are admitted against (none: no limit).
+    pub admission: Option<Arc<Admission>>,
 }
 
 impl Default for PipelineConfig {
@@ -102,6 +126,7 @@ impl Default for PipelineConfig {
             limits: Limits::default(),
             max_future_skew_ms: 10 * 60_000,
             max_age_ms: None,
+            admission: None,
         }
     }
 }
@@ -160,6 +185,11 @@ impl Pipeline {
         job: Job,
     ) -> Result<tokio::sync::oneshot::Receiver<Result<Stored, PipelineError>>, PipelineError> {
         let tx = self.tx.as_ref().ok_or(PipelineError::Closed)?;
+        if let Some(a) = &self.config.admission {
+            // Bytes are charged before decoding, so a tenant over its rate costs no
+            // decoder time.
+            a.admit_bytes(&job.tenant, job.payload.wire_bytes())?;
+        }
         let (reply, rx) = tokio::sync::oneshot::channel();
         match tx.try_send((job, reply)) {
             Ok(()) => {
@@ -212,35 +242,48 @@ fn worker(
     }
 }
 
-/// Decodes one upload into a batch (no storage involved).
-pub fn decode(job: &Job, limits: &Limits) -> Result<Batch, IngestError> {
-    match &job.payload {
-        Payload::Raw { params, body } => decode_ingest(
-            params,
-            IngestBody::Raw(body),
-            job.tenant.clone(),
-            job.received_ms,
-            limits,
+/// Decodes one upload into a batch and the number of profiles it carried (no
+/// storage involved).
+pub fn decode(job: &Job, limits: &Limits) -> Result<(Batch, u64), IngestError> {
+    Ok(match &job.payload {
+        Payload::Raw { params, body } => (
+            decode_ingest(
+                params,
+                IngestBody::Raw(body),
+                job.tenant.clone(),
+                job.received_ms,
+                limits,
+            )?,
+            1,
         ),
         Payload::Multipart {
             params,
             profile,
             sample_type_config,
-        } => decode_ingest(
-            params,
-            IngestBody::Multipart {
-                profile,
-                sample_type_config: sample_type_config.as_deref(),
-            },
-            job.tenant.clone(),
-            job.received_ms,
-            limits,
+            labels,
+        } => (
+            decode_ingest(
+                params,
+                IngestBody::Multipart {
+                    profile,
+                    sample_type_config: sample_type_config.as_deref(),
+                    labels: labels.as_deref(),
+                },
+                job.tenant.clone(),
+                job.received_ms,
+                limits,
+            )?,
+            1,
         ),
         Payload::Push { encoding, body } => {
             let series = decode_push(body, *encoding, limits)?;
-            push_to_batch(&series, job.tenant.clone(), job.received_ms, limits)
+            let profiles = series.iter().map(|s| s.profiles.len() as u64).sum();
+            (
+                push_to_batch(&series, job.tenant.clone(), job.received_ms, limits)?,
+                profiles,
+            )
         }
-    }
+    })
 }
 
 /// Refuses a batch whose samples (oldest and newest time, [`time_span`]) are too far
@@ -272,7 +315,7 @@ pub fn check_times(
 }
 
 fn process(store: &Store, config: &PipelineConfig, job: Job) -> Result<Stored, PipelineError> {
-    let batch = decode(&job, &config.limits)?;
+    let (batch, profiles) = decode(&job, &config.limits)?;
     // One pass over the samples serves both the time check and the answer.
     let span = time_span(&batch);
     check_times(span, config, now_ms().max(job.received_ms))?;
@@ -283,6 +326,9 @@ fn process(store: &Store, config: &PipelineConfig, job: Job) -> Result<Stored, P
     };
     if stored.samples == 0 {
         return Ok(stored);
+    }
+    if let Some(a) = &config.admission {
+        a.admit_batch(&job.tenant, &batch, profiles, job.received_ms)?;
     }
     store.write(batch)?;
     Ok(stored)

@@ -109,6 +109,17 @@ impl Builder {
         });
         self
     }
+    /// Adds a numeric label to sample `i` (Go heap profiles' `bytes`).
+    fn num_label(mut self, i: usize, key: &str, num: i64) -> Self {
+        let key = self.s(key);
+        self.p.sample[i].label.push(Label {
+            key,
+            str: 0,
+            num,
+            num_unit: 0,
+        });
+        self
+    }
     fn time_nanos(mut self, t: i64) -> Self {
         self.p.time_nanos = t;
         self
@@ -293,7 +304,7 @@ fn unsymbolized_frames_keep_address_and_mapping() {
 
 #[test]
 fn string_sample_labels_become_series_labels() {
-    let mut p = Builder::new()
+    let p = Builder::new()
         .sample_type("cpu", "nanoseconds")
         .function(1, "f", "")
         .location(1, 0, 0, &[(1, 0)])
@@ -309,15 +320,9 @@ fn string_sample_labels_become_series_labels() {
             &[8],
             &[("__name__", "evil"), ("__profile_type__", "a:b:c:d:e")],
         )
-        .sample(&[1], &[16]);
-    // A numeric label on the last sample is ignored.
-    let bytes_key = p.s("bytes");
-    p.p.sample[4].label.push(Label {
-        key: bytes_key,
-        str: 0,
-        num: 512,
-        num_unit: 0,
-    });
+        .sample(&[1], &[16])
+        // A numeric label on the last sample is ignored.
+        .num_label(4, "bytes", 512);
     let b = decode(&p).unwrap();
     assert_eq!(b.validate(), Ok(()));
     let mut got: Vec<(String, Vec<i64>)> = b
@@ -357,7 +362,8 @@ fn string_sample_labels_become_series_labels() {
                 format!(
                     r#"{{__name__="process_cpu", __profile_type__="{pt}", env="prod", service_name="svc"}}"#
                 ),
-                vec![8, 16]
+                // Dropped labels do not keep equal stacks apart.
+                vec![24]
             ),
         ]
     );
@@ -769,6 +775,9 @@ fn arb_profile() -> impl Strategy<Value = Profile> {
     })
 }
 
+/// A sample's kept string labels as (key, value) string indices.
+type KeptLabels = Vec<(i64, i64)>;
+
 proptest! {
     #[test]
     fn totals_per_type_match_a_direct_sum(profile in arb_profile()) {
@@ -776,9 +785,8 @@ proptest! {
         prop_assert_eq!(batch.validate(), Ok(()));
         let mut expected: BTreeMap<String, i64> = BTreeMap::new();
         let mut expected_frames: BTreeMap<String, usize> = BTreeMap::new();
-        let depth = |s: &PSample| -> usize {
-            s.location_id
-                .iter()
+        let depth = |ids: &[u64]| -> usize {
+            ids.iter()
                 .map(|id| {
                     let loc = profile.location.iter().find(|l| l.id == *id).unwrap();
                     loc.line.len().max(1)
@@ -795,10 +803,22 @@ proptest! {
                 None,
             );
             let id = format!("{name}:{t}:count::");
-            for s in &profile.sample {
-                if s.value[i] != 0 {
-                    *expected.entry(id.clone()).or_default() += s.value[i];
-                    *expected_frames.entry(id.clone()).or_default() += depth(s);
+            // Pyroscope's rule: samples with a negative value are dropped, samples
+            // with equal locations and kept string labels summed into one.
+            let mut groups: BTreeMap<(Vec<u64>, KeptLabels), i64> = BTreeMap::new();
+            for s in profile.sample.iter().filter(|s| s.value.iter().all(|&v| v >= 0)) {
+                let labels = s
+                    .label
+                    .iter()
+                    .filter(|l| profile.string_table[l.key as usize] != "span_id")
+                    .map(|l| (l.key, l.str))
+                    .collect();
+                *groups.entry((s.location_id.clone(), labels)).or_default() += s.value[i];
+            }
+            for ((ids, _), sum) in groups {
+                if sum != 0 {
+                    *expected.entry(id.clone()).or_default() += sum;
+                    *expected_frames.entry(id.clone()).or_default() += depth(&ids);
                 }
             }
         }
@@ -815,4 +835,55 @@ proptest! {
         prop_assert_eq!(got, expected);
         prop_assert_eq!(got_frames, expected_frames);
     }
+}
+
+/// Pyroscope's normalisation: samples with the same locations and string labels
+/// become one (values summed; numeric labels such as Go heap's `bytes` do not
+/// separate them), and a sample with any negative value is dropped whole.
+#[test]
+fn duplicate_stacks_merge_and_negative_samples_drop() {
+    let b = Builder::new()
+        .sample_type("alloc_objects", "count")
+        .sample_type("alloc_space", "bytes")
+        .period("space", "bytes", 524_288)
+        .time_nanos(T0_NANOS)
+        .function(1, "main", "main.go")
+        .function(2, "alloc", "alloc.go")
+        .location(1, 0, 0x1000, &[(1, 10)])
+        .location(2, 0, 0x2000, &[(2, 20)])
+        .sample(&[2, 1], &[3, 96])
+        .sample(&[2, 1], &[1, 1024])
+        .labeled_sample(&[2, 1], &[5, 500], &[("pod", "a")])
+        .labeled_sample(&[2, 1], &[7, 700], &[("pod", "a")])
+        .sample(&[2, 1], &[-1, 4096])
+        .sample(&[1], &[2, 64])
+        // Go heap samples differ only in a numeric `bytes` label.
+        .num_label(1, "bytes", 1024);
+    let batch = decode(&b).unwrap();
+    let mut got: Vec<(String, Option<String>, Vec<String>, i64)> = Vec::new();
+    for s in &batch.series {
+        for x in &s.samples {
+            got.push((
+                s.labels.profile_type().unwrap().to_string(),
+                s.labels.get("pod").map(str::to_string),
+                names(&batch, x.stack),
+                x.value,
+            ));
+        }
+    }
+    got.sort();
+    let objects = "memory:alloc_objects:count:space:bytes".to_string();
+    let space = "memory:alloc_space:bytes:space:bytes".to_string();
+    let pod = Some("a".to_string());
+    assert_eq!(
+        got,
+        vec![
+            (objects.clone(), None, strs(&["main"]), 2),
+            (objects.clone(), None, strs(&["main", "alloc"]), 4),
+            (objects, pod.clone(), strs(&["main", "alloc"]), 12),
+            (space.clone(), None, strs(&["main"]), 64),
+            (space.clone(), None, strs(&["main", "alloc"]), 1120),
+            (space, pod, strs(&["main", "alloc"]), 1200),
+        ]
+    );
 }

@@ -112,11 +112,12 @@ async fn ingest(
         let boundary = multer::parse_boundary(ct).map_err(|e| {
             ApiError::bad_request(format!("invalid multipart content type {ct:?}: {e}"))
         })?;
-        let (profile, sample_type_config) = multipart_parts(bytes, boundary).await?;
+        let parts = multipart_parts(bytes, boundary).await?;
         Payload::Multipart {
             params,
-            profile,
-            sample_type_config,
+            profile: parts.profile,
+            sample_type_config: parts.sample_type_config,
+            labels: parts.labels,
         }
     } else {
         if bytes.is_empty() {
@@ -172,11 +173,19 @@ fn stored_response(state: &AppRef, stored: &Stored, now: i64, mut resp: Response
     resp
 }
 
-/// The `profile` and optional `sample_type_config` parts of a multipart upload.
-async fn multipart_parts(body: Bytes, boundary: String) -> ApiResult<(Bytes, Option<Bytes>)> {
+/// The parts of a multipart `/ingest` upload profiledb reads.
+struct Parts {
+    /// `profile` (pprof), or `jfr` as the Pyroscope Java agent names it.
+    profile: Bytes,
+    sample_type_config: Option<Bytes>,
+    /// The Java agent's `LabelsSnapshot`.
+    labels: Option<Bytes>,
+}
+
+async fn multipart_parts(body: Bytes, boundary: String) -> ApiResult<Parts> {
     let stream = futures_util::stream::once(async move { Ok::<Bytes, std::io::Error>(body) });
     let mut mp = multer::Multipart::new(stream, boundary);
-    let (mut profile, mut config) = (None, None);
+    let (mut profile, mut config, mut labels) = (None, None, None);
     let mut seen = Vec::new();
     loop {
         let field = match mp.next_field().await {
@@ -193,23 +202,23 @@ async fn multipart_parts(body: Bytes, boundary: String) -> ApiResult<(Bytes, Opt
             ApiError::bad_request(format!("malformed multipart part {name:?}: {e}"))
         })?;
         match name.as_str() {
-            "profile" => profile = Some(data),
+            "profile" | "jfr" => profile = Some((name, data)),
             "sample_type_config" => config = Some(data),
+            "labels" => labels = Some(data),
             _ => seen.push(name),
         }
     }
     match profile {
-        Some(p) if !p.is_empty() => Ok((p, config)),
-        Some(_) => Err(ApiError::bad_request(
-            "the multipart part \"profile\" is empty",
-        )),
-        None if seen.iter().any(|n| n == "jfr") => Err(ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "unsupported_format",
-            "format \"jfr\" is not supported yet",
-        )),
+        Some((_, p)) if !p.is_empty() => Ok(Parts {
+            profile: p,
+            sample_type_config: config,
+            labels,
+        }),
+        Some((name, _)) => Err(ApiError::bad_request(format!(
+            "the multipart part {name:?} is empty"
+        ))),
         None => Err(ApiError::bad_request(format!(
-            "the multipart body has no \"profile\" part (parts seen: {seen:?})"
+            "the multipart body has no \"profile\" or \"jfr\" part (parts seen: {seen:?})"
         ))),
     }
 }

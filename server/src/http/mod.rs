@@ -27,6 +27,10 @@ use crate::AppState;
 pub const TENANT_HEADER: &str = "X-Scope-OrgID";
 
 /// The request's tenant: `X-Scope-OrgID`, or the default tenant when absent.
+///
+/// Handlers call this after the gate ([`crate::tenancy::gate`]) ran: with
+/// authentication on, the gate has replaced the header by the credential's tenant
+/// (refusing a request that named another), so this is the authenticated tenant.
 pub fn tenant_of(headers: &HeaderMap) -> Result<TenantId, ApiError> {
     match headers.get(TENANT_HEADER) {
         None => Ok(TenantId::default()),
@@ -52,6 +56,10 @@ pub fn router(state: AppRef) -> Router {
         .merge(ui::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::tenancy::gate,
+        ))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             count_requests,

@@ -15,6 +15,7 @@ mod dot;
 mod fleet;
 mod fleet_cpi;
 mod fleet_variance;
+mod go_pgo;
 mod grid;
 mod heatmap;
 mod individual;

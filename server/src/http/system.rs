@@ -38,6 +38,7 @@ async fn prometheus(State(state): State<AppRef>) -> impl IntoResponse {
     if let Some(a) = state.alerts.get() {
         a.render_metrics(&mut body);
     }
+    state.tenancy.admission().render_metrics(&mut body);
     (
         [(
             header::CONTENT_TYPE,

@@ -123,6 +123,13 @@ pub fn assign(p: &AssignProblem) -> Result<Assignment, AssignError> {
             "the CPI matrix must have one row per application and one column per platform".into(),
         ));
     }
+    if p.loads.is_empty() {
+        // Nothing measured: nothing to place (the solver wants variables).
+        return Ok(Assignment {
+            load: Vec::new(),
+            cycles: 0.0,
+        });
+    }
     let mut lp = Problem::new(OptimizationDirection::Minimize);
     // vars[i][j]: the load of i on j, where CPI_ij was measured.
     let mut vars = Vec::with_capacity(p.loads.len());

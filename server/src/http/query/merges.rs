@@ -133,7 +133,7 @@ pub async fn merge(
     format: Format,
 ) -> ConnectResult<Merged> {
     let (querier, tenant) = (ctx.state.querier()?, ctx.tenant);
-    let mn = max_nodes(requested_nodes);
+    let mn = max_nodes(requested_nodes)?;
     Ok(blocking(move || {
         let plain = what.call_site.is_empty() && what.profile_ids.is_empty();
         if plain && matches!(format, Format::Flame | Format::Tree) {

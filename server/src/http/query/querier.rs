@@ -354,14 +354,23 @@ async fn select_merge_profile(
     r: q::SelectMergeProfileRequest,
 ) -> ConnectResult<super::proto::pprof::Profile> {
     refuse_trace_ids(&r.trace_id_selector)?;
+    // With `go_pgo` set, Pyroscope ignores the call site.
+    let go_pgo = r.stack_trace_selector.as_ref().and_then(|s| s.go_pgo);
+    let call_site = match go_pgo {
+        Some(_) => Vec::new(),
+        None => call_site(r.stack_trace_selector),
+    };
     let what = What {
         selection: Selection::from_parts(&r.profile_type_id, &r.label_selector)?,
         range: range(r.start, r.end)?,
-        call_site: call_site(r.stack_trace_selector),
+        call_site,
         profile_ids: r.profile_id_selector,
     };
     match merge(ctx, what, r.max_nodes, Format::Pprof).await? {
-        Merged::Pprof(p) => Ok(p),
+        Merged::Pprof(p) => Ok(match &go_pgo {
+            Some(pgo) => super::go_pgo::apply(p, pgo),
+            None => p,
+        }),
         _ => Err(ConnectError::internal(
             "a pprof merge answered another form",
         )),
@@ -454,7 +463,7 @@ async fn diff(ctx: Ctx, r: q::DiffRequest) -> ConnectResult<q::DiffResponse> {
         )));
     }
     let (lr, rr) = (range(left.start, left.end)?, range(right.start, right.end)?);
-    let mn = max_nodes(left.max_nodes.or(right.max_nodes));
+    let mn = max_nodes(left.max_nodes.or(right.max_nodes))?;
     let (querier, tenant) = (ctx.state.querier()?, ctx.tenant);
     let (ls, rs) = (ls.selector, rs.selector);
     let d = blocking(move || {
