@@ -76,6 +76,12 @@ pub struct FleetConfig {
 
 const REGIONS: [&str; 4] = ["us-east-1", "us-west-2", "eu-west-1", "ap-south-1"];
 
+/// Hardware platforms hosts are spread over (round robin), with their clock in GHz.
+const PLATFORMS: [(&str, &str); 3] = [("skylake", "2.0"), ("milan", "2.45"), ("graviton3", "2.6")];
+
+/// Instructions one hardware-event sample stands for.
+pub const HW_PERIOD: i64 = 1_000_000;
+
 /// The shared library layers.
 const RUNTIME: [&str; 8] = [
     "runtime.main",
@@ -512,6 +518,60 @@ impl Fleet {
         (PushRequest { series }, values)
     }
 
+    /// The hardware platform (CPU model) of a host, and its clock in GHz.
+    pub fn platform(h: usize) -> (&'static str, &'static str) {
+        PLATFORMS[h % PLATFORMS.len()]
+    }
+
+    /// Cycles per instruction of `service` on platform `p` (index into the platform
+    /// table): a per-service base in [0.6, 1.8) times a per-(service, platform)
+    /// affinity in [0.7, 1.5), rounded to 1/1000 so tests can compute exact ratios.
+    pub fn cpi(&self, service: usize, p: usize) -> f64 {
+        let mut base = Rng::keyed(self.cfg.seed, &[3, service as u64]);
+        let mut affinity = Rng::keyed(self.cfg.seed, &[4, service as u64, p as u64]);
+        let cpi = (0.6 + 1.2 * base.unit()) * (0.7 + 0.8 * affinity.unit());
+        (cpi * 1000.0).round() / 1000.0
+    }
+
+    /// One host's hardware-event push at `ts_ms`: per service, a `cycles` and an
+    /// `instructions` profile of the same draws (one sample = `HW_PERIOD`
+    /// instructions, and CPI × that many cycles), labelled with the host's
+    /// `platform` and `clock_ghz` besides the usual labels.
+    pub fn host_hw_push(&self, host: usize, ts_ms: i64) -> PushRequest {
+        let (platform, ghz) = Self::platform(host);
+        let mut series = Vec::new();
+        for s in 0..self.cfg.services {
+            let d = self.draw(s, host, ts_ms ^ 0x4857, self.cfg.draws_per_profile);
+            let cycles_per_sample = (self.cpi(s, host % PLATFORMS.len()) * HW_PERIOD as f64) as i64;
+            for (event, scale) in [("cycles", cycles_per_sample), ("instructions", HW_PERIOD)] {
+                let raw_profile = self.pprof(
+                    s,
+                    &d,
+                    ts_ms,
+                    (event, "count", scale),
+                    &[(event, "count", scale)],
+                );
+                let mut labels = self.labels(event, s, host, ts_ms);
+                labels.push(LabelPair {
+                    name: "platform".into(),
+                    value: platform.into(),
+                });
+                labels.push(LabelPair {
+                    name: "clock_ghz".into(),
+                    value: ghz.into(),
+                });
+                series.push(RawProfileSeries {
+                    labels,
+                    samples: vec![RawSample {
+                        raw_profile,
+                        id: String::new(),
+                    }],
+                });
+            }
+        }
+        PushRequest { series }
+    }
+
     /// Writes the stack dimension as CSV: `stack_id,service,leaf,stack` (stack is the
     /// root-first `a;b;c` of function names, quoted).
     pub fn write_stacks_csv(&self, path: &Path) -> anyhow::Result<()> {
@@ -671,6 +731,33 @@ mod tests {
         let raw = &pa.series[0].samples[0].raw_profile;
         let batch = profiledb_ingest::decode_pprof(raw, &opts).expect("decodes");
         assert!(batch.sample_count() > 0);
+    }
+
+    #[test]
+    fn hardware_events_carry_the_cpi() {
+        let f = Fleet::new(cfg());
+        let req = f.host_hw_push(1, 20_000);
+        assert_eq!(req.series.len(), 4, "cycles and instructions per service");
+        let opts = profiledb_ingest::PprofOptions::default();
+        let total = |i: usize| -> i64 {
+            let raw = &req.series[i].samples[0].raw_profile;
+            let batch = profiledb_ingest::decode_pprof(raw, &opts).expect("decodes");
+            batch
+                .series
+                .iter()
+                .flat_map(|s| &s.samples)
+                .map(|s| s.value)
+                .sum()
+        };
+        let (cycles, instructions) = (total(0), total(1));
+        let cpi = f.cpi(0, 1);
+        assert!((0.42..2.7).contains(&cpi), "{cpi}");
+        assert_eq!(
+            cycles,
+            instructions / HW_PERIOD * (cpi * HW_PERIOD as f64) as i64
+        );
+        let platform = req.series[0].labels.iter().find(|l| l.name == "platform");
+        assert_eq!(platform.map(|l| l.value.as_str()), Some("milan"));
     }
 
     #[test]

@@ -6,6 +6,7 @@
 
 mod agent_suite;
 mod fleet;
+mod fleet_suite;
 mod ingest_suite;
 mod lifecycle_suite;
 mod query_suite;
@@ -59,6 +60,10 @@ enum Suite {
     /// served, navigation to a drawn flame graph (cold and cached), and frames per
     /// second while zooming a 10,000-node flame graph. Skips without Chromium.
     Ui(ui_suite::Args),
+    /// The fleet analyses (hottest shared code, CPI, assignment, variance, diff with
+    /// the noise verdict) over a generated 1-day fleet with hardware events: p50
+    /// latency, cold and cached.
+    Fleet(fleet_suite::Args),
     /// One compaction pass of the `lifecycle` suite in a process of its own (its
     /// peak RSS is that pass's alone). Internal.
     #[command(hide = true)]
@@ -74,6 +79,7 @@ fn main() -> anyhow::Result<()> {
         Suite::Lifecycle(args) => lifecycle_suite::run(args),
         Suite::Agent(args) => agent_suite::run(args),
         Suite::Ui(args) => ui_suite::run(args),
+        Suite::Fleet(args) => fleet_suite::run(args),
         Suite::LifecycleStep(args) => lifecycle_suite::run_step(args),
     }
 }

@@ -64,3 +64,25 @@ impl Running {
         Ok(())
     }
 }
+
+/// Pushes one request to a server's Connect `Push` endpoint.
+pub fn push(
+    client: &reqwest::blocking::Client,
+    url: &str,
+    req: &profiledb_proto::push::v1::PushRequest,
+) -> anyhow::Result<()> {
+    use prost::Message;
+    let r = client
+        .post(format!("{url}/push.v1.PusherService/Push"))
+        .header("content-type", "application/proto")
+        .body(req.encode_to_vec())
+        .send()?;
+    if !r.status().is_success() {
+        bail!(
+            "push failed: {} {}",
+            r.status(),
+            r.text().unwrap_or_default()
+        );
+    }
+    Ok(())
+}

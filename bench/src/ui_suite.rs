@@ -11,13 +11,12 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use clap::Args as ClapArgs;
-use prost::Message;
 use serde_json::{json, Value};
 
 use crate::fleet::{Fleet, FleetConfig, CPU_TYPE};
 use crate::query_suite::percentile;
 use crate::report::{self, human_bytes};
-use crate::server::Running;
+use crate::server::{push, Running};
 
 #[derive(ClapArgs)]
 pub struct Args {
@@ -78,19 +77,11 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
     let mut t = t_end - 24 * HOUR;
     while t < t_end {
         for host in 0..args.hosts {
-            let (req, _) = fleet.host_push(host, t, false, None);
-            let r = client
-                .post(format!("{}/push.v1.PusherService/Push", server.url))
-                .header("content-type", "application/proto")
-                .body(req.encode_to_vec())
-                .send()?;
-            if !r.status().is_success() {
-                bail!(
-                    "push failed: {} {}",
-                    r.status(),
-                    r.text().unwrap_or_default()
-                );
-            }
+            push(
+                &client,
+                &server.url,
+                &fleet.host_push(host, t, false, None).0,
+            )?;
             pushes += 1;
         }
         t += args.interval as i64 * 1000;

@@ -32,18 +32,30 @@ pub fn diff(a: &DiffArgs) -> anyhow::Result<Value> {
         "top": a.top,
         "max_nodes": 16,
     });
-    let agent = ureq::Agent::config_builder()
-        .timeout_global(Some(Duration::from_secs(120)))
-        .http_status_as_error(false)
-        .build()
-        .new_agent();
-    let mut req = agent.post(&url).header("content-type", "application/json");
+    let mut req = agent()
+        .post(&url)
+        .header("content-type", "application/json");
     if let Some(t) = &a.tenant {
         req = req.header("X-Scope-OrgID", t);
     }
-    let mut resp = req
+    let resp = req
         .send(body.to_string())
         .with_context(|| format!("cannot reach {url}"))?;
+    read_answer(&url, resp)
+}
+
+/// An HTTP client for asking a server: generous timeout, error statuses returned
+/// as answers (their JSON message is the useful part).
+pub fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(120)))
+        .http_status_as_error(false)
+        .build()
+        .new_agent()
+}
+
+/// A server's JSON answer, or its error message as the error.
+pub fn read_answer(url: &str, mut resp: ureq::http::Response<ureq::Body>) -> anyhow::Result<Value> {
     let status = resp.status();
     let text = resp
         .body_mut()

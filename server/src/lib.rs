@@ -8,6 +8,7 @@
 pub mod alerts;
 pub mod cli;
 pub mod error;
+pub mod fleet_cli;
 pub mod http;
 pub mod metrics;
 pub mod pipeline;

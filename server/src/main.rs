@@ -164,6 +164,12 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Ask a running server for a fleet analysis: hottest shared code, CPI per
+    /// (service, platform), the platform assignment, or variance hunting. Example:
+    ///   profiledb fleet hottest --param 'query=process_cpu:cpu:nanoseconds:cpu:nanoseconds{}' \
+    ///     --param from=now-1d --param price_per_core_hour=0.05
+    #[command(verbatim_doc_comment)]
+    Fleet(profiledb::fleet_cli::FleetArgs),
     /// Compact (and downsample) the segments of a data directory offline. Refuses to
     /// run while a server uses the directory.
     Compact {
@@ -560,6 +566,15 @@ fn main() -> anyhow::Result<()> {
             dry_run,
             partition_minutes,
         } => cmd_retention(&data_dir, &tenant, &max_age, dry_run, partition_minutes),
+        Command::Fleet(args) => {
+            let answer = profiledb::fleet_cli::ask(&args)?;
+            if args.json || args.analysis != profiledb::fleet_cli::Analysis::Hottest {
+                println!("{answer:#}");
+            } else {
+                print!("{}", profiledb::fleet_cli::hottest_table(&answer));
+            }
+            Ok(())
+        }
         Command::Diff {
             server,
             profile_type,

@@ -55,10 +55,13 @@
 //!    (frames below tree, merged, flame graphs, group-by, time series, diff).
 //! 6. `merger` — re-encoding segments into one (compaction's mechanism).
 //! 7. `store` — the roles: recovery, writer, flusher, segments, lifecycle, scan.
-//! 8. `querier` — every query, its cache and limits.
+//! 8. `analysis` — fleet analyses (hottest shared code, sampling noise) over
+//!    group-by rows.
+//! 9. `querier` — every query, its cache and limits.
 
 #![deny(missing_docs)]
 
+pub mod analysis;
 mod cache;
 mod catalog;
 mod codec;

@@ -2,11 +2,14 @@
 //! and what the diff engine measured go in; the next state and the notifications to
 //! send come out. The scheduler feeds it real time; the tests step simulated time.
 
+use profiledb_storage::analysis::noise::{NoiseModel, Verdict};
 use profiledb_storage::{DiffEntry, DiffStats};
 use rustc_hash::FxHashMap;
 
 use super::rule::{Condition, Ranges, Rule, Watch};
-use super::state::{AlertState, Measurement, Mover, Notification, NotificationKind, RuleState};
+use super::state::{
+    AlertState, Measurement, Mover, NoiseCheck, Notification, NotificationKind, RuleState,
+};
 
 /// Turns a diff of the rule's two ranges into the rule's figures.
 pub fn measure(
@@ -108,6 +111,19 @@ pub fn measure(
         enough_samples,
         condition_met: value >= threshold,
         top: movers,
+        noise: None,
+    }
+}
+
+/// The noise check of a diff's distance against a fitted model (`None`: the model
+/// could not be fitted).
+pub fn check_noise(model: Option<&NoiseModel>, stats: &DiffStats, margin: f64) -> NoiseCheck {
+    let (nb, nc) = (stats.samples_base, stats.samples_compare);
+    NoiseCheck {
+        expected: model.and_then(|m| m.expected(nb, nc)),
+        above: model
+            .and_then(|m| m.verdict(stats.manhattan, nb, nc, margin))
+            .map(|v| v == Verdict::Significant),
     }
 }
 
@@ -198,6 +214,7 @@ mod tests {
             condition,
             min_samples: None,
             sample_value: Some(1.0),
+            above_noise: None,
             for_duration: for_.into(),
             interval: "1m".into(),
             labels: [("severity".to_string(), "page".to_string())].into(),
@@ -248,6 +265,42 @@ mod tests {
         assert!(m.active());
         let thin = measured(&r, 0, &tree(500, 0.05), &tree(500, 0.20));
         assert!(thin.condition_met && !thin.enough_samples && !thin.active());
+    }
+
+    #[test]
+    fn noise_requirement_blocks_changes_within_noise() {
+        let r = function_rule("0s");
+        let (base, cmp) = (tree(10_000, 0.05), tree(10_000, 0.20));
+        let (_, stats) = diff_stats(&base, &cmp, r.top_k());
+        // Top 10 by larger share: hot (+0.15) and nine of the ten others
+        // (0.095 → 0.08 each): M = 0.15 + 9 × 0.015 = 0.285.
+        assert!(
+            (stats.manhattan - 0.285).abs() < 1e-9,
+            "{}",
+            stats.manhattan
+        );
+        let model = |c: f64| NoiseModel {
+            c,
+            hosts: 4,
+            splits: 16,
+        };
+        let mut m = measured(&r, 0, &base, &cmp);
+        // C = 10 at 10 000 samples a side: expected 0.1, 2 × 0.1 < 0.285.
+        m.noise = Some(check_noise(Some(&model(10.0)), &stats, 2.0));
+        let n = m.noise.clone().unwrap();
+        assert!((n.expected.unwrap() - 0.1).abs() < 1e-12);
+        assert_eq!(n.above, Some(true));
+        assert!(m.active());
+        // C = 20: expected 0.2, 2 × 0.2 > 0.285: the same change is noise.
+        m.noise = Some(check_noise(Some(&model(20.0)), &stats, 2.0));
+        assert_eq!(m.noise.as_ref().unwrap().above, Some(false));
+        assert!(m.condition_met && m.enough_samples && !m.active());
+        let (s, sent) = step(&r, &RuleState::default(), 0, Ok(m.clone()));
+        assert_eq!((s.state, sent.len()), (AlertState::Inactive, 0));
+        // No fit (one host): the sample guard alone decides.
+        m.noise = Some(check_noise(None, &stats, 2.0));
+        assert_eq!(m.noise.as_ref().unwrap().expected, None);
+        assert!(m.active());
     }
 
     #[test]

@@ -63,6 +63,11 @@ pub struct RuleSpec {
     /// nanosecond types (Pyroscope's default 100 Hz) and 1 otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sample_value: Option<f64>,
+    /// Also require the diff's distance to be above GWP's sampling noise for its
+    /// sample counts (`crate::http::query::fleet`); absent, the sample guard alone
+    /// decides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub above_noise: Option<AboveNoise>,
     /// How long the condition must hold before the alert fires.
     #[serde(rename = "for", default = "zero")]
     pub for_duration: String,
@@ -83,6 +88,27 @@ fn zero() -> String {
 
 fn default_interval() -> String {
     "1m".into()
+}
+
+/// The noise requirement of a rule: the noise constant is fitted on the baseline
+/// range by splitting the values of `host_label`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AboveNoise {
+    /// The label naming machines (default `host`).
+    #[serde(default = "default_host_label")]
+    pub host_label: String,
+    /// How many times the expected noise the distance must exceed (default 2).
+    #[serde(default = "default_noise_margin")]
+    pub margin: f64,
+}
+
+fn default_host_label() -> String {
+    "host".into()
+}
+
+fn default_noise_margin() -> f64 {
+    profiledb_storage::analysis::noise::DEFAULT_MARGIN
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -229,6 +255,19 @@ impl Rule {
             }
             WatchSpec::TopK(k) => Watch::TopK { k: *k },
         };
+        if let Some(n) = &spec.above_noise {
+            if n.host_label.trim().is_empty() {
+                return Err(InvalidRule::from(
+                    "above_noise.host_label must not be empty",
+                ));
+            }
+            if !(n.margin.is_finite() && n.margin > 0.0) {
+                return Err(InvalidRule::from(format!(
+                    "above_noise.margin must be a positive number (got {})",
+                    n.margin
+                )));
+            }
+        }
         let window_ms = parse_duration("window", &spec.window)?;
         if window_ms <= 0 {
             return Err(InvalidRule::from("window must be positive"));
@@ -471,6 +510,7 @@ mod tests {
             condition: Condition::ShareDeltaPp(10.0),
             min_samples: None,
             sample_value: None,
+            above_noise: None,
             for_duration: "5m".into(),
             interval: "1m".into(),
             labels: BTreeMap::new(),
@@ -518,6 +558,15 @@ mod tests {
         bad(&|s| s.condition = Condition::ShareDeltaPp(-1.0), "positive");
         bad(&|s| s.interval = "1ms".into(), "interval");
         bad(&|s| s.selector = "{a=".into(), "selector");
+        let noise = |margin: f64| AboveNoise {
+            host_label: "host".into(),
+            margin,
+        };
+        bad(&|s| s.above_noise = Some(noise(0.0)), "above_noise.margin");
+        bad(
+            &|s| s.above_noise = Some(noise(f64::NAN)),
+            "above_noise.margin",
+        );
         bad(
             &|s| {
                 s.baseline = BaselineSpec::Fixed {
@@ -544,6 +593,13 @@ interval: 1m
 "#;
         let s: RuleSpec = serde_json::from_value(yaml_to_json(y).unwrap()).unwrap();
         assert_eq!(s, spec());
+        let with_noise = format!("{y}above_noise: {{margin: 3}}\n");
+        let n: RuleSpec = serde_json::from_value(yaml_to_json(&with_noise).unwrap()).unwrap();
+        let want = AboveNoise {
+            host_label: "host".into(),
+            margin: 3.0,
+        };
+        assert_eq!(n.above_noise, Some(want));
         let j = serde_json::to_string(&s).unwrap();
         assert_eq!(serde_json::from_str::<RuleSpec>(&j).unwrap(), s);
         let file = format!(

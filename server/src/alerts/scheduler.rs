@@ -7,12 +7,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use profiledb_storage::analysis::noise::DEFAULT_SPLITS;
 use profiledb_storage::now_ms;
 use tokio::sync::Notify;
 use tracing::{error, info, warn};
 
 use super::deliver::{self, backoff_ms, MAX_ATTEMPTS};
-use super::eval::{measure, step};
+use super::eval::{check_noise, measure, step};
 use super::rule::Rule;
 use super::state::{AlertState, NotificationKind, RuleState, Target};
 use super::{lock, target_index, Alerts};
@@ -111,14 +112,30 @@ async fn evaluate(alerts: &Arc<Alerts>, rule: &Arc<Rule>, state: &Arc<Mutex<Rule
                 16,
             )
             .map_err(|e| e.to_string())?;
-        Ok(measure(
+        let mut m = measure(
             &r,
             ranges,
             &d.base.flat(),
             &d.compare.flat(),
             &d.top,
             &d.stats,
-        ))
+        );
+        if let Some(n) = &r.spec.above_noise {
+            let base = profiledb_storage::TimeRange::new(base.0, base.1);
+            let model = a
+                .querier
+                .noise_model(
+                    &r.tenant,
+                    &r.selector,
+                    base,
+                    &n.host_label,
+                    r.top_k(),
+                    DEFAULT_SPLITS,
+                )
+                .map_err(|e| e.to_string())?;
+            m.noise = Some(check_noise(model.as_ref(), &d.stats, n.margin));
+        }
+        Ok(m)
     })
     .await
     .unwrap_or_else(|e| Err(format!("evaluation task failed: {e}")));

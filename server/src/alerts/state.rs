@@ -75,12 +75,28 @@ pub struct Measurement {
     pub enough_samples: bool,
     pub condition_met: bool,
     pub top: Vec<Mover>,
+    /// The noise check of a rule with `above_noise`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub noise: Option<NoiseCheck>,
+}
+
+/// How the distance of an evaluation compares with sampling noise.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NoiseCheck {
+    /// The distance sampling noise alone gives these sample counts; `None` when
+    /// it could not be fitted (fewer than two hosts in the baseline) or a side is
+    /// empty.
+    pub expected: Option<f64>,
+    /// `manhattan` > margin × `expected`. Unknown noise does not block: the sample
+    /// guard still applies.
+    pub above: Option<bool>,
 }
 
 impl Measurement {
     /// Whether this evaluation counts as "the condition holds".
     pub fn active(&self) -> bool {
-        self.enough_samples && self.condition_met
+        let above_noise = self.noise.as_ref().and_then(|n| n.above) != Some(false);
+        self.enough_samples && self.condition_met && above_noise
     }
 }
 

@@ -1,7 +1,7 @@
 //! Query endpoints: the Pyroscope `querier.v1` Connect API and the Connect services
 //! Grafana calls beside it (version, feature flags, settings), Pyroscope's legacy
-//! render endpoints, and the native group-by, time series, diff, flame graph, pprof
-//! and SVG endpoints.
+//! render endpoints, the native group-by, time series, diff, flame graph, pprof
+//! and SVG endpoints, and the fleet analyses (`fleet*.rs`).
 //!
 //! Every query runs on the blocking pool through the store's query engine
 //! (`AppState::engine`), which holds the result cache, the function-name indexes
@@ -12,6 +12,9 @@ mod answers;
 mod connect;
 mod diffsvg;
 mod dot;
+mod fleet;
+mod fleet_cpi;
+mod fleet_variance;
 mod go_pgo;
 mod grid;
 mod heatmap;
@@ -36,6 +39,9 @@ pub fn routes() -> Router<AppRef> {
         .merge(querier::routes())
         .merge(render::routes())
         .merge(native::routes())
+        .merge(fleet::routes())
+        .merge(fleet_cpi::routes())
+        .merge(fleet_variance::routes())
         .merge(diffsvg::routes())
         .merge(services::routes())
 }

@@ -4,7 +4,8 @@
 //! indexes (`cache.rs`, keyed by [`CacheKey`]s, never by strings), and the limits
 //! (`limits.rs`). Queries are named for what they answer: label discovery and
 //! totals here, [`Querier::merge_flamegraph`] / [`Querier::merge_tree`] /
-//! [`Querier::diff`] in `merge.rs`, [`Querier::group_by`] in `group_by.rs`.
+//! [`Querier::diff`] in `merge.rs`, [`Querier::group_by`] in `group_by.rs`, the
+//! fleet analyses ([`Querier::fleet_hottest`], [`Querier::noise_model`]) in `fleet.rs`.
 //!
 //! The path of a query runs one way: querier → `Store::scan_scoped` (snapshot,
 //! parallel scan) → `crate::query` (per-source algorithms) → back up as a value.
@@ -16,6 +17,7 @@
 //! discards the split result and recomputes over everything, uncached.
 
 mod cache;
+mod fleet;
 mod group_by;
 mod limits;
 mod merge;

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::answers::cached_answer;
+use super::fleet::{noise_answer, NoiseOptions};
 use super::grid;
 use crate::error::{ApiError, ApiResult};
 use crate::http::request::{
@@ -105,14 +106,14 @@ async fn group_by(
     .await
 }
 
-const JSON: &str = "application/json";
+pub(super) const JSON: &str = "application/json";
 
-fn to_json<T: Serialize + ?Sized>(v: &T) -> ApiResult<Vec<u8>> {
+pub(super) fn to_json<T: Serialize + ?Sized>(v: &T) -> ApiResult<Vec<u8>> {
     serde_json::to_vec(v).map_err(|e| ApiError::internal(format!("JSON encoding failed: {e}")))
 }
 
 /// The raw query string of a GET: with the resolved ranges, the answer's cache key.
-fn raw_query(uri: &Uri) -> String {
+pub(super) fn raw_query(uri: &Uri) -> String {
     format!("{}?{}", uri.path(), uri.query().unwrap_or(""))
 }
 
@@ -205,6 +206,8 @@ struct DiffRequest {
     #[serde(default = "default_top")]
     top: usize,
     max_nodes: Option<i64>,
+    /// Adds the sampling-noise verdict (`super::fleet`).
+    noise: Option<NoiseOptions>,
 }
 
 fn default_top() -> usize {
@@ -244,6 +247,8 @@ struct DiffAnswer<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     notice: Option<&'static str>,
     stats: Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    noise: Option<Value>,
 }
 
 /// What a diff with an empty side means, instead of misleading moves of ±100 %.
@@ -265,6 +270,9 @@ async fn diff(State(state): State<AppRef>, headers: HeaderMap, body: Bytes) -> A
         let sel = Selection::from_parts(&r.profile_type, text)?.selector;
         Ok((sel, window_args(s.start.as_ref(), s.end.as_ref())?))
     };
+    if let Some(n) = &r.noise {
+        n.check()?;
+    }
     let (bs, br) = side(&r.base)?;
     let (cs, cr) = side(&r.compare)?;
     let top = r.top.clamp(1, 10_000);
@@ -273,7 +281,15 @@ async fn diff(State(state): State<AppRef>, headers: HeaderMap, body: Bytes) -> A
     let key = format!("diff\u{0}{}", String::from_utf8_lossy(&body));
     cached_answer(&state, &tenant, &[br, cr], key, JSON, || async {
         let (querier, t) = (state.querier()?, tenant.clone());
-        let d = blocking(move || Ok(querier.diff(&t, (&bs, br), (&cs, cr), top, mn)?)).await?;
+        let noise_opts = r.noise.clone();
+        let (d, noise) = blocking(move || {
+            let d = querier.diff(&t, (&bs, br), (&cs, cr), top, mn)?;
+            let noise = noise_opts
+                .map(|o| noise_answer(&querier, &t, (&bs, br), &o, top, &d.stats))
+                .transpose()?;
+            Ok((d, noise))
+        })
+        .await?;
         let top: Vec<Value> = d
             .top
             .iter()
@@ -293,6 +309,7 @@ async fn diff(State(state): State<AppRef>, headers: HeaderMap, body: Bytes) -> A
                 "samples_base": d.stats.samples_base,
                 "samples_compare": d.stats.samples_compare,
             }),
+            noise,
         })
     })
     .await
@@ -489,7 +506,7 @@ fn empty_svg(title: &str) -> String {
     )
 }
 
-fn count(state: &AppRef) {
+pub(super) fn count(state: &AppRef) {
     state
         .http
         .query_requests

@@ -1,0 +1,374 @@
+//! Fleet analyses over real HTTP: the hottest shared code with its cost, and the
+//! sampling-noise verdict of the native diff (one diff within noise, one outside).
+
+mod common;
+
+use common::TestServer;
+use serde_json::{json, Value};
+
+const CPU: &str = "process_cpu:cpu:nanoseconds:cpu:nanoseconds";
+/// `.cpu` folded counts are scaled by 1e9 / sampleRate(100).
+const SCALE: i64 = 10_000_000;
+/// 2023-01-01T00:00:00Z in seconds.
+const T0: i64 = 1_672_531_200;
+
+fn ingest(s: &TestServer, name: &str, from_s: i64, body: &str) {
+    let r = s
+        .client
+        .post(format!("{}/ingest", s.url))
+        .query(&[("name", name), ("from", &from_s.to_string())])
+        .body(body.to_string())
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().unwrap_or_default());
+}
+
+fn get(s: &TestServer, path: &str, params: &[(&str, &str)]) -> (u16, Value) {
+    let r = s
+        .client
+        .get(format!("{}{path}", s.url))
+        .query(params)
+        .send()
+        .unwrap();
+    (r.status().as_u16(), r.json().unwrap())
+}
+
+fn close(a: &Value, b: f64) -> bool {
+    a.as_f64()
+        .is_some_and(|a| (a - b).abs() < 1e-9 * b.abs().max(1.0))
+}
+
+#[test]
+fn hottest_shared_function_with_cost() {
+    let s = TestServer::start();
+    ingest(&s, "api.cpu{host=h1}", T0, "main;zlib 30\nmain;api 40\n");
+    ingest(&s, "db.cpu{host=h2}", T0, "main;zlib 20\nmain;db 10\n");
+    ingest(&s, "web.cpu{host=h3}", T0, "main;zlib 10\nmain;web 90\n");
+    let window = [
+        ("from", "2023-01-01T00:00:00Z"),
+        ("until", "2023-01-01T00:01:00Z"),
+    ];
+    let q = format!("{CPU}{{}}");
+    let mut params = vec![("query", q.as_str()), ("price_per_core_hour", "0.1")];
+    params.extend(window);
+    let (st, v) = get(&s, "/api/v1/fleet/hottest", &params);
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["total"], json!(200 * SCALE));
+    assert_eq!(v["services"], json!(3));
+    assert_eq!(v["window_ms"], json!(60_000));
+    let rows: Vec<(String, i64, usize)> = v["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let n = e["name"].as_str().unwrap().to_string();
+            (
+                n,
+                e["value"].as_i64().unwrap(),
+                e["services"].as_u64().unwrap() as usize,
+            )
+        })
+        .collect();
+    let want = [
+        ("web", 90, 1),
+        ("zlib", 60, 3),
+        ("api", 40, 1),
+        ("db", 10, 1),
+    ];
+    let want: Vec<(String, i64, usize)> = want
+        .iter()
+        .map(|&(n, v, c)| (n.to_string(), v * SCALE, c))
+        .collect();
+    assert_eq!(rows, want);
+    let zlib = &v["entries"][1];
+    assert!(close(&zlib["share"], 0.3), "{zlib}");
+    // 0.6 core-seconds in a minute: 864 core-seconds a day; 0.24 core-hours a day
+    // at 0.1 → 8.76 a year.
+    assert!(
+        close(&zlib["cost"]["core_seconds_per_day"], 864.0),
+        "{zlib}"
+    );
+    assert!(close(&zlib["cost"]["per_year"], 8.76), "{zlib}");
+    assert!(close(&v["cost"]["core_seconds_per_day"], 2880.0), "{v}");
+
+    let mut p = params.clone();
+    p.push(("limit", "1"));
+    p.push(("by", "function_total"));
+    let (st, v) = get(&s, "/api/v1/fleet/hottest", &p);
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["entries"].as_array().unwrap().len(), 1);
+    assert_eq!(v["entries"][0]["name"], json!("main"));
+    assert_eq!(v["entries"][0]["services"], json!(3));
+
+    let mut bad = params.clone();
+    bad.push(("by", "nope"));
+    let (st, v) = get(&s, "/api/v1/fleet/hottest", &bad);
+    assert_eq!(st, 400, "{v}");
+    assert!(
+        v["message"].as_str().unwrap().contains("function_total"),
+        "{v}"
+    );
+    let (st, _) = get(
+        &s,
+        "/api/v1/fleet/hottest",
+        &[("query", q.as_str()), ("price_per_core_hour", "-1")],
+    );
+    assert_eq!(st, 400);
+    let (st, _) = get(&s, "/api/v1/fleet/hottest", &[("query", "{}")]);
+    assert_eq!(st, 400, "a query without a profile type is refused");
+    // Not CPU time: no cost.
+    ingest(&s, "api.alloc_objects{host=h1}", T0, "main;zlib 3\n");
+    let mem = "memory:alloc_objects:count:space:bytes{}";
+    let mut p = vec![("query", mem)];
+    p.extend(window);
+    let (st, v) = get(&s, "/api/v1/fleet/hottest", &p);
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["cost"], Value::Null, "{v}");
+}
+
+fn diff(s: &TestServer, compare_start_s: i64, noise: Value) -> (u16, Value) {
+    let r = s
+        .client
+        .post(format!("{}/api/v1/diff", s.url))
+        .json(
+            &json!({"profile_type": CPU, "selector": "{service_name=\"app\"}",
+            "base": {"start": T0 * 1000, "end": T0 * 1000 + 60_000},
+            "compare": {"start": compare_start_s * 1000, "end": compare_start_s * 1000 + 60_000},
+            "top": 10, "noise": noise}),
+        )
+        .send()
+        .unwrap();
+    (r.status().as_u16(), r.json().unwrap())
+}
+
+#[test]
+fn diff_within_and_outside_noise() {
+    let s = TestServer::start();
+    // Base: two hosts, 100 samples each, 60/40 and 40/60. Every split is {h1}|{h2}:
+    // M = 0.4 at N = 100·SCALE a side, so C = 0.4·√(100·SCALE); for two sides of
+    // 200·SCALE the expected distance is C/√(200·SCALE) = 0.4/√2 ≈ 0.283.
+    ingest(&s, "app.cpu{host=h1}", T0, "main;a 60\nmain;b 40\n");
+    ingest(&s, "app.cpu{host=h2}", T0, "main;a 40\nmain;b 60\n");
+    let (near, far) = (T0 + 600, T0 + 1200);
+    // 105/95: M = 0.05, within 2 × 0.283.
+    ingest(&s, "app.cpu{host=h1}", near, "main;a 55\nmain;b 45\n");
+    ingest(&s, "app.cpu{host=h2}", near, "main;a 50\nmain;b 50\n");
+    // 190/10: M = 0.9, above 2 × 0.283.
+    ingest(&s, "app.cpu{host=h1}", far, "main;a 95\nmain;b 5\n");
+    ingest(&s, "app.cpu{host=h2}", far, "main;a 95\nmain;b 5\n");
+    let expected = 0.4 / 2f64.sqrt();
+    let c = 0.4 * ((100 * SCALE) as f64).sqrt();
+
+    let (st, v) = diff(&s, near, json!({}));
+    assert_eq!(st, 200, "{v}");
+    assert!(close(&v["stats"]["manhattan"], 0.05), "{v}");
+    let n = &v["noise"];
+    assert_eq!(n["verdict"], json!("within_noise"), "{v}");
+    assert!(close(&n["expected"], expected), "{n}");
+    assert!(close(&n["c"], c), "{n}");
+    assert_eq!(
+        (n["hosts"].clone(), n["margin"].clone()),
+        (json!(2), json!(2.0))
+    );
+
+    let (st, v) = diff(&s, far, json!({"host_label": "host", "margin": 2.0}));
+    assert_eq!(st, 200, "{v}");
+    assert!(close(&v["stats"]["manhattan"], 0.9), "{v}");
+    assert_eq!(v["noise"]["verdict"], json!("significant"), "{v}");
+    // With a margin above 0.9 / 0.283 ≈ 3.18 the same change is within noise.
+    let (_, v) = diff(&s, far, json!({"margin": 3.5}));
+    assert_eq!(v["noise"]["verdict"], json!("within_noise"), "{v}");
+
+    let (_, v) = diff(&s, far, json!({"host_label": "zone"}));
+    assert_eq!(v["noise"]["verdict"], json!("unknown"), "{v}");
+    let (st, v) = diff(&s, far, json!({"margin": -1}));
+    assert_eq!(st, 400, "{v}");
+    let (st, v) = diff(&s, far, json!({"bogus": 1}));
+    assert_eq!(st, 400, "{v}");
+    // Without the option the answer has no noise field.
+    let (_, v) = diff(&s, far, Value::Null);
+    assert!(v.get("noise").is_none(), "{v}");
+}
+
+/// One hardware-event pprof upload: `leaf → value` under `main`.
+fn ingest_events(s: &TestServer, event: &str, svc: &str, platform: &str, stacks: &[(&str, i64)]) {
+    let stacks: Vec<(Vec<String>, Vec<i64>)> = stacks
+        .iter()
+        .map(|(leaf, v)| (vec!["main".to_string(), leaf.to_string()], vec![*v]))
+        .collect();
+    let p = common::build_pprof(
+        &[(event, "count")],
+        (event, "count", 1),
+        &stacks,
+        &[],
+        T0 * 1_000_000_000,
+    );
+    let r = s
+        .client
+        .post(format!("{}/ingest", s.url))
+        .query(&[
+            ("name", format!("{svc}{{platform={platform}}}")),
+            ("format", "pprof".into()),
+        ])
+        .body(common::encode(&p))
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().unwrap_or_default());
+}
+
+/// GWP's NumCrunch / MemBench example through pprof uploads of `cycles` and
+/// `instructions`: today's even spread costs 500 cycles, the suggestion 400.
+#[test]
+fn cpi_and_assignment_over_http() {
+    let s = TestServer::start();
+    for p in ["p1", "p2"] {
+        ingest_events(&s, "cycles", "numcrunch", p, &[("crunch", 100)]);
+        ingest_events(&s, "instructions", "numcrunch", p, &[("crunch", 100)]);
+        ingest_events(
+            &s,
+            "instructions",
+            "membench",
+            p,
+            &[("memcpy", 50), ("compute", 50)],
+        );
+    }
+    ingest_events(
+        &s,
+        "cycles",
+        "membench",
+        "p1",
+        &[("memcpy", 50), ("compute", 50)],
+    );
+    ingest_events(
+        &s,
+        "cycles",
+        "membench",
+        "p2",
+        &[("memcpy", 150), ("compute", 50)],
+    );
+    let window = [
+        ("from", "2023-01-01T00:00:00Z"),
+        ("until", "2023-01-01T00:01:00Z"),
+    ];
+    let (st, v) = get(&s, "/api/v1/fleet/cpi", &window);
+    assert_eq!(st, 200, "{v}");
+    let rows: Vec<(String, i64, i64, f64)> = v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let k = format!(
+                "{}/{}",
+                r["key"][0].as_str().unwrap(),
+                r["key"][1].as_str().unwrap()
+            );
+            let n = |f: &str| r[f].as_i64().unwrap();
+            (
+                k,
+                n("cycles"),
+                n("instructions"),
+                r["cpi"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    let want = [
+        ("membench/p1", 100, 100, 1.0),
+        ("membench/p2", 200, 100, 2.0),
+        ("numcrunch/p1", 100, 100, 1.0),
+        ("numcrunch/p2", 100, 100, 1.0),
+    ];
+    let want: Vec<(String, i64, i64, f64)> = want
+        .iter()
+        .map(|&(k, c, i, x)| (k.to_string(), c, i, x))
+        .collect();
+    assert_eq!(rows, want);
+
+    let mut p = window.to_vec();
+    p.push(("by_function", "true"));
+    let (st, v) = get(&s, "/api/v1/fleet/cpi", &p);
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["keys"], json!(["service_name", "platform", "function"]));
+    let memcpy_p2 = v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["key"] == json!(["membench", "p2", "memcpy"]))
+        .unwrap();
+    assert_eq!(memcpy_p2["cpi"], json!(3.0));
+
+    let (st, v) = get(&s, "/api/v1/fleet/assignment", &window);
+    assert_eq!(st, 200, "{v}");
+    assert!(close(&v["cycles_today"], 500.0), "{v}");
+    assert!(close(&v["cycles_suggested"], 400.0), "{v}");
+    assert!(close(&v["cycles_saved"], 100.0), "{v}");
+    assert_eq!(v["capacity_cycles"], json!([200.0, 300.0]));
+    let suggested: Vec<(String, String, i64)> = v["placement"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["instructions_suggested"].as_f64().unwrap() > 0.5)
+        .map(|m| {
+            let s = |f: &str| m[f].as_str().unwrap().to_string();
+            let n = m["instructions_suggested"].as_f64().unwrap().round() as i64;
+            (s("service"), s("platform"), n)
+        })
+        .collect();
+    let want = vec![
+        ("membench".to_string(), "p1".to_string(), 200),
+        ("numcrunch".to_string(), "p2".to_string(), 200),
+    ];
+    assert_eq!(suggested, want);
+
+    let mut bad = window.to_vec();
+    bad.push(("by_function", "true"));
+    let (st, v) = get(&s, "/api/v1/fleet/assignment", &bad);
+    assert_eq!(st, 400, "{v}");
+    let (st, v) = get(&s, "/api/v1/fleet/cpi", &[("cycles_type", "nope")]);
+    assert_eq!(st, 400, "{v}");
+}
+
+#[test]
+fn variance_names_the_slow_host_and_its_function() {
+    let s = TestServer::start();
+    for h in ["h1", "h2", "h3"] {
+        ingest(
+            &s,
+            &format!("api.cpu{{host={h}}}"),
+            T0,
+            "main;serve 100\nmain;gc 10\n",
+        );
+    }
+    ingest(
+        &s,
+        "api.cpu{host=h4}",
+        T0,
+        "main;serve 100\nmain;gc 10\nmain;lock 200\n",
+    );
+    ingest(&s, "db.cpu{host=h5}", T0, "main;query 90\n");
+    ingest(&s, "db.cpu{host=h6}", T0, "main;query 110\n");
+    let q = format!("{CPU}{{}}");
+    let params = [
+        ("query", q.as_str()),
+        ("from", "2023-01-01T00:00:00Z"),
+        ("until", "2023-01-01T00:01:00Z"),
+        ("explain", "1"),
+    ];
+    let (st, v) = get(&s, "/api/v1/fleet/variance", &params);
+    assert_eq!(st, 200, "{v}");
+    let g = &v["groups"][0];
+    assert_eq!(g["group"], json!({"service_name": "api"}));
+    assert_eq!(g["units"], json!(4));
+    assert!(close(&g["mean"], 160.0 * SCALE as f64), "{g}");
+    assert!(close(&g["cov"], 7500f64.sqrt() / 160.0), "{g}");
+    assert_eq!(g["max_unit"]["name"], json!("h4"));
+    assert_eq!(g["explainers"][0]["function"], json!("lock"));
+    assert!(
+        close(&g["explainers"][0]["high_share"], 200.0 / 310.0),
+        "{g}"
+    );
+    assert!(close(&v["groups"][1]["cov"], 0.1), "{v}");
+    let mut bad = params.to_vec();
+    bad.push(("unit", "service_name"));
+    let (st, v) = get(&s, "/api/v1/fleet/variance", &bad);
+    assert_eq!(st, 400, "{v}");
+}

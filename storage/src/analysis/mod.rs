@@ -1,0 +1,34 @@
+//! Fleet analyses (Google-Wide Profiling, Ren et al. 2010): questions answered over
+//! the whole fleet's profiles rather than one service's flame graph.
+//!
+//! The algorithms here are pure functions over group-by rows, so each can be tested
+//! on hand-built inputs and checked against a brute-force form; the querier
+//! (`crate::querier::fleet`) feeds them from the store.
+//!
+//! - `hottest`: functions and binaries ranked by their share of every service's
+//!   samples, with the number of services each appears in, and their cost.
+//! - `noise`: GWP's sampling-noise model M(N) ≈ C/√N, fitted per profile type by
+//!   splitting the hosts, and the verdict on a diff's distance.
+//! - `cpi`: cycles per instruction per (service, platform), with the totals behind it.
+//! - `assign`: the linear program placing applications on the platforms where they
+//!   run best.
+//! - `variance`: Pythia's variance hunting — the CoV of unit costs per group of
+//!   units that should behave alike, and the functions that explain the spread.
+
+pub mod assign;
+pub mod cpi;
+pub mod hottest;
+pub mod noise;
+pub mod variance;
+
+/// Group-by rows from `(key, value)` pairs, for the analyses' unit tests.
+#[cfg(test)]
+pub(crate) fn test_rows(rows: &[(&[&str], i64)]) -> crate::query::groupby::GroupAcc {
+    crate::query::groupby::GroupAcc {
+        rows: rows
+            .iter()
+            .map(|(k, v)| (k.iter().map(|s| s.to_string()).collect(), *v))
+            .collect(),
+        total: rows.iter().map(|r| r.1).sum(),
+    }
+}
