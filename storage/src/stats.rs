@@ -27,6 +27,10 @@ counters! {
     wal_syncs => "fsync calls on the write-ahead log.",
     wal_replayed_records => "WAL records replayed at open.",
     wal_truncated_bytes => "Bytes dropped from torn or corrupt WAL tails at open.",
+    wal_removed_bytes => "Bytes of WAL files deleted because segments hold their records.",
+    wal_removed_files => "WAL files deleted because segments hold their records.",
+    early_flushes_head => "Open partitions flushed early because the head passed its budget.",
+    early_flushes_wal => "Open partitions flushed early because the WAL passed the head budget.",
     segments_flushed => "Segments written from the head.",
     flush_errors => "Failed segment flushes (retried).",
     segments_quarantined => "Segments moved to quarantine because they failed verification.",
@@ -65,4 +69,10 @@ pub struct Gauges {
     pub segment_cache_bytes: u64,
     /// 1 while the after-open warm-up is decoding segments into the cache.
     pub segment_cache_warming: u64,
+    /// Bytes in the WAL files (what a replay after a crash would read).
+    pub wal_bytes: u64,
+    /// Bytes the WAL writer's group-commit buffer holds.
+    pub wal_buffer_bytes: u64,
+    /// Approximate bytes of the shared name-level frame tree queries build.
+    pub frame_tree_bytes: u64,
 }
