@@ -58,6 +58,9 @@ pub struct StoreConfig {
     /// Decode the newest segments into the cache after open (up to half of it), and
     /// each flushed segment as it is written. Default on.
     pub warm_segment_cache: bool,
+    /// Nodes of the shared name-level frame tree merges build on; past it the next
+    /// query starts a fresh tree. About 32 bytes a node plus its names. Default 4 M.
+    pub frame_tree_max_nodes: usize,
     /// Threads scanning segments in one query (0 = number of CPUs).
     pub query_threads: usize,
     /// zstd level for segment columns.
@@ -115,6 +118,7 @@ impl Default for StoreConfig {
             write_queue: 64,
             segment_cache_bytes: 1 << 30,
             warm_segment_cache: true,
+            frame_tree_max_nodes: 4_000_000,
             query_threads: 0,
             zstd_level: 3,
             background_flush: true,

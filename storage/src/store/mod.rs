@@ -152,7 +152,7 @@ impl Store {
             next_lsn: AtomicU64::new(r.next_lsn),
             next_segment_id: AtomicU64::new(r.next_segment_id),
             segments_version: AtomicU64::new(1),
-            frames: Default::default(),
+            frames: Frames::new(cfg.frame_tree_max_nodes),
             cache: segments::segment_cache(cfg.segment_cache_bytes),
             stats: r.stats,
             closed: AtomicBool::new(false),
