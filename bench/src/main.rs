@@ -11,6 +11,7 @@ mod lifecycle_suite;
 mod query_suite;
 mod report;
 mod server;
+mod soak_suite;
 mod storage_suite;
 mod ui_suite;
 
@@ -59,6 +60,10 @@ enum Suite {
     /// served, navigation to a drawn flame graph (cold and cached), and frames per
     /// second while zooming a 10,000-node flame graph. Skips without Chromium.
     Ui(ui_suite::Args),
+    /// Ingest (high-cardinality and Zipf generators) and queries together against a
+    /// spawned `profiledb --memory-mb`: RSS, each memory part, WAL bytes and query
+    /// p50/p99 over time, then the restart time to /ready after kill -9.
+    Soak(soak_suite::Args),
     /// One compaction pass of the `lifecycle` suite in a process of its own (its
     /// peak RSS is that pass's alone). Internal.
     #[command(hide = true)]
@@ -74,6 +79,7 @@ fn main() -> anyhow::Result<()> {
         Suite::Lifecycle(args) => lifecycle_suite::run(args),
         Suite::Agent(args) => agent_suite::run(args),
         Suite::Ui(args) => ui_suite::run(args),
+        Suite::Soak(args) => soak_suite::run(args),
         Suite::LifecycleStep(args) => lifecycle_suite::run_step(args),
     }
 }

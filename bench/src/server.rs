@@ -1,7 +1,8 @@
 //! A real profiledb server in the bench process, on a loopback port: what the
 //! ingest, query and agent suites measure against.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -63,4 +64,32 @@ impl Running {
         }
         Ok(())
     }
+}
+
+/// A binary of this workspace (`bin` of `package`), built with cargo for this
+/// bench's profile when run through cargo, found beside the bench binary.
+pub fn workspace_binary(package: &str, bin: &str) -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let dir = exe.parent().context("bench binary has no directory")?;
+    if let Ok(cargo) = std::env::var("CARGO") {
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "-q", "-p", package, "--bin", bin]);
+        if !cfg!(debug_assertions) {
+            cmd.arg("--release");
+        }
+        let st = cmd
+            .status()
+            .with_context(|| format!("running cargo build -p {package}"))?;
+        if !st.success() {
+            bail!("cargo build -p {package} failed");
+        }
+    }
+    let p = dir.join(bin);
+    if !p.exists() {
+        bail!(
+            "{} not found: build it with `cargo build --release -p {package}`",
+            p.display()
+        );
+    }
+    Ok(p)
 }
