@@ -182,6 +182,7 @@ pub fn render_metrics(state: &AppState, out: &mut String) {
         }
     }
     if let Some(store) = state.store_if_open() {
+        render_sizing(&store.gauges(), out);
         let _ = writeln!(
             out,
             "# HELP profiledb_wal_bytes Bytes in the WAL files (what a replay after a crash reads; bounded by the head budget).\n# TYPE profiledb_wal_bytes gauge\nprofiledb_wal_bytes {}",
@@ -193,6 +194,32 @@ pub fn render_metrics(state: &AppState, out: &mut String) {
         out,
         "# HELP profiledb_wal_replay_bytes WAL bytes replayed at the last open, of profiledb_wal_replay_total_bytes.\n# TYPE profiledb_wal_replay_bytes gauge\nprofiledb_wal_replay_bytes {done}\n# HELP profiledb_wal_replay_total_bytes WAL bytes to replay at the last open.\n# TYPE profiledb_wal_replay_total_bytes gauge\nprofiledb_wal_replay_total_bytes {total}"
     );
+}
+
+/// Index and dictionary bytes per series and per distinct stack (stack-tree node)
+/// in the head, so a user can size a node for a cardinality.
+fn render_sizing(g: &profiledb_storage::Gauges, out: &mut String) {
+    let per = |bytes: u64, n: u64| if n == 0 { 0 } else { bytes / n };
+    for (name, help, v) in [
+        ("profiledb_head_series", "Series in the head.", g.head_series),
+        (
+            "profiledb_head_stack_nodes",
+            "Distinct stack prefixes (stack-tree nodes) in the head's dictionaries.",
+            g.head_stack_nodes,
+        ),
+        (
+            "profiledb_head_index_bytes_per_series",
+            "Bytes of label sets and label index per series in the head.",
+            per(g.head_index_bytes, g.head_series),
+        ),
+        (
+            "profiledb_head_dictionary_bytes_per_stack_node",
+            "Dictionary bytes (strings, functions, locations, stack tree) per distinct stack prefix in the head.",
+            per(g.head_dictionary_bytes, g.head_stack_nodes),
+        ),
+    ] {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+    }
 }
 
 #[cfg(test)]

@@ -336,6 +336,11 @@ fn a_merge_past_the_query_budget_fails_with_422() {
         );
     }
     assert!(text.contains("profiledb_memory_limit_bytes{part=\"query\"} 786432"));
+    // Sizing figures: one series, 4,000 distinct stacks under `main`.
+    assert_eq!(metric(&url, "profiledb_head_series"), 1);
+    assert!(metric(&url, "profiledb_head_stack_nodes") >= 4_001);
+    assert!(metric(&url, "profiledb_head_index_bytes_per_series") > 0);
+    assert!(metric(&url, "profiledb_head_dictionary_bytes_per_stack_node") > 0);
     child.kill().unwrap();
     child.wait().unwrap();
 }

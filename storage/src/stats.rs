@@ -75,4 +75,12 @@ pub struct Gauges {
     pub wal_buffer_bytes: u64,
     /// Approximate bytes of the shared name-level frame tree queries build.
     pub frame_tree_bytes: u64,
+    /// Series in the head (summed over partitions).
+    pub head_series: u64,
+    /// Stack-tree nodes in the head's dictionaries (distinct stack prefixes).
+    pub head_stack_nodes: u64,
+    /// Bytes of the head's series label sets and label index.
+    pub head_index_bytes: u64,
+    /// Bytes of the head's dictionaries (strings, functions, locations, stack tree).
+    pub head_dictionary_bytes: u64,
 }

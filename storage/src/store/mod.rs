@@ -331,6 +331,11 @@ impl Store {
             g.head_partitions += 1;
             g.head_bytes += p.approx_bytes() as u64;
             g.head_rows += p.rows() as u64;
+            let (series, nodes, index, dict) = p.footprint();
+            g.head_series += series as u64;
+            g.head_stack_nodes += nodes as u64;
+            g.head_index_bytes += index as u64;
+            g.head_dictionary_bytes += dict as u64;
         }
         g
     }
