@@ -199,7 +199,7 @@ pub fn render_metrics(state: &AppState, out: &mut String) {
 /// Index and dictionary bytes per series and per distinct stack (stack-tree node)
 /// in the head, so a user can size a node for a cardinality.
 fn render_sizing(g: &profiledb_storage::Gauges, out: &mut String) {
-    let per = |bytes: u64, n: u64| if n == 0 { 0 } else { bytes / n };
+    let per = |bytes: u64, n: u64| bytes.checked_div(n).unwrap_or(0);
     for (name, help, v) in [
         ("profiledb_head_series", "Series in the head.", g.head_series),
         (

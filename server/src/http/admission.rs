@@ -95,7 +95,7 @@ impl Admission {
                 "resource_exhausted",
                 format!(
                     "the query memory budget ({} MiB, --query-memory-mb) is taken by running queries; retry shortly",
-                    u64::from(self.limit_units) * UNIT >> 20
+                    self.limit_bytes() >> 20
                 ),
             )),
         }
