@@ -34,18 +34,7 @@ impl Running {
         let handle = rt.spawn(server.run(async move {
             let _ = rx.await;
         }));
-        let client = reqwest::blocking::Client::new();
-        let t = Instant::now();
-        while !client
-            .get(format!("{url}/ready"))
-            .send()
-            .is_ok_and(|r| r.status() == 200)
-        {
-            if t.elapsed() > Duration::from_secs(120) {
-                bail!("server at {url} not ready after 120 s");
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_ready(&url, Instant::now(), Duration::from_secs(120))?;
         Ok(Running {
             rt,
             url,
@@ -92,4 +81,20 @@ pub fn workspace_binary(package: &str, bin: &str) -> anyhow::Result<PathBuf> {
         );
     }
     Ok(p)
+}
+
+/// Polls `url/ready` until it answers 200; fails once `limit` has passed since `t`.
+pub fn wait_ready(url: &str, t: Instant, limit: Duration) -> anyhow::Result<()> {
+    let client = reqwest::blocking::Client::new();
+    while !client
+        .get(format!("{url}/ready"))
+        .send()
+        .is_ok_and(|r| r.status() == 200)
+    {
+        if t.elapsed() > limit {
+            bail!("server at {url} not ready after {} s", limit.as_secs());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(())
 }

@@ -26,7 +26,7 @@ use crate::agent_suite::status_kib;
 use crate::fleet::{Rng, CPU_TYPE};
 use crate::query_suite::p50_p99;
 use crate::report::{self, human_bytes};
-use crate::server::workspace_binary;
+use crate::server::{wait_ready, workspace_binary};
 
 const VOCABULARY: usize = 20_000;
 const SERVICES: usize = 500;
@@ -133,17 +133,7 @@ fn spawn(bin: &Path, dir: &Path, memory_mb: u64) -> anyhow::Result<(Spawned, f64
         .spawn()
         .with_context(|| format!("starting {}", bin.display()))?;
     let url = format!("http://127.0.0.1:{port}");
-    let client = reqwest::blocking::Client::new();
-    while !client
-        .get(format!("{url}/ready"))
-        .send()
-        .is_ok_and(|r| r.status() == 200)
-    {
-        if t.elapsed() > Duration::from_secs(600) {
-            bail!("server not ready after 600 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_ready(&url, t, Duration::from_secs(600))?;
     Ok((Spawned { child, url }, t.elapsed().as_secs_f64()))
 }
 
