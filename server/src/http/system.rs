@@ -58,3 +58,27 @@ async fn prometheus(State(state): State<AppRef>) -> impl IntoResponse {
         body,
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::{AppState, ServeOptions};
+
+    /// Before the store is open `/ready` is 503 with the replay's progress as JSON.
+    #[tokio::test]
+    async fn ready_reports_replay_progress_until_the_store_opens() {
+        let state = Arc::new(AppState::new(ServeOptions::default()));
+        let resp = ready(State(state)).await;
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(resp.headers()[header::RETRY_AFTER], "1");
+        let body = axum::body::to_bytes(resp.into_body(), 1 << 16)
+            .await
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["status"], "replaying");
+        assert_eq!(v["replayed_bytes"], 0);
+        assert_eq!(v["total_bytes"], 0);
+    }
+}
