@@ -112,17 +112,31 @@ impl Admission {
     }
 }
 
-/// Middleware of the query routes.
-pub async fn heavy(State(state): State<AppRef>, req: Request, next: Next) -> Response {
-    admitted(state, Weight::Heavy, req, next).await
+/// How much a request to `path` is expected to hold: label discovery is light,
+/// everything else on the query routes (merges, diffs, group-bys, series over time,
+/// renders) reserves a merge's budget.
+pub fn weight_of(path: &str) -> Weight {
+    const LIGHT: [&str; 9] = [
+        "/api/v1/profile_types",
+        "/api/v1/labels",
+        "/api/v1/label_values",
+        "/api/v1/series",
+        "/querier.v1.QuerierService/ProfileTypes",
+        "/querier.v1.QuerierService/LabelNames",
+        "/querier.v1.QuerierService/LabelValues",
+        "/querier.v1.QuerierService/Series",
+        "/pyroscope/label-values",
+    ];
+    if LIGHT.contains(&path) {
+        Weight::Light
+    } else {
+        Weight::Heavy
+    }
 }
 
-/// Middleware of the label-discovery routes.
-pub async fn light(State(state): State<AppRef>, req: Request, next: Next) -> Response {
-    admitted(state, Weight::Light, req, next).await
-}
-
-async fn admitted(state: AppRef, weight: Weight, req: Request, next: Next) -> Response {
+/// Middleware of the query and label routes.
+pub async fn admit(State(state): State<AppRef>, req: Request, next: Next) -> Response {
+    let weight = weight_of(req.uri().path());
     match state.admission.admit(weight).await {
         Ok(_held) => next.run(req).await,
         Err(e) => e.into_response(),
@@ -148,6 +162,20 @@ mod tests {
         assert_eq!(a.reserved_bytes(), (2 << 20) + (32 << 10).max(UNIT));
         drop((second, light));
         assert_eq!(a.reserved_bytes(), 0);
+    }
+
+    #[test]
+    fn merges_are_heavy_and_label_discovery_light() {
+        assert_eq!(weight_of("/api/v1/merge"), Weight::Heavy);
+        assert_eq!(
+            weight_of("/querier.v1.QuerierService/SelectMergeStacktraces"),
+            Weight::Heavy
+        );
+        assert_eq!(weight_of("/api/v1/labels"), Weight::Light);
+        assert_eq!(
+            weight_of("/querier.v1.QuerierService/LabelNames"),
+            Weight::Light
+        );
     }
 
     #[tokio::test]

@@ -48,11 +48,11 @@ pub fn router(state: AppRef) -> Router {
         .merge(ingest::routes())
         .merge(labels::routes().route_layer(middleware::from_fn_with_state(
             state.clone(),
-            admission::light,
+            admission::admit,
         )))
         .merge(query::routes().route_layer(middleware::from_fn_with_state(
             state.clone(),
-            admission::heavy,
+            admission::admit,
         )))
         .merge(admin::routes())
         .merge(alerts::routes())
