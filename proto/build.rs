@@ -13,11 +13,14 @@ use protox::file::{ChainFileResolver, DescriptorSetFileResolver, IncludeFileReso
 const SCHEMA_DIR: &str = "schema";
 const PPROF: &str = "perftools/profiles/profile.proto";
 const PYROSCOPE_PPROF: &str = "google/v1/profile.proto";
-const FILES: [&str; 4] = [
+const FILES: [&str; 7] = [
     PPROF,
     "types/v1/types.proto",
     "push/v1/push.proto",
     "querier/v1/querier.proto",
+    "version/v1/version.proto",
+    "capabilities/v1/feature_flags.proto",
+    "settings/v1/setting.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -42,19 +45,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
     std::fs::write(out.join("descriptors.bin"), all.encode_to_vec())?;
 
-    // Rust types for the derived alias would be a second pprof type: the server
-    // encodes `perftools.profiles.Profile`, whose bytes are the same message.
-    let generated = FileDescriptorSet {
-        file: all
-            .file
-            .into_iter()
-            .filter(|f| f.name() != PYROSCOPE_PPROF)
-            .collect(),
-    };
+    // The derived alias gets no Rust types of its own (that would be a second pprof
+    // type): `extern_path` maps `google.v1` onto `perftools.profiles`, whose bytes
+    // are the same message, so a field of type `google.v1.Profile` is our pprof.
     prost_build::Config::new()
         // Zero-copy string table: entries become `Bytes` slices of the input buffer.
         .bytes([".perftools.profiles.Profile.string_table"])
-        .compile_fds(generated)?;
+        .extern_path(".google.v1", "crate::perftools::profiles")
+        .compile_fds(all)?;
     Ok(())
 }
 

@@ -59,6 +59,33 @@ pub mod querier {
     }
 }
 
+/// Generated code for Pyroscope's `version.v1` package.
+#[allow(clippy::all, missing_docs)]
+pub mod version {
+    /// `version.v1`: which query API generation the server speaks.
+    pub mod v1 {
+        include!(concat!(env!("OUT_DIR"), "/version.v1.rs"));
+    }
+}
+
+/// Generated code for Pyroscope's `capabilities.v1` package.
+#[allow(clippy::all, missing_docs)]
+pub mod capabilities {
+    /// `capabilities.v1`: the feature flags a client may rely on.
+    pub mod v1 {
+        include!(concat!(env!("OUT_DIR"), "/capabilities.v1.rs"));
+    }
+}
+
+/// Generated code for Pyroscope's `settings.v1` package.
+#[allow(clippy::all, missing_docs)]
+pub mod settings {
+    /// `settings.v1`: named values stored per tenant.
+    pub mod v1 {
+        include!(concat!(env!("OUT_DIR"), "/settings.v1.rs"));
+    }
+}
+
 /// Short path to the pprof messages.
 pub use perftools::profiles as pprof;
 

@@ -9,6 +9,8 @@ pub struct ApiError {
     pub status: StatusCode,
     pub code: &'static str,
     pub message: String,
+    /// `Retry-After` of a 429, in seconds (1 when unset).
+    pub retry_after_secs: Option<u64>,
 }
 
 impl ApiError {
@@ -17,7 +19,14 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            retry_after_secs: None,
         }
+    }
+
+    /// A 429 that knows when the request could pass.
+    pub fn with_retry_after(mut self, secs: u64) -> Self {
+        self.retry_after_secs = Some(secs);
+        self
     }
 
     pub fn bad_request(message: impl Into<String>) -> Self {
@@ -67,13 +76,14 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = serde_json::json!({"code": self.code, "message": self.message});
         let mut resp = (self.status, axum::Json(body)).into_response();
-        // Both mean "not now": a full queue or budget (429), or a server busy,
+        // Both mean "not now": a full queue, budget or rate (429), or a server busy,
         // opening or over a query budget (503).
         if self.status == StatusCode::TOO_MANY_REQUESTS
             || self.status == StatusCode::SERVICE_UNAVAILABLE
         {
+            let secs = self.retry_after_secs.unwrap_or(1).max(1);
             resp.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         resp
     }
@@ -104,6 +114,7 @@ impl From<crate::pipeline::PipelineError> for ApiError {
                 ApiError::new(StatusCode::TOO_MANY_REQUESTS, "resource_exhausted", m)
             }
             P::Closed => ApiError::unavailable("the server is shutting down"),
+            P::Limit(e) => e.into(),
         }
     }
 }

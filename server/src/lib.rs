@@ -13,6 +13,7 @@ pub mod memory;
 pub mod metrics;
 pub mod pipeline;
 pub mod retention;
+pub mod tenancy;
 pub mod time;
 
 use std::net::SocketAddr;
@@ -54,6 +55,8 @@ pub struct ServeOptions {
     pub admin_token: Option<String>,
     /// Alert rules from a file and where notifications go.
     pub alerts: alerts::AlertOptions,
+    /// Authentication and per-tenant limits.
+    pub tenancy: tenancy::TenancyOptions,
 }
 
 impl Default for ServeOptions {
@@ -70,6 +73,7 @@ impl Default for ServeOptions {
             query_queue_wait: std::time::Duration::from_secs(10),
             admin_token: None,
             alerts: alerts::AlertOptions::default(),
+            tenancy: tenancy::TenancyOptions::default(),
         }
     }
 }
@@ -88,13 +92,16 @@ pub struct AppState {
     /// The WAL replay's progress while the store opens (for `/ready`).
     pub replay: ReplayProgress,
     pub http: HttpMetrics,
+    /// Credentials and per-tenant limits.
+    pub tenancy: Arc<tenancy::Tenancy>,
     pub started: Instant,
     pub options: ServeOptions,
 }
 
 impl AppState {
-    pub fn new(options: ServeOptions) -> Self {
+    pub fn new(options: ServeOptions, tenancy: tenancy::Tenancy) -> Self {
         AppState {
+            tenancy: Arc::new(tenancy),
             store: OnceLock::new(),
             pipeline: OnceLock::new(),
             querier: OnceLock::new(),
@@ -159,9 +166,10 @@ impl Server {
         let listener = TcpListener::bind(options.listen)
             .await
             .with_context(|| format!("cannot listen on {}", options.listen))?;
+        let tenancy = tenancy::Tenancy::open(options.tenancy.clone())?;
         Ok(Server {
             listener,
-            state: Arc::new(AppState::new(options)),
+            state: Arc::new(AppState::new(options, tenancy)),
         })
     }
 
@@ -215,9 +223,11 @@ impl Server {
                                 return;
                             }
                         }
-                        let _ = state
-                            .pipeline
-                            .set(Pipeline::start(store.clone(), state.options.ingest.clone()));
+                        let ingest = PipelineConfig {
+                            admission: Some(state.tenancy.admission().clone()),
+                            ..state.options.ingest.clone()
+                        };
+                        let _ = state.pipeline.set(Pipeline::start(store.clone(), ingest));
                         let _ = state.store.set(store);
                         info!(data_dir = %dir.display(), "store open; ready");
                     }
@@ -230,6 +240,9 @@ impl Server {
             })
         };
         info!(%addr, data_dir = %state.options.data_dir.display(), "profiledb listening on http://{addr}");
+        if state.tenancy.credentials().is_some() {
+            tokio::spawn(state.tenancy.clone().reload_on_sighup());
+        }
 
         let open_failure = Arc::new(std::sync::Mutex::new(None::<anyhow::Error>));
         let stop = {

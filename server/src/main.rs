@@ -52,6 +52,8 @@ enum Fsync {
     Never,
 }
 
+// Parsed once at start-up and matched at once: the size of `Serve` costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Run the server.
@@ -134,6 +136,13 @@ enum Command {
         /// http://<listen address>).
         #[arg(long, value_name = "URL")]
         external_url: Option<String>,
+        #[command(flatten)]
+        tenancy: profiledb::tenancy::cli::TenancyArgs,
+    },
+    /// Manage the auth file: tenants and their tokens.
+    Auth {
+        #[command(subcommand)]
+        command: profiledb::tenancy::cli::AuthCommand,
     },
     /// Print the functions whose share moved most between two time ranges, with the
     /// Manhattan distance, entropies and sample counts (asks a running server).
@@ -481,6 +490,7 @@ fn main() -> anyhow::Result<()> {
             alertmanager_url,
             alert_webhook_url,
             external_url,
+            tenancy,
         } => {
             let rules = match &rules {
                 None => Vec::new(),
@@ -550,6 +560,7 @@ fn main() -> anyhow::Result<()> {
                     rules,
                     resend_delay: None,
                 },
+                tenancy: tenancy.options()?,
             };
             let rt = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
             rt.block_on(async {
@@ -557,6 +568,7 @@ fn main() -> anyhow::Result<()> {
                 server.run(shutdown_signal()).await
             })
         }
+        Command::Auth { command } => command.run(),
         Command::Compact {
             data_dir,
             tenant,

@@ -17,6 +17,8 @@ use crossbeam::channel::{self, Receiver, Sender, TrySendError};
 use profiledb_storage::{now_ms, Batch, StorageError, Store, TenantId};
 use tracing::debug;
 
+use crate::tenancy::{Admission, LimitExceeded};
+
 use profiledb_ingest::{
     decode_ingest, decode_push, push_to_batch, IngestBody, IngestError, IngestParams, Limits,
     PushEncoding,
@@ -34,6 +36,21 @@ pub enum Payload {
     },
     /// `push.v1.PusherService/Push`.
     Push { encoding: PushEncoding, body: Bytes },
+}
+
+impl Payload {
+    /// Bytes as sent, which the tenant's ingestion rate counts.
+    pub fn wire_bytes(&self) -> u64 {
+        let n = match self {
+            Payload::Raw { body, .. } | Payload::Push { body, .. } => body.len(),
+            Payload::Multipart {
+                profile,
+                sample_type_config,
+                ..
+            } => profile.len() + sample_type_config.as_ref().map_or(0, Bytes::len),
+        };
+        n as u64
+    }
 }
 
 /// One upload to decode and store.
@@ -81,6 +98,9 @@ pub enum PipelineError {
     OverMemory(String),
     #[error("the ingest pipeline is shutting down")]
     Closed,
+    /// Over one of the tenant's limits.
+    #[error(transparent)]
+    Limit(#[from] LimitExceeded),
 }
 
 #[derive(Clone, Debug)]
@@ -100,6 +120,8 @@ pub struct PipelineConfig {
     /// is always let in, so a body under `max_body_bytes` is never refused forever.
     /// Default 256 MiB.
     pub memory_bytes: u64,
+    /// Per-tenant limits uploads are admitted against (none: no limit).
+    pub admission: Option<Arc<Admission>>,
 }
 
 /// Memory an upload holds while queued and decoded, per byte of body: the body,
@@ -115,6 +137,7 @@ impl Default for PipelineConfig {
             max_future_skew_ms: 10 * 60_000,
             max_age_ms: None,
             memory_bytes: 256 << 20,
+            admission: None,
         }
     }
 }
@@ -139,20 +162,6 @@ struct Inflight {
 impl Drop for Inflight {
     fn drop(&mut self) {
         self.counter.fetch_sub(self.bytes, Ordering::Relaxed);
-    }
-}
-
-impl Payload {
-    /// Bytes of the body as received.
-    fn len(&self) -> usize {
-        match self {
-            Payload::Raw { body, .. } | Payload::Push { body, .. } => body.len(),
-            Payload::Multipart {
-                profile,
-                sample_type_config,
-                ..
-            } => profile.len() + sample_type_config.as_ref().map_or(0, |c| c.len()),
-        }
     }
 }
 
@@ -207,6 +216,11 @@ impl Pipeline {
         job: Job,
     ) -> Result<tokio::sync::oneshot::Receiver<Result<Stored, PipelineError>>, PipelineError> {
         let tx = self.tx.as_ref().ok_or(PipelineError::Closed)?;
+        if let Some(a) = &self.config.admission {
+            // Bytes are charged before decoding, so a tenant over its rate costs no
+            // decoder time.
+            a.admit_bytes(&job.tenant, job.payload.wire_bytes())?;
+        }
         let inflight = self.reserve(&job).inspect_err(|_| {
             self.stats.rejected_memory.fetch_add(1, Ordering::Relaxed);
         })?;
@@ -242,7 +256,7 @@ impl Pipeline {
                 head_max >> 20
             )));
         }
-        let bytes = (job.payload.len() as u64).saturating_mul(DECODE_FACTOR);
+        let bytes = job.payload.wire_bytes().saturating_mul(DECODE_FACTOR);
         let limit = self.config.memory_bytes;
         let mut cur = self.inflight.load(Ordering::Relaxed);
         loop {
@@ -308,35 +322,46 @@ fn worker(
     }
 }
 
-/// Decodes one upload into a batch (no storage involved).
-pub fn decode(job: &Job, limits: &Limits) -> Result<Batch, IngestError> {
-    match &job.payload {
-        Payload::Raw { params, body } => decode_ingest(
-            params,
-            IngestBody::Raw(body),
-            job.tenant.clone(),
-            job.received_ms,
-            limits,
+/// Decodes one upload into a batch and the number of profiles it carried (no
+/// storage involved).
+pub fn decode(job: &Job, limits: &Limits) -> Result<(Batch, u64), IngestError> {
+    Ok(match &job.payload {
+        Payload::Raw { params, body } => (
+            decode_ingest(
+                params,
+                IngestBody::Raw(body),
+                job.tenant.clone(),
+                job.received_ms,
+                limits,
+            )?,
+            1,
         ),
         Payload::Multipart {
             params,
             profile,
             sample_type_config,
-        } => decode_ingest(
-            params,
-            IngestBody::Multipart {
-                profile,
-                sample_type_config: sample_type_config.as_deref(),
-            },
-            job.tenant.clone(),
-            job.received_ms,
-            limits,
+        } => (
+            decode_ingest(
+                params,
+                IngestBody::Multipart {
+                    profile,
+                    sample_type_config: sample_type_config.as_deref(),
+                },
+                job.tenant.clone(),
+                job.received_ms,
+                limits,
+            )?,
+            1,
         ),
         Payload::Push { encoding, body } => {
             let series = decode_push(body, *encoding, limits)?;
-            push_to_batch(&series, job.tenant.clone(), job.received_ms, limits)
+            let profiles = series.iter().map(|s| s.profiles.len() as u64).sum();
+            (
+                push_to_batch(&series, job.tenant.clone(), job.received_ms, limits)?,
+                profiles,
+            )
         }
-    }
+    })
 }
 
 /// Refuses a batch whose samples (oldest and newest time, [`time_span`]) are too far
@@ -368,7 +393,7 @@ pub fn check_times(
 }
 
 fn process(store: &Store, config: &PipelineConfig, job: Job) -> Result<Stored, PipelineError> {
-    let batch = decode(&job, &config.limits)?;
+    let (batch, profiles) = decode(&job, &config.limits)?;
     // One pass over the samples serves both the time check and the answer.
     let span = time_span(&batch);
     check_times(span, config, now_ms().max(job.received_ms))?;
@@ -379,6 +404,9 @@ fn process(store: &Store, config: &PipelineConfig, job: Job) -> Result<Stored, P
     };
     if stored.samples == 0 {
         return Ok(stored);
+    }
+    if let Some(a) = &config.admission {
+        a.admit_batch(&job.tenant, &batch, profiles, job.received_ms)?;
     }
     store.write(batch)?;
     Ok(stored)

@@ -1,11 +1,14 @@
-//! The sled catalog: segment metadata, tenant settings, and alert rules and states.
+//! The sled catalog: segment metadata, tenant settings, alert rules and states, and
+//! named client settings per tenant.
 //!
 //! The catalog is an index, not the source of truth: every segment's footer carries
 //! its metadata, so [`crate::Store::open`] reconciles the catalog with the files and
 //! can rebuild it from scratch if sled cannot open it. Alert rules and alert states
 //! are the exception: they exist only here (a `rules.yaml` given to `serve` is the way
 //! to restore rules after a rebuild). The catalog stores them as opaque JSON documents
-//! keyed by rule name; the server owns their schema.
+//! keyed by rule name; the server owns their schema. Named client settings (what
+//! Grafana's `settings.v1` API stores) are likewise only here, opaque documents keyed
+//! by tenant and name.
 
 use std::path::Path;
 
@@ -34,6 +37,8 @@ pub struct Catalog {
     alert_rules: sled::Tree,
     /// Alert evaluation state and delivery bookkeeping: key = rule name, value = JSON.
     alert_state: sled::Tree,
+    /// Client settings: key = tenant id, 0x00, setting name; value = a document.
+    settings: sled::Tree,
 }
 
 fn err(e: impl std::fmt::Display) -> StorageError {
@@ -95,6 +100,7 @@ impl Catalog {
         let tenants = db.open_tree("tenants").map_err(err)?;
         let alert_rules = db.open_tree("alert_rules").map_err(err)?;
         let alert_state = db.open_tree("alert_state").map_err(err)?;
+        let settings = db.open_tree("settings").map_err(err)?;
         Ok((
             Catalog {
                 db,
@@ -102,6 +108,7 @@ impl Catalog {
                 tenants,
                 alert_rules,
                 alert_state,
+                settings,
             },
             rebuilt,
         ))
@@ -208,6 +215,53 @@ impl Catalog {
     }
 }
 
+/// Key of a tenant's setting: tenant ids cannot hold a NUL byte, so the prefix of one
+/// tenant never covers another's.
+fn setting_key(tenant: &TenantId, name: &str) -> Vec<u8> {
+    let mut k = setting_prefix(tenant);
+    k.extend_from_slice(name.as_bytes());
+    k
+}
+
+fn setting_prefix(tenant: &TenantId) -> Vec<u8> {
+    let mut k = tenant.as_str().as_bytes().to_vec();
+    k.push(0);
+    k
+}
+
+impl Catalog {
+    /// Every setting of `tenant` as (name, document), ordered by name.
+    pub fn settings(&self, tenant: &TenantId) -> Result<Vec<(String, Vec<u8>)>> {
+        let prefix = setting_prefix(tenant);
+        let mut out = Vec::new();
+        for kv in self.settings.scan_prefix(&prefix) {
+            let (k, v) = kv.map_err(err)?;
+            let name = String::from_utf8_lossy(&k[prefix.len()..]).into_owned();
+            out.push((name, v.to_vec()));
+        }
+        Ok(out)
+    }
+
+    /// Stores (or replaces) `tenant`'s setting `name`, durably.
+    pub fn put_setting(&self, tenant: &TenantId, name: &str, doc: &[u8]) -> Result<()> {
+        self.settings
+            .insert(setting_key(tenant, name), doc)
+            .map_err(err)?;
+        self.flush()
+    }
+
+    /// Removes `tenant`'s setting `name`, durably. Returns whether it existed.
+    pub fn remove_setting(&self, tenant: &TenantId, name: &str) -> Result<bool> {
+        let existed = self
+            .settings
+            .remove(setting_key(tenant, name))
+            .map_err(err)?
+            .is_some();
+        self.flush()?;
+        Ok(existed)
+    }
+}
+
 fn documents(tree: &sled::Tree) -> Result<Vec<(String, Vec<u8>)>> {
     let mut out = Vec::new();
     for kv in tree.iter() {
@@ -220,6 +274,34 @@ fn documents(tree: &sled::Tree) -> Result<Vec<(String, Vec<u8>)>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn settings_are_per_tenant_and_survive_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("catalog");
+        let (a, b) = (TenantId::new("a").unwrap(), TenantId::new("ab").unwrap());
+        {
+            let (c, _) = Catalog::open(&path).unwrap();
+            c.put_setting(&a, "x", b"1").unwrap();
+            c.put_setting(&a, "y", b"2").unwrap();
+            c.put_setting(&b, "x", b"3").unwrap();
+            c.put_setting(&a, "x", b"4").unwrap();
+        }
+        let (c, _) = Catalog::open(&path).unwrap();
+        let got = c.settings(&a).unwrap();
+        assert_eq!(
+            got,
+            vec![("x".into(), b"4".to_vec()), ("y".into(), b"2".to_vec())]
+        );
+        assert_eq!(c.settings(&b).unwrap(), vec![("x".into(), b"3".to_vec())]);
+        assert!(c.remove_setting(&a, "x").unwrap());
+        assert!(!c.remove_setting(&a, "x").unwrap());
+        assert_eq!(c.settings(&a).unwrap().len(), 1);
+        assert!(c
+            .settings(&TenantId::new("none").unwrap())
+            .unwrap()
+            .is_empty());
+    }
 
     #[test]
     fn alert_documents_survive_reopen_and_removal_takes_the_state() {

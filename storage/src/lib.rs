@@ -91,7 +91,7 @@ pub use model::{
     Batch, Function, InvalidTenant, Labels, Location, Mapping, Sample, SeriesSamples, Stacks,
     Symbols, TenantId, NAME_LABEL, PROFILE_TYPE_LABEL, SERVICE_NAME_LABEL,
 };
-pub use querier::{CacheStats, DiffResult, Querier, QueryLimits};
+pub use querier::{CacheStats, DiffResult, Querier, QueryLimits, QueryPlan, ScopePlan};
 pub use query::diff::{diff_stats, flat, DiffEntry, DiffStats};
 pub use query::flamegraph::{
     flamegraph, tree_bytes, tree_from_bytes, tree_from_levels, FlameGraph, FlameGraphDiff,

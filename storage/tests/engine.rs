@@ -4,7 +4,9 @@
 mod common;
 
 use common::*;
-use profiledb_storage::{Labels, MatchOp, Matcher, Selector, Store, TenantId, TimeRange};
+use profiledb_storage::{
+    Labels, MatchOp, Matcher, QueryPlan, ScopePlan, Selector, Store, TenantId, TimeRange,
+};
 use proptest::prelude::*;
 
 const H: i64 = 3_600_000;
@@ -157,6 +159,45 @@ fn label_discovery_and_exact_values() {
     let sel = Selector::parse(r#"{service_name="api"}"#).unwrap();
     let tree = querier(&store).merge_tree(&tenant, &sel, all).unwrap();
     assert_eq!(tree.to_folded_text(), "main;serve 3\nmain;serve;parse 7\n");
+
+    // The plan of a query: api's two series each have one profile (10 s steps: the
+    // samples at +1 s and +9 s share one) in the flushed segment; the head partition
+    // of the next hour overlaps the window but holds only db.
+    let plan = querier(&store).plan(&tenant, &sel, all).unwrap();
+    let seg_bytes: u64 = store.segments().iter().map(|m| m.size_bytes).sum();
+    assert!(seg_bytes > 0);
+    let segments = ScopePlan {
+        sources: 1,
+        series: 2,
+        profiles: 2,
+        bytes: seg_bytes,
+    };
+    let head = ScopePlan {
+        sources: 1,
+        series: 0,
+        profiles: 0,
+        bytes: 0,
+    };
+    assert_eq!(
+        plan,
+        QueryPlan {
+            head,
+            segments,
+            series: 2
+        }
+    );
+    let plan = querier(&store)
+        .plan(&tenant, &Selector::default(), all)
+        .unwrap();
+    assert_eq!((plan.segments.series, plan.segments.profiles), (3, 3));
+    assert_eq!((plan.head.series, plan.head.profiles), (1, 1));
+    assert_eq!(plan.series, 4);
+    // A window before any data reads nothing.
+    let before = TimeRange::new(T0 - H, T0);
+    assert_eq!(
+        querier(&store).plan(&tenant, &sel, before).unwrap(),
+        QueryPlan::default()
+    );
     assert_eq!(tree.total(), 10);
 
     assert_eq!(

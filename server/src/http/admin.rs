@@ -6,7 +6,7 @@
 //! must carry `Authorization: Bearer <token>`; otherwise it gets 401.
 
 use axum::extract::State;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use profiledb_storage::SegmentMeta;
@@ -29,23 +29,7 @@ pub fn routes() -> Router<AppRef> {
 
 /// Checks the bearer token when one is configured.
 fn authorize(state: &AppRef, headers: &HeaderMap) -> ApiResult<()> {
-    let Some(want) = state.options.admin_token.as_deref() else {
-        return Ok(());
-    };
-    let got = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
-    // Compare without an early exit on the first differing byte.
-    let ok = got.is_some_and(|g| {
-        g.len() == want.len()
-            && g.bytes()
-                .zip(want.bytes())
-                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-                == 0
-    });
-    if ok {
+    if state.options.admin_token.is_none() || crate::tenancy::has_admin_token(state, headers) {
         Ok(())
     } else {
         Err(ApiError::new(

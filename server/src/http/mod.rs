@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use axum::extract::{Request, State};
 use axum::middleware::{self, Next};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::Router;
 
 use axum::http::HeaderMap;
@@ -28,6 +28,10 @@ use crate::AppState;
 pub const TENANT_HEADER: &str = "X-Scope-OrgID";
 
 /// The request's tenant: `X-Scope-OrgID`, or the default tenant when absent.
+///
+/// Handlers call this after the gate ([`crate::tenancy::gate`]) ran: with
+/// authentication on, the gate has replaced the header by the credential's tenant
+/// (refusing a request that named another), so this is the authenticated tenant.
 pub fn tenant_of(headers: &HeaderMap) -> Result<TenantId, ApiError> {
     match headers.get(TENANT_HEADER) {
         None => Ok(TenantId::default()),
@@ -61,18 +65,29 @@ pub fn router(state: AppRef) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(
             state.clone(),
+            crate::tenancy::gate,
+        ))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
             count_requests,
         ))
         .layer(tower_http::trace::TraceLayer::new_for_http())
         .with_state(state)
 }
 
-async fn not_found(req: Request) -> ApiError {
+/// An unknown route: a 404 naming it, or Connect's `unimplemented` when it names a
+/// Connect procedure we do not serve (a newer Grafana calling a method we lack).
+async fn not_found(req: Request) -> Response {
+    let path = req.uri().path();
+    if req.method() == axum::http::Method::POST && query::is_procedure(path) {
+        return query::unimplemented(path).into_response();
+    }
     ApiError::new(
         axum::http::StatusCode::NOT_FOUND,
         "not_found",
-        format!("no endpoint {} {}", req.method(), req.uri().path()),
+        format!("no endpoint {} {}", req.method(), path),
     )
+    .into_response()
 }
 
 async fn method_not_allowed(req: Request) -> ApiError {

@@ -1,4 +1,5 @@
-//! Query endpoints: the Pyroscope `querier.v1` Connect API, Pyroscope's legacy
+//! Query endpoints: the Pyroscope `querier.v1` Connect API and the Connect services
+//! Grafana calls beside it (version, feature flags, settings), Pyroscope's legacy
 //! render endpoints, and the native group-by, time series, diff, flame graph, pprof
 //! and SVG endpoints.
 //!
@@ -6,17 +7,24 @@
 //! (`AppState::engine`), which holds the result cache, the function-name indexes
 //! and the limits.
 
+mod analyze;
 mod answers;
 mod connect;
 mod diffsvg;
+mod dot;
 mod grid;
+mod heatmap;
+mod individual;
+mod merges;
 mod native;
 mod pprof;
 mod proto;
 mod querier;
 mod render;
+mod services;
 
 pub(crate) use answers::{AnswerCache, AnswerStats};
+pub(crate) use services::{is_procedure, unimplemented};
 
 use axum::Router;
 
@@ -28,4 +36,5 @@ pub fn routes() -> Router<AppRef> {
         .merge(render::routes())
         .merge(native::routes())
         .merge(diffsvg::routes())
+        .merge(services::routes())
 }

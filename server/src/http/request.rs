@@ -47,7 +47,8 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Params<T> {
 pub async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> ApiResult<T> + Send + 'static,
 ) -> ApiResult<T> {
-    tokio::task::spawn_blocking(f)
+    // The tenant's query limits follow the work onto the blocking thread.
+    tokio::task::spawn_blocking(crate::tenancy::scope::carried(f))
         .await
         .map_err(|e| ApiError::internal(format!("query task failed: {e}")))?
 }
@@ -257,16 +258,19 @@ pub fn window_ms(from: i64, until: i64, names: (&str, &str)) -> ApiResult<TimeRa
             names.1, names.0
         )));
     }
+    crate::tenancy::scope::check_window(until.saturating_sub(from))?;
     Ok(TimeRange::new(from, until))
 }
 
-/// A request's node budget: unset or 0 is Pyroscope's default, negative is none.
-pub fn max_nodes(v: Option<i64>) -> usize {
-    match v {
-        None | Some(0) => DEFAULT_MAX_NODES as usize,
-        Some(n) if n < 0 => 0,
-        Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
-    }
+/// A request's node budget: unset or 0 is Pyroscope's default, negative is none;
+/// the tenant's `max_nodes` limit caps the default and refuses more.
+pub fn max_nodes(v: Option<i64>) -> ApiResult<usize> {
+    let asked = match v {
+        None | Some(0) => None,
+        Some(n) if n < 0 => Some(0),
+        Some(n) => Some(usize::try_from(n).unwrap_or(usize::MAX)),
+    };
+    crate::tenancy::scope::max_nodes(asked, DEFAULT_MAX_NODES as usize)
 }
 
 impl From<crate::time::TimeError> for ApiError {
@@ -332,9 +336,9 @@ mod tests {
 
     #[test]
     fn max_nodes_defaults() {
-        assert_eq!(max_nodes(None), 8192);
-        assert_eq!(max_nodes(Some(0)), 8192);
-        assert_eq!(max_nodes(Some(-1)), 0);
-        assert_eq!(max_nodes(Some(16)), 16);
+        assert_eq!(max_nodes(None).unwrap(), 8192);
+        assert_eq!(max_nodes(Some(0)).unwrap(), 8192);
+        assert_eq!(max_nodes(Some(-1)).unwrap(), 0);
+        assert_eq!(max_nodes(Some(16)).unwrap(), 16);
     }
 }

@@ -50,6 +50,7 @@ async fn prometheus(State(state): State<AppRef>) -> impl IntoResponse {
     if let Some(a) = state.alerts.get() {
         a.render_metrics(&mut body);
     }
+    state.tenancy.admission().render_metrics(&mut body);
     (
         [(
             header::CONTENT_TYPE,
@@ -69,7 +70,9 @@ mod tests {
     /// Before the store is open `/ready` is 503 with the replay's progress as JSON.
     #[tokio::test]
     async fn ready_reports_replay_progress_until_the_store_opens() {
-        let state = Arc::new(AppState::new(ServeOptions::default()));
+        let options = ServeOptions::default();
+        let tenancy = crate::tenancy::Tenancy::open(options.tenancy.clone()).unwrap();
+        let state = Arc::new(AppState::new(options, tenancy));
         let resp = ready(State(state)).await;
         assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(resp.headers()[header::RETRY_AFTER], "1");

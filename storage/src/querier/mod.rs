@@ -19,6 +19,7 @@ mod cache;
 mod group_by;
 mod limits;
 mod merge;
+mod plan;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -26,6 +27,7 @@ use std::sync::Arc;
 pub use cache::CacheStats;
 pub use limits::QueryLimits;
 pub use merge::DiffResult;
+pub use plan::{QueryPlan, ScopePlan};
 
 use crate::error::Result;
 use crate::model::{Labels, TenantId, PROFILE_TYPE_LABEL};

@@ -64,6 +64,10 @@ pub trait Source {
     fn partition_steps(&self) -> u32 {
         u32::MAX
     }
+    /// Bytes the source occupies on disk (0 for the in-memory head).
+    fn stored_bytes(&self) -> u64 {
+        0
+    }
 }
 
 impl Source for LoadedSegment {
@@ -103,6 +107,9 @@ impl Source for LoadedSegment {
     fn partition_steps(&self) -> u32 {
         let n = self.meta.partition_ms / self.meta.step_ms.max(1);
         u32::try_from(n.max(0)).unwrap_or(u32::MAX)
+    }
+    fn stored_bytes(&self) -> u64 {
+        self.meta.size_bytes
     }
 }
 

@@ -6,6 +6,7 @@
 //! 64-bit integers as strings, enums by name. Unknown fields are ignored, as Grafana's
 //! front end may be newer than us.
 
+use std::future::Future;
 use std::sync::LazyLock;
 
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -16,6 +17,8 @@ use prost_reflect::{DescriptorPool, DeserializeOptions, DynamicMessage, Serializ
 
 use super::proto::DESCRIPTORS;
 use crate::error::ApiError;
+use crate::http::AppRef;
+use profiledb_storage::TenantId;
 
 static POOL: LazyLock<Option<DescriptorPool>> =
     LazyLock::new(|| DescriptorPool::decode(DESCRIPTORS).ok());
@@ -212,4 +215,36 @@ pub fn respond<T: Message>(msg: &T, name: &str, enc: Encoding) -> ConnectResult<
         )
             .into_response(),
     })
+}
+
+/// What every method gets besides its request message.
+pub struct Ctx {
+    pub state: AppRef,
+    pub tenant: TenantId,
+}
+
+/// One Connect unary call: decode, run, encode in the request's encoding.
+pub struct Unary<'a> {
+    pub ctx: Ctx,
+    pub headers: &'a HeaderMap,
+    pub body: &'a Bytes,
+}
+
+impl Unary<'_> {
+    pub async fn run<Req, Resp, F, Fut>(
+        self,
+        req_name: &str,
+        resp_name: &str,
+        method: F,
+    ) -> ConnectResult<Response>
+    where
+        Req: Message + Default,
+        Resp: Message,
+        F: FnOnce(Ctx, Req) -> Fut,
+        Fut: Future<Output = ConnectResult<Resp>>,
+    {
+        let limit = self.ctx.state.options.max_body_bytes;
+        let (req, enc) = decode::<Req>(self.headers, self.body, req_name, limit)?;
+        respond(&method(self.ctx, req).await?, resp_name, enc)
+    }
 }

@@ -268,7 +268,7 @@ async fn diff(State(state): State<AppRef>, headers: HeaderMap, body: Bytes) -> A
     let (bs, br) = side(&r.base)?;
     let (cs, cr) = side(&r.compare)?;
     let top = r.top.clamp(1, 10_000);
-    let mn = max_nodes(r.max_nodes);
+    let mn = max_nodes(r.max_nodes)?;
     let tenant = tenant_of(&headers)?;
     let key = format!("diff\u{0}{}", String::from_utf8_lossy(&body));
     cached_answer(&state, &tenant, &[br, cr], key, JSON, || async {
@@ -369,7 +369,7 @@ async fn flamegraph_json(
             total: i64,
             max_self: i64,
         }
-        let fg = merged.flamegraph(max_nodes(p.max_nodes));
+        let fg = merged.flamegraph(max_nodes(p.max_nodes)?);
         to_json(&FlameJson {
             names: &fg.names,
             levels: &fg.levels,

@@ -7,8 +7,7 @@
 //! function and encodes its answer, so each method reads as one function from its
 //! request message to its response message.
 
-use std::collections::BTreeSet;
-use std::future::Future;
+use std::collections::{BTreeMap, BTreeSet};
 
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
@@ -17,11 +16,12 @@ use axum::routing::post;
 use axum::Router;
 use bytes::Bytes;
 use profiledb_storage::flamegraph_diff_merged;
-use profiledb_storage::{flamegraph, tree_bytes, FlameGraph};
-use profiledb_storage::{CallTree, MatchOp, Matcher, Selector, TenantId, TimeRange};
-use prost::Message;
+use profiledb_storage::FlameGraph;
+use profiledb_storage::{CallTree, Selector, TimeRange};
 
-use super::connect::{decode, respond, ConnectError, ConnectResult};
+use super::connect::{ConnectError, ConnectResult, Ctx, Unary};
+use super::individual::{individuals, top_per_bucket};
+use super::merges::{merge, refuse_trace_ids, Format, Merged, What};
 use super::proto::querier::v1 as q;
 use super::proto::types::v1 as t;
 use crate::error::ApiResult;
@@ -32,12 +32,6 @@ use crate::http::{tenant_of, AppRef};
 
 pub fn routes() -> Router<AppRef> {
     Router::new().route("/querier.v1.QuerierService/{method}", post(call))
-}
-
-/// What every method gets besides its request message.
-struct Ctx {
-    state: AppRef,
-    tenant: TenantId,
 }
 
 /// The method table.
@@ -144,36 +138,28 @@ async fn call(
                 )
                 .await
         }
+        "SelectHeatmap" => {
+            unary
+                .run(
+                    "querier.v1.SelectHeatmapRequest",
+                    "querier.v1.SelectHeatmapResponse",
+                    super::heatmap::select_heatmap,
+                )
+                .await
+        }
+        "AnalyzeQuery" => {
+            unary
+                .run(
+                    "querier.v1.AnalyzeQueryRequest",
+                    "querier.v1.AnalyzeQueryResponse",
+                    super::analyze::analyze_query,
+                )
+                .await
+        }
         other => Err(ConnectError::new(
             "unimplemented",
             format!("querier.v1.QuerierService/{other} is not implemented"),
         )),
-    }
-}
-
-/// One Connect unary call: decode, run, encode in the request's encoding.
-struct Unary<'a> {
-    ctx: Ctx,
-    headers: &'a HeaderMap,
-    body: &'a Bytes,
-}
-
-impl Unary<'_> {
-    async fn run<Req, Resp, F, Fut>(
-        self,
-        req_name: &str,
-        resp_name: &str,
-        method: F,
-    ) -> ConnectResult<Response>
-    where
-        Req: Message + Default,
-        Resp: Message,
-        F: FnOnce(Ctx, Req) -> Fut,
-        Fut: Future<Output = ConnectResult<Resp>>,
-    {
-        let limit = self.ctx.state.options.max_body_bytes;
-        let (req, enc) = decode::<Req>(self.headers, self.body, req_name, limit)?;
-        respond(&method(self.ctx, req).await?, resp_name, enc)
     }
 }
 
@@ -324,66 +310,62 @@ async fn select_merge_stacktraces(
     ctx: Ctx,
     r: q::SelectMergeStacktracesRequest,
 ) -> ConnectResult<q::SelectMergeStacktracesResponse> {
-    let sel = Selection::from_parts(&r.profile_type_id, &r.label_selector)?.selector;
-    let call_site = call_site(r.stack_trace_selector);
-    let as_tree = r.format == q::ProfileFormat::Tree as i32;
-    let m = merge(
-        ctx,
-        sel,
-        range(r.start, r.end)?,
-        call_site,
-        max_nodes(r.max_nodes),
-        as_tree,
-    )
-    .await?;
-    let (flamegraph, tree) = m.into_parts();
-    Ok(q::SelectMergeStacktracesResponse { flamegraph, tree })
+    refuse_trace_ids(&r.trace_id_selector)?;
+    let what = What {
+        selection: Selection::from_parts(&r.profile_type_id, &r.label_selector)?,
+        range: range(r.start, r.end)?,
+        call_site: call_site(r.stack_trace_selector),
+        profile_ids: r.profile_id_selector,
+    }
+    .spans(&r.span_selector)?;
+    let format = Format::of(r.format)?;
+    Ok(merge(ctx, what, r.max_nodes, format).await?.into_response())
 }
 
 async fn select_merge_span_profile(
     ctx: Ctx,
     r: q::SelectMergeSpanProfileRequest,
 ) -> ConnectResult<q::SelectMergeSpanProfileResponse> {
-    let mut sel = Selection::from_parts(&r.profile_type_id, &r.label_selector)?.selector;
-    if !r.span_selector.is_empty() {
-        let alt: Vec<String> = r.span_selector.iter().map(|s| regex::escape(s)).collect();
-        let m = Matcher::new("span_id", MatchOp::Re, alt.join("|"))
-            .map_err(|e| ConnectError::invalid(e.to_string()))?;
-        sel = sel.with(m);
+    let what = What {
+        selection: Selection::from_parts(&r.profile_type_id, &r.label_selector)?,
+        range: range(r.start, r.end)?,
+        call_site: Vec::new(),
+        profile_ids: Vec::new(),
     }
-    let as_tree = r.format == q::ProfileFormat::Tree as i32;
-    let m = merge(
-        ctx,
-        sel,
-        range(r.start, r.end)?,
-        Vec::new(),
-        max_nodes(r.max_nodes),
-        as_tree,
-    )
-    .await?;
-    let (flamegraph, tree) = m.into_parts();
-    Ok(q::SelectMergeSpanProfileResponse { flamegraph, tree })
+    .spans(&r.span_selector)?;
+    let format = match Format::of(r.format)? {
+        f @ (Format::Flame | Format::Tree) => f,
+        _ => {
+            return Err(ConnectError::invalid(
+                "SelectMergeSpanProfile answers PROFILE_FORMAT_FLAMEGRAPH or _TREE; \
+                 ask SelectMergeStacktraces with span_selector for DOT or pprof",
+            ))
+        }
+    };
+    let r = merge(ctx, what, r.max_nodes, format).await?.into_response();
+    Ok(q::SelectMergeSpanProfileResponse {
+        flamegraph: r.flamegraph,
+        tree: r.tree,
+    })
 }
 
 async fn select_merge_profile(
     ctx: Ctx,
     r: q::SelectMergeProfileRequest,
 ) -> ConnectResult<super::proto::pprof::Profile> {
-    let selection = Selection::from_parts(&r.profile_type_id, &r.label_selector)?;
-    let range = range(r.start, r.end)?;
-    let call_site = call_site(r.stack_trace_selector);
-    let (querier, tenant) = (ctx.state.querier()?, ctx.tenant);
-    Ok(blocking(move || {
-        let tree = querier.merge_tree(&tenant, &selection.selector, range)?;
-        let tree = filter_call_site(&tree, &call_site);
-        Ok(super::pprof::profile_from_tree(
-            &tree,
-            selection.profile_type.as_str(),
-            range.start_ms,
-            range.end_ms - range.start_ms,
-        ))
-    })
-    .await?)
+    refuse_trace_ids(&r.trace_id_selector)?;
+    let what = What {
+        selection: Selection::from_parts(&r.profile_type_id, &r.label_selector)?,
+        range: range(r.start, r.end)?,
+        call_site: call_site(r.stack_trace_selector),
+        profile_ids: r.profile_id_selector,
+    };
+    match merge(ctx, what, r.max_nodes, Format::Pprof).await? {
+        Merged::Pprof(p) => Ok(p),
+        _ => Err(ConnectError::internal(
+            "a pprof merge answered another form",
+        )),
+    }
 }
 
 async fn select_series(
@@ -394,29 +376,33 @@ async fn select_series(
     let range = range(r.start, r.end)?;
     let (store, querier) = (ctx.state.store()?, ctx.state.querier()?);
     let storage_step = store.config().step_ms.max(1);
-    let step_ms = if r.step.is_finite() && r.step > 0.0 {
-        ((r.step * 1000.0).round() as i64).max(1)
-    } else {
-        storage_step
-    };
+    let step_ms = step_ms(r.step, storage_step);
     super::grid::check(range, step_ms)?;
     let average = r.aggregation == Some(t::TimeSeriesAggregationType::Average as i32);
     let limit = r.limit.map_or(0, |l| usize::try_from(l).unwrap_or(0));
+    let with_exemplars = matches!(
+        t::ExemplarType::try_from(r.exemplar_type),
+        Ok(t::ExemplarType::Individual | t::ExemplarType::Span)
+    );
     let (tenant, group_by) = (ctx.tenant, r.group_by);
-    let list =
-        blocking(move || Ok(querier.time_series(&tenant, &sel, range, &group_by, step_ms, limit)?))
-            .await?;
+    let (list, mut exemplars) = blocking(move || {
+        let list = querier.time_series(&tenant, &sel, range, &group_by, step_ms, limit)?;
+        let mut exemplars = BTreeMap::new();
+        if with_exemplars {
+            let profiles = individuals(&querier, &tenant, &sel, range)?;
+            for (key, p) in top_per_bucket(&profiles, &group_by, step_ms) {
+                exemplars.insert(key, p.exemplar(&group_by));
+            }
+        }
+        Ok((list, exemplars))
+    })
+    .await?;
     // An average spreads each bucket over the storage steps it spans.
     let per_bucket = (step_ms as f64 / storage_step as f64).max(1.0);
     let series = list
         .into_iter()
-        .map(|s| t::Series {
-            labels: s
-                .labels
-                .into_iter()
-                .map(|(name, value)| t::LabelPair { name, value })
-                .collect(),
-            points: super::grid::fill(range, step_ms, &s.points)
+        .map(|s| {
+            let points = super::grid::fill(range, step_ms, &s.points)
                 .into_iter()
                 .map(|(ts, v)| t::Point {
                     value: if average {
@@ -425,11 +411,33 @@ async fn select_series(
                         v as f64
                     },
                     timestamp: ts,
+                    annotations: Vec::new(),
+                    exemplars: exemplars
+                        .remove(&(s.labels.clone(), ts))
+                        .into_iter()
+                        .collect(),
                 })
-                .collect(),
+                .collect();
+            t::Series {
+                labels: s
+                    .labels
+                    .into_iter()
+                    .map(|(name, value)| t::LabelPair { name, value })
+                    .collect(),
+                points,
+            }
         })
         .collect();
     Ok(q::SelectSeriesResponse { series })
+}
+
+/// A Connect request's step (seconds; 0 or absent: the storage step) in ms.
+pub fn step_ms(step_s: f64, storage_step_ms: i64) -> i64 {
+    if step_s.is_finite() && step_s > 0.0 {
+        ((step_s * 1000.0).round() as i64).max(1)
+    } else {
+        storage_step_ms.max(1)
+    }
 }
 
 async fn diff(ctx: Ctx, r: q::DiffRequest) -> ConnectResult<q::DiffResponse> {
@@ -446,7 +454,7 @@ async fn diff(ctx: Ctx, r: q::DiffRequest) -> ConnectResult<q::DiffResponse> {
         )));
     }
     let (lr, rr) = (range(left.start, left.end)?, range(right.start, right.end)?);
-    let mn = max_nodes(left.max_nodes.or(right.max_nodes));
+    let mn = max_nodes(left.max_nodes.or(right.max_nodes))?;
     let (querier, tenant) = (ctx.state.querier()?, ctx.tenant);
     let (ls, rs) = (ls.selector, rs.selector);
     let d = blocking(move || {
@@ -494,51 +502,4 @@ async fn get_profile_stats(
         oldest_profile_time: if any { oldest } else { 0 },
         newest_profile_time: if any { newest } else { 0 },
     })
-}
-
-/// A merge answered in the requested `ProfileFormat`.
-enum Merge {
-    Flame(FlameGraph),
-    /// `PROFILE_FORMAT_TREE`: Pyroscope's serialized tree.
-    Tree(Vec<u8>),
-}
-
-impl Merge {
-    fn into_parts(self) -> (Option<q::FlameGraph>, Vec<u8>) {
-        match self {
-            Merge::Flame(fg) => (Some(fg_proto(fg)), Vec::new()),
-            Merge::Tree(bytes) => (None, bytes),
-        }
-    }
-}
-
-/// The merge of a selection, optionally under a call site, as a flame graph or
-/// serialized tree. Without a call site it stays in frame-tree space (no call tree).
-async fn merge(
-    ctx: Ctx,
-    sel: Selector,
-    range: TimeRange,
-    call_site: Vec<String>,
-    mn: usize,
-    as_tree: bool,
-) -> ConnectResult<Merge> {
-    let (querier, tenant) = (ctx.state.querier()?, ctx.tenant);
-    Ok(blocking(move || {
-        if call_site.is_empty() {
-            let m = querier.merge_flamegraph(&tenant, &sel, range)?;
-            return Ok(if as_tree {
-                Merge::Tree(m.tree_bytes(mn))
-            } else {
-                Merge::Flame(m.flamegraph(mn))
-            });
-        }
-        let tree = querier.merge_tree(&tenant, &sel, range)?;
-        let tree = filter_call_site(&tree, &call_site);
-        Ok(if as_tree {
-            Merge::Tree(tree_bytes(&tree, mn))
-        } else {
-            Merge::Flame(flamegraph(&tree, mn))
-        })
-    })
-    .await?)
 }

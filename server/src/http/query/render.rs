@@ -1,10 +1,13 @@
-//! Pyroscope's legacy HTTP query API, used by older UIs: `GET /pyroscope/render`,
-//! `GET /pyroscope/render-diff` (flamebearer JSON) and `GET /pyroscope/label-values`.
+//! Pyroscope's legacy HTTP query API, used by older UIs and the Profiles Drilldown
+//! app: `GET /pyroscope/render` (flamebearer JSON, or a Graphviz call graph with
+//! `format=dot`), `GET /pyroscope/render-diff` (flamebearer JSON),
+//! `GET /pyroscope/label-values` and `GET /pyroscope/labels`.
 //! `from`/`until` take RFC 3339, unix s/ms/µs/ns or `now-1h`; windows are
 //! `[from, until)`, and a query names exactly one profile type.
 
 use axum::extract::State;
-use axum::http::HeaderMap;
+use axum::http::{header, HeaderMap};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use profiledb_storage::flamegraph_diff_merged;
@@ -12,6 +15,7 @@ use profiledb_storage::TimeRange;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::dot::{dot, DEFAULT_DOT_NODES};
 use super::grid;
 use crate::error::{ApiError, ApiResult};
 use crate::http::request::{blocking, discovery_selector, max_nodes, window, Params, Selection};
@@ -22,6 +26,7 @@ pub fn routes() -> Router<AppRef> {
         .route("/pyroscope/render", get(render))
         .route("/pyroscope/render-diff", get(render_diff))
         .route("/pyroscope/label-values", get(label_values))
+        .route("/pyroscope/labels", get(label_names))
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -74,14 +79,45 @@ async fn render(
     State(state): State<AppRef>,
     headers: HeaderMap,
     Params(p): Params<RenderParams>,
-) -> ApiResult<Json<Value>> {
-    if let Some(f) = p.format.as_deref() {
-        if f != "json" {
-            return Err(ApiError::bad_request(format!(
-                "unsupported format {f:?}: only json"
-            )));
-        }
+) -> ApiResult<Response> {
+    match p.format.as_deref() {
+        None | Some("json") => Ok(render_json(state, headers, p).await?.into_response()),
+        Some("dot") => render_dot(state, headers, p).await,
+        Some(f) => Err(ApiError::bad_request(format!(
+            "unsupported format {f:?}: json or dot"
+        ))),
     }
+}
+
+/// `format=dot`: the merged profile as a Graphviz call graph of at most `max-nodes`
+/// functions (default [`DEFAULT_DOT_NODES`]); an empty profile is an empty text.
+async fn render_dot(state: AppRef, headers: HeaderMap, p: RenderParams) -> ApiResult<Response> {
+    let Selection {
+        profile_type,
+        selector: sel,
+    } = Selection::from_query(p.query.as_deref())?;
+    let range = p.window(p.from.as_ref(), p.until.as_ref())?;
+    let (querier, tenant) = (state.querier()?, tenant_of(&headers)?);
+    // The tenant's node limit applies to the request as to every render.
+    max_nodes(p.max_nodes)?;
+    let limit = match p.max_nodes {
+        Some(n) if n > 0 => usize::try_from(n).unwrap_or(usize::MAX),
+        _ => DEFAULT_DOT_NODES,
+    };
+    let text = blocking(move || {
+        let tree = querier.merge_tree(&tenant, &sel, range)?;
+        let [_, _, unit, _, _] = profile_type.parts();
+        Ok(dot(&tree, profile_type.as_str(), unit, limit))
+    })
+    .await?;
+    Ok((
+        [(header::CONTENT_TYPE, "text/vnd.graphviz; charset=utf-8")],
+        text,
+    )
+        .into_response())
+}
+
+async fn render_json(state: AppRef, headers: HeaderMap, p: RenderParams) -> ApiResult<Json<Value>> {
     let Selection {
         profile_type,
         selector: sel,
@@ -90,7 +126,7 @@ async fn render(
     let pt = profile_type.as_str().to_string();
     let (store, tenant) = (state.store()?, tenant_of(&headers)?);
     let querier = state.querier()?;
-    let mn = max_nodes(p.max_nodes);
+    let mn = max_nodes(p.max_nodes)?;
     let step = store.config().step_ms.max(1);
     grid::check(range, step)?;
     let (fg, series) = blocking(move || {
@@ -149,7 +185,7 @@ async fn render_diff(
     let pt = left.profile_type.as_str().to_string();
     let (ls, rs) = (left.selector, right.selector);
     let (querier, tenant) = (state.querier()?, tenant_of(&headers)?);
-    let mn = max_nodes(p.max_nodes);
+    let mn = max_nodes(p.max_nodes)?;
     let d = blocking(move || {
         let (l, r) = querier.diff_sides(&tenant, (&ls, lr), (&rs, rr))?;
         Ok(flamegraph_diff_merged(&l, &r, mn))
@@ -191,5 +227,21 @@ async fn label_values(
     let (querier, tenant) = (state.querier()?, tenant_of(&headers)?);
     Ok(Json(
         blocking(move || Ok(querier.label_values(&tenant, &name, &sel, range)?)).await?,
+    ))
+}
+
+/// `GET /pyroscope/labels?query=&from=&until=`: the label names of the selected series,
+/// as a JSON array (the legacy companion of `label-values`). Reserved `__…__` names
+/// are included, as `label-values` accepts them.
+async fn label_names(
+    State(state): State<AppRef>,
+    headers: HeaderMap,
+    Params(p): Params<RenderParams>,
+) -> ApiResult<Json<Vec<String>>> {
+    let sel = discovery_selector(p.query.as_deref())?;
+    let range = p.window(p.from.as_ref(), p.until.as_ref())?;
+    let (querier, tenant) = (state.querier()?, tenant_of(&headers)?);
+    Ok(Json(
+        blocking(move || Ok(querier.label_names(&tenant, &sel, range)?)).await?,
     ))
 }
