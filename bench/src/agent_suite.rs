@@ -176,7 +176,7 @@ impl Drop for Kill {
     }
 }
 
-fn status_kib(pid: u32, field: &str) -> Option<u64> {
+pub(crate) fn status_kib(pid: u32, field: &str) -> Option<u64> {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()?
         .lines()
@@ -222,32 +222,10 @@ fn wait_rusage(pid: u32) -> anyhow::Result<f64> {
 
 /// The agent binary: built with cargo for this bench's profile when run through cargo.
 fn agent_binary(explicit: Option<PathBuf>) -> anyhow::Result<PathBuf> {
-    if let Some(p) = explicit {
-        return Ok(p);
+    match explicit {
+        Some(p) => Ok(p),
+        None => crate::server::workspace_binary("profiledb-agent", "profiledb-agent"),
     }
-    let exe = std::env::current_exe()?;
-    let dir = exe.parent().context("bench binary has no directory")?;
-    if let Ok(cargo) = std::env::var("CARGO") {
-        let mut cmd = Command::new(cargo);
-        cmd.args(["build", "-q", "-p", "profiledb-agent"]);
-        if !cfg!(debug_assertions) {
-            cmd.arg("--release");
-        }
-        let st = cmd
-            .status()
-            .context("running cargo build -p profiledb-agent")?;
-        if !st.success() {
-            bail!("cargo build -p profiledb-agent failed");
-        }
-    }
-    let p = dir.join("profiledb-agent");
-    if !p.exists() {
-        bail!(
-            "{} not found: build it with `cargo build --release -p profiledb-agent` or pass --agent",
-            p.display()
-        );
-    }
-    Ok(p)
 }
 
 /// Compiles the load program without and with frame pointers.

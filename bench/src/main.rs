@@ -12,6 +12,7 @@ mod lifecycle_suite;
 mod query_suite;
 mod report;
 mod server;
+mod soak_suite;
 mod storage_suite;
 mod ui_suite;
 
@@ -64,6 +65,10 @@ enum Suite {
     /// the noise verdict) over a generated 1-day fleet with hardware events: p50
     /// latency, cold and cached.
     Fleet(fleet_suite::Args),
+    /// Ingest (high-cardinality and Zipf generators) and queries together against a
+    /// spawned `profiledb --memory-mb`: RSS, each memory part, WAL bytes and query
+    /// p50/p99 over time, then the restart time to /ready after kill -9.
+    Soak(soak_suite::Args),
     /// One compaction pass of the `lifecycle` suite in a process of its own (its
     /// peak RSS is that pass's alone). Internal.
     #[command(hide = true)]
@@ -80,6 +85,7 @@ fn main() -> anyhow::Result<()> {
         Suite::Agent(args) => agent_suite::run(args),
         Suite::Ui(args) => ui_suite::run(args),
         Suite::Fleet(args) => fleet_suite::run(args),
+        Suite::Soak(args) => soak_suite::run(args),
         Suite::LifecycleStep(args) => lifecycle_suite::run_step(args),
     }
 }

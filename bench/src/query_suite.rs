@@ -126,7 +126,7 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
-fn p50_p99(mut v: Vec<f64>) -> (f64, f64) {
+pub(crate) fn p50_p99(mut v: Vec<f64>) -> (f64, f64) {
     v.sort_by(|a, b| a.total_cmp(b));
     (percentile(&v, 50.0), percentile(&v, 99.0))
 }

@@ -1,7 +1,8 @@
 //! A real profiledb server in the bench process, on a loopback port: what the
 //! ingest, query and agent suites measure against.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -33,18 +34,7 @@ impl Running {
         let handle = rt.spawn(server.run(async move {
             let _ = rx.await;
         }));
-        let client = reqwest::blocking::Client::new();
-        let t = Instant::now();
-        while !client
-            .get(format!("{url}/ready"))
-            .send()
-            .is_ok_and(|r| r.status() == 200)
-        {
-            if t.elapsed() > Duration::from_secs(120) {
-                bail!("server at {url} not ready after 120 s");
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_ready(&url, Instant::now(), Duration::from_secs(120))?;
         Ok(Running {
             rt,
             url,
@@ -83,6 +73,50 @@ pub fn push(
             r.status(),
             r.text().unwrap_or_default()
         );
+    }
+    Ok(())
+}
+
+/// A binary of this workspace (`bin` of `package`), built with cargo for this
+/// bench's profile when run through cargo, found beside the bench binary.
+pub fn workspace_binary(package: &str, bin: &str) -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let dir = exe.parent().context("bench binary has no directory")?;
+    if let Ok(cargo) = std::env::var("CARGO") {
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "-q", "-p", package, "--bin", bin]);
+        if !cfg!(debug_assertions) {
+            cmd.arg("--release");
+        }
+        let st = cmd
+            .status()
+            .with_context(|| format!("running cargo build -p {package}"))?;
+        if !st.success() {
+            bail!("cargo build -p {package} failed");
+        }
+    }
+    let p = dir.join(bin);
+    if !p.exists() {
+        bail!(
+            "{} not found: build it with `cargo build --release -p {package}`",
+            p.display()
+        );
+    }
+    Ok(p)
+}
+
+/// Polls `url/ready` until it answers 200; fails once `limit` has passed since `t`.
+pub fn wait_ready(url: &str, t: Instant, limit: Duration) -> anyhow::Result<()> {
+    let client = reqwest::blocking::Client::new();
+    while !client
+        .get(format!("{url}/ready"))
+        .send()
+        .is_ok_and(|r| r.status() == 200)
+    {
+        if t.elapsed() > limit {
+            bail!("server at {url} not ready after {} s", limit.as_secs());
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
     Ok(())
 }

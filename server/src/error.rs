@@ -76,7 +76,11 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = serde_json::json!({"code": self.code, "message": self.message});
         let mut resp = (self.status, axum::Json(body)).into_response();
-        if self.status == StatusCode::TOO_MANY_REQUESTS {
+        // Both mean "not now": a full queue, budget or rate (429), or a server busy,
+        // opening or over a query budget (503).
+        if self.status == StatusCode::TOO_MANY_REQUESTS
+            || self.status == StatusCode::SERVICE_UNAVAILABLE
+        {
             let secs = self.retry_after_secs.unwrap_or(1).max(1);
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));
@@ -106,6 +110,9 @@ impl From<crate::pipeline::PipelineError> for ApiError {
                 "resource_exhausted",
                 "the ingest queue is full; retry after a short delay",
             ),
+            P::OverMemory(m) => {
+                ApiError::new(StatusCode::TOO_MANY_REQUESTS, "resource_exhausted", m)
+            }
             P::Closed => ApiError::unavailable("the server is shutting down"),
             P::Limit(e) => e.into(),
         }

@@ -10,6 +10,7 @@ pub mod cli;
 pub mod error;
 pub mod fleet_cli;
 pub mod http;
+pub mod memory;
 pub mod metrics;
 pub mod pipeline;
 pub mod retention;
@@ -23,7 +24,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use profiledb_storage::{Querier, QueryLimits};
-use profiledb_storage::{Store, StoreConfig};
+use profiledb_storage::{ReplayProgress, Store, StoreConfig};
 use tokio::net::TcpListener;
 use tracing::{error, info};
 
@@ -45,6 +46,12 @@ pub struct ServeOptions {
     pub query_cache_bytes: u64,
     /// Per-query time and memory budgets.
     pub query_limits: QueryLimits,
+    /// The query share of the memory budget: a quarter bounds the shared frame tree
+    /// (set in `store`), the rest is reserved by running queries
+    /// ([`http::admission`]). Default 512 MiB.
+    pub query_memory_bytes: u64,
+    /// How long a query waits for room in its share before a 503. Default 10 s.
+    pub query_queue_wait: std::time::Duration,
     /// When set, `/api/v1/admin/*` requires `Authorization: Bearer <token>`.
     pub admin_token: Option<String>,
     /// Alert rules from a file and where notifications go.
@@ -63,6 +70,8 @@ impl Default for ServeOptions {
             max_body_bytes: 64 << 20,
             query_cache_bytes: 256 << 20,
             query_limits: QueryLimits::default(),
+            query_memory_bytes: 512 << 20,
+            query_queue_wait: std::time::Duration::from_secs(10),
             admin_token: None,
             alerts: alerts::AlertOptions::default(),
             tenancy: tenancy::TenancyOptions::default(),
@@ -79,6 +88,10 @@ pub struct AppState {
     pub(crate) answers: http::query::AnswerCache,
     /// The alerting subsystem, started once the store is open.
     pub alerts: OnceLock<Arc<alerts::Alerts>>,
+    /// Query admission against the query share of the memory budget.
+    pub admission: http::admission::Admission,
+    /// The WAL replay's progress while the store opens (for `/ready`).
+    pub replay: ReplayProgress,
     pub http: HttpMetrics,
     /// Credentials and per-tenant limits.
     pub tenancy: Arc<tenancy::Tenancy>,
@@ -95,6 +108,12 @@ impl AppState {
             querier: OnceLock::new(),
             answers: http::query::AnswerCache::new(options.query_cache_bytes),
             alerts: OnceLock::new(),
+            admission: http::admission::Admission::new(
+                options.query_memory_bytes - options.query_memory_bytes / 4,
+                memory::MemoryPlan::per_query(options.query_memory_bytes),
+                options.query_queue_wait,
+            ),
+            replay: ReplayProgress::default(),
             http: HttpMetrics::default(),
             started: Instant::now(),
             options,
@@ -177,7 +196,7 @@ impl Server {
             let fail_tx = fail_tx.clone();
             tokio::task::spawn_blocking(move || {
                 let dir = state.options.data_dir.clone();
-                match Store::open(&dir, state.options.store.clone()) {
+                match Store::open_with_progress(&dir, state.options.store.clone(), &state.replay) {
                     Ok(store) => {
                         let store = Arc::new(store);
                         let querier = Arc::new(Querier::new(

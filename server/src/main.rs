@@ -8,6 +8,7 @@ use anyhow::Context;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
+use profiledb::memory::{self, MemoryPlan};
 use profiledb::time::{format_duration, format_max_age, human_value, parse_max_age, rfc3339};
 use profiledb::{shutdown_signal, ServeOptions, Server};
 use profiledb_storage::{FsyncPolicy, StorageError, Store, StoreConfig, TenantId, TimeRange};
@@ -51,6 +52,8 @@ enum Fsync {
     Never,
 }
 
+// Parsed once at start-up and matched at once: the size of `Serve` costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Run the server.
@@ -64,9 +67,15 @@ enum Command {
         /// WAL durability policy.
         #[arg(long, value_enum, default_value_t = Fsync::Always)]
         fsync: Fsync,
-        /// Head memory budget in MiB before partitions are flushed early.
-        #[arg(long, default_value_t = 512)]
-        head_max_mb: usize,
+        /// Memory budget in MiB shared by the head, caches, queries, ingest and the
+        /// WAL writer (see docs/operations.md for the split). Default: half the
+        /// machine's memory (the smaller of MemTotal and the cgroup limit).
+        #[arg(long)]
+        memory_mb: Option<u64>,
+        /// Head memory budget in MiB before partitions are flushed early; it bounds
+        /// the WAL on disk too. Default: 25% of --memory-mb.
+        #[arg(long)]
+        head_max_mb: Option<u64>,
         /// Time partition width in minutes (one segment never spans two).
         #[arg(long, default_value_t = 60)]
         partition_minutes: i64,
@@ -84,13 +93,24 @@ enum Command {
         #[arg(long)]
         ingestion_window_secs: Option<i64>,
         /// Query result cache size in MiB (0 disables it): a quarter for whole
-        /// answers, the rest for merge and group-by parts.
-        #[arg(long, default_value_t = 256)]
-        query_cache_mb: u64,
+        /// answers, the rest for merge and group-by parts. Default: 10% of
+        /// --memory-mb.
+        #[arg(long)]
+        query_cache_mb: Option<u64>,
         /// Decoded segments kept in memory for queries, in MiB. A decoded segment
         /// takes about 9x its file size; queries over more than fit reload them.
-        #[arg(long, default_value_t = 1024)]
-        segment_cache_mb: u64,
+        /// Default: 30% of --memory-mb.
+        #[arg(long)]
+        segment_cache_mb: Option<u64>,
+        /// Memory for running queries in MiB: a quarter bounds the shared frame
+        /// tree, the rest is reserved by queries as they run (a merge reserves its
+        /// tree budget; more wait, then get 503). Default: 20% of --memory-mb.
+        #[arg(long)]
+        query_memory_mb: Option<u64>,
+        /// Memory for uploads being decoded in MiB (about 4x their bodies); past it
+        /// uploads get 429. Default: 10% of --memory-mb.
+        #[arg(long)]
+        ingest_memory_mb: Option<u64>,
         /// Queries running longer than this many seconds fail with 503.
         #[arg(long, default_value_t = 60)]
         query_timeout_secs: u64,
@@ -458,6 +478,7 @@ fn main() -> anyhow::Result<()> {
             data_dir,
             listen,
             fsync,
+            memory_mb,
             head_max_mb,
             partition_minutes,
             max_body_mb,
@@ -466,6 +487,8 @@ fn main() -> anyhow::Result<()> {
             ingestion_window_secs,
             query_cache_mb,
             segment_cache_mb,
+            query_memory_mb,
+            ingest_memory_mb,
             query_timeout_secs,
             admin_token,
             compaction_interval_minutes,
@@ -486,19 +509,31 @@ fn main() -> anyhow::Result<()> {
                 }
             };
             let nonempty = |s: Option<String>| s.filter(|s| !s.trim().is_empty());
+            let plan = MemoryPlan::split(memory_mb.map_or_else(memory::default_total, |m| m << 20));
+            let mib = |flag: Option<u64>, share: u64| flag.map_or(share, |m| m << 20);
+            let head_bytes = mib(head_max_mb, plan.head);
+            let query_memory = mib(query_memory_mb, plan.query);
+            tracing::info!(
+                total_mb = plan.total >> 20,
+                head_mb = head_bytes >> 20,
+                query_memory_mb = query_memory >> 20,
+                "memory budget"
+            );
             let store = StoreConfig {
                 fsync: match fsync {
                     Fsync::Always => FsyncPolicy::Always,
                     Fsync::Interval => FsyncPolicy::Interval { ms: 100 },
                     Fsync::Never => FsyncPolicy::Never,
                 },
-                head_max_bytes: head_max_mb << 20,
+                head_max_bytes: usize::try_from(head_bytes).unwrap_or(usize::MAX),
+                wal_buffer_bytes: usize::try_from(plan.wal_buffer).unwrap_or(usize::MAX),
+                frame_tree_max_nodes: MemoryPlan::frame_tree_nodes(query_memory),
                 partition_ms: partition_minutes * 60_000,
                 background_compaction: compaction_interval_minutes > 0,
                 compaction_interval: Duration::from_secs(
                     compaction_interval_minutes.saturating_mul(60),
                 ),
-                segment_cache_bytes: segment_cache_mb << 20,
+                segment_cache_bytes: mib(segment_cache_mb, plan.segment_cache),
                 ..StoreConfig::default()
             };
             store.validate().context("invalid storage options")?;
@@ -511,14 +546,18 @@ fn main() -> anyhow::Result<()> {
                     queue: ingest_queue,
                     max_future_skew_ms: max_future_skew_secs.saturating_mul(1000),
                     max_age_ms: ingestion_window_secs.map(|s| s.saturating_mul(1000)),
+                    memory_bytes: mib(ingest_memory_mb, plan.ingest),
                     ..defaults.ingest
                 },
                 max_body_bytes: max_body_mb << 20,
-                query_cache_bytes: query_cache_mb << 20,
+                query_cache_bytes: mib(query_cache_mb, plan.result_cache),
                 query_limits: profiledb_storage::QueryLimits {
                     timeout: std::time::Duration::from_secs(query_timeout_secs),
+                    max_tree_nodes: MemoryPlan::max_tree_nodes(query_memory),
                     ..defaults.query_limits
                 },
+                query_memory_bytes: query_memory,
+                query_queue_wait: defaults.query_queue_wait,
                 admin_token: admin_token.filter(|t| !t.is_empty()),
                 alerts: profiledb::alerts::AlertOptions {
                     alertmanager_url: nonempty(alertmanager_url),

@@ -160,6 +160,13 @@ pub fn render(
         );
         family(
             &mut out,
+            "profiledb_ingest_rejected_memory_total",
+            "counter",
+            "Uploads refused with 429 because in-flight uploads or the head were over their memory share.",
+            c(&s.rejected_memory),
+        );
+        family(
+            &mut out,
             "profiledb_ingest_decode_errors_total",
             "counter",
             "Uploads refused because they did not decode or broke a limit.",

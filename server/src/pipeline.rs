@@ -99,6 +99,9 @@ pub enum PipelineError {
     Storage(#[from] StorageError),
     #[error("the ingest queue is full; retry later")]
     Busy,
+    /// In-flight uploads or the head passed their share of the memory budget.
+    #[error("{0}")]
+    OverMemory(String),
     #[error("the ingest pipeline is shutting down")]
     Closed,
     /// Over one of the tenant's limits.
@@ -118,9 +121,18 @@ pub struct PipelineConfig {
     /// If set, samples older than this before the receive time are refused. Off by
     /// default: importing history is a feature.
     pub max_age_ms: Option<i64>,
+    /// Bytes that uploads queued or being decoded may hold (estimated as
+    /// [`DECODE_FACTOR`] times the body); past it new uploads get 429. One upload
+    /// is always let in, so a body under `max_body_bytes` is never refused forever.
+    /// Default 256 MiB.
+    pub memory_bytes: u64,
     /// Per-tenant limits uploads are admitted against (none: no limit).
     pub admission: Option<Arc<Admission>>,
 }
+
+/// Memory an upload holds while queued and decoded, per byte of body: the body,
+/// the decoded batch (names, stacks, samples) and the WAL record encoded from it.
+pub const DECODE_FACTOR: u64 = 4;
 
 impl Default for PipelineConfig {
     fn default() -> Self {
@@ -130,6 +142,7 @@ impl Default for PipelineConfig {
             limits: Limits::default(),
             max_future_skew_ms: 10 * 60_000,
             max_age_ms: None,
+            memory_bytes: 256 << 20,
             admission: None,
         }
     }
@@ -142,12 +155,30 @@ pub struct PipelineStats {
     pub rejected_busy: AtomicU64,
     pub decode_errors: AtomicU64,
     pub samples: AtomicU64,
+    /// Uploads refused with 429 because in-flight or head memory was over its share.
+    pub rejected_memory: AtomicU64,
+}
+
+/// An upload's share of the in-flight bytes, given back when it is answered.
+struct Inflight {
+    bytes: u64,
+    counter: Arc<AtomicU64>,
+}
+
+impl Drop for Inflight {
+    fn drop(&mut self) {
+        self.counter.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
 }
 
 type Reply = tokio::sync::oneshot::Sender<Result<Stored, PipelineError>>;
 
+type Queued = (Job, Reply, Inflight);
+
 pub struct Pipeline {
-    tx: Option<Sender<(Job, Reply)>>,
+    tx: Option<Sender<Queued>>,
+    store: Arc<Store>,
+    inflight: Arc<AtomicU64>,
     workers: Vec<JoinHandle<()>>,
     stats: Arc<PipelineStats>,
     config: PipelineConfig,
@@ -155,7 +186,7 @@ pub struct Pipeline {
 
 impl Pipeline {
     pub fn start(store: Arc<Store>, config: PipelineConfig) -> Pipeline {
-        let (tx, rx) = channel::bounded::<(Job, Reply)>(config.queue.max(1));
+        let (tx, rx) = channel::bounded::<Queued>(config.queue.max(1));
         let stats = Arc::new(PipelineStats::default());
         let workers = (0..config.workers.max(1))
             .map(|i| {
@@ -169,6 +200,8 @@ impl Pipeline {
             .collect();
         Pipeline {
             tx: Some(tx),
+            store,
+            inflight: Arc::default(),
             workers,
             stats,
             config,
@@ -194,8 +227,11 @@ impl Pipeline {
             // decoder time.
             a.admit_bytes(&job.tenant, job.payload.wire_bytes())?;
         }
+        let inflight = self.reserve(&job).inspect_err(|_| {
+            self.stats.rejected_memory.fetch_add(1, Ordering::Relaxed);
+        })?;
         let (reply, rx) = tokio::sync::oneshot::channel();
-        match tx.try_send((job, reply)) {
+        match tx.try_send((job, reply, inflight)) {
             Ok(()) => {
                 self.stats.accepted.fetch_add(1, Ordering::Relaxed);
                 Ok(rx)
@@ -206,6 +242,51 @@ impl Pipeline {
             }
             Err(TrySendError::Disconnected(_)) => Err(PipelineError::Closed),
         }
+    }
+
+    /// Bytes held by uploads queued or being decoded (estimated).
+    pub fn inflight_bytes(&self) -> u64 {
+        self.inflight.load(Ordering::Relaxed)
+    }
+
+    /// Takes `job`'s share of the in-flight budget, or refuses it: when the head
+    /// (with partitions being flushed) is past twice its budget the writer is
+    /// already waiting for flushes, and queueing more would only hold more memory.
+    fn reserve(&self, job: &Job) -> Result<Inflight, PipelineError> {
+        let head = self.store.head_bytes();
+        let head_max = self.store.config().head_max_bytes as u64;
+        if head > head_max.saturating_mul(2) {
+            return Err(PipelineError::OverMemory(format!(
+                "the head holds {} MiB, past twice its budget of {} MiB (--head-max-mb) while flushes catch up; retry shortly",
+                head >> 20,
+                head_max >> 20
+            )));
+        }
+        let bytes = job.payload.wire_bytes().saturating_mul(DECODE_FACTOR);
+        let limit = self.config.memory_bytes;
+        let mut cur = self.inflight.load(Ordering::Relaxed);
+        loop {
+            if cur > 0 && cur.saturating_add(bytes) > limit {
+                return Err(PipelineError::OverMemory(format!(
+                    "uploads in flight hold {} MiB of the {} MiB ingest budget (--ingest-memory-mb); retry shortly",
+                    cur >> 20,
+                    limit >> 20
+                )));
+            }
+            match self.inflight.compare_exchange_weak(
+                cur,
+                cur + bytes,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(now) => cur = now,
+            }
+        }
+        Ok(Inflight {
+            bytes,
+            counter: self.inflight.clone(),
+        })
     }
 
     /// Stops taking jobs, lets the workers finish the queued ones, and joins them.
@@ -224,13 +305,14 @@ impl Drop for Pipeline {
 }
 
 fn worker(
-    rx: Receiver<(Job, Reply)>,
+    rx: Receiver<Queued>,
     store: Arc<Store>,
     stats: Arc<PipelineStats>,
     config: PipelineConfig,
 ) {
-    for (job, reply) in rx.iter() {
+    for (job, reply, inflight) in rx.iter() {
         let res = process(&store, &config, job);
+        drop(inflight);
         match &res {
             Ok(s) => {
                 stats.samples.fetch_add(s.samples, Ordering::Relaxed);

@@ -32,14 +32,22 @@ pub struct StoreConfig {
     pub step_ms: i64,
     /// Head memory budget. Past it the largest partition is flushed; past twice it,
     /// writes wait for flushes (the write queue then fills and callers see `Busy`).
+    /// It bounds the WAL too: once the WAL files hold more than this many bytes, the
+    /// partition holding the oldest record is flushed early (even if its hour is
+    /// still open) so those files can be deleted, and a replay after a crash reads
+    /// at most about this much.
     pub head_max_bytes: usize,
     /// A partition is flushed once its time range ended this long ago and it has
     /// received no write for the same duration. Default 60 s.
     pub flush_grace: Duration,
     /// When the WAL is fsynced. Default [`FsyncPolicy::Always`].
     pub fsync: FsyncPolicy,
-    /// A WAL file is rotated past this size.
+    /// A WAL file is rotated past this size (or past a quarter of `head_max_bytes`,
+    /// whichever is smaller, so truncation can keep the WAL near the head budget).
     pub wal_file_bytes: u64,
+    /// Most bytes of queued writes the writer commits in one group; its buffer
+    /// keeps this much capacity between commits. Default 32 MiB.
+    pub wal_buffer_bytes: usize,
     /// Capacity of the writer queue, in batches.
     pub write_queue: usize,
     /// Decoded segments kept in memory for queries (default 1 GiB). A decoded
@@ -50,6 +58,9 @@ pub struct StoreConfig {
     /// Decode the newest segments into the cache after open (up to half of it), and
     /// each flushed segment as it is written. Default on.
     pub warm_segment_cache: bool,
+    /// Nodes of the shared name-level frame tree merges build on; past it the next
+    /// query starts a fresh tree. About 32 bytes a node plus its names. Default 4 M.
+    pub frame_tree_max_nodes: usize,
     /// Threads scanning segments in one query (0 = number of CPUs).
     pub query_threads: usize,
     /// zstd level for segment columns.
@@ -103,9 +114,11 @@ impl Default for StoreConfig {
             flush_grace: Duration::from_secs(60),
             fsync: FsyncPolicy::Always,
             wal_file_bytes: 64 << 20,
+            wal_buffer_bytes: 32 << 20,
             write_queue: 64,
             segment_cache_bytes: 1 << 30,
             warm_segment_cache: true,
+            frame_tree_max_nodes: 4_000_000,
             query_threads: 0,
             zstd_level: 3,
             background_flush: true,
@@ -146,6 +159,13 @@ impl StoreConfig {
         } else {
             std::thread::available_parallelism().map_or(2, |n| n.get())
         }
+    }
+
+    /// Size past which a WAL file is rotated: `wal_file_bytes`, or a quarter of the
+    /// head budget (at least 64 KiB) when that is smaller.
+    pub fn wal_rotate_bytes(&self) -> u64 {
+        let quarter = (self.head_max_bytes as u64 / 4).max(64 << 10);
+        self.wal_file_bytes.min(quarter)
     }
 
     /// Start of the partition containing `ts`.

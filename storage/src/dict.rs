@@ -236,6 +236,11 @@ impl DictBuilder {
         n == NO_PARENT
     }
 
+    /// Stack-tree nodes so far (one per distinct stack prefix).
+    pub fn node_count(&self) -> usize {
+        self.dict.parents.len()
+    }
+
     /// Heap footprint including the reverse maps (roughly twice the tables).
     pub fn approx_bytes(&self) -> usize {
         self.string_bytes * 2

@@ -198,6 +198,17 @@ impl HeadPartition {
         self.rows
     }
 
+    /// `(series, stack nodes, series and label-index bytes, dictionary bytes)`:
+    /// what a node pays per series and per distinct stack.
+    pub fn footprint(&self) -> (usize, usize, usize, usize) {
+        (
+            self.series.len(),
+            self.dict.node_count(),
+            self.label_bytes,
+            self.dict.approx_bytes(),
+        )
+    }
+
     /// Rough heap footprint; the head's memory bound is enforced on this.
     pub fn approx_bytes(&self) -> usize {
         // hashbrown entry (12-byte key + 8-byte value) plus control byte and slack.

@@ -110,3 +110,4 @@ pub use store::{
     now_ms, CompactProgress, CompactReport, CompactedPartition, RetentionReport, SkippedPartition,
     Store,
 };
+pub use wal::ReplayProgress;

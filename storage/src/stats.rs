@@ -27,6 +27,10 @@ counters! {
     wal_syncs => "fsync calls on the write-ahead log.",
     wal_replayed_records => "WAL records replayed at open.",
     wal_truncated_bytes => "Bytes dropped from torn or corrupt WAL tails at open.",
+    wal_removed_bytes => "Bytes of WAL files deleted because segments hold their records.",
+    wal_removed_files => "WAL files deleted because segments hold their records.",
+    early_flushes_head => "Open partitions flushed early because the head passed its budget.",
+    early_flushes_wal => "Open partitions flushed early because the WAL passed the head budget.",
     segments_flushed => "Segments written from the head.",
     flush_errors => "Failed segment flushes (retried).",
     segments_quarantined => "Segments moved to quarantine because they failed verification.",
@@ -65,4 +69,18 @@ pub struct Gauges {
     pub segment_cache_bytes: u64,
     /// 1 while the after-open warm-up is decoding segments into the cache.
     pub segment_cache_warming: u64,
+    /// Bytes in the WAL files (what a replay after a crash would read).
+    pub wal_bytes: u64,
+    /// Bytes the WAL writer's group-commit buffer holds.
+    pub wal_buffer_bytes: u64,
+    /// Approximate bytes of the shared name-level frame tree queries build.
+    pub frame_tree_bytes: u64,
+    /// Series in the head (summed over partitions).
+    pub head_series: u64,
+    /// Stack-tree nodes in the head's dictionaries (distinct stack prefixes).
+    pub head_stack_nodes: u64,
+    /// Bytes of the head's series label sets and label index.
+    pub head_index_bytes: u64,
+    /// Bytes of the head's dictionaries (strings, functions, locations, stack tree).
+    pub head_dictionary_bytes: u64,
 }

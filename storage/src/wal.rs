@@ -9,6 +9,7 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use tracing::{info, warn};
 
@@ -22,6 +23,33 @@ struct WalFile {
     path: PathBuf,
     /// Highest LSN written to the file (0 when empty).
     last_lsn: u64,
+    /// Bytes in the file.
+    bytes: u64,
+}
+
+/// How far WAL replay at open has come, readable from another thread while
+/// [`crate::Store::open_with_progress`] runs (the server's `/ready` reports it).
+#[derive(Debug, Default)]
+pub struct ReplayProgress {
+    total: AtomicU64,
+    replayed: AtomicU64,
+}
+
+impl ReplayProgress {
+    /// `(bytes replayed, bytes to replay)`; both 0 before replay starts.
+    pub fn bytes(&self) -> (u64, u64) {
+        (
+            self.replayed.load(Ordering::Relaxed),
+            self.total.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// What one truncation deleted.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Removed {
+    pub files: usize,
+    pub bytes: u64,
 }
 
 /// What replay found, for logs and metrics.
@@ -54,6 +82,7 @@ impl Wal {
     pub fn open(
         dir: &Path,
         rotate_bytes: u64,
+        progress: &ReplayProgress,
         mut apply: impl FnMut(u64, &[u8]),
     ) -> Result<(Wal, ReplayReport)> {
         fs::create_dir_all(dir).at(dir)?;
@@ -63,10 +92,17 @@ impl Wal {
             .filter(|p| p.extension().is_some_and(|x| x == "wal"))
             .collect();
         names.sort();
+        let total: u64 = names
+            .iter()
+            .filter_map(|p| fs::metadata(p).ok())
+            .map(|m| m.len())
+            .sum();
+        progress.total.store(total, Ordering::Relaxed);
         let mut report = ReplayReport::default();
         let mut files = Vec::new();
         for path in names {
-            let last = replay_file(&path, report.last_lsn, &mut apply, &mut report)?;
+            let (last, bytes) =
+                replay_file(&path, report.last_lsn, &mut apply, &mut report, progress)?;
             report.files += 1;
             if last > 0 {
                 report.last_lsn = last;
@@ -74,6 +110,7 @@ impl Wal {
             files.push(WalFile {
                 path,
                 last_lsn: last,
+                bytes,
             });
         }
         if report.records > 0 || report.truncated_bytes > 0 {
@@ -136,10 +173,14 @@ impl Wal {
             }
             Ok(())
         })();
-        self.active_bytes += self.buf.len() as u64;
+        let written = self.buf.len() as u64;
+        self.active_bytes += written;
         self.buf.clear();
-        if let (Some(last), Some(f)) = (self.pending_last.take(), self.files.last_mut()) {
-            f.last_lsn = last;
+        if let Some(f) = self.files.last_mut() {
+            f.bytes += written;
+            if let Some(last) = self.pending_last.take() {
+                f.last_lsn = last;
+            }
         }
         res.at(path)
     }
@@ -169,15 +210,29 @@ impl Wal {
         sync_dir(&self.dir)?;
         self.active = Some(f);
         self.active_bytes = 0;
-        self.files.push(WalFile { path, last_lsn: 0 });
+        self.files.push(WalFile {
+            path,
+            last_lsn: 0,
+            bytes: 0,
+        });
         Ok(())
+    }
+
+    /// Bytes in the WAL files on disk: what a replay would read now.
+    pub fn retained_bytes(&self) -> u64 {
+        self.files.iter().map(|f| f.bytes).sum()
+    }
+
+    /// Bytes the group-commit buffer holds on to between commits.
+    pub fn buffer_capacity(&self) -> usize {
+        self.buf.capacity()
     }
 
     /// Deletes every file whose records all have LSN below `min_needed` (all their
     /// samples are in durable segments). The active file is closed first if it
     /// qualifies, so the next commit starts a fresh one.
-    pub fn truncate_before(&mut self, min_needed: u64) -> Result<usize> {
-        let mut removed = 0;
+    pub fn truncate_before(&mut self, min_needed: u64) -> Result<Removed> {
+        let mut removed = Removed::default();
         let n = self.files.len();
         let mut keep = Vec::with_capacity(n);
         for (i, f) in std::mem::take(&mut self.files).into_iter().enumerate() {
@@ -189,7 +244,10 @@ impl Wal {
                     self.active_bytes = 0;
                 }
                 match fs::remove_file(&f.path) {
-                    Ok(()) => removed += 1,
+                    Ok(()) => {
+                        removed.files += 1;
+                        removed.bytes += f.bytes;
+                    }
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                     Err(e) => return Err(crate::StorageError::io(&f.path, e)),
                 }
@@ -198,7 +256,7 @@ impl Wal {
             }
         }
         self.files = keep;
-        if removed > 0 {
+        if removed.files > 0 {
             sync_dir(&self.dir)?;
         }
         Ok(removed)
@@ -210,13 +268,15 @@ impl Wal {
     }
 }
 
-/// Replays one file; returns the last valid LSN in it (0 if none).
+/// Replays one file; returns the last valid LSN in it (0 if none) and the bytes
+/// kept.
 fn replay_file(
     path: &Path,
     prev_lsn: u64,
     apply: &mut impl FnMut(u64, &[u8]),
     report: &mut ReplayReport,
-) -> Result<u64> {
+    progress: &ReplayProgress,
+) -> Result<(u64, u64)> {
     let mut data = Vec::new();
     File::open(path)
         .and_then(|mut f| f.read_to_end(&mut data))
@@ -253,6 +313,9 @@ fn replay_file(
         last = lsn;
         report.records += 1;
         report.bytes += (HEADER_LEN + len) as u64;
+        progress
+            .replayed
+            .fetch_add((HEADER_LEN + len) as u64, Ordering::Relaxed);
         pos += HEADER_LEN + len;
     };
     if let Some(why) = bad {
@@ -268,7 +331,7 @@ fn replay_file(
         f.set_len(pos as u64).at(path)?;
         f.sync_all().at(path)?;
     }
-    Ok(last)
+    Ok((last, pos as u64))
 }
 
 #[cfg(test)]
@@ -277,7 +340,10 @@ mod tests {
 
     fn replay(dir: &Path) -> (Vec<(u64, Vec<u8>)>, ReplayReport, Wal) {
         let mut got = Vec::new();
-        let (wal, rep) = Wal::open(dir, 1 << 20, |l, p| got.push((l, p.to_vec()))).unwrap();
+        let (wal, rep) = Wal::open(dir, 1 << 20, &ReplayProgress::default(), |l, p| {
+            got.push((l, p.to_vec()))
+        })
+        .unwrap();
         (got, rep, wal)
     }
 
@@ -346,7 +412,7 @@ mod tests {
         wal.append(2, b"two");
         wal.commit(2, true).unwrap();
         assert_eq!(
-            wal.truncate_before(2).unwrap(),
+            wal.truncate_before(2).unwrap().files,
             1,
             "only file 1 is fully flushed"
         );
@@ -358,7 +424,7 @@ mod tests {
     #[test]
     fn truncation_removes_only_fully_flushed_files() {
         let tmp = tempfile::tempdir().unwrap();
-        let (_, _, mut wal) = Wal::open(tmp.path(), 10, |_, _| {})
+        let (_, _, mut wal) = Wal::open(tmp.path(), 10, &ReplayProgress::default(), |_, _| {})
             .map(|(w, r)| ((), r, w))
             .unwrap();
         for lsn in 1..=4u64 {
@@ -366,11 +432,24 @@ mod tests {
             wal.commit(lsn, false).unwrap();
         }
         assert_eq!(wal.file_count(), 4);
-        assert_eq!(wal.truncate_before(3).unwrap(), 2);
+        let record = (HEADER_LEN + 16) as u64;
+        assert_eq!(wal.retained_bytes(), 4 * record);
+        assert_eq!(
+            wal.truncate_before(3).unwrap(),
+            Removed {
+                files: 2,
+                bytes: 2 * record
+            }
+        );
+        assert_eq!(wal.retained_bytes(), 2 * record);
         drop(wal);
-        let (got, _, mut wal) = replay(tmp.path());
-        assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), vec![3, 4]);
-        assert_eq!(wal.truncate_before(5).unwrap(), 2);
+        let progress = ReplayProgress::default();
+        let mut got = Vec::new();
+        let (mut wal, _) = Wal::open(tmp.path(), 10, &progress, |l, _| got.push(l)).unwrap();
+        assert_eq!(got, vec![3, 4]);
+        assert_eq!(progress.bytes(), (2 * record, 2 * record));
+        assert_eq!(wal.truncate_before(5).unwrap().files, 2);
         assert_eq!(wal.file_count(), 0);
+        assert_eq!(wal.retained_bytes(), 0);
     }
 }

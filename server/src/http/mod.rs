@@ -1,6 +1,7 @@
 //! HTTP routes. Each submodule owns one family of endpoints.
 
 mod admin;
+pub mod admission;
 mod alerts;
 mod ingest;
 mod labels;
@@ -50,9 +51,15 @@ pub fn router(state: AppRef) -> Router {
     Router::new()
         .merge(system::routes())
         .merge(ingest::routes())
-        .merge(labels::routes())
+        .merge(labels::routes().route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            admission::admit,
+        )))
         .merge(otlp::routes())
-        .merge(query::routes())
+        .merge(query::routes().route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            admission::admit,
+        )))
         .merge(admin::routes())
         .merge(alerts::routes())
         .merge(ui::routes())

@@ -2,7 +2,7 @@
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 
@@ -16,14 +16,25 @@ pub fn routes() -> Router<AppRef> {
         .route("/metrics", get(prometheus))
 }
 
-async fn ready(State(state): State<AppRef>) -> impl IntoResponse {
-    match state.store_if_open() {
-        Some(_) => (StatusCode::OK, "ready\n"),
-        None => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "opening the store (replaying the WAL)\n",
-        ),
+/// 200 `ready` once the store is open; until then 503 with the replay's progress,
+/// `{"status": "replaying", "replayed_bytes": …, "total_bytes": …}`.
+async fn ready(State(state): State<AppRef>) -> Response {
+    if state.store_if_open().is_some() {
+        return (StatusCode::OK, "ready\n").into_response();
     }
+    let (replayed, total) = state.replay.bytes();
+    let body = serde_json::json!({
+        "status": "replaying",
+        "message": "opening the store (replaying the WAL)",
+        "replayed_bytes": replayed,
+        "total_bytes": total,
+    });
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        [(header::RETRY_AFTER, "1")],
+        axum::Json(body),
+    )
+        .into_response()
 }
 
 async fn prometheus(State(state): State<AppRef>) -> impl IntoResponse {
@@ -35,6 +46,7 @@ async fn prometheus(State(state): State<AppRef>) -> impl IntoResponse {
         &state.answers.stats,
         state.started.elapsed().as_secs(),
     );
+    crate::memory::render_metrics(&state, &mut body);
     if let Some(a) = state.alerts.get() {
         a.render_metrics(&mut body);
     }
@@ -46,4 +58,30 @@ async fn prometheus(State(state): State<AppRef>) -> impl IntoResponse {
         )],
         body,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::{AppState, ServeOptions};
+
+    /// Before the store is open `/ready` is 503 with the replay's progress as JSON.
+    #[tokio::test]
+    async fn ready_reports_replay_progress_until_the_store_opens() {
+        let options = ServeOptions::default();
+        let tenancy = crate::tenancy::Tenancy::open(options.tenancy.clone()).unwrap();
+        let state = Arc::new(AppState::new(options, tenancy));
+        let resp = ready(State(state)).await;
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(resp.headers()[header::RETRY_AFTER], "1");
+        let body = axum::body::to_bytes(resp.into_body(), 1 << 16)
+            .await
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["status"], "replaying");
+        assert_eq!(v["replayed_bytes"], 0);
+        assert_eq!(v["total_bytes"], 0);
+    }
 }

@@ -133,6 +133,14 @@ impl FrameTree {
         self.name_strs.id(s)
     }
 
+    /// Approximate heap bytes: the node columns, the child map (key, value and
+    /// control byte per slot) and the interned names.
+    pub fn approx_bytes(&self) -> usize {
+        (self.parents.capacity() + self.names.capacity()) * 4
+            + self.children.capacity() * 13
+            + self.name_strs.approx_bytes()
+    }
+
     fn child(&mut self, parent: u32, name: u32) -> u32 {
         let next = self.parents.len() as u32;
         let gid = *self.children.entry((parent, name)).or_insert(next);
@@ -233,6 +241,14 @@ impl Frames {
             next_generation: AtomicU64::new(2),
             max_nodes,
         }
+    }
+
+    /// Approximate bytes of the current tree (older generations live only as long as
+    /// the queries that still use them).
+    pub fn approx_bytes(&self) -> usize {
+        let cur = self.current.lock().clone();
+        let bytes = cur.read().approx_bytes();
+        bytes
     }
 
     /// The tree a query uses from start to end (replaced first if it grew too big).

@@ -7,6 +7,8 @@ use rustc_hash::FxHashMap;
 pub struct Interner {
     strs: Vec<String>,
     ids: FxHashMap<String, u32>,
+    /// Approximate heap bytes, kept as strings are added so reading it is free.
+    bytes: usize,
 }
 
 impl Interner {
@@ -18,7 +20,14 @@ impl Interner {
         let id = self.strs.len() as u32;
         self.strs.push(s.to_string());
         self.ids.insert(s.to_string(), id);
+        // Two copies of the text, two `String` headers, the id and hash slot.
+        self.bytes += 2 * s.len() + 2 * std::mem::size_of::<String>() + 16;
         id
+    }
+
+    /// Approximate heap bytes held.
+    pub fn approx_bytes(&self) -> usize {
+        self.bytes
     }
 
     /// The id of `s`, if it was interned.

@@ -104,6 +104,8 @@ impl Inner {
                 st.segments.insert(h.meta.id, h);
                 self.segments_version.fetch_add(1, Ordering::SeqCst);
             }
+            let head: usize = st.partitions().map(|p| p.read().approx_bytes()).sum();
+            self.head_bytes.store(head as u64, Ordering::Relaxed);
         }
         // The segment is live now: a failed truncation must not make the caller retry
         // the flush (that would store the partition twice). The WAL is truncated again
@@ -124,7 +126,11 @@ impl Inner {
                 .min()
                 .unwrap_or_else(|| self.next_lsn.load(Ordering::SeqCst))
         };
-        wal.truncate_before(min_needed)?;
+        let removed = wal.truncate_before(min_needed)?;
+        self.wal_bytes
+            .store(wal.retained_bytes(), Ordering::Relaxed);
+        inc(&self.stats.wal_removed_bytes, removed.bytes);
+        inc(&self.stats.wal_removed_files, removed.files as u64);
         Ok(())
     }
 }

@@ -55,7 +55,7 @@ use crate::model::{Batch, TenantId};
 use crate::query::frames::Frames;
 use crate::segment::SegmentMeta;
 use crate::stats::{inc, Gauges, StoreStats};
-use crate::wal::Wal;
+use crate::wal::{ReplayProgress, Wal};
 use segments::SegmentCache;
 use state::{SegmentHandle, State};
 use writer::WriterMsg;
@@ -72,6 +72,14 @@ struct Inner {
     wal: Mutex<Wal>,
     /// Writer: the next WAL sequence number.
     next_lsn: AtomicU64,
+    /// Writer and flusher: bytes in the WAL files, kept outside the WAL lock so
+    /// gauges and the writer's early-flush check never wait for a commit.
+    wal_bytes: AtomicU64,
+    /// Writer: capacity of the WAL's group-commit buffer.
+    wal_buffer_bytes: AtomicU64,
+    /// Writer and flusher: head bytes (open and flushing partitions) as last
+    /// measured, for ingest back-pressure without taking the state lock.
+    head_bytes: AtomicU64,
     /// Flusher and lifecycle: ids of new segments.
     next_segment_id: AtomicU64,
     /// Bumped whenever the set of live segments changes (flush, quarantine,
@@ -115,10 +123,28 @@ impl Store {
     /// the catalog with the segment files, replays the WAL and starts the writer and
     /// flusher threads.
     pub fn open(dir: impl AsRef<Path>, cfg: StoreConfig) -> Result<Store> {
+        Self::open_with_progress(dir, cfg, &ReplayProgress::default())
+    }
+
+    /// Like [`Store::open`], reporting the WAL replay's progress into `progress`
+    /// as it goes (a server answers `/ready` from it meanwhile).
+    pub fn open_with_progress(
+        dir: impl AsRef<Path>,
+        cfg: StoreConfig,
+        progress: &ReplayProgress,
+    ) -> Result<Store> {
         cfg.validate()?;
         let dir = dir.as_ref().to_path_buf();
-        let r = recovery::recover(&dir, &cfg)?;
+        let r = recovery::recover(&dir, &cfg, progress)?;
+        let head_bytes: u64 = r
+            .state
+            .partitions()
+            .map(|p| p.read().approx_bytes() as u64)
+            .sum();
         let inner = Inner {
+            wal_bytes: AtomicU64::new(r.wal.retained_bytes()),
+            wal_buffer_bytes: AtomicU64::new(0),
+            head_bytes: AtomicU64::new(head_bytes),
             dir: dir.clone(),
             state: RwLock::new(r.state),
             catalog: r.catalog,
@@ -126,7 +152,7 @@ impl Store {
             next_lsn: AtomicU64::new(r.next_lsn),
             next_segment_id: AtomicU64::new(r.next_segment_id),
             segments_version: AtomicU64::new(1),
-            frames: Default::default(),
+            frames: Frames::new(cfg.frame_tree_max_nodes),
             cache: segments::segment_cache(cfg.segment_cache_bytes),
             stats: r.stats,
             closed: AtomicBool::new(false),
@@ -295,6 +321,9 @@ impl Store {
             segment_bytes: st.segments.values().map(|h| h.meta.size_bytes).sum(),
             segment_cache_bytes: self.inner.cache.weight(),
             segment_cache_warming: u64::from(self.inner.warming.load(Ordering::Relaxed)),
+            wal_bytes: self.inner.wal_bytes.load(Ordering::Relaxed),
+            wal_buffer_bytes: self.inner.wal_buffer_bytes.load(Ordering::Relaxed),
+            frame_tree_bytes: self.inner.frames.approx_bytes() as u64,
             ..Default::default()
         };
         for p in st.partitions() {
@@ -302,8 +331,19 @@ impl Store {
             g.head_partitions += 1;
             g.head_bytes += p.approx_bytes() as u64;
             g.head_rows += p.rows() as u64;
+            let (series, nodes, index, dict) = p.footprint();
+            g.head_series += series as u64;
+            g.head_stack_nodes += nodes as u64;
+            g.head_index_bytes += index as u64;
+            g.head_dictionary_bytes += dict as u64;
         }
         g
+    }
+
+    /// Head bytes (open and flushing partitions) as the writer last measured them;
+    /// cheap enough to check on every upload.
+    pub fn head_bytes(&self) -> u64 {
+        self.inner.head_bytes.load(Ordering::Relaxed)
     }
 
     /// Metadata of every live segment, ordered by id.

@@ -21,7 +21,7 @@ use crate::error::{IoContext, Result, StorageError};
 use crate::model::{Batch, TenantId};
 use crate::segment::{self, SegmentFile, SegmentMeta};
 use crate::stats::{inc, StoreStats};
-use crate::wal::Wal;
+use crate::wal::{ReplayProgress, Wal};
 
 /// What opening found and rebuilt.
 pub(super) struct Recovered {
@@ -35,7 +35,11 @@ pub(super) struct Recovered {
 }
 
 /// Takes the lock of `dir`, reconciles the catalog and replays the WAL.
-pub(super) fn recover(dir: &Path, cfg: &StoreConfig) -> Result<Recovered> {
+pub(super) fn recover(
+    dir: &Path,
+    cfg: &StoreConfig,
+    progress: &ReplayProgress,
+) -> Result<Recovered> {
     fs::create_dir_all(dir).at(dir)?;
     let lock = lock_dir(dir)?;
     let (catalog, rebuilt) = Catalog::open(&dir.join("catalog"))?;
@@ -63,20 +67,20 @@ pub(super) fn recover(dir: &Path, cfg: &StoreConfig) -> Result<Recovered> {
         ..Default::default()
     });
     let mut replay_err = 0u64;
-    let (wal, report) =
-        Wal::open(
-            &dir.join("wal"),
-            cfg.wal_file_bytes,
-            |lsn, payload| match postcard::from_bytes::<Batch>(payload) {
-                Ok(batch) if batch.validate().is_ok() => {
-                    apply_batch(&state, cfg, lsn, &batch, Some(&flushed));
-                }
-                _ => {
-                    replay_err += 1;
-                    error!(lsn, "undecodable WAL record skipped");
-                }
-            },
-        )?;
+    let (wal, report) = Wal::open(
+        &dir.join("wal"),
+        cfg.wal_rotate_bytes(),
+        progress,
+        |lsn, payload| match postcard::from_bytes::<Batch>(payload) {
+            Ok(batch) if batch.validate().is_ok() => {
+                apply_batch(&state, cfg, lsn, &batch, Some(&flushed));
+            }
+            _ => {
+                replay_err += 1;
+                error!(lsn, "undecodable WAL record skipped");
+            }
+        },
+    )?;
     inc(&stats.wal_replayed_records, report.records);
     inc(&stats.wal_truncated_bytes, report.truncated_bytes);
     let state = state.into_inner();

@@ -84,6 +84,13 @@ impl Inner {
                 }
                 total -= sz;
                 due.push(k);
+                inc(&self.stats.early_flushes_head, 1);
+            }
+        }
+        if due.is_empty() && st.flushing.is_empty() {
+            if let Some(k) = self.pinning_wal(&st) {
+                due.push(k);
+                inc(&self.stats.early_flushes_wal, 1);
             }
         }
         let mut out = Vec::with_capacity(due.len());
@@ -94,6 +101,25 @@ impl Inner {
             }
         }
         out
+    }
+
+    /// The open partition holding the oldest WAL record, when the WAL files have
+    /// outgrown the head budget. A batch in the WAL weighs more than in the head
+    /// (it repeats its symbols), so without this an hour's partition that never
+    /// reaches the head budget would keep every WAL file of the hour, and a replay
+    /// after a crash would read all of them. Flushing it lets the flusher delete
+    /// the files before the next-oldest record. Not while a flush is running: that
+    /// one may already be the partition pinning the WAL.
+    fn pinning_wal(&self, st: &State) -> Option<(TenantId, i64)> {
+        if self.wal_bytes.load(Ordering::Relaxed) <= self.cfg.head_max_bytes as u64 {
+            return None;
+        }
+        st.head
+            .iter()
+            .map(|(k, p)| (p.read().min_lsn, k))
+            .filter(|(lsn, _)| *lsn > 0)
+            .min_by_key(|(lsn, _)| *lsn)
+            .map(|(_, k)| k.clone())
     }
 
     pub(super) fn writer_loop(self: Arc<Self>, rx: Receiver<WriterMsg>, ftx: Sender<FlushMsg>) {
@@ -121,6 +147,7 @@ impl Inner {
             // twice the budget, wait for the flusher instead of taking more input.
             loop {
                 let (h, f) = self.head_bytes();
+                self.head_bytes.store((h + f) as u64, Ordering::Relaxed);
                 if h + f <= self.cfg.head_max_bytes.saturating_mul(2) || f == 0 {
                     break;
                 }
@@ -129,7 +156,7 @@ impl Inner {
 
             let mut group = vec![first];
             let mut bytes = 0usize;
-            while group.len() < 512 && bytes < (32 << 20) {
+            while group.len() < 512 && bytes < self.cfg.wal_buffer_bytes {
                 match rx.try_recv() {
                     Ok(m) => {
                         if let WriterMsg::Write { payload, .. } = &m {
@@ -174,7 +201,12 @@ impl Inner {
                     wal_bytes += payload.len() as u64 + 16;
                     lsn += 1;
                 }
-                match wal.commit(first_lsn, sync) {
+                let committed = wal.commit(first_lsn, sync);
+                self.wal_bytes
+                    .store(wal.retained_bytes(), Ordering::Relaxed);
+                self.wal_buffer_bytes
+                    .store(wal.buffer_capacity() as u64, Ordering::Relaxed);
+                match committed {
                     Ok(()) => {
                         self.next_lsn.store(lsn, Ordering::SeqCst);
                         inc(&self.stats.wal_bytes_written, wal_bytes);

@@ -82,6 +82,11 @@ impl AnswerCache {
         }
     }
 
+    /// Bytes of the answers held.
+    pub fn weight(&self) -> u64 {
+        self.bodies.weight()
+    }
+
     /// What is left of `query_cache_bytes` for the querier's result cache.
     pub fn querier_bytes(query_cache_bytes: u64) -> u64 {
         query_cache_bytes - query_cache_bytes / 4
