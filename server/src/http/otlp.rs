@@ -26,8 +26,6 @@ use super::{tenant_of, AppRef};
 use crate::error::{ApiError, ApiResult};
 use crate::pipeline::{Job, Payload, Stored};
 
-/// The OTLP/HTTP path for profiles.
-pub const HTTP_PATH: &str = "/v1development/profiles";
 /// The gRPC method path of `ProfilesService/Export`.
 pub const GRPC_PATH: &str =
     "/opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export";
