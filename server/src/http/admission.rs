@@ -112,11 +112,13 @@ impl Admission {
     }
 }
 
-/// How much a request to `path` is expected to hold: label discovery is light,
-/// everything else on the query routes (merges, diffs, group-bys, series over time,
+/// How much a request to `path` is expected to hold: label discovery, the query plan
+/// (`AnalyzeQuery` reads only per-step totals) and the small services Grafana calls
+/// beside the querier (version, feature flags, settings) are light; everything else
+/// on the query routes (merges, diffs, group-bys, series over time, heatmaps,
 /// renders) reserves a merge's budget.
 pub fn weight_of(path: &str) -> Weight {
-    const LIGHT: [&str; 9] = [
+    const LIGHT: [&str; 11] = [
         "/api/v1/profile_types",
         "/api/v1/labels",
         "/api/v1/label_values",
@@ -125,9 +127,12 @@ pub fn weight_of(path: &str) -> Weight {
         "/querier.v1.QuerierService/LabelNames",
         "/querier.v1.QuerierService/LabelValues",
         "/querier.v1.QuerierService/Series",
+        "/querier.v1.QuerierService/AnalyzeQuery",
         "/pyroscope/label-values",
+        "/pyroscope/labels",
     ];
-    if LIGHT.contains(&path) {
+    const LIGHT_SERVICES: [&str; 3] = ["/version.v1.", "/capabilities.v1.", "/settings.v1."];
+    if LIGHT.contains(&path) || LIGHT_SERVICES.iter().any(|s| path.starts_with(s)) {
         Weight::Light
     } else {
         Weight::Heavy
@@ -172,6 +177,13 @@ mod tests {
             Weight::Heavy
         );
         assert_eq!(weight_of("/api/v1/labels"), Weight::Light);
+        assert_eq!(weight_of("/pyroscope/labels"), Weight::Light);
+        assert_eq!(weight_of("/settings.v1.SettingsService/Get"), Weight::Light);
+        assert_eq!(weight_of("/version.v1.Version/Version"), Weight::Light);
+        assert_eq!(
+            weight_of("/querier.v1.QuerierService/SelectHeatmap"),
+            Weight::Heavy
+        );
         assert_eq!(
             weight_of("/querier.v1.QuerierService/LabelNames"),
             Weight::Light
