@@ -242,6 +242,12 @@ impl Catalog {
         Ok(out)
     }
 
+    /// `tenant`'s setting `name`, if stored.
+    pub fn setting(&self, tenant: &TenantId, name: &str) -> Result<Option<Vec<u8>>> {
+        let v = self.settings.get(setting_key(tenant, name)).map_err(err)?;
+        Ok(v.map(|v| v.to_vec()))
+    }
+
     /// Stores (or replaces) `tenant`'s setting `name`, durably.
     pub fn put_setting(&self, tenant: &TenantId, name: &str, doc: &[u8]) -> Result<()> {
         self.settings
@@ -294,6 +300,8 @@ mod tests {
             vec![("x".into(), b"4".to_vec()), ("y".into(), b"2".to_vec())]
         );
         assert_eq!(c.settings(&b).unwrap(), vec![("x".into(), b"3".to_vec())]);
+        assert_eq!(c.setting(&a, "x").unwrap(), Some(b"4".to_vec()));
+        assert_eq!(c.setting(&b, "y").unwrap(), None);
         assert!(c.remove_setting(&a, "x").unwrap());
         assert!(!c.remove_setting(&a, "x").unwrap());
         assert_eq!(c.settings(&a).unwrap().len(), 1);

@@ -156,10 +156,9 @@ async fn call(
                 )
                 .await
         }
-        other => Err(ConnectError::new(
-            "unimplemented",
-            format!("querier.v1.QuerierService/{other} is not implemented"),
-        )),
+        other => Err(super::services::unimplemented(&format!(
+            "querier.v1.QuerierService/{other}"
+        ))),
     }
 }
 

@@ -47,13 +47,6 @@ async fn unary<'a>(
     })
 }
 
-fn no_method(service: &str, method: &str) -> ConnectError {
-    ConnectError::new(
-        "unimplemented",
-        format!("{service}/{method} is not implemented"),
-    )
-}
-
 async fn version(
     State(state): State<AppRef>,
     Path(method): Path<String>,
@@ -72,7 +65,7 @@ async fn version(
             })
             .await
         }
-        other => Err(no_method("version.v1.Version", other)),
+        other => Err(unimplemented(&format!("version.v1.Version/{other}"))),
     }
 }
 
@@ -122,7 +115,9 @@ async fn capabilities(
             )
             .await
         }
-        other => Err(no_method("capabilities.v1.FeatureFlagsService", other)),
+        other => Err(unimplemented(&format!(
+            "capabilities.v1.FeatureFlagsService/{other}"
+        ))),
     }
 }
 
@@ -158,7 +153,9 @@ async fn settings(
             )
             .await
         }
-        other => Err(no_method("settings.v1.SettingsService", other)),
+        other => Err(unimplemented(&format!(
+            "settings.v1.SettingsService/{other}"
+        ))),
     }
 }
 
@@ -223,10 +220,8 @@ async fn set_setting(
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         let catalog = store.catalog();
         let newer = catalog
-            .settings(&tenant)?
-            .into_iter()
-            .find(|(n, _)| *n == s.name)
-            .and_then(|(_, doc)| serde_json::from_slice::<Stored>(&doc).ok())
+            .setting(&tenant, &s.name)?
+            .and_then(|doc| serde_json::from_slice::<Stored>(&doc).ok())
             .filter(|old| old.modified_at > s.modified_at);
         if let Some(old) = newer {
             return Ok(Err(ConnectError::new(
