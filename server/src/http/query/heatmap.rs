@@ -161,7 +161,7 @@ mod tests {
 
     fn ind(host: &str, at_ms: i64, value: i64) -> Individual {
         Individual {
-            labels: Labels::new([("host", host), ("service_name", "s")]),
+            labels: std::sync::Arc::new(Labels::new([("host", host), ("service_name", "s")])),
             at_ms,
             value,
         }

@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use profiledb_storage::{
     CallTree, Labels, MatchOp, Matcher, Querier, Selector, TenantId, TimeRange,
@@ -54,7 +55,8 @@ impl ProfileId {
 /// One individual profile: a series' total over one storage step.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Individual {
-    pub labels: Labels,
+    /// Shared by every step of the series: a day of 10 s steps is 8,640 profiles.
+    pub labels: Arc<Labels>,
     /// Start of the step (ms since the epoch).
     pub at_ms: i64,
     pub value: i64,
@@ -104,8 +106,9 @@ pub fn individuals(
     Ok(totals
         .into_iter()
         .flat_map(|(labels, points)| {
+            let labels = Arc::new(labels);
             points.into_iter().map(move |(at_ms, value)| Individual {
-                labels: labels.clone(),
+                labels: Arc::clone(&labels),
                 at_ms,
                 value,
             })
@@ -214,7 +217,7 @@ mod tests {
 
     fn ind(pairs: &[(&str, &str)], at_ms: i64, value: i64) -> Individual {
         Individual {
-            labels: Labels::new(pairs.iter().copied()),
+            labels: Arc::new(Labels::new(pairs.iter().copied())),
             at_ms,
             value,
         }
