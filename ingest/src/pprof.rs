@@ -32,6 +32,7 @@ use profiledb_model::{
 };
 use prost::Message;
 use rustc_hash::FxHashMap;
+use std::collections::hash_map::Entry;
 
 use crate::error::IngestError;
 use crate::gzip::decompress_body;
@@ -139,17 +140,23 @@ fn convert(profile: &RawProfile<'_>, opts: &PprofOptions) -> Result<Batch, Inges
             continue;
         }
         let set = label_sets.id_for(sample_labels, &strings, limits)?;
-        if let Some(&row) = merged.get(&(set, location_ids)) {
-            let dsts = sums
-                .get_mut(row * n_out..(row + 1) * n_out)
-                .unwrap_or_default();
-            for (dst, &v) in dsts.iter_mut().zip(&values) {
-                *dst = dst.checked_add(v).ok_or_else(|| {
-                    IngestError::profile(format!("sample {i}: summed value overflows"))
-                })?;
+        // One hash of the key per sample: a repeat sums into its row, a new key
+        // keeps its vacant slot until the row exists.
+        let slot = match merged.entry((set, location_ids)) {
+            Entry::Occupied(o) => {
+                let row = *o.get();
+                let dsts = sums
+                    .get_mut(row * n_out..(row + 1) * n_out)
+                    .unwrap_or_default();
+                for (dst, &v) in dsts.iter_mut().zip(&values) {
+                    *dst = dst.checked_add(v).ok_or_else(|| {
+                        IngestError::profile(format!("sample {i}: summed value overflows"))
+                    })?;
+                }
+                continue;
             }
-            continue;
-        }
+            Entry::Vacant(v) => v,
+        };
 
         frames.clear();
         for &loc_id in location_ids {
@@ -171,7 +178,7 @@ fn convert(profile: &RawProfile<'_>, opts: &PprofOptions) -> Result<Batch, Inges
             }
         }
         let stack = batch.stacks.push_leaf_first(frames.iter().copied());
-        merged.insert((set, location_ids), rows.len());
+        slot.insert(rows.len());
         rows.push((set, stack));
         sums.extend_from_slice(&values);
     }
