@@ -7,6 +7,7 @@
 
 pub mod alerts;
 pub mod cli;
+pub mod cluster;
 pub mod error;
 pub mod fleet_cli;
 pub mod http;
@@ -58,6 +59,9 @@ pub struct ServeOptions {
     pub alerts: alerts::AlertOptions,
     /// Authentication and per-tenant limits.
     pub tenancy: tenancy::TenancyOptions,
+    /// Run as part of a cluster sharing a bucket (`--storage`); `None` is the
+    /// single-node default.
+    pub cluster: Option<cluster::ClusterOptions>,
 }
 
 impl Default for ServeOptions {
@@ -75,6 +79,7 @@ impl Default for ServeOptions {
             admin_token: None,
             alerts: alerts::AlertOptions::default(),
             tenancy: tenancy::TenancyOptions::default(),
+            cluster: None,
         }
     }
 }
@@ -95,6 +100,8 @@ pub struct AppState {
     pub http: HttpMetrics,
     /// Credentials and per-tenant limits.
     pub tenancy: Arc<tenancy::Tenancy>,
+    /// The cluster roles, once open (with `--storage`).
+    pub cluster: OnceLock<Arc<cluster::Running>>,
     pub started: Instant,
     pub options: ServeOptions,
 }
@@ -104,6 +111,7 @@ impl AppState {
         AppState {
             tenancy: Arc::new(tenancy),
             store: OnceLock::new(),
+            cluster: OnceLock::new(),
             pipeline: OnceLock::new(),
             querier: OnceLock::new(),
             answers: http::query::AnswerCache::new(options.query_cache_bytes),
@@ -120,20 +128,66 @@ impl AppState {
         }
     }
 
-    /// The store, or a 503 while it is still opening.
+    /// The store queries read, or a 503 while it is still opening (or, in a
+    /// cluster, while the bucket is unreachable), or a 421 when this process runs
+    /// no querier role.
     pub fn store(&self) -> Result<Arc<Store>, ApiError> {
+        self.check_role(|r| r.querier, "queries", "querier")?;
+        if let Some(c) = self.cluster.get() {
+            c.check_queries()?;
+        }
         self.store
             .get()
             .cloned()
             .ok_or_else(|| ApiError::unavailable("the store is still opening (replaying the WAL)"))
     }
 
+    /// A 421 when this process is part of a cluster without the role `has`.
+    fn check_role(
+        &self,
+        has: fn(&cluster::Roles) -> bool,
+        what: &str,
+        role: &str,
+    ) -> Result<(), ApiError> {
+        match &self.options.cluster {
+            Some(c) if !has(&c.roles) => Err(ApiError::new(
+                axum::http::StatusCode::MISDIRECTED_REQUEST,
+                "wrong_role",
+                format!(
+                    "this process runs --role {}: send {what} to a process with the {role} role",
+                    c.roles.names()
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// The `--ack bucket` gate of a cluster writer.
+    pub fn upload_gate(&self) -> Option<cluster::UploadGate> {
+        let c = self.cluster.get()?;
+        let opts = self.options.cluster.as_ref()?;
+        match (opts.ack, &c.uploader) {
+            (cluster::Ack::Bucket, Some(u)) => Some(cluster::UploadGate(u.clone())),
+            _ => None,
+        }
+    }
+
+    /// True once every role of this process serves.
+    pub fn ready(&self) -> bool {
+        match &self.options.cluster {
+            None => self.store.get().is_some(),
+            Some(_) => self.cluster.get().is_some_and(|c| c.ready()),
+        }
+    }
+
     pub fn store_if_open(&self) -> Option<&Arc<Store>> {
         self.store.get()
     }
 
-    /// The ingest pipeline, or a 503 while the store is still opening.
+    /// The ingest pipeline, or a 503 while the store is still opening, or a 421
+    /// when this process runs no writer role.
     pub fn pipeline(&self) -> Result<&Pipeline, ApiError> {
+        self.check_role(|r| r.writer, "writes", "writer")?;
         self.pipeline
             .get()
             .ok_or_else(|| ApiError::unavailable("the store is still opening (replaying the WAL)"))
@@ -145,6 +199,10 @@ impl AppState {
 
     /// The querier (result cache, function indexes, limits) of the open store.
     pub fn querier(&self) -> Result<Arc<Querier>, ApiError> {
+        self.check_role(|r| r.querier, "queries", "querier")?;
+        if let Some(c) = self.cluster.get() {
+            c.check_queries()?;
+        }
         self.querier
             .get()
             .cloned()
@@ -195,48 +253,8 @@ impl Server {
             let handle = tokio::runtime::Handle::current();
             let fail_tx = fail_tx.clone();
             tokio::task::spawn_blocking(move || {
-                let dir = state.options.data_dir.clone();
-                match Store::open_with_progress(&dir, state.options.store.clone(), &state.replay) {
-                    Ok(store) => {
-                        let store = Arc::new(store);
-                        let querier = Arc::new(Querier::new(
-                            &store,
-                            http::query::AnswerCache::querier_bytes(
-                                state.options.query_cache_bytes,
-                            ),
-                            state.options.query_limits.clone(),
-                        ));
-                        let _ = state.querier.set(querier.clone());
-                        match alerts::Alerts::start(
-                            store.clone(),
-                            querier,
-                            state.options.alerts.clone(),
-                            format!("http://{addr}"),
-                            handle,
-                        ) {
-                            Ok(a) => {
-                                let _ = state.alerts.set(a);
-                            }
-                            Err(e) => {
-                                let _ = fail_tx.blocking_send(
-                                    anyhow::Error::new(e).context("cannot start alerting"),
-                                );
-                                return;
-                            }
-                        }
-                        let ingest = PipelineConfig {
-                            admission: Some(state.tenancy.admission().clone()),
-                            ..state.options.ingest.clone()
-                        };
-                        let _ = state.pipeline.set(Pipeline::start(store.clone(), ingest));
-                        let _ = state.store.set(store);
-                        info!(data_dir = %dir.display(), "store open; ready");
-                    }
-                    Err(e) => {
-                        let err = anyhow::Error::new(e)
-                            .context(format!("cannot open the store in {}", dir.display()));
-                        let _ = fail_tx.blocking_send(err);
-                    }
+                if let Err(e) = open_roles(&state, addr, handle) {
+                    let _ = fail_tx.blocking_send(e);
                 }
             })
         };
@@ -273,8 +291,12 @@ impl Server {
         if let Some(a) = state.alerts.get() {
             a.stop().await;
         }
-        if let Some(store) = state.store.get().cloned() {
-            info!("flushing the head to segments");
+        if let Some(c) = state.cluster.get().cloned() {
+            info!("uploading what the writer holds");
+            let _ = tokio::task::spawn_blocking(move || c.stop()).await;
+        }
+        for store in open_stores(&state) {
+            info!(dir = %store.dir().display(), "flushing the head to segments");
             let res = tokio::task::spawn_blocking(move || store.shutdown()).await;
             match res {
                 Ok(Ok(())) => info!("store closed cleanly"),
@@ -286,6 +308,70 @@ impl Server {
         }
         Ok(())
     }
+}
+
+/// Opens the stores of this process's roles (one store without `--storage`) and
+/// hands them to the server: queries read one, the ingest pipeline writes one.
+fn open_roles(
+    state: &Arc<AppState>,
+    addr: SocketAddr,
+    handle: tokio::runtime::Handle,
+) -> anyhow::Result<()> {
+    let dir = state.options.data_dir.clone();
+    let (reads, writes) = match &state.options.cluster {
+        None => {
+            let store = Store::open_with_progress(&dir, state.options.store.clone(), &state.replay)
+                .with_context(|| format!("cannot open the store in {}", dir.display()))?;
+            let store = Arc::new(store);
+            (Some(store.clone()), Some(store))
+        }
+        Some(c) => {
+            let running = Arc::new(cluster::open(&dir, &state.options.store, c, &state.replay)?);
+            let stores = (running.querier.clone(), running.writer.clone());
+            let _ = state.cluster.set(running);
+            stores
+        }
+    };
+    if let Some(store) = &reads {
+        let querier = Arc::new(Querier::new(
+            store,
+            http::query::AnswerCache::querier_bytes(state.options.query_cache_bytes),
+            state.options.query_limits.clone(),
+        ));
+        let _ = state.querier.set(querier.clone());
+        let alerts = alerts::Alerts::start(
+            store.clone(),
+            querier,
+            state.options.alerts.clone(),
+            format!("http://{addr}"),
+            handle,
+        )
+        .context("cannot start alerting")?;
+        let _ = state.alerts.set(alerts);
+    }
+    if let Some(store) = writes {
+        let ingest = PipelineConfig {
+            admission: Some(state.tenancy.admission().clone()),
+            ..state.options.ingest.clone()
+        };
+        let _ = state.pipeline.set(Pipeline::start(store, ingest));
+    }
+    if let Some(store) = reads {
+        let _ = state.store.set(store);
+    }
+    info!(data_dir = %dir.display(), "store open; ready");
+    Ok(())
+}
+
+/// Every store this process opened, each once.
+fn open_stores(state: &AppState) -> Vec<Arc<Store>> {
+    let mut stores: Vec<Arc<Store>> = state.store.get().cloned().into_iter().collect();
+    if let Some(w) = state.cluster.get().and_then(|c| c.writer.clone()) {
+        if !stores.iter().any(|s| Arc::ptr_eq(s, &w)) {
+            stores.push(w);
+        }
+    }
+    stores
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -138,6 +138,8 @@ enum Command {
         external_url: Option<String>,
         #[command(flatten)]
         tenancy: profiledb::tenancy::cli::TenancyArgs,
+        #[command(flatten)]
+        cluster: profiledb::cluster::ClusterArgs,
     },
     /// Manage the auth file: tenants and their tokens.
     Auth {
@@ -497,7 +499,9 @@ fn main() -> anyhow::Result<()> {
             alert_webhook_url,
             external_url,
             tenancy,
+            cluster,
         } => {
+            let cluster = cluster.resolve()?;
             let rules = match &rules {
                 None => Vec::new(),
                 Some(path) => {
@@ -567,6 +571,7 @@ fn main() -> anyhow::Result<()> {
                     resend_delay: None,
                 },
                 tenancy: tenancy.options()?,
+                cluster,
             };
             let rt = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
             rt.block_on(async {

@@ -19,7 +19,7 @@ pub struct HttpMetrics {
     pub ingest_backdated: AtomicU64,
 }
 
-fn family(out: &mut String, name: &str, kind: &str, help: &str, value: u64) {
+pub(crate) fn family(out: &mut String, name: &str, kind: &str, help: &str, value: u64) {
     let _ = writeln!(out, "# HELP {name} {help}");
     let _ = writeln!(out, "# TYPE {name} {kind}");
     let _ = writeln!(out, "{name} {value}");

@@ -76,6 +76,11 @@ pub struct Stored {
     pub series: u64,
     /// Oldest and newest sample time (ms), when any sample was stored.
     pub time_span: Option<(i64, i64)>,
+    /// The WAL record that holds them (none when nothing was stored).
+    pub lsn: Option<u64>,
+    /// Acknowledged from the local WAL only: `--ack bucket` gave up waiting for the
+    /// upload (it happens later).
+    pub local_only: bool,
 }
 
 /// The oldest and newest sample time of a batch.
@@ -411,10 +416,12 @@ fn process(store: &Store, config: &PipelineConfig, job: Job) -> Result<Stored, P
     // One pass over the samples serves both the time check and the answer.
     let span = time_span(&batch);
     check_times(span, config, now_ms().max(job.received_ms))?;
-    let stored = Stored {
+    let mut stored = Stored {
         samples: batch.sample_count() as u64,
         series: batch.series.len() as u64,
         time_span: span,
+        lsn: None,
+        local_only: false,
     };
     if stored.samples == 0 {
         return Ok(stored);
@@ -422,6 +429,6 @@ fn process(store: &Store, config: &PipelineConfig, job: Job) -> Result<Stored, P
     if let Some(a) = &config.admission {
         a.admit_batch(&job.tenant, &batch, profiles, job.received_ms)?;
     }
-    store.write(batch)?;
+    stored.lsn = Some(store.write(batch)?);
     Ok(stored)
 }

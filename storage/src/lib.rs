@@ -58,12 +58,15 @@
 //! 8. `analysis` — fleet analyses (hottest shared code, sampling noise) over
 //!    group-by rows.
 //! 9. `querier` — every query, its cache and limits.
+//! 10. `bucket`, `cluster` — the object store and the roles over it (writers
+//!     upload, queriers mirror, compactors merge in the bucket).
 
 #![deny(missing_docs)]
 
 pub mod analysis;
 mod cache;
 mod catalog;
+mod cluster;
 mod codec;
 mod config;
 mod dict;
@@ -87,6 +90,10 @@ mod store;
 mod wal;
 
 pub use catalog::{Catalog, TenantSettings};
+pub use cluster::{
+    plan_merges, Compactor, CompactorConfig, CompactorStats, MergePlan, MergePolicy, Mirror,
+    MirrorConfig, MirrorStats, Uploader, UploaderConfig, UploaderStats,
+};
 pub use config::{DownsampleRule, FsyncPolicy, StoreConfig};
 pub use error::{Budget, QueryError, Result, StorageError};
 pub use merger::Merger;

@@ -130,20 +130,35 @@ async fn ingest(
             body: bytes,
         }
     };
-    let rx = pipeline.try_submit(Job {
+    let stored = submit(&state, Job {
         tenant,
         payload,
         received_ms: now,
-    })?;
-    let stored = rx
-        .await
-        .map_err(|_| ApiError::unavailable("the ingest pipeline stopped"))??;
+    })
+    .await?;
     Ok(stored_response(
         &state,
         &stored,
         now,
         StatusCode::OK.into_response(),
     ))
+}
+
+/// Queues `job` and answers once it is stored: in the local WAL, and with
+/// `--ack bucket` in the object store too (or, past the wait, marked local-only).
+pub(super) async fn submit(state: &AppRef, job: Job) -> ApiResult<Stored> {
+    let gate = state.upload_gate();
+    if let Some(g) = &gate {
+        g.admit()?;
+    }
+    let rx = state.pipeline()?.try_submit(job)?;
+    let mut stored = rx
+        .await
+        .map_err(|_| ApiError::unavailable("the ingest pipeline stopped"))??;
+    if let (Some(g), Some(lsn)) = (&gate, stored.lsn) {
+        stored.local_only = !g.uploaded(lsn).await;
+    }
+    Ok(stored)
 }
 
 /// Says where an upload's samples went. Pyroscope's contract is an empty 200, so
@@ -159,6 +174,9 @@ pub(super) fn stored_response(
     let h = resp.headers_mut();
     if let Ok(v) = HeaderValue::from_str(&stored.samples.to_string()) {
         h.insert("x-profiledb-samples", v);
+    }
+    if stored.local_only {
+        h.insert("x-profiledb-ack", HeaderValue::from_static("local"));
     }
     if let Some((lo, hi)) = stored.time_span {
         if let Ok(v) = HeaderValue::from_str(&format!("{}/{}", rfc3339(lo), rfc3339(hi))) {
@@ -234,7 +252,6 @@ async fn push(State(state): State<AppRef>, headers: HeaderMap, body: Body) -> Ap
         .ingest_requests
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let bytes = read_body(body, &headers, state.options.max_body_bytes).await?;
-    let pipeline = state.pipeline()?;
     let ct = content_type(&headers).to_string();
     let encoding = PushEncoding::from_content_type(&ct).ok_or_else(|| {
         ApiError::new(
@@ -250,17 +267,15 @@ async fn push(State(state): State<AppRef>, headers: HeaderMap, body: Body) -> Ap
         ));
     }
     let now = now_ms();
-    let rx = pipeline.try_submit(Job {
+    let stored = submit(&state, Job {
         tenant,
         payload: Payload::Push {
             encoding,
             body: bytes,
         },
         received_ms: now,
-    })?;
-    let stored = rx
-        .await
-        .map_err(|_| ApiError::unavailable("the ingest pipeline stopped"))??;
+    })
+    .await?;
     // Connect unary success: an empty PushResponse in the request's encoding.
     let resp = match encoding {
         PushEncoding::Json => ([(header::CONTENT_TYPE, "application/json")], "{}").into_response(),

@@ -52,14 +52,12 @@ async fn store(
         .ingest_requests
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let now = now_ms();
-    let rx = state.pipeline()?.try_submit(Job {
+    let stored = super::ingest::submit(state, Job {
         tenant,
         payload: Payload::Otlp { encoding, body },
         received_ms: now,
-    })?;
-    let stored = rx
-        .await
-        .map_err(|_| ApiError::unavailable("the ingest pipeline stopped"))??;
+    })
+    .await?;
     Ok((stored, now))
 }
 

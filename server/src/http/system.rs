@@ -19,7 +19,7 @@ pub fn routes() -> Router<AppRef> {
 /// 200 `ready` once the store is open; until then 503 with the replay's progress,
 /// `{"status": "replaying", "replayed_bytes": …, "total_bytes": …}`.
 async fn ready(State(state): State<AppRef>) -> Response {
-    if state.store_if_open().is_some() {
+    if state.ready() {
         return (StatusCode::OK, "ready\n").into_response();
     }
     let (replayed, total) = state.replay.bytes();
@@ -40,13 +40,19 @@ async fn ready(State(state): State<AppRef>) -> Response {
 async fn prometheus(State(state): State<AppRef>) -> impl IntoResponse {
     let mut body = metrics::render(
         &state.http,
-        state.store_if_open().map(|s| s.as_ref()),
+        state
+            .store_if_open()
+            .or_else(|| state.cluster.get().and_then(|c| c.writer.as_ref()))
+            .map(|s| s.as_ref()),
         state.pipeline_if_open(),
         state.querier_if_open().map(|q| q.as_ref()),
         &state.answers.stats,
         state.started.elapsed().as_secs(),
     );
     crate::memory::render_metrics(&state, &mut body);
+    if let Some(c) = state.cluster.get() {
+        c.render_metrics(&mut body);
+    }
     if let Some(a) = state.alerts.get() {
         a.render_metrics(&mut body);
     }

@@ -12,6 +12,7 @@
 //! | `segments.rs` | `profiledb-warmup`, queries   | decoded-segment cache, quarantine, deferred deletes |
 //! | `lifecycle/`  | `profiledb-compactor`, admin  | compaction plan and merge, downsampling, retention |
 //! | `scan.rs`     | query threads                 | snapshots and parallel scans                  |
+//! | `external.rs` | cluster uploader and mirror   | replay floor, segments whose home is a bucket |
 //!
 //! The write path and the read path share only `state.rs`: the head partitions and
 //! the live segment set under one lock (plus `segments_version`, bumped whenever
@@ -23,6 +24,7 @@
 //! segment records the highest LSN it covers for its partition, so replay never
 //! applies a sample twice.
 
+mod external;
 mod flusher;
 mod lifecycle;
 mod recovery;
@@ -72,6 +74,8 @@ struct Inner {
     wal: Mutex<Wal>,
     /// Writer: the next WAL sequence number.
     next_lsn: AtomicU64,
+    /// Records at or below it are durable elsewhere (see `external.rs`).
+    replay_floor: AtomicU64,
     /// Writer and flusher: bytes in the WAL files, kept outside the WAL lock so
     /// gauges and the writer's early-flush check never wait for a commit.
     wal_bytes: AtomicU64,
@@ -150,6 +154,7 @@ impl Store {
             catalog: r.catalog,
             wal: Mutex::new(r.wal),
             next_lsn: AtomicU64::new(r.next_lsn),
+            replay_floor: AtomicU64::new(r.replay_floor),
             next_segment_id: AtomicU64::new(r.next_segment_id),
             segments_version: AtomicU64::new(1),
             frames: Frames::new(cfg.frame_tree_max_nodes),

@@ -30,6 +30,7 @@ pub(super) struct Recovered {
     pub state: State,
     pub wal: Wal,
     pub next_lsn: u64,
+    pub replay_floor: u64,
     pub next_segment_id: u64,
     pub stats: StoreStats,
 }
@@ -62,6 +63,8 @@ pub(super) fn recover(
         max_id = max_id.max(h.meta.id);
     }
 
+    // Records at or below the floor are in segments stored elsewhere (a bucket).
+    let replay_floor = super::external::read_replay_floor(dir)?;
     let state = RwLock::new(State {
         segments,
         ..Default::default()
@@ -72,6 +75,7 @@ pub(super) fn recover(
         cfg.wal_rotate_bytes(),
         progress,
         |lsn, payload| match postcard::from_bytes::<Batch>(payload) {
+            Ok(_) if lsn <= replay_floor => {}
             Ok(batch) if batch.validate().is_ok() => {
                 apply_batch(&state, cfg, lsn, &batch, Some(&flushed));
             }
@@ -96,7 +100,8 @@ pub(super) fn recover(
         catalog,
         state,
         wal,
-        next_lsn: report.last_lsn.max(max_seg_lsn) + 1,
+        next_lsn: report.last_lsn.max(max_seg_lsn).max(replay_floor) + 1,
+        replay_floor,
         next_segment_id: max_id + 1,
         stats,
     })

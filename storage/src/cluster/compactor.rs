@@ -1,0 +1,320 @@
+//! The bucket compactor: merges small segments, expires old ones, collects garbage.
+//!
+//! Work is claimed per partition with a lease (a conditional write in the bucket),
+//! so two compactors do not merge the same segments; a crashed compactor's lease
+//! expires. Correctness does not rest on the lease: the merged segment replaces its
+//! sources in the index by compare-and-swap only if every source is still live, so
+//! a compactor that lost its lease (a long pause) fails that swap and deletes what
+//! it uploaded. Sources leave the index first and the bucket only after the grace
+//! period, when no querier can still be reading them; objects in no list of the
+//! index (a crash between upload and swap) are deleted after the same grace.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tracing::{error, info, warn};
+
+use super::entry::{entry_for, object_name};
+use super::plan::{plan_merges, MergePlan, MergePolicy};
+use super::Worker;
+use crate::bucket::{segment_key, Bucket, BucketError, SegmentEntry};
+use crate::error::{IoContext, Result};
+use crate::merger::Merger;
+use crate::segment::{encode_segment, LoadedSegment, SegmentFile, SegmentMeta};
+use crate::store::now_ms;
+
+/// How a compactor works.
+#[derive(Clone, Debug)]
+pub struct CompactorConfig {
+    /// The compactor's name in leases and object keys.
+    pub id: String,
+    /// How often it looks for work.
+    pub interval: Duration,
+    /// When to merge.
+    pub policy: MergePolicy,
+    /// How long a claimed partition stays claimed without renewal.
+    pub lease_ttl: Duration,
+    /// How long replaced and orphaned objects stay in the bucket (longer than any
+    /// query and any querier's sync interval).
+    pub grace: Duration,
+    /// Data older than this is expired; `None` keeps everything.
+    pub retention: Option<Duration>,
+    /// zstd level of merged segments.
+    pub zstd_level: i32,
+    /// Scratch directory for downloaded sources.
+    pub work_dir: std::path::PathBuf,
+    /// Fault injection for tests: sleep this long between uploading a merged
+    /// segment and swapping it into the index (a window to kill the process in).
+    pub pause_before_swap: Option<Duration>,
+}
+
+/// Counters of the compactor for `/metrics`.
+#[derive(Debug, Default)]
+pub struct CompactorStats {
+    /// Merged segments uploaded (swapped in or not).
+    pub uploads: AtomicU64,
+    /// Merges swapped into the index.
+    pub merges: AtomicU64,
+    /// Source segments they replaced.
+    pub merged_sources: AtomicU64,
+    /// Partitions skipped because another compactor holds their lease.
+    pub lease_busy: AtomicU64,
+    /// Merges abandoned because a source left the index meanwhile.
+    pub lost_races: AtomicU64,
+    /// Segments expired by retention.
+    pub expired: AtomicU64,
+    /// Objects deleted by garbage collection.
+    pub deleted: AtomicU64,
+    /// Passes that failed.
+    pub errors: AtomicU64,
+}
+
+struct Shared {
+    bucket: Bucket,
+    cfg: CompactorConfig,
+    stats: CompactorStats,
+    seq: AtomicU64,
+    last_error: Mutex<Option<String>>,
+}
+
+/// A running compactor.
+pub struct Compactor {
+    shared: Arc<Shared>,
+    _worker: Worker,
+}
+
+impl Compactor {
+    /// Starts the compaction loop.
+    pub fn start(bucket: Bucket, cfg: CompactorConfig) -> Result<Compactor> {
+        std::fs::create_dir_all(&cfg.work_dir).at(&cfg.work_dir)?;
+        let shared = Arc::new(Shared {
+            bucket,
+            cfg,
+            stats: CompactorStats::default(),
+            seq: AtomicU64::new(0),
+            last_error: Mutex::new(None),
+        });
+        let worker = {
+            let shared = shared.clone();
+            let dir = shared.cfg.work_dir.clone();
+            Worker::spawn("profiledb-bucket-compactor", shared.cfg.interval, move || {
+                match shared.pass() {
+                    Ok(()) => *shared.last_error.lock() = None,
+                    Err(e) => {
+                        shared.stats.errors.fetch_add(1, Ordering::Relaxed);
+                        warn!(error = %e, "bucket compaction pass failed; retried next interval");
+                        *shared.last_error.lock() = Some(e.to_string());
+                    }
+                }
+                true
+            })
+            .at(dir)?
+        };
+        Ok(Compactor {
+            shared,
+            _worker: worker,
+        })
+    }
+
+    /// Counters for `/metrics`.
+    pub fn stats(&self) -> &CompactorStats {
+        &self.shared.stats
+    }
+
+    /// Why the last pass failed, if it did.
+    pub fn last_error(&self) -> Option<String> {
+        self.shared.last_error.lock().clone()
+    }
+}
+
+impl Shared {
+    fn pass(&self) -> Result<()> {
+        for tenant in self.bucket.tenants()? {
+            self.tenant_pass(&tenant)?;
+        }
+        Ok(())
+    }
+
+    fn tenant_pass(&self, tenant: &str) -> Result<()> {
+        let now = now_ms();
+        let Some(view) = self.bucket.load_index(tenant, None)? else {
+            return Ok(());
+        };
+        let mut live = view.index.segments;
+        if let Some(keep) = self.cfg.retention {
+            let cutoff = now - keep.as_millis() as i64;
+            let expired: Vec<String> = live
+                .iter()
+                .filter(|e| e.max_ms <= cutoff)
+                .map(|e| e.key.clone())
+                .collect();
+            if !expired.is_empty() {
+                self.bucket.retire_segments(tenant, &expired, now)?;
+                self.stats
+                    .expired
+                    .fetch_add(expired.len() as u64, Ordering::Relaxed);
+                info!(tenant, segments = expired.len(), "expired segments past retention");
+                live.retain(|e| e.max_ms > cutoff);
+            }
+        }
+        for plan in plan_merges(&live, now, &self.cfg.policy) {
+            let name = format!("compact/{tenant}/{}", plan.partition_ms);
+            let ttl = self.cfg.lease_ttl;
+            let Some(lease) = self.bucket.try_lease(&name, &self.cfg.id, ttl, now_ms())? else {
+                self.stats.lease_busy.fetch_add(1, Ordering::Relaxed);
+                continue;
+            };
+            let sources: BTreeMap<&str, &SegmentEntry> =
+                live.iter().map(|e| (e.key.as_str(), e)).collect();
+            let result = self.merge(tenant, &plan, &sources);
+            if let Err(e) = self.bucket.release_lease(lease) {
+                warn!(error = %e, lease = name, "could not release a lease; it expires");
+            }
+            result?;
+        }
+        let gc = self.bucket.collect_garbage(tenant, self.cfg.grace, now_ms())?;
+        let deleted = gc.deleted_retired.len() + gc.deleted_orphans.len();
+        if deleted > 0 {
+            self.stats
+                .deleted
+                .fetch_add(deleted as u64, Ordering::Relaxed);
+            info!(
+                tenant,
+                retired = gc.deleted_retired.len(),
+                orphans = gc.deleted_orphans.len(),
+                "deleted objects past the grace period"
+            );
+        }
+        Ok(())
+    }
+
+    /// Merges one plan's segments into one object and swaps it in.
+    fn merge(
+        &self,
+        tenant: &str,
+        plan: &MergePlan,
+        live: &BTreeMap<&str, &SegmentEntry>,
+    ) -> Result<()> {
+        let mut segs: Vec<LoadedSegment> = Vec::with_capacity(plan.keys.len());
+        for key in &plan.keys {
+            match self.load(key) {
+                Ok(seg) => segs.push(seg),
+                Err(Load::Bad(why)) => {
+                    error!(tenant, key, reason = %why, "corrupt bucket segment quarantined; merge skipped");
+                    self.bucket.quarantine_segment(tenant, key, &why, now_ms())?;
+                    return Ok(());
+                }
+                Err(Load::Failed(e)) => return Err(e),
+            }
+        }
+        let step = segs.iter().map(|s| s.meta.step_ms).max().unwrap_or(10_000);
+        let mut merger = Merger::new(step);
+        for s in &segs {
+            merger.add(s)?;
+        }
+        let first = &segs[0].meta;
+        let id = self.seq.fetch_add(1, Ordering::Relaxed);
+        let meta = SegmentMeta {
+            id,
+            tenant: first.tenant.clone(),
+            partition_start_ms: first.partition_start_ms,
+            partition_ms: first.partition_ms,
+            step_ms: step,
+            min_time_ms: 0,
+            max_time_ms: 0,
+            level: segs.iter().map(|s| s.meta.level).max().unwrap_or(0) + 1,
+            max_lsn: 0,
+            series: 0,
+            rows: 0,
+            value_total: 0,
+            created_ms: now_ms(),
+            sources: Vec::new(),
+            file: String::new(),
+            size_bytes: 0,
+            checksum: 0,
+        };
+        let expected = segs
+            .iter()
+            .fold(0i64, |a, s| a.wrapping_add(s.meta.value_total));
+        let (bytes, mut meta) = encode_segment(merger.finish(meta), self.cfg.zstd_level)?;
+        if meta.value_total != expected {
+            error!(tenant, merged = meta.value_total, expected, "merged total differs from the sources'; merge dropped");
+            return Ok(());
+        }
+        meta.size_bytes = bytes.len() as u64;
+        // The merged segment is decoded once to summarise its labels, as writers do.
+        let name = object_name(&format!("c-{}-{:x}", self.cfg.id, meta.created_ms), id);
+        let key = segment_key(tenant, &name);
+        let scratch = self.cfg.work_dir.join(format!("{name}.seg"));
+        std::fs::write(&scratch, &bytes).at(&scratch)?;
+        let summary = SegmentFile::open(&scratch).and_then(|f| f.load());
+        let _ = std::fs::remove_file(&scratch);
+        let entry = entry_for(&key, &meta, &summary?, &self.cfg.id);
+        self.bucket.put(&key, bytes.into())?;
+        self.stats.uploads.fetch_add(1, Ordering::Relaxed);
+        if let Some(pause) = self.cfg.pause_before_swap {
+            std::thread::sleep(pause);
+        }
+        let sources: Vec<String> = plan
+            .keys
+            .iter()
+            .filter(|k| live.contains_key(k.as_str()))
+            .cloned()
+            .collect();
+        match self
+            .bucket
+            .replace_segments(tenant, &sources, vec![entry], now_ms())
+        {
+            Ok(_) => {
+                self.stats.merges.fetch_add(1, Ordering::Relaxed);
+                self.stats
+                    .merged_sources
+                    .fetch_add(sources.len() as u64, Ordering::Relaxed);
+                info!(tenant, partition = plan.partition_ms, sources = sources.len(), key, "merged bucket segments");
+                Ok(())
+            }
+            Err(BucketError::SourcesGone { key: gone }) => {
+                self.stats.lost_races.fetch_add(1, Ordering::Relaxed);
+                warn!(tenant, source = gone, "a source left the index during the merge; merged object deleted");
+                self.bucket.delete(&key)?;
+                Ok(())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn load(&self, key: &str) -> std::result::Result<LoadedSegment, Load> {
+        let bytes = match self.bucket.get(key) {
+            Ok(b) => b,
+            Err(BucketError::NotFound { .. }) => {
+                return Err(Load::Bad(
+                    "listed in the index but missing from the bucket".into(),
+                ))
+            }
+            Err(e) => return Err(Load::Failed(e.into())),
+        };
+        let n = self.seq.fetch_add(1, Ordering::Relaxed);
+        let path = self.cfg.work_dir.join(format!("src-{n}.seg"));
+        std::fs::write(&path, &bytes)
+            .at(&path)
+            .map_err(Load::Failed)?;
+        let loaded = SegmentFile::open(&path).and_then(|f| f.load());
+        let _ = std::fs::remove_file(&path);
+        match loaded {
+            Ok(seg) => Ok(seg),
+            Err(e) if e.is_corruption() => Err(Load::Bad(e.to_string())),
+            Err(e) => Err(Load::Failed(e)),
+        }
+    }
+}
+
+/// Why a source could not be read.
+enum Load {
+    /// Damaged or missing: quarantine it.
+    Bad(String),
+    /// The bucket or the disk failed: retry later.
+    Failed(crate::error::StorageError),
+}

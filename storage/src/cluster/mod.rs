@@ -1,0 +1,73 @@
+//! The cluster roles over a bucket: what makes stateless processes out of a store.
+//!
+//! Each role is a thread beside a local [`Store`](crate::Store), talking to the
+//! bucket through [`Bucket`](crate::Bucket) (whose index is updated only by
+//! compare-and-swap, so there is no consensus of our own):
+//!
+//! | file           | role      | does                                                        |
+//! |----------------|-----------|-------------------------------------------------------------|
+//! | `uploader.rs`  | writer    | flushes the head every interval, uploads new segments, adds them to the index, raises the replay floor, drops local copies |
+//! | `mirror.rs`    | querier   | follows the index, downloads new segments, swaps them into a local store's live set |
+//! | `compactor.rs` | compactor | merges a partition's small segments under a lease, replaces them in the index, expires old data, collects garbage |
+//! | `plan.rs`      | compactor | which segments to merge (policy apart from the merge)        |
+//!
+//! Segment objects are named `<origin>-<id>`: a writer's local segment id, so an
+//! upload retried after a crash writes the same object and adds the same index
+//! entry (both idempotent), and a sample is never stored twice.
+
+mod compactor;
+mod entry;
+mod mirror;
+mod plan;
+mod uploader;
+
+pub use compactor::{Compactor, CompactorConfig, CompactorStats};
+pub use mirror::{Mirror, MirrorConfig, MirrorStats};
+pub use plan::{plan_merges, MergePlan, MergePolicy};
+pub use uploader::{Uploader, UploaderConfig, UploaderStats};
+
+/// A stoppable background loop: the thread and the channel that stops it.
+struct Worker {
+    stop: Option<crossbeam::channel::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Worker {
+    /// Runs `pass` now and then every `interval` until stopped; `pass` returns
+    /// false to end the loop.
+    fn spawn(
+        name: &str,
+        interval: std::time::Duration,
+        mut pass: impl FnMut() -> bool + Send + 'static,
+    ) -> std::io::Result<Worker> {
+        let (tx, rx) = crossbeam::channel::bounded::<()>(1);
+        let thread = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || loop {
+                if !pass() {
+                    return;
+                }
+                match rx.recv_timeout(interval) {
+                    Err(crossbeam::channel::RecvTimeoutError::Timeout) => {}
+                    _ => return,
+                }
+            })?;
+        Ok(Worker {
+            stop: Some(tx),
+            thread: Some(thread),
+        })
+    }
+
+    fn stop(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

@@ -1,0 +1,134 @@
+//! Segments whose durable home is elsewhere (an object store), for the cluster roles.
+//!
+//! Two hooks, one per side of the bucket:
+//! - **Writer side.** Once every segment holding a WAL record is uploaded, the
+//!   record no longer needs the WAL or the local segment. The *replay floor* says
+//!   so durably: replay skips every record at or below it, and local segments whose
+//!   records all sit at or below it may be forgotten (files deleted), so a restart
+//!   never re-applies (and re-uploads) samples the bucket already holds.
+//! - **Querier side.** Segments downloaded from the bucket are attached to the live
+//!   set, and ones the bucket index dropped (compacted, expired, quarantined) are
+//!   detached, in one state change so a query sees sources or their merge, never
+//!   both and never neither. They are not in the catalog: the bucket index is
+//!   their catalog, and the download directory is only a cache.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::state::SegmentHandle;
+use super::Store;
+use crate::durable::sync_dir;
+use crate::error::{IoContext, Result, StorageError};
+use crate::segment::SegmentFile;
+
+/// The file holding the replay floor (decimal LSN).
+const FLOOR_FILE: &str = "REPLAY_FLOOR";
+
+/// The replay floor stored in `dir`, 0 when none was ever set.
+pub(super) fn read_replay_floor(dir: &Path) -> Result<u64> {
+    let path = dir.join(FLOOR_FILE);
+    match fs::read_to_string(&path) {
+        Ok(s) => s
+            .trim()
+            .parse()
+            .map_err(|_| StorageError::Corrupt(format!("{}: not an LSN: {s:?}", path.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+        Err(e) => Err(StorageError::io(path, e)),
+    }
+}
+
+impl Store {
+    /// Every WAL record below this LSN is in a segment (none is only in the head).
+    /// Read it *before* listing segments to upload: the records below it were
+    /// flushed, and a flush makes its segment live before it drops the partition.
+    pub fn head_floor_lsn(&self) -> u64 {
+        let st = self.inner.state.read();
+        st.partitions()
+            .map(|p| p.read().min_lsn)
+            .filter(|&l| l > 0)
+            .min()
+            .unwrap_or_else(|| self.inner.next_lsn.load(Ordering::SeqCst))
+    }
+
+    /// The replay floor: records at or below it are durable elsewhere.
+    pub fn replay_floor(&self) -> u64 {
+        self.inner.replay_floor.load(Ordering::SeqCst)
+    }
+
+    /// Raises the replay floor to `lsn` durably (written, fsynced, renamed); a lower
+    /// value is ignored. The caller promises every record at or below `lsn` is in
+    /// segments stored elsewhere.
+    pub fn raise_replay_floor(&self, lsn: u64) -> Result<()> {
+        if lsn <= self.replay_floor() {
+            return Ok(());
+        }
+        let dir = &self.inner.dir;
+        let tmp = dir.join(format!("{FLOOR_FILE}.tmp"));
+        let mut f = fs::File::create(&tmp).at(&tmp)?;
+        f.write_all(lsn.to_string().as_bytes()).at(&tmp)?;
+        f.sync_all().at(&tmp)?;
+        fs::rename(&tmp, dir.join(FLOOR_FILE)).at(&tmp)?;
+        sync_dir(dir)?;
+        self.inner.replay_floor.fetch_max(lsn, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Drops the local copies of segments stored elsewhere: out of the live set,
+    /// the catalog and the disk. Only segments entirely at or below the replay
+    /// floor are dropped (replay would re-create the others' samples); returns the
+    /// ids dropped.
+    pub fn forget_segments(&self, ids: &[u64]) -> Result<Vec<u64>> {
+        let floor = self.replay_floor();
+        let removed: Vec<Arc<SegmentHandle>> = {
+            let mut st = self.inner.state.write();
+            let due: Vec<u64> = ids
+                .iter()
+                .copied()
+                .filter(|id| st.segments.get(id).is_some_and(|h| h.meta.max_lsn <= floor))
+                .collect();
+            let removed: Vec<_> = due.iter().filter_map(|id| st.segments.remove(id)).collect();
+            if !removed.is_empty() {
+                self.inner.segments_version.fetch_add(1, Ordering::SeqCst);
+            }
+            removed
+        };
+        let dropped = removed.iter().map(|h| h.meta.id).collect();
+        self.inner.retire(removed)?;
+        Ok(dropped)
+    }
+
+    /// Attaches segment files stored outside the data directory (downloads) and
+    /// detaches the live segments `remove`, in one change of the live set. Every
+    /// file is opened (footer checked) before anything changes; a bad file fails
+    /// the whole call with its error. Returns the local ids given to `add`, in order.
+    /// Detached segments' files are deleted once no query reads them.
+    pub fn swap_external(&self, add: &[PathBuf], remove: &[u64]) -> Result<Vec<u64>> {
+        let mut handles = Vec::with_capacity(add.len());
+        for path in add {
+            let file = SegmentFile::open(path)?;
+            let mut meta = file.meta.clone();
+            meta.id = self.inner.next_segment_id.fetch_add(1, Ordering::SeqCst);
+            meta.file = path.to_string_lossy().into_owned();
+            meta.size_bytes = fs::metadata(path).at(path)?.len();
+            handles.push(Arc::new(SegmentHandle { meta, file }));
+        }
+        let ids: Vec<u64> = handles.iter().map(|h| h.meta.id).collect();
+        let removed: Vec<Arc<SegmentHandle>> = {
+            let mut st = self.inner.state.write();
+            let removed: Vec<_> = remove
+                .iter()
+                .filter_map(|id| st.segments.remove(id))
+                .collect();
+            for h in handles {
+                st.segments.insert(h.meta.id, h);
+            }
+            self.inner.segments_version.fetch_add(1, Ordering::SeqCst);
+            removed
+        };
+        self.inner.retire(removed)?;
+        Ok(ids)
+    }
+}
