@@ -5,6 +5,7 @@
 //! `bench/results/`, so runs can be compared.
 
 mod agent_suite;
+mod cluster_suite;
 mod fleet;
 mod fleet_suite;
 mod ingest_suite;
@@ -69,6 +70,11 @@ enum Suite {
     /// spawned `profiledb --memory-mb`: RSS, each memory part, WAL bytes and query
     /// p50/p99 over time, then the restart time to /ready after kill -9.
     Soak(soak_suite::Args),
+    /// The cluster (writers, queriers, a compactor over a real S3-protocol server)
+    /// against the single node on the same fleet: ingest rate with 1 and 2
+    /// writers, bucket requests and bytes per profile, a fresh querier's time to
+    /// ready and merge latency. Skips without moto.
+    Cluster(cluster_suite::Args),
     /// One compaction pass of the `lifecycle` suite in a process of its own (its
     /// peak RSS is that pass's alone). Internal.
     #[command(hide = true)]
@@ -78,6 +84,7 @@ enum Suite {
 fn main() -> anyhow::Result<()> {
     match Cli::parse().suite {
         Suite::Storage(args) => storage_suite::run(args),
+        Suite::Cluster(args) => cluster_suite::run(args),
         Suite::Ingest(args) => ingest_suite::run(args),
         Suite::Query(args) => query_suite::run(args, false),
         Suite::Baseline(args) => query_suite::run(args, true),

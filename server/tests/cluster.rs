@@ -139,6 +139,8 @@ fn role_flags(endpoint: &str, url: &str, role: &str, extra: &[&str]) -> Vec<Stri
         "3",
         "--gc-grace-secs",
         "3",
+        "--lease-ttl-secs",
+        "8",
         "--memory-mb",
         "256",
     ]
@@ -174,6 +176,10 @@ impl Push {
             "/ingest?name={}.cpu{{host={}}}&from={}",
             self.service, self.host, self.from
         )
+    }
+    /// Its value in nanoseconds: `/ingest` takes samples at 100 Hz by default.
+    fn value(&self) -> i64 {
+        (self.id as i64 + 1) * 10_000_000
     }
     fn body(&self) -> String {
         format!("main;work;p{} {}\n", self.id, self.id + 1)
@@ -263,15 +269,23 @@ fn answers(url: &str, t0: u64) -> Vec<(String, serde_json::Value)> {
             ],
         ),
     ));
+    let diff = post(
+        "/api/v1/diff",
+        serde_json::json!({"profile_type": CPU, "selector": "{}",
+            "base": {"start": lo.to_string(), "end": (t0 - 20).to_string()},
+            "compare": {"start": (t0 - 20).to_string(), "end": hi.to_string()},
+            "max_nodes": 64, "top": 5}),
+    );
+    // The flame graph's name table is in the order frames were first met, which
+    // differs with segment layout; what it says is compared: ticks, stats, top.
+    let fg = &diff["flamegraph"];
+    let mut top = diff["top"].as_array().cloned().unwrap_or_default();
+    top.sort_by_key(|t| t.to_string());
+    // Entropies are sums of floats in frame order: equal to 1e-9, not to the bit.
     out.push((
         "diff".into(),
-        post(
-            "/api/v1/diff",
-            serde_json::json!({"profile_type": CPU, "selector": "{}",
-                "base": {"start": lo.to_string(), "end": (t0 - 20).to_string()},
-                "compare": {"start": (t0 - 20).to_string(), "end": hi.to_string()},
-                "max_nodes": 64, "top": 5}),
-        ),
+        rounded(serde_json::json!({"left": fg["leftTicks"], "right": fg["rightTicks"],
+            "total": fg["total"], "stats": diff["stats"], "top": top})),
     ));
     out.push(("labels".into(), get("/api/v1/labels", &[])));
     out.push((
@@ -279,6 +293,20 @@ fn answers(url: &str, t0: u64) -> Vec<(String, serde_json::Value)> {
         get("/api/v1/label_values", &[("name", "host".into())]),
     ));
     out
+}
+
+/// `v` with every float rounded to 9 decimals.
+fn rounded(v: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match v {
+        Value::Number(n) if n.is_f64() => {
+            let f = n.as_f64().unwrap_or(0.0);
+            serde_json::json!((f * 1e9).round() / 1e9)
+        }
+        Value::Array(a) => Value::Array(a.into_iter().map(rounded).collect()),
+        Value::Object(o) => Value::Object(o.into_iter().map(|(k, v)| (k, rounded(v))).collect()),
+        other => other,
+    }
 }
 
 /// Segment object keys in the bucket, and the keys its index lists (live,
@@ -311,7 +339,15 @@ fn cluster_counts_every_acknowledged_push_once_and_answers_like_one_node() {
     let (endpoint, url) = (s3.endpoint(), cfg.url.clone());
     let bucket = Bucket::open(&cfg).unwrap();
     let tmp = tempfile::tempdir().unwrap();
-    let d = |n: &str| tmp.path().join(n);
+    // PROFILEDB_KEEP_TEST_DIR keeps the processes' logs for a post-mortem.
+    let (root, _guard) = if std::env::var_os("PROFILEDB_KEEP_TEST_DIR").is_some() {
+        let kept = tmp.keep();
+        eprintln!("cluster test directory kept: {}", kept.display());
+        (kept, None)
+    } else {
+        (tmp.path().to_path_buf(), Some(tmp))
+    };
+    let d = |n: &str| root.join(n);
     let flags = |role: &str, extra: &[&str]| role_flags(&endpoint, &url, role, extra);
 
     let single = Proc::start(&d("single"), &["--memory-mb".into(), "256".into()]);
@@ -405,25 +441,37 @@ fn cluster_counts_every_acknowledged_push_once_and_answers_like_one_node() {
     for p in &acked {
         assert_eq!(p.send(&reqwest::blocking::Client::new(), &single.url), Outcome::Status(200));
     }
-    let expected: i64 = acked.iter().map(|p| p.id as i64 + 1).sum();
+    let expected: i64 = acked.iter().map(|p| p.value()).sum();
 
     // Both queriers converge on every acknowledged push, each counted once.
     for q in [&q1, &q2] {
-        let m = common_wait(60, "the querier to see every acknowledged push", || {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let m = loop {
             let m = merged(&q.url);
-            let seen: i64 = acked
+            let missing: Vec<(usize, i64)> = acked
                 .iter()
-                .map(|p| m.get(&format!("main;work;p{}", p.id)).copied().unwrap_or(0))
-                .sum();
-            (seen == expected).then_some(m)
-        });
+                .filter_map(|p| {
+                    let v = m.get(&format!("main;work;p{}", p.id)).copied().unwrap_or(0);
+                    (v != p.value()).then_some((p.id, v))
+                })
+                .collect();
+            if missing.is_empty() {
+                break m;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{}: acknowledged pushes (id, value seen) not counted once: {missing:?}",
+                q.url
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        };
         for p in &acked {
-            assert_eq!(m[&format!("main;work;p{}", p.id)], p.id as i64 + 1, "push {}", p.id);
+            assert_eq!(m[&format!("main;work;p{}", p.id)], p.value(), "push {}", p.id);
         }
         // An unacknowledged push is there once or not at all.
         for p in &uncertain {
             let v = m.get(&format!("main;work;p{}", p.id)).copied().unwrap_or(0);
-            assert!(v == 0 || v == p.id as i64 + 1, "push {} counted {v}", p.id);
+            assert!(v == 0 || v == p.value(), "push {} counted {v}", p.id);
         }
     }
     // Uncertain pushes the cluster did store go to the single node too.
@@ -439,11 +487,21 @@ fn cluster_counts_every_acknowledged_push_once_and_answers_like_one_node() {
     });
     let want = answers(&single.url, t0);
     for q in [&q1, &q2] {
-        let got = common_wait(30, "querier answers equal the single node's", || {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
             let got = answers(&q.url, t0);
-            (got == want).then_some(got)
-        });
-        assert_eq!(got, want);
+            let differ: Vec<_> = got
+                .iter()
+                .zip(&want)
+                .filter(|(g, w)| g != w)
+                .map(|(g, w)| format!("{}:\n  cluster {}\n  single  {}", g.0, g.1, w.1))
+                .collect();
+            if differ.is_empty() {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{} answers differ:\n{}", q.url, differ.join("\n"));
+            std::thread::sleep(Duration::from_millis(200));
+        }
     }
 
     // No orphan survives the grace period: the killed compactor's upload and
@@ -455,8 +513,20 @@ fn cluster_counts_every_acknowledged_push_once_and_answers_like_one_node() {
 
     // A corrupt object and a missing one: a fresh querier quarantines both,
     // reports them and serves the rest.
-    // Stop compaction first, so the index stays as read below.
+    // Stop compaction first, so the index stays as read below; two more pushes,
+    // each acknowledged once in the bucket, make two more segments.
     drop(c2);
+    let late: Vec<Push> = (1000..1002)
+        .map(|id| Push {
+            id,
+            service: "alpha",
+            host: "h1",
+            from: t0,
+        })
+        .collect();
+    for p in &late {
+        assert_eq!(p.send(&reqwest::blocking::Client::new(), &w2.url), Outcome::Status(200));
+    }
     let keys: Vec<String> = bucket
         .tenants()
         .unwrap()
@@ -468,7 +538,7 @@ fn cluster_counts_every_acknowledged_push_once_and_answers_like_one_node() {
     let mut lost = 0i64;
     for key in &keys[..2] {
         let bytes = bucket.get(key).unwrap();
-        let f = tmp.path().join("probe.seg");
+        let f = root.join("probe.seg");
         std::fs::write(&f, &bytes).unwrap();
         lost += SegmentFile::open(&f).unwrap().meta.value_total;
     }
@@ -479,10 +549,11 @@ fn cluster_counts_every_acknowledged_push_once_and_answers_like_one_node() {
     bucket.delete(&keys[1]).unwrap();
     let q3 = Proc::start(&d("q3"), &flags("querier", &[]));
     let total: i64 = expected
+        + late.iter().map(|p| p.value()).sum::<i64>()
         + uncertain
             .iter()
             .filter(|p| m.contains_key(&format!("main;work;p{}", p.id)))
-            .map(|p| p.id as i64 + 1)
+            .map(|p| p.value())
             .sum::<i64>();
     common_wait(30, "the fresh querier to serve the rest", || {
         (merged(&q3.url).values().sum::<i64>() == total - lost).then_some(())
@@ -516,7 +587,8 @@ fn unreachable_bucket_answers_503_with_a_message_and_stores_nothing() {
             .body("main 1\n")
             .send()
             .ok()?;
-        (r.status() == 503).then(|| r.text().unwrap())
+        let text = r.text().unwrap();
+        (text.contains("object store")).then_some(text)
     });
     assert!(write.contains("object store is unreachable"), "{write}");
     let r = client
@@ -525,6 +597,7 @@ fn unreachable_bucket_answers_503_with_a_message_and_stores_nothing() {
         .unwrap();
     assert_eq!(r.status(), 503);
     let body = r.text().unwrap();
+    assert!(body.contains("http://127.0.0.1"), "names the endpoint: {body}");
     assert!(
         body.contains("object store is unreachable") || body.contains("not read the bucket index"),
         "{body}"

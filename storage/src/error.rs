@@ -45,6 +45,9 @@ pub enum StorageError {
     /// The store is closed or closing.
     #[error("the store is shutting down")]
     Closed,
+    /// The object store failed (cluster roles).
+    #[error(transparent)]
+    Bucket(#[from] crate::bucket::BucketError),
     /// A query gave up: out of time or over a budget.
     #[error(transparent)]
     Query(#[from] QueryError),

@@ -64,6 +64,7 @@
 #![deny(missing_docs)]
 
 pub mod analysis;
+mod bucket;
 mod cache;
 mod catalog;
 mod cluster;
@@ -89,6 +90,10 @@ mod stats;
 mod store;
 mod wal;
 
+pub use bucket::{
+    index_key, lease_key, segment_key, Bucket, BucketConfig, BucketError, BucketStats, GcReport,
+    IndexView, Lease, ObjectInfo, Quarantined, Retired, SegmentEntry, TenantIndex, TENANTS,
+};
 pub use catalog::{Catalog, TenantSettings};
 pub use cluster::{
     plan_merges, Compactor, CompactorConfig, CompactorStats, MergePlan, MergePolicy, Mirror,

@@ -110,6 +110,10 @@ pub struct ClusterArgs {
     /// (longer than any query and any querier's sync interval).
     #[arg(long, default_value_t = 300)]
     pub gc_grace_secs: u64,
+    /// Seconds a compactor's claim on a partition lasts without renewal (a crashed
+    /// compactor's work is picked up after it).
+    #[arg(long, default_value_t = 120)]
+    pub lease_ttl_secs: u64,
     /// Days of data the compactor keeps in the bucket (unset: everything).
     #[arg(long)]
     pub bucket_retention_days: Option<u64>,
@@ -130,6 +134,7 @@ pub struct ClusterOptions {
     pub compaction_interval: Duration,
     pub merge: MergePolicy,
     pub gc_grace: Duration,
+    pub lease_ttl: Duration,
     pub retention: Option<Duration>,
     pub compactor_pause: Option<Duration>,
 }
@@ -173,6 +178,7 @@ impl ClusterArgs {
                 ..MergePolicy::default()
             },
             gc_grace: Duration::from_secs(self.gc_grace_secs),
+            lease_ttl: Duration::from_secs(positive(self.lease_ttl_secs, "lease-ttl-secs")?),
             retention: self
                 .bucket_retention_days
                 .map(|d| Duration::from_secs(d.saturating_mul(86_400))),

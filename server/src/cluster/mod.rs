@@ -99,7 +99,7 @@ pub fn open(
                 id: node,
                 interval: opts.compaction_interval,
                 policy: opts.merge.clone(),
-                lease_ttl: Duration::from_secs(120),
+                lease_ttl: opts.lease_ttl,
                 grace: opts.gc_grace,
                 retention: opts.retention,
                 zstd_level: base.zstd_level,
@@ -214,7 +214,7 @@ impl UploadGate {
             "the object store is unreachable, so this write could not be made durable there (--ack bucket); nothing was stored, retry later: {}",
             self.0.last_error().unwrap_or_default()
         ))
-        .retry_after(5))
+        .with_retry_after(5))
     }
 
     /// Waits (on a blocking thread) until record `lsn` is in the bucket; false

@@ -20,7 +20,7 @@ use tracing::{error, info, warn};
 use super::entry::{entry_for, object_name};
 use super::plan::{plan_merges, MergePlan, MergePolicy};
 use super::Worker;
-use crate::bucket::{segment_key, Bucket, BucketError, SegmentEntry};
+use crate::bucket::{segment_key, Bucket, BucketError, Lease, SegmentEntry};
 use crate::error::{IoContext, Result};
 use crate::merger::Merger;
 use crate::segment::{encode_segment, LoadedSegment, SegmentFile, SegmentMeta};
@@ -169,7 +169,8 @@ impl Shared {
             };
             let sources: BTreeMap<&str, &SegmentEntry> =
                 live.iter().map(|e| (e.key.as_str(), e)).collect();
-            let result = self.merge(tenant, &plan, &sources);
+            let mut lease = lease;
+            let result = self.merge(tenant, &plan, &sources, &mut lease);
             if let Err(e) = self.bucket.release_lease(lease) {
                 warn!(error = %e, lease = name, "could not release a lease; it expires");
             }
@@ -197,6 +198,7 @@ impl Shared {
         tenant: &str,
         plan: &MergePlan,
         live: &BTreeMap<&str, &SegmentEntry>,
+        lease: &mut Lease,
     ) -> Result<()> {
         let mut segs: Vec<LoadedSegment> = Vec::with_capacity(plan.keys.len());
         for key in &plan.keys {
@@ -257,6 +259,13 @@ impl Shared {
         self.stats.uploads.fetch_add(1, Ordering::Relaxed);
         if let Some(pause) = self.cfg.pause_before_swap {
             std::thread::sleep(pause);
+        }
+        // A lease lost while merging (a pause past its expiry) means another
+        // compactor may be merging the same segments: leave it to them.
+        if !self.bucket.renew_lease(lease, self.cfg.lease_ttl, now_ms())? {
+            warn!(tenant, partition = plan.partition_ms, "lease lost during the merge; merged object deleted");
+            self.bucket.delete(&key)?;
+            return Ok(());
         }
         let sources: Vec<String> = plan
             .keys

@@ -26,18 +26,42 @@ use crate::segment::SegmentFile;
 
 /// The file holding the replay floor (decimal LSN).
 const FLOOR_FILE: &str = "REPLAY_FLOOR";
+/// The file holding the lowest segment id not yet given out, once segments were
+/// forgotten: their ids must never be reused, since their copies elsewhere are
+/// named after them.
+const NEXT_ID_FILE: &str = "NEXT_SEGMENT_ID";
 
-/// The replay floor stored in `dir`, 0 when none was ever set.
-pub(super) fn read_replay_floor(dir: &Path) -> Result<u64> {
-    let path = dir.join(FLOOR_FILE);
+/// A number kept in a file of `dir`, 0 when the file does not exist.
+fn read_number(dir: &Path, name: &str) -> Result<u64> {
+    let path = dir.join(name);
     match fs::read_to_string(&path) {
         Ok(s) => s
             .trim()
             .parse()
-            .map_err(|_| StorageError::Corrupt(format!("{}: not an LSN: {s:?}", path.display()))),
+            .map_err(|_| StorageError::Corrupt(format!("{}: not a number: {s:?}", path.display()))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
         Err(e) => Err(StorageError::io(path, e)),
     }
+}
+
+/// Writes `value` to a file of `dir` durably (written, fsynced, renamed).
+fn write_number(dir: &Path, name: &str, value: u64) -> Result<()> {
+    let tmp = dir.join(format!("{name}.tmp"));
+    let mut f = fs::File::create(&tmp).at(&tmp)?;
+    f.write_all(value.to_string().as_bytes()).at(&tmp)?;
+    f.sync_all().at(&tmp)?;
+    fs::rename(&tmp, dir.join(name)).at(&tmp)?;
+    sync_dir(dir)
+}
+
+/// The replay floor stored in `dir`, 0 when none was ever set.
+pub(super) fn read_replay_floor(dir: &Path) -> Result<u64> {
+    read_number(dir, FLOOR_FILE)
+}
+
+/// The lowest segment id that may be given out in `dir`, 0 when unconstrained.
+pub(super) fn read_next_segment_id(dir: &Path) -> Result<u64> {
+    read_number(dir, NEXT_ID_FILE)
 }
 
 impl Store {
@@ -65,13 +89,7 @@ impl Store {
         if lsn <= self.replay_floor() {
             return Ok(());
         }
-        let dir = &self.inner.dir;
-        let tmp = dir.join(format!("{FLOOR_FILE}.tmp"));
-        let mut f = fs::File::create(&tmp).at(&tmp)?;
-        f.write_all(lsn.to_string().as_bytes()).at(&tmp)?;
-        f.sync_all().at(&tmp)?;
-        fs::rename(&tmp, dir.join(FLOOR_FILE)).at(&tmp)?;
-        sync_dir(dir)?;
+        write_number(&self.inner.dir, FLOOR_FILE, lsn)?;
         self.inner.replay_floor.fetch_max(lsn, Ordering::SeqCst);
         Ok(())
     }
@@ -96,6 +114,12 @@ impl Store {
             removed
         };
         let dropped = removed.iter().map(|h| h.meta.id).collect();
+        if !removed.is_empty() {
+            // Before any file goes: a restart must not name a new segment after a
+            // forgotten one.
+            let next = self.inner.next_segment_id.load(Ordering::SeqCst);
+            write_number(&self.inner.dir, NEXT_ID_FILE, next)?;
+        }
         self.inner.retire(removed)?;
         Ok(dropped)
     }
@@ -108,9 +132,11 @@ impl Store {
     pub fn swap_external(&self, add: &[PathBuf], remove: &[u64]) -> Result<Vec<u64>> {
         let mut handles = Vec::with_capacity(add.len());
         for path in add {
-            let file = SegmentFile::open(path)?;
+            let mut file = SegmentFile::open(path)?;
+            // Ids from other writers collide; caches and memos key on the id, so
+            // the file's own metadata (what loading it yields) gets the local one.
+            file.meta.id = self.inner.next_segment_id.fetch_add(1, Ordering::SeqCst);
             let mut meta = file.meta.clone();
-            meta.id = self.inner.next_segment_id.fetch_add(1, Ordering::SeqCst);
             meta.file = path.to_string_lossy().into_owned();
             meta.size_bytes = fs::metadata(path).at(path)?.len();
             handles.push(Arc::new(SegmentHandle { meta, file }));

@@ -102,7 +102,7 @@ pub(super) fn recover(
         wal,
         next_lsn: report.last_lsn.max(max_seg_lsn).max(replay_floor) + 1,
         replay_floor,
-        next_segment_id: max_id + 1,
+        next_segment_id: (max_id + 1).max(super::external::read_next_segment_id(dir)?),
         stats,
     })
 }

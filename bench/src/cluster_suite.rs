@@ -1,0 +1,305 @@
+//! The cluster against the single node, on one machine: `profiledb serve` processes
+//! over a real S3-protocol server (moto, from `target/moto-venv`, installed by
+//! `.ci/run`), fed the same generated fleet.
+//!
+//! Measured: ingest rate through one and two writers (`--ack bucket`, so every
+//! acknowledged push is in the bucket) against the single node; bucket requests and
+//! bytes per ingested profile; a fresh querier's time to ready (its first index
+//! sync and downloads) and its query latency, cold and warm, beside the single
+//! node's; bucket objects and bytes after compaction. Skips with a message where
+//! moto is absent.
+
+#[path = "../../storage/tests/support/moto.rs"]
+mod moto;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use serde_json::json;
+
+use crate::fleet::{Fleet, FleetConfig};
+use crate::report;
+use crate::server::{push, wait_ready, workspace_binary};
+
+const HOUR: i64 = 3_600_000;
+const CPU: &str = "process_cpu:cpu:nanoseconds:cpu:nanoseconds";
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// A small fleet and few queries (CI: checks the suite runs).
+    #[arg(long)]
+    quick: bool,
+    #[arg(long, default_value_t = 40)]
+    hosts: usize,
+    #[arg(long, default_value_t = 5)]
+    services: usize,
+    /// Pushes per host (one every 10 s, ending now).
+    #[arg(long, default_value_t = 30)]
+    rounds: usize,
+    /// Concurrent clients.
+    #[arg(long, default_value_t = 8)]
+    clients: usize,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+/// One `profiledb serve` process.
+struct Node {
+    child: Child,
+    url: String,
+}
+
+impl Node {
+    fn start(bin: &Path, dir: &Path, flags: &[String]) -> anyhow::Result<Node> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let log = std::fs::File::create(dir.with_extension("log"))?;
+        let child = Command::new(bin)
+            .args(["serve", "--data-dir"])
+            .arg(dir)
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(flags)
+            .env("AWS_ACCESS_KEY_ID", "bench")
+            .env("AWS_SECRET_ACCESS_KEY", "bench")
+            .env("AWS_REGION", "us-east-1")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .context("starting profiledb")?;
+        let url = format!("http://127.0.0.1:{port}");
+        wait_ready(&url, Instant::now(), Duration::from_secs(120))?;
+        Ok(Node { child, url })
+    }
+
+    fn metric(&self, name: &str) -> anyhow::Result<f64> {
+        let text = reqwest::blocking::get(format!("{}/metrics", self.url))?.text()?;
+        Ok(text
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0.0))
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Pushes every (host, round) through `urls` round-robin with `clients`
+/// threads; returns (seconds, values pushed).
+fn ingest(
+    fleet: &Arc<Fleet>,
+    args: &Args,
+    t_end: i64,
+    urls: &[String],
+) -> anyhow::Result<(f64, u64)> {
+    let jobs: Vec<(usize, i64)> = (0..args.rounds)
+        .flat_map(|r| (0..args.hosts).map(move |h| (h, t_end - (args.rounds - r) as i64 * 10_000)))
+        .collect();
+    let bodies: Vec<_> = jobs
+        .iter()
+        .map(|&(h, t)| fleet.host_push(h, t, false, None))
+        .collect();
+    let values: u64 = bodies.iter().map(|(_, v)| v).sum();
+    let bodies = Arc::new(bodies);
+    let next = Arc::new(AtomicUsize::new(0));
+    let t = Instant::now();
+    let threads: Vec<_> = (0..args.clients)
+        .map(|c| {
+            let (bodies, next, urls) = (bodies.clone(), next.clone(), urls.to_vec());
+            std::thread::spawn(move || -> anyhow::Result<()> {
+                let client = reqwest::blocking::Client::new();
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some((req, _)) = bodies.get(i) else {
+                        return Ok(());
+                    };
+                    push(&client, &urls[(i + c) % urls.len()], req)?;
+                }
+            })
+        })
+        .collect();
+    for th in threads {
+        th.join().map_err(|_| anyhow::anyhow!("client panicked"))??;
+    }
+    Ok((t.elapsed().as_secs_f64(), values))
+}
+
+/// p50 in ms of `n` runs of a merge over the last hour, and the total it answers.
+fn merge_p50(url: &str, t_end: i64, n: usize) -> anyhow::Result<(f64, f64, i64)> {
+    let client = reqwest::blocking::Client::new();
+    let mut times = Vec::new();
+    let mut total = 0;
+    for i in 0..n {
+        let t = Instant::now();
+        let r = client
+            .get(format!("{url}/api/v1/merge"))
+            .query(&[
+                ("query", format!("{CPU}{{}}")),
+                ("from", (t_end - HOUR).to_string()),
+                // A new range every run: the result cache cannot answer it.
+                ("until", (t_end + 60_000 + i as i64 * 1000).to_string()),
+                ("format", "folded".into()),
+            ])
+            .send()?;
+        if !r.status().is_success() {
+            bail!("merge at {url}: {}", r.status());
+        }
+        total = r
+            .text()?
+            .lines()
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<i64>().ok())
+            .sum();
+        times.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    let first = times[0];
+    times.sort_by(f64::total_cmp);
+    Ok((first, times[times.len() / 2], total))
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let args = if args.quick {
+        Args {
+            hosts: 8,
+            services: 3,
+            rounds: 6,
+            clients: 4,
+            ..args
+        }
+    } else {
+        args
+    };
+    let Some(s3) = moto::MotoServer::start() else {
+        println!("cluster suite skipped: no S3-protocol server (moto) to run against");
+        return Ok(());
+    };
+    let bin = workspace_binary("profiledb", "profiledb")?;
+    let tmp = tempfile::tempdir()?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_millis() as i64;
+    let t_end = now / 10_000 * 10_000;
+    let fleet = Arc::new(Fleet::new(FleetConfig {
+        seed: args.seed,
+        services: args.services,
+        stacks_per_service: 200,
+        draws_per_profile: 200,
+        zipf_s: 1.1,
+        deploy_ms: t_end - HOUR,
+    }));
+    let profiles = (args.hosts * args.rounds * args.services) as f64;
+    let endpoint = s3.endpoint();
+    let cluster = |prefix: &str, role: &str| -> Vec<String> {
+        [
+            "--storage",
+            &s3.config(prefix).url,
+            "--s3-endpoint",
+            &endpoint,
+            "--role",
+            role,
+            "--upload-interval-ms",
+            "500",
+            "--sync-interval-ms",
+            "500",
+            "--bucket-compaction-interval-secs",
+            "2",
+            "--gc-grace-secs",
+            "5",
+            "--memory-mb",
+            "512",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let mem = vec!["--memory-mb".to_string(), "512".to_string()];
+
+    // Single node.
+    let single = Node::start(&bin, &tmp.path().join("single"), &mem)?;
+    let (single_s, values) = ingest(&fleet, &args, t_end, std::slice::from_ref(&single.url))?;
+    let (single_cold, single_p50, single_total) = merge_p50(&single.url, t_end, 9)?;
+    drop(single);
+
+    let mut rows = Vec::new();
+    let mut figures = json!({
+        "hosts": args.hosts, "services": args.services, "rounds": args.rounds,
+        "clients": args.clients, "profiles": profiles, "values": values,
+        "single": {"ingest_s": single_s, "values_per_s": values as f64 / single_s,
+                   "merge_first_ms": single_cold, "merge_p50_ms": single_p50},
+    });
+    for writers in [1usize, 2] {
+        let prefix = format!("w{writers}");
+        let ws: Vec<Node> = (0..writers)
+            .map(|i| {
+                Node::start(
+                    &bin,
+                    &tmp.path().join(format!("{prefix}-writer{i}")),
+                    &cluster(&prefix, "writer"),
+                )
+            })
+            .collect::<anyhow::Result<_>>()?;
+        let urls: Vec<String> = ws.iter().map(|w| w.url.clone()).collect();
+        let (secs, _) = ingest(&fleet, &args, t_end, &urls)?;
+        let mut puts = 0.0;
+        let mut up_bytes = 0.0;
+        for w in &ws {
+            puts += w.metric("profiledb_bucket_put_requests_total")?;
+            up_bytes += w.metric("profiledb_upload_bytes_total")?;
+        }
+        // A fresh querier: ready once its first sync downloaded the bucket.
+        let t = Instant::now();
+        let q = Node::start(&bin, &tmp.path().join(format!("{prefix}-querier")), &cluster(&prefix, "querier"))?;
+        let ready_ms = t.elapsed().as_secs_f64() * 1000.0;
+        let (cold, p50, total) = merge_p50(&q.url, t_end, 9)?;
+        if total != single_total {
+            bail!("the cluster with {writers} writer(s) answers {total}, the single node {single_total}");
+        }
+        let gets = q.metric("profiledb_bucket_get_requests_total")?;
+        let down = q.metric("profiledb_mirror_download_bytes_total")?;
+        rows.push(format!(
+            "| {writers} writer(s) | {:.0} | {:.0} ms | {:.1} ms / {:.1} ms | {:.2} | {} | {:.0} | {} |",
+            values as f64 / secs,
+            ready_ms,
+            cold,
+            p50,
+            puts / profiles,
+            report::human_bytes(up_bytes / profiles),
+            gets,
+            report::human_bytes(down),
+        ));
+        figures[format!("writers_{writers}")] = json!({
+            "ingest_s": secs, "values_per_s": values as f64 / secs,
+            "put_requests_per_profile": puts / profiles, "uploaded_bytes_per_profile": up_bytes / profiles,
+            "querier_ready_ms": ready_ms, "merge_first_ms": cold, "merge_p50_ms": p50,
+            "querier_get_requests": gets, "querier_download_bytes": down,
+        });
+    }
+    println!(
+        "cluster suite: {} hosts × {} services × {} pushes, {} clients, {values} values; moto on loopback",
+        args.hosts, args.services, args.rounds, args.clients
+    );
+    println!(
+        "| setup | values/s ingested | querier ready | merge 1 h first / p50 | PUTs per profile | bytes up per profile | querier GETs | querier bytes down |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    println!(
+        "| single node | {:.0} | | {:.1} ms / {:.1} ms | | | | |",
+        values as f64 / single_s,
+        single_cold,
+        single_p50
+    );
+    for r in rows {
+        println!("{r}");
+    }
+    let path = report::write("cluster", figures)?;
+    println!("figures written to {}", path.display());
+    Ok(())
+}

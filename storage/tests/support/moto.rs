@@ -1,0 +1,124 @@
+//! A real S3-protocol server for tests and benches: moto (`pip install
+//! "moto[server]"`; `.ci/run` puts it in `target/moto-venv`), started on a free
+//! loopback port with one bucket, killed on drop. Shared by the storage tests,
+//! the server's cluster test and the cluster bench through `#[path]`.
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use profiledb_storage::BucketConfig;
+
+/// The bucket every test uses; prefixes keep tests apart.
+pub const BUCKET: &str = "profiledb-test";
+
+pub struct MotoServer {
+    child: Child,
+    port: u16,
+}
+
+/// `moto_server`: the CI venv, then `PROFILEDB_MOTO`, then `PATH`.
+fn binary() -> Option<PathBuf> {
+    let mut dir = Some(PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    while let Some(d) = dir {
+        let p = d.join("target/moto-venv/bin/moto_server");
+        if p.exists() {
+            return Some(p);
+        }
+        dir = d.parent().map(PathBuf::from);
+    }
+    if let Some(p) = std::env::var_os("PROFILEDB_MOTO") {
+        return Some(PathBuf::from(p));
+    }
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join("moto_server"))
+            .find(|p| p.exists())
+    })
+}
+
+/// One HTTP/1.1 request with an empty body; the status code.
+fn request(port: u16, method: &str, path: &str) -> Option<u16> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).ok()?;
+    std::str::from_utf8(&head[9..12]).ok()?.parse().ok()
+}
+
+impl MotoServer {
+    /// Starts moto, or says why not (the caller skips) and returns None.
+    pub fn start() -> Option<MotoServer> {
+        let Some(bin) = binary() else {
+            eprintln!(
+                "SKIP: no moto_server (pip install \"moto[server]\" into target/moto-venv, as .ci/run does, or set PROFILEDB_MOTO)"
+            );
+            return None;
+        };
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .ok()?
+            .local_addr()
+            .ok()?
+            .port();
+        let child = match Command::new(&bin)
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+        {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("SKIP: cannot start {}: {e}", bin.display());
+                return None;
+            }
+        };
+        let server = MotoServer { child, port };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while request(port, "GET", "/").is_none() {
+            if Instant::now() > deadline {
+                eprintln!("SKIP: moto at port {port} did not answer within 30 s");
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        match request(port, "PUT", &format!("/{BUCKET}")) {
+            Some(200) => Some(server),
+            other => {
+                eprintln!("SKIP: moto refused to create the bucket: {other:?}");
+                None
+            }
+        }
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// The bucket under `prefix`, reached over plain HTTP with moto's dummy keys.
+    pub fn config(&self, prefix: &str) -> BucketConfig {
+        BucketConfig {
+            url: format!("s3://{BUCKET}/{prefix}"),
+            endpoint: Some(self.endpoint()),
+            region: Some("us-east-1".into()),
+            access_key_id: Some("test".into()),
+            secret_access_key: Some("test".into()),
+            allow_http: true,
+        }
+    }
+}
+
+impl Drop for MotoServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
