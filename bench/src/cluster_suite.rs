@@ -40,9 +40,14 @@ pub struct Args {
     /// Pushes per host (one every 10 s, ending now).
     #[arg(long, default_value_t = 30)]
     rounds: usize,
-    /// Concurrent clients.
+    /// Concurrent clients against the single node.
     #[arg(long, default_value_t = 8)]
     clients: usize,
+    /// Concurrent clients against the cluster's writers: with `--ack bucket` a
+    /// push is answered about one upload interval later, so throughput needs
+    /// more pushes in flight.
+    #[arg(long, default_value_t = 64)]
+    cluster_clients: usize,
     #[arg(long, default_value_t = 1)]
     seed: u64,
 }
@@ -100,6 +105,7 @@ fn ingest(
     args: &Args,
     t_end: i64,
     urls: &[String],
+    clients: usize,
 ) -> anyhow::Result<(f64, u64)> {
     let jobs: Vec<(usize, i64)> = (0..args.rounds)
         .flat_map(|r| (0..args.hosts).map(move |h| (h, t_end - (args.rounds - r) as i64 * 10_000)))
@@ -112,7 +118,7 @@ fn ingest(
     let bodies = Arc::new(bodies);
     let next = Arc::new(AtomicUsize::new(0));
     let t = Instant::now();
-    let threads: Vec<_> = (0..args.clients)
+    let threads: Vec<_> = (0..clients)
         .map(|c| {
             let (bodies, next, urls) = (bodies.clone(), next.clone(), urls.to_vec());
             std::thread::spawn(move || -> anyhow::Result<()> {
@@ -172,6 +178,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             services: 3,
             rounds: 6,
             clients: 4,
+            cluster_clients: 16,
             ..args
         }
     } else {
@@ -224,14 +231,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
     // Single node.
     let single = Node::start(&bin, &tmp.path().join("single"), &mem)?;
-    let (single_s, values) = ingest(&fleet, &args, t_end, std::slice::from_ref(&single.url))?;
+    let (single_s, values) = ingest(&fleet, &args, t_end, std::slice::from_ref(&single.url), args.clients)?;
     let (single_cold, single_p50, single_total) = merge_p50(&single.url, t_end, 9)?;
     drop(single);
 
     let mut rows = Vec::new();
     let mut figures = json!({
         "hosts": args.hosts, "services": args.services, "rounds": args.rounds,
-        "clients": args.clients, "profiles": profiles, "values": values,
+        "clients": args.clients, "cluster_clients": args.cluster_clients, "profiles": profiles, "values": values,
         "single": {"ingest_s": single_s, "values_per_s": values as f64 / single_s,
                    "merge_first_ms": single_cold, "merge_p50_ms": single_p50},
     });
@@ -247,7 +254,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             })
             .collect::<anyhow::Result<_>>()?;
         let urls: Vec<String> = ws.iter().map(|w| w.url.clone()).collect();
-        let (secs, _) = ingest(&fleet, &args, t_end, &urls)?;
+        let (secs, _) = ingest(&fleet, &args, t_end, &urls, args.cluster_clients)?;
         let mut puts = 0.0;
         let mut up_bytes = 0.0;
         for w in &ws {
@@ -283,8 +290,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         });
     }
     println!(
-        "cluster suite: {} hosts × {} services × {} pushes, {} clients, {values} values; moto on loopback",
-        args.hosts, args.services, args.rounds, args.clients
+        "cluster suite: {} hosts × {} services × {} pushes, {values} values; {} clients to the single node, {} to the writers (--ack bucket); moto on loopback",
+        args.hosts, args.services, args.rounds, args.clients, args.cluster_clients
     );
     println!(
         "| setup | values/s ingested | querier ready | merge 1 h first / p50 | PUTs per profile | bytes up per profile | querier GETs | querier bytes down |"

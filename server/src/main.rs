@@ -457,7 +457,9 @@ fn cmd_retention(
 
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        // object_store logs each retried request at info; the failure that
+        // matters is logged once by the role that saw it.
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,object_store=warn"));
     // Logs go to stderr, so command output on stdout (tables, JSON) stays clean, and
     // carry colour codes only when a person watches a terminal.
     use std::io::IsTerminal;

@@ -64,6 +64,8 @@ struct Shared {
     cfg: UploaderConfig,
     /// Local segment ids already in the bucket (this process's run).
     uploaded: Mutex<BTreeSet<u64>>,
+    /// One pass at a time (the loop, `upload_now`, `stop`).
+    passing: Mutex<()>,
     watermark: Mutex<u64>,
     advanced: Condvar,
     healthy: AtomicBool,
@@ -86,6 +88,7 @@ impl Uploader {
             bucket,
             cfg,
             uploaded: Mutex::new(BTreeSet::new()),
+            passing: Mutex::new(()),
             watermark: Mutex::new(floor),
             advanced: Condvar::new(),
             healthy: AtomicBool::new(true),
@@ -171,6 +174,7 @@ impl Shared {
     }
 
     fn pass(&self) -> Result<()> {
+        let _one = self.passing.lock();
         let store = &self.store;
         store.flush()?;
         // Read before listing: every record below it is in a segment listed next.

@@ -1,0 +1,211 @@
+//! The bucket's index, leases and garbage collection, each checked twice: on
+//! `object_store`'s in-memory store, and over the real S3 protocol against a moto
+//! server process (skipped with a message where moto is absent).
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use object_store::memory::InMemory;
+use profiledb_storage::{Bucket, BucketConfig, BucketError, SegmentEntry};
+use support::moto::MotoServer;
+
+fn entry(key: &str) -> SegmentEntry {
+    SegmentEntry {
+        key: key.into(),
+        min_ms: 0,
+        max_ms: 10_000,
+        partition_ms: 0,
+        level: 0,
+        bytes: 3,
+        samples: 1,
+        series: 1,
+        created_ms: 0,
+        origin: "w".into(),
+        profile_types: vec!["cpu".into()],
+        services: vec!["app".into()],
+    }
+}
+
+fn keys(b: &Bucket, tenant: &str) -> Vec<String> {
+    let mut k: Vec<String> = b
+        .load_index(tenant, None)
+        .unwrap()
+        .unwrap()
+        .index
+        .segments
+        .into_iter()
+        .map(|e| e.key)
+        .collect();
+    k.sort();
+    k
+}
+
+/// Every bucket the tests run on: memory always, moto when it starts.
+fn buckets(name: &str) -> Vec<(Bucket, Option<MotoServer>)> {
+    let mut v = vec![(Bucket::from_store(Arc::new(InMemory::new()), "p"), None)];
+    if let Some(s3) = MotoServer::start() {
+        let b = Bucket::open(&s3.config(name)).unwrap();
+        v.push((b, Some(s3)));
+    }
+    v
+}
+
+#[test]
+fn index_adds_are_idempotent_and_conditional_loads_see_changes_only() {
+    for (b, _s3) in buckets("idem") {
+        assert!(b.tenants().unwrap().is_empty());
+        let empty = b.load_index("t", None).unwrap().unwrap();
+        assert_eq!(empty.etag, "");
+        let v1 = b.add_segments("t", vec![entry("a"), entry("b")]).unwrap();
+        assert_eq!(v1.index.generation, 1);
+        // Unchanged: no body.
+        assert!(b.load_index("t", Some(&v1.etag)).unwrap().is_none());
+        // A retried upload adds nothing and writes nothing.
+        let again = b.add_segments("t", vec![entry("a")]).unwrap();
+        assert_eq!(again.index.generation, 1);
+        assert_eq!(keys(&b, "t"), ["a", "b"]);
+        assert_eq!(b.tenants().unwrap(), ["t"]);
+        let v2 = b.add_segments("t", vec![entry("c")]).unwrap();
+        assert_eq!(v2.index.generation, 2);
+        assert_eq!(
+            b.load_index("t", Some(&v1.etag)).unwrap().unwrap().index,
+            v2.index
+        );
+    }
+}
+
+#[test]
+fn replace_is_atomic_and_refuses_sources_no_longer_live() {
+    for (b, _s3) in buckets("replace") {
+        b.add_segments("t", vec![entry("a"), entry("b"), entry("c")])
+            .unwrap();
+        let v = b
+            .replace_segments("t", &["a".into(), "b".into()], vec![entry("m1")], 100)
+            .unwrap();
+        assert_eq!(keys(&b, "t"), ["c", "m1"]);
+        assert_eq!(
+            v.index.retired.iter().map(|r| (r.key.as_str(), r.retired_ms)).collect::<Vec<_>>(),
+            [("a", 100), ("b", 100)]
+        );
+        // A second compactor merging "b" and "c" lost the race: nothing changes.
+        let err = b
+            .replace_segments("t", &["b".into(), "c".into()], vec![entry("m2")], 200)
+            .unwrap_err();
+        assert!(matches!(err, BucketError::SourcesGone { ref key } if key == "b"), "{err}");
+        assert_eq!(keys(&b, "t"), ["c", "m1"]);
+        // A retired key is never re-added by a retried upload.
+        b.add_segments("t", vec![entry("a")]).unwrap();
+        assert_eq!(keys(&b, "t"), ["c", "m1"]);
+        // Quarantine and retention move entries out of the live set.
+        b.quarantine_segment("t", "c", "checksum mismatch", 300)
+            .unwrap();
+        let v = b.retire_segments("t", &["m1".into()], 400).unwrap();
+        assert!(v.index.segments.is_empty());
+        assert_eq!(v.index.quarantined[0].reason, "checksum mismatch");
+        assert_eq!(v.index.retired.len(), 3);
+    }
+}
+
+#[test]
+fn concurrent_writers_lose_no_entry() {
+    for (b, _s3) in buckets("race") {
+        let threads: Vec<_> = (0..4)
+            .map(|w| {
+                let b = b.clone();
+                std::thread::spawn(move || {
+                    for i in 0..25 {
+                        b.add_segments("t", vec![entry(&format!("w{w}-{i:02}"))])
+                            .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let v = b.load_index("t", None).unwrap().unwrap();
+        assert_eq!(v.index.segments.len(), 100);
+        assert_eq!(v.index.generation, 100);
+    }
+}
+
+#[test]
+fn one_lease_holder_at_a_time_and_expiry_hands_over() {
+    for (b, _s3) in buckets("lease") {
+        let ttl = Duration::from_secs(10);
+        let mut a = b.try_lease("compact/t/0", "a", ttl, 1_000).unwrap().unwrap();
+        assert!(b.try_lease("compact/t/0", "b", ttl, 5_000).unwrap().is_none());
+        // Two racing takers of an expired lease: exactly one wins.
+        let winners: Vec<bool> = ["b", "c"]
+            .into_iter()
+            .map(|o| {
+                let b = b.clone();
+                std::thread::spawn(move || b.try_lease("compact/t/0", o, ttl, 20_000).unwrap().is_some())
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|t| t.join().unwrap())
+            .collect();
+        assert_eq!(winners.iter().filter(|w| **w).count(), 1, "{winners:?}");
+        // The first holder paused past expiry: its renewal is refused.
+        assert!(!b.renew_lease(&mut a, ttl, 21_000).unwrap());
+        // Released: free at once.
+        let free = b.try_lease("compact/t/1", "d", ttl, 0).unwrap().unwrap();
+        b.release_lease(free).unwrap();
+        assert!(b.try_lease("compact/t/1", "e", ttl, 1).unwrap().is_some());
+    }
+}
+
+#[test]
+fn garbage_waits_for_the_grace_period() {
+    for (b, _s3) in buckets("gc") {
+        let seg = |k: &str| format!("tenants/t/segments/{k}.seg");
+        for k in ["a", "b", "m", "orphan"] {
+            b.put(&seg(k), bytes::Bytes::from_static(b"seg")).unwrap();
+        }
+        b.add_segments("t", vec![entry(&seg("a")), entry(&seg("b"))])
+            .unwrap();
+        let now = profiledb_storage::now_ms();
+        b.replace_segments("t", &[seg("a"), seg("b")], vec![entry(&seg("m"))], now)
+            .unwrap();
+        let grace = Duration::from_secs(60);
+        // Within the grace period nothing goes.
+        let r = b.collect_garbage("t", grace, now + 1_000).unwrap();
+        assert!(r.deleted_retired.is_empty() && r.deleted_orphans.is_empty(), "{r:?}");
+        assert_eq!(b.list("tenants/t/segments/").unwrap().len(), 4);
+        // After it, the replaced sources and the orphan go; the live merge stays.
+        let r = b.collect_garbage("t", grace, now + 61_000).unwrap();
+        assert_eq!(r.deleted_retired, [seg("a"), seg("b")]);
+        assert_eq!(r.deleted_orphans, [seg("orphan")]);
+        let left: Vec<String> = b.list("tenants/t/segments/").unwrap().into_iter().map(|o| o.key).collect();
+        assert_eq!(left, [seg("m")]);
+        assert!(b.load_index("t", None).unwrap().unwrap().index.retired.is_empty());
+        assert_eq!(b.get_range(&seg("m"), 1..3).unwrap().as_ref(), b"eg");
+        assert!(matches!(b.get(&seg("a")), Err(BucketError::NotFound { .. })));
+    }
+}
+
+#[test]
+fn an_unreachable_store_is_reported_as_such() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let cfg = BucketConfig {
+        url: "s3://nowhere/p".into(),
+        endpoint: Some(format!("http://127.0.0.1:{port}")),
+        region: None,
+        access_key_id: Some("k".into()),
+        secret_access_key: Some("s".into()),
+        allow_http: true,
+    };
+    let b = Bucket::open(&cfg).unwrap();
+    let err = b.load_index("t", None).unwrap_err();
+    assert!(matches!(err, BucketError::Unreachable { .. }), "{err:?}");
+    assert!(err.to_string().contains("unreachable"), "{err}");
+    let bad = Bucket::open(&BucketConfig::new("file:///tmp/x")).unwrap_err();
+    assert!(matches!(bad, BucketError::Config(_)), "{bad}");
+}

@@ -1,0 +1,160 @@
+//! The cluster roles over one in-memory bucket, in one process: a writer's
+//! uploader, a querier's mirror and a compactor. A writer that crashes (no flush)
+//! and reopens uploads what its WAL held exactly once; the mirror serves every
+//! write, and the same totals after the compactor merged the segments.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use object_store::memory::InMemory;
+use profiledb_storage::{
+    Batch, Bucket, Compactor, CompactorConfig, Function, Labels, Location, MergePolicy, Mirror,
+    MirrorConfig, Querier, QueryLimits, Sample, Selector, SeriesSamples, Store, StoreConfig,
+    TenantId, TimeRange, Uploader, UploaderConfig, PROFILE_TYPE_LABEL,
+};
+
+const T0: i64 = 1_700_000_000_000;
+
+/// One sample of `value` on main → f`i` at `T0 + i` seconds.
+fn batch(i: i64, value: i64) -> Batch {
+    let mut b = Batch::new(TenantId::default());
+    for name in ["main".to_string(), format!("f{i}")] {
+        b.symbols.functions.push(Function {
+            name,
+            file: String::new(),
+        });
+        let function = Some(b.symbols.functions.len() as u32 - 1);
+        b.symbols.locations.push(Location {
+            function,
+            mapping: None,
+            address: 0,
+            line: 0,
+        });
+    }
+    let stack = b.stacks.push(&[0, 1]);
+    b.series.push(SeriesSamples {
+        labels: Labels::new([
+            (PROFILE_TYPE_LABEL, "process_cpu:cpu:nanoseconds:cpu:nanoseconds"),
+            ("service_name", "demo"),
+        ]),
+        samples: vec![Sample {
+            timestamp_ms: T0 + i * 1000,
+            stack,
+            value,
+        }],
+    });
+    b
+}
+
+fn local() -> StoreConfig {
+    StoreConfig {
+        background_compaction: false,
+        ..StoreConfig::default()
+    }
+}
+
+fn total(store: &Store) -> i64 {
+    let q = Querier::new(store, 0, QueryLimits::default());
+    let sel = Selector::parse(r#"{service_name="demo"}"#).unwrap();
+    q.merge_tree(&TenantId::default(), &sel, TimeRange::all())
+        .unwrap()
+        .total()
+}
+
+fn wait(what: &str, mut f: impl FnMut() -> bool) {
+    for _ in 0..300 {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("timed out waiting for {what}");
+}
+
+#[test]
+fn writer_crash_uploads_once_and_mirror_and_compactor_keep_totals() {
+    let bucket = Bucket::from_store(Arc::new(InMemory::new()), "c");
+    let dir = tempfile::tempdir().unwrap();
+    let up_cfg = UploaderConfig {
+        writer_id: "w1".into(),
+        interval: Duration::from_secs(3600),
+    };
+
+    // Uploaded: 1..=3. Then 4 and 5 are acknowledged (WAL) and the writer dies.
+    let store = Arc::new(Store::open(dir.path().join("w"), local()).unwrap());
+    let up = Uploader::start(store.clone(), bucket.clone(), up_cfg.clone()).unwrap();
+    let mut last = 0;
+    for i in 1..=3 {
+        last = store.write(batch(i, i)).unwrap();
+    }
+    up.upload_now().unwrap();
+    assert!(up.wait_uploaded(last, Duration::ZERO));
+    assert_eq!(store.replay_floor(), last);
+    // Local copies wholly under the floor are gone: the bucket holds them.
+    assert!(store.segments().is_empty());
+    let crashed = store.write(batch(4, 4)).unwrap();
+    store.write(batch(5, 5)).unwrap();
+    assert!(!up.wait_uploaded(crashed, Duration::ZERO));
+    drop(up);
+    Arc::try_unwrap(store)
+        .ok()
+        .expect("no other handle")
+        .close_without_flush();
+
+    // Reopened: replay skips 1..=3 (in the bucket), applies 4 and 5 once.
+    let store = Arc::new(Store::open(dir.path().join("w"), local()).unwrap());
+    assert_eq!(total(&store), 4 + 5);
+    let up = Uploader::start(store.clone(), bucket.clone(), up_cfg).unwrap();
+    up.upload_now().unwrap();
+    up.upload_now().unwrap();
+    let n = bucket
+        .load_index("anonymous", None)
+        .unwrap()
+        .unwrap()
+        .index
+        .segments
+        .len();
+
+    // A querier mirrors the bucket: every write, once.
+    let qstore = Arc::new(Store::open(dir.path().join("q"), local()).unwrap());
+    let mirror = Mirror::start(
+        qstore.clone(),
+        bucket.clone(),
+        MirrorConfig {
+            interval: Duration::from_millis(20),
+        },
+    )
+    .unwrap();
+    wait("the first sync", || mirror.synced());
+    assert_eq!(total(&qstore), 1 + 2 + 3 + 4 + 5);
+    assert_eq!(qstore.segments().len(), n);
+
+    // The compactor merges the partition's segments into one; same total.
+    let compactor = Compactor::start(
+        bucket.clone(),
+        CompactorConfig {
+            id: "c1".into(),
+            interval: Duration::from_millis(20),
+            policy: MergePolicy {
+                min_segments: 2,
+                ..MergePolicy::default()
+            },
+            lease_ttl: Duration::from_secs(30),
+            grace: Duration::from_secs(3600),
+            retention: None,
+            zstd_level: 3,
+            work_dir: dir.path().join("c"),
+            pause_before_swap: None,
+        },
+    )
+    .unwrap();
+    wait("a merge", || {
+        compactor.stats().merges.load(std::sync::atomic::Ordering::Relaxed) > 0
+    });
+    wait("the mirror to swap the merge in", || qstore.segments().len() == 1);
+    assert_eq!(total(&qstore), 1 + 2 + 3 + 4 + 5);
+    let idx = bucket.load_index("anonymous", None).unwrap().unwrap().index;
+    assert_eq!(idx.segments.len(), 1);
+    assert_eq!(idx.segments[0].level, 1);
+    assert_eq!(idx.retired.len(), n);
+}
