@@ -134,7 +134,8 @@ fn ingest(
         })
         .collect();
     for th in threads {
-        th.join().map_err(|_| anyhow::anyhow!("client panicked"))??;
+        th.join()
+            .map_err(|_| anyhow::anyhow!("client panicked"))??;
     }
     Ok((t.elapsed().as_secs_f64(), values))
 }
@@ -231,7 +232,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
     // Single node.
     let single = Node::start(&bin, &tmp.path().join("single"), &mem)?;
-    let (single_s, values) = ingest(&fleet, &args, t_end, std::slice::from_ref(&single.url), args.clients)?;
+    let (single_s, values) = ingest(
+        &fleet,
+        &args,
+        t_end,
+        std::slice::from_ref(&single.url),
+        args.clients,
+    )?;
     let (single_cold, single_p50, single_total) = merge_p50(&single.url, t_end, 9)?;
     drop(single);
 
@@ -263,7 +270,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         // A fresh querier: ready once its first sync downloaded the bucket.
         let t = Instant::now();
-        let q = Node::start(&bin, &tmp.path().join(format!("{prefix}-querier")), &cluster(&prefix, "querier"))?;
+        let q = Node::start(
+            &bin,
+            &tmp.path().join(format!("{prefix}-querier")),
+            &cluster(&prefix, "querier"),
+        )?;
         let ready_ms = t.elapsed().as_secs_f64() * 1000.0;
         let (cold, p50, total) = merge_p50(&q.url, t_end, 9)?;
         if total != single_total {

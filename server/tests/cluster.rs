@@ -243,10 +243,7 @@ fn answers(url: &str, t0: u64) -> Vec<(String, serde_json::Value)> {
     };
     let sel = format!("{CPU}{{}}");
     let (lo, hi) = (t0 - 300, t0 + 300);
-    out.push((
-        "merge".into(),
-        serde_json::to_value(merged(url)).unwrap(),
-    ));
+    out.push(("merge".into(), serde_json::to_value(merged(url)).unwrap()));
     out.push((
         "group-by".into(),
         post(
@@ -284,8 +281,10 @@ fn answers(url: &str, t0: u64) -> Vec<(String, serde_json::Value)> {
     // Entropies are sums of floats in frame order: equal to 1e-9, not to the bit.
     out.push((
         "diff".into(),
-        rounded(serde_json::json!({"left": fg["leftTicks"], "right": fg["rightTicks"],
-            "total": fg["total"], "stats": diff["stats"], "top": top})),
+        rounded(
+            serde_json::json!({"left": fg["leftTicks"], "right": fg["rightTicks"],
+            "total": fg["total"], "stats": diff["stats"], "top": top}),
+        ),
     ));
     out.push(("labels".into(), get("/api/v1/labels", &[])));
     out.push((
@@ -388,8 +387,12 @@ fn cluster_counts_every_acknowledged_push_once_and_answers_like_one_node() {
     let w1_url = w1.lock().unwrap().url.clone();
     let clients: Vec<_> = (0..4)
         .map(|c| {
-            let (pushes, acked, uncertain, next) =
-                (pushes.clone(), acked.clone(), uncertain.clone(), next.clone());
+            let (pushes, acked, uncertain, next) = (
+                pushes.clone(),
+                acked.clone(),
+                uncertain.clone(),
+                next.clone(),
+            );
             let urls = [w1_url.clone(), w2_url.clone()];
             std::thread::spawn(move || {
                 let client = reqwest::blocking::Client::new();
@@ -428,7 +431,11 @@ fn cluster_counts_every_acknowledged_push_once_and_answers_like_one_node() {
     common_wait(60, "c1 to upload a merge", || {
         (c1.metric("profiledb_bucket_merge_uploads_total") > 0).then_some(())
     });
-    assert_eq!(c1.metric("profiledb_bucket_merges_total"), 0, "c1 swapped before it was killed");
+    assert_eq!(
+        c1.metric("profiledb_bucket_merges_total"),
+        0,
+        "c1 swapped before it was killed"
+    );
     c1.kill9();
     for c in clients {
         c.join().unwrap();
@@ -437,9 +444,16 @@ fn cluster_counts_every_acknowledged_push_once_and_answers_like_one_node() {
 
     let acked = acked.lock().unwrap().clone();
     let uncertain = uncertain.lock().unwrap().clone();
-    assert!(acked.len() >= 100, "only {} pushes acknowledged", acked.len());
+    assert!(
+        acked.len() >= 100,
+        "only {} pushes acknowledged",
+        acked.len()
+    );
     for p in &acked {
-        assert_eq!(p.send(&reqwest::blocking::Client::new(), &single.url), Outcome::Status(200));
+        assert_eq!(
+            p.send(&reqwest::blocking::Client::new(), &single.url),
+            Outcome::Status(200)
+        );
     }
     let expected: i64 = acked.iter().map(|p| p.value()).sum();
 
@@ -466,7 +480,12 @@ fn cluster_counts_every_acknowledged_push_once_and_answers_like_one_node() {
             std::thread::sleep(Duration::from_millis(200));
         };
         for p in &acked {
-            assert_eq!(m[&format!("main;work;p{}", p.id)], p.value(), "push {}", p.id);
+            assert_eq!(
+                m[&format!("main;work;p{}", p.id)],
+                p.value(),
+                "push {}",
+                p.id
+            );
         }
         // An unacknowledged push is there once or not at all.
         for p in &uncertain {
@@ -478,7 +497,10 @@ fn cluster_counts_every_acknowledged_push_once_and_answers_like_one_node() {
     let m = merged(&q1.url);
     for p in &uncertain {
         if m.contains_key(&format!("main;work;p{}", p.id)) {
-            assert_eq!(p.send(&reqwest::blocking::Client::new(), &single.url), Outcome::Status(200));
+            assert_eq!(
+                p.send(&reqwest::blocking::Client::new(), &single.url),
+                Outcome::Status(200)
+            );
         }
     }
     // Let the compactor merge; answers must not change through it.
@@ -499,7 +521,12 @@ fn cluster_counts_every_acknowledged_push_once_and_answers_like_one_node() {
             if differ.is_empty() {
                 break;
             }
-            assert!(Instant::now() < deadline, "{} answers differ:\n{}", q.url, differ.join("\n"));
+            assert!(
+                Instant::now() < deadline,
+                "{} answers differ:\n{}",
+                q.url,
+                differ.join("\n")
+            );
             std::thread::sleep(Duration::from_millis(200));
         }
     }
@@ -525,7 +552,10 @@ fn cluster_counts_every_acknowledged_push_once_and_answers_like_one_node() {
         })
         .collect();
     for p in &late {
-        assert_eq!(p.send(&reqwest::blocking::Client::new(), &w2.url), Outcome::Status(200));
+        assert_eq!(
+            p.send(&reqwest::blocking::Client::new(), &w2.url),
+            Outcome::Status(200)
+        );
     }
     let keys: Vec<String> = bucket
         .tenants()
@@ -563,7 +593,14 @@ fn cluster_counts_every_acknowledged_push_once_and_answers_like_one_node() {
         .tenants()
         .unwrap()
         .iter()
-        .flat_map(|t| bucket.load_index(t, None).unwrap().unwrap().index.quarantined)
+        .flat_map(|t| {
+            bucket
+                .load_index(t, None)
+                .unwrap()
+                .unwrap()
+                .index
+                .quarantined
+        })
         .map(|q| q.key)
         .collect();
     assert_eq!(
@@ -597,7 +634,10 @@ fn unreachable_bucket_answers_503_with_a_message_and_stores_nothing() {
         .unwrap();
     assert_eq!(r.status(), 503);
     let body = r.text().unwrap();
-    assert!(body.contains("http://127.0.0.1"), "names the endpoint: {body}");
+    assert!(
+        body.contains("http://127.0.0.1"),
+        "names the endpoint: {body}"
+    );
     assert!(
         body.contains("object store is unreachable") || body.contains("not read the bucket index"),
         "{body}"

@@ -86,14 +86,21 @@ fn replace_is_atomic_and_refuses_sources_no_longer_live() {
             .unwrap();
         assert_eq!(keys(&b, "t"), ["c", "m1"]);
         assert_eq!(
-            v.index.retired.iter().map(|r| (r.key.as_str(), r.retired_ms)).collect::<Vec<_>>(),
+            v.index
+                .retired
+                .iter()
+                .map(|r| (r.key.as_str(), r.retired_ms))
+                .collect::<Vec<_>>(),
             [("a", 100), ("b", 100)]
         );
         // A second compactor merging "b" and "c" lost the race: nothing changes.
         let err = b
             .replace_segments("t", &["b".into(), "c".into()], vec![entry("m2")], 200)
             .unwrap_err();
-        assert!(matches!(err, BucketError::SourcesGone { ref key } if key == "b"), "{err}");
+        assert!(
+            matches!(err, BucketError::SourcesGone { ref key } if key == "b"),
+            "{err}"
+        );
         assert_eq!(keys(&b, "t"), ["c", "m1"]);
         // A retired key is never re-added by a retried upload.
         b.add_segments("t", vec![entry("a")]).unwrap();
@@ -135,14 +142,24 @@ fn concurrent_writers_lose_no_entry() {
 fn one_lease_holder_at_a_time_and_expiry_hands_over() {
     for (b, _s3) in buckets("lease") {
         let ttl = Duration::from_secs(10);
-        let mut a = b.try_lease("compact/t/0", "a", ttl, 1_000).unwrap().unwrap();
-        assert!(b.try_lease("compact/t/0", "b", ttl, 5_000).unwrap().is_none());
+        let mut a = b
+            .try_lease("compact/t/0", "a", ttl, 1_000)
+            .unwrap()
+            .unwrap();
+        assert!(b
+            .try_lease("compact/t/0", "b", ttl, 5_000)
+            .unwrap()
+            .is_none());
         // Two racing takers of an expired lease: exactly one wins.
         let winners: Vec<bool> = ["b", "c"]
             .into_iter()
             .map(|o| {
                 let b = b.clone();
-                std::thread::spawn(move || b.try_lease("compact/t/0", o, ttl, 20_000).unwrap().is_some())
+                std::thread::spawn(move || {
+                    b.try_lease("compact/t/0", o, ttl, 20_000)
+                        .unwrap()
+                        .is_some()
+                })
             })
             .collect::<Vec<_>>()
             .into_iter()
@@ -173,17 +190,34 @@ fn garbage_waits_for_the_grace_period() {
         let grace = Duration::from_secs(60);
         // Within the grace period nothing goes.
         let r = b.collect_garbage("t", grace, now + 1_000).unwrap();
-        assert!(r.deleted_retired.is_empty() && r.deleted_orphans.is_empty(), "{r:?}");
+        assert!(
+            r.deleted_retired.is_empty() && r.deleted_orphans.is_empty(),
+            "{r:?}"
+        );
         assert_eq!(b.list("tenants/t/segments/").unwrap().len(), 4);
         // After it, the replaced sources and the orphan go; the live merge stays.
         let r = b.collect_garbage("t", grace, now + 61_000).unwrap();
         assert_eq!(r.deleted_retired, [seg("a"), seg("b")]);
         assert_eq!(r.deleted_orphans, [seg("orphan")]);
-        let left: Vec<String> = b.list("tenants/t/segments/").unwrap().into_iter().map(|o| o.key).collect();
+        let left: Vec<String> = b
+            .list("tenants/t/segments/")
+            .unwrap()
+            .into_iter()
+            .map(|o| o.key)
+            .collect();
         assert_eq!(left, [seg("m")]);
-        assert!(b.load_index("t", None).unwrap().unwrap().index.retired.is_empty());
+        assert!(b
+            .load_index("t", None)
+            .unwrap()
+            .unwrap()
+            .index
+            .retired
+            .is_empty());
         assert_eq!(b.get_range(&seg("m"), 1..3).unwrap().as_ref(), b"eg");
-        assert!(matches!(b.get(&seg("a")), Err(BucketError::NotFound { .. })));
+        assert!(matches!(
+            b.get(&seg("a")),
+            Err(BucketError::NotFound { .. })
+        ));
     }
 }
 

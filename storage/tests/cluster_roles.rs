@@ -34,7 +34,10 @@ fn batch(i: i64, value: i64) -> Batch {
     let stack = b.stacks.push(&[0, 1]);
     b.series.push(SeriesSamples {
         labels: Labels::new([
-            (PROFILE_TYPE_LABEL, "process_cpu:cpu:nanoseconds:cpu:nanoseconds"),
+            (
+                PROFILE_TYPE_LABEL,
+                "process_cpu:cpu:nanoseconds:cpu:nanoseconds",
+            ),
             ("service_name", "demo"),
         ]),
         samples: vec![Sample {
@@ -149,9 +152,15 @@ fn writer_crash_uploads_once_and_mirror_and_compactor_keep_totals() {
     )
     .unwrap();
     wait("a merge", || {
-        compactor.stats().merges.load(std::sync::atomic::Ordering::Relaxed) > 0
+        compactor
+            .stats()
+            .merges
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 0
     });
-    wait("the mirror to swap the merge in", || qstore.segments().len() == 1);
+    wait("the mirror to swap the merge in", || {
+        qstore.segments().len() == 1
+    });
     assert_eq!(total(&qstore), 1 + 2 + 3 + 4 + 5);
     let idx = bucket.load_index("anonymous", None).unwrap().unwrap().index;
     assert_eq!(idx.segments.len(), 1);

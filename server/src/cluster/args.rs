@@ -144,7 +144,10 @@ impl ClusterArgs {
     pub fn resolve(&self) -> anyhow::Result<Option<ClusterOptions>> {
         let Some(url) = self.storage.as_deref() else {
             if self.role != "all" {
-                bail!("--role {} needs --storage: roles split a cluster sharing a bucket", self.role);
+                bail!(
+                    "--role {} needs --storage: roles split a cluster sharing a bucket",
+                    self.role
+                );
             }
             return Ok(None);
         };
@@ -167,8 +170,14 @@ impl ClusterArgs {
             bucket,
             roles,
             ack: self.ack,
-            upload_interval: Duration::from_millis(positive(self.upload_interval_ms, "upload-interval-ms")?),
-            sync_interval: Duration::from_millis(positive(self.sync_interval_ms, "sync-interval-ms")?),
+            upload_interval: Duration::from_millis(positive(
+                self.upload_interval_ms,
+                "upload-interval-ms",
+            )?),
+            sync_interval: Duration::from_millis(positive(
+                self.sync_interval_ms,
+                "sync-interval-ms",
+            )?),
             compaction_interval: Duration::from_secs(positive(
                 self.bucket_compaction_interval_secs,
                 "bucket-compaction-interval-secs",

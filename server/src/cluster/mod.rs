@@ -78,10 +78,10 @@ pub fn open(
     let (mut querier, mut mirror) = (None, None);
     if opts.roles.querier {
         let dir = data_dir.join("querier");
-        let store = Arc::new(
-            Store::open(&dir, local.clone())
-                .with_context(|| format!("cannot open the querier's store in {}", dir.display()))?,
-        );
+        let store =
+            Arc::new(Store::open(&dir, local.clone()).with_context(|| {
+                format!("cannot open the querier's store in {}", dir.display())
+            })?);
         let m = Mirror::start(
             store.clone(),
             bucket.clone(),
@@ -156,45 +156,197 @@ impl Running {
         use std::sync::atomic::Ordering::Relaxed;
         let b = self.bucket.stats();
         for (name, help, v) in [
-            ("profiledb_bucket_get_requests_total", "GET requests to the object store (whole and ranged).", b.gets + b.range_gets),
-            ("profiledb_bucket_put_requests_total", "PUT requests to the object store.", b.puts),
-            ("profiledb_bucket_list_requests_total", "LIST requests to the object store.", b.lists),
-            ("profiledb_bucket_delete_requests_total", "DELETE requests to the object store.", b.deletes),
-            ("profiledb_bucket_read_bytes_total", "Bytes read from the object store.", b.bytes_read),
-            ("profiledb_bucket_written_bytes_total", "Bytes written to the object store.", b.bytes_written),
-            ("profiledb_bucket_cas_conflicts_total", "Conditional writes that lost a race and were retried.", b.cas_conflicts),
-            ("profiledb_bucket_errors_total", "Object store requests that failed.", b.errors),
+            (
+                "profiledb_bucket_get_requests_total",
+                "GET requests to the object store (whole and ranged).",
+                b.gets + b.range_gets,
+            ),
+            (
+                "profiledb_bucket_put_requests_total",
+                "PUT requests to the object store.",
+                b.puts,
+            ),
+            (
+                "profiledb_bucket_list_requests_total",
+                "LIST requests to the object store.",
+                b.lists,
+            ),
+            (
+                "profiledb_bucket_delete_requests_total",
+                "DELETE requests to the object store.",
+                b.deletes,
+            ),
+            (
+                "profiledb_bucket_read_bytes_total",
+                "Bytes read from the object store.",
+                b.bytes_read,
+            ),
+            (
+                "profiledb_bucket_written_bytes_total",
+                "Bytes written to the object store.",
+                b.bytes_written,
+            ),
+            (
+                "profiledb_bucket_cas_conflicts_total",
+                "Conditional writes that lost a race and were retried.",
+                b.cas_conflicts,
+            ),
+            (
+                "profiledb_bucket_errors_total",
+                "Object store requests that failed.",
+                b.errors,
+            ),
         ] {
             family(out, name, "counter", help, v);
         }
         if let Some(u) = &self.uploader {
             let s = u.stats();
-            family(out, "profiledb_upload_segments_total", "counter", "Segments a writer uploaded.", s.segments.load(Relaxed));
-            family(out, "profiledb_upload_bytes_total", "counter", "Bytes a writer uploaded.", s.bytes.load(Relaxed));
-            family(out, "profiledb_upload_errors_total", "counter", "Upload passes that failed (retried).", s.errors.load(Relaxed));
-            family(out, "profiledb_upload_pending_segments", "gauge", "Local segments waiting for upload.", s.pending.load(Relaxed));
-            family(out, "profiledb_upload_watermark_lsn", "gauge", "Highest WAL record durable in the bucket.", s.watermark.load(Relaxed));
-            family(out, "profiledb_bucket_healthy", "gauge", "1 while the writer reaches the object store.", u64::from(u.healthy()));
+            family(
+                out,
+                "profiledb_upload_segments_total",
+                "counter",
+                "Segments a writer uploaded.",
+                s.segments.load(Relaxed),
+            );
+            family(
+                out,
+                "profiledb_upload_bytes_total",
+                "counter",
+                "Bytes a writer uploaded.",
+                s.bytes.load(Relaxed),
+            );
+            family(
+                out,
+                "profiledb_upload_errors_total",
+                "counter",
+                "Upload passes that failed (retried).",
+                s.errors.load(Relaxed),
+            );
+            family(
+                out,
+                "profiledb_upload_pending_segments",
+                "gauge",
+                "Local segments waiting for upload.",
+                s.pending.load(Relaxed),
+            );
+            family(
+                out,
+                "profiledb_upload_watermark_lsn",
+                "gauge",
+                "Highest WAL record durable in the bucket.",
+                s.watermark.load(Relaxed),
+            );
+            family(
+                out,
+                "profiledb_bucket_healthy",
+                "gauge",
+                "1 while the writer reaches the object store.",
+                u64::from(u.healthy()),
+            );
         }
         if let Some(m) = &self.mirror {
             let s = m.stats();
-            family(out, "profiledb_mirror_syncs_total", "counter", "Index sync passes of a querier.", s.syncs.load(Relaxed));
-            family(out, "profiledb_mirror_errors_total", "counter", "Index sync passes that failed.", s.errors.load(Relaxed));
-            family(out, "profiledb_mirror_downloads_total", "counter", "Segment objects a querier downloaded.", s.downloads.load(Relaxed));
-            family(out, "profiledb_mirror_download_bytes_total", "counter", "Bytes of segment objects downloaded.", s.download_bytes.load(Relaxed));
-            family(out, "profiledb_mirror_quarantined_total", "counter", "Objects found corrupt or missing and quarantined.", s.quarantined.load(Relaxed));
-            family(out, "profiledb_mirror_live_segments", "gauge", "Bucket segments a querier serves.", s.live.load(Relaxed));
+            family(
+                out,
+                "profiledb_mirror_syncs_total",
+                "counter",
+                "Index sync passes of a querier.",
+                s.syncs.load(Relaxed),
+            );
+            family(
+                out,
+                "profiledb_mirror_errors_total",
+                "counter",
+                "Index sync passes that failed.",
+                s.errors.load(Relaxed),
+            );
+            family(
+                out,
+                "profiledb_mirror_downloads_total",
+                "counter",
+                "Segment objects a querier downloaded.",
+                s.downloads.load(Relaxed),
+            );
+            family(
+                out,
+                "profiledb_mirror_download_bytes_total",
+                "counter",
+                "Bytes of segment objects downloaded.",
+                s.download_bytes.load(Relaxed),
+            );
+            family(
+                out,
+                "profiledb_mirror_quarantined_total",
+                "counter",
+                "Objects found corrupt or missing and quarantined.",
+                s.quarantined.load(Relaxed),
+            );
+            family(
+                out,
+                "profiledb_mirror_live_segments",
+                "gauge",
+                "Bucket segments a querier serves.",
+                s.live.load(Relaxed),
+            );
         }
         if let Some(c) = &self.compactor {
             let s = c.stats();
-            family(out, "profiledb_bucket_merge_uploads_total", "counter", "Merged segments uploaded (swapped in or not).", s.uploads.load(Relaxed));
-            family(out, "profiledb_bucket_merges_total", "counter", "Merges swapped into the bucket index.", s.merges.load(Relaxed));
-            family(out, "profiledb_bucket_merged_sources_total", "counter", "Segments replaced by merges.", s.merged_sources.load(Relaxed));
-            family(out, "profiledb_bucket_lease_busy_total", "counter", "Partitions skipped: another compactor held the lease.", s.lease_busy.load(Relaxed));
-            family(out, "profiledb_bucket_merge_races_total", "counter", "Merges abandoned: a source left the index meanwhile.", s.lost_races.load(Relaxed));
-            family(out, "profiledb_bucket_expired_segments_total", "counter", "Segments expired by retention.", s.expired.load(Relaxed));
-            family(out, "profiledb_bucket_deleted_objects_total", "counter", "Objects deleted past the grace period.", s.deleted.load(Relaxed));
-            family(out, "profiledb_bucket_compaction_errors_total", "counter", "Compaction passes that failed.", s.errors.load(Relaxed));
+            family(
+                out,
+                "profiledb_bucket_merge_uploads_total",
+                "counter",
+                "Merged segments uploaded (swapped in or not).",
+                s.uploads.load(Relaxed),
+            );
+            family(
+                out,
+                "profiledb_bucket_merges_total",
+                "counter",
+                "Merges swapped into the bucket index.",
+                s.merges.load(Relaxed),
+            );
+            family(
+                out,
+                "profiledb_bucket_merged_sources_total",
+                "counter",
+                "Segments replaced by merges.",
+                s.merged_sources.load(Relaxed),
+            );
+            family(
+                out,
+                "profiledb_bucket_lease_busy_total",
+                "counter",
+                "Partitions skipped: another compactor held the lease.",
+                s.lease_busy.load(Relaxed),
+            );
+            family(
+                out,
+                "profiledb_bucket_merge_races_total",
+                "counter",
+                "Merges abandoned: a source left the index meanwhile.",
+                s.lost_races.load(Relaxed),
+            );
+            family(
+                out,
+                "profiledb_bucket_expired_segments_total",
+                "counter",
+                "Segments expired by retention.",
+                s.expired.load(Relaxed),
+            );
+            family(
+                out,
+                "profiledb_bucket_deleted_objects_total",
+                "counter",
+                "Objects deleted past the grace period.",
+                s.deleted.load(Relaxed),
+            );
+            family(
+                out,
+                "profiledb_bucket_compaction_errors_total",
+                "counter",
+                "Compaction passes that failed.",
+                s.errors.load(Relaxed),
+            );
         }
     }
 }

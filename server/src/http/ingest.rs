@@ -130,11 +130,14 @@ async fn ingest(
             body: bytes,
         }
     };
-    let stored = submit(&state, Job {
-        tenant,
-        payload,
-        received_ms: now,
-    })
+    let stored = submit(
+        &state,
+        Job {
+            tenant,
+            payload,
+            received_ms: now,
+        },
+    )
     .await?;
     Ok(stored_response(
         &state,
@@ -267,14 +270,17 @@ async fn push(State(state): State<AppRef>, headers: HeaderMap, body: Body) -> Ap
         ));
     }
     let now = now_ms();
-    let stored = submit(&state, Job {
-        tenant,
-        payload: Payload::Push {
-            encoding,
-            body: bytes,
+    let stored = submit(
+        &state,
+        Job {
+            tenant,
+            payload: Payload::Push {
+                encoding,
+                body: bytes,
+            },
+            received_ms: now,
         },
-        received_ms: now,
-    })
+    )
     .await?;
     // Connect unary success: an empty PushResponse in the request's encoding.
     let resp = match encoding {

@@ -52,11 +52,14 @@ async fn store(
         .ingest_requests
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let now = now_ms();
-    let stored = super::ingest::submit(state, Job {
-        tenant,
-        payload: Payload::Otlp { encoding, body },
-        received_ms: now,
-    })
+    let stored = super::ingest::submit(
+        state,
+        Job {
+            tenant,
+            payload: Payload::Otlp { encoding, body },
+            received_ms: now,
+        },
+    )
     .await?;
     Ok((stored, now))
 }

@@ -327,7 +327,10 @@ impl Bucket {
     /// ending in `/`), recursively.
     pub fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>, BucketError> {
         inc(&self.inner.counters.lists, 1);
-        let (store, path) = (self.inner.store.clone(), self.path(prefix.trim_end_matches('/')));
+        let (store, path) = (
+            self.inner.store.clone(),
+            self.path(prefix.trim_end_matches('/')),
+        );
         let metas = self
             .run(async move { store.list(Some(&path)).try_collect::<Vec<_>>().await })
             .map_err(|e| self.failed("LIST", prefix, e))?;

@@ -41,7 +41,9 @@ impl BucketConfig {
         let endpoint = env("AWS_ENDPOINT_URL");
         BucketConfig {
             url: url.to_string(),
-            allow_http: endpoint.as_deref().is_some_and(|e| e.starts_with("http://")),
+            allow_http: endpoint
+                .as_deref()
+                .is_some_and(|e| e.starts_with("http://")),
             endpoint,
             region: env("AWS_REGION").or_else(|| env("AWS_DEFAULT_REGION")),
             access_key_id: env("AWS_ACCESS_KEY_ID"),

@@ -42,12 +42,7 @@ enum Put {
 }
 
 impl Bucket {
-    fn put_lease(
-        &self,
-        name: &str,
-        doc: &LeaseDoc,
-        mode: PutMode,
-    ) -> Result<Put, BucketError> {
+    fn put_lease(&self, name: &str, doc: &LeaseDoc, mode: PutMode) -> Result<Put, BucketError> {
         let key = lease_key(name);
         let body = serde_json::to_vec(doc).map_err(|e| BucketError::Corrupt {
             key: key.clone(),

@@ -156,7 +156,11 @@ impl Shared {
                 self.stats
                     .expired
                     .fetch_add(expired.len() as u64, Ordering::Relaxed);
-                info!(tenant, segments = expired.len(), "expired segments past retention");
+                info!(
+                    tenant,
+                    segments = expired.len(),
+                    "expired segments past retention"
+                );
                 live.retain(|e| e.max_ms > cutoff);
             }
         }
@@ -176,7 +180,9 @@ impl Shared {
             }
             result?;
         }
-        let gc = self.bucket.collect_garbage(tenant, self.cfg.grace, now_ms())?;
+        let gc = self
+            .bucket
+            .collect_garbage(tenant, self.cfg.grace, now_ms())?;
         let deleted = gc.deleted_retired.len() + gc.deleted_orphans.len();
         if deleted > 0 {
             self.stats
@@ -206,7 +212,8 @@ impl Shared {
                 Ok(seg) => segs.push(seg),
                 Err(Load::Bad(why)) => {
                     error!(tenant, key, reason = %why, "corrupt bucket segment quarantined; merge skipped");
-                    self.bucket.quarantine_segment(tenant, key, &why, now_ms())?;
+                    self.bucket
+                        .quarantine_segment(tenant, key, &why, now_ms())?;
                     return Ok(());
                 }
                 Err(Load::Failed(e)) => return Err(e),
@@ -243,7 +250,12 @@ impl Shared {
             .fold(0i64, |a, s| a.wrapping_add(s.meta.value_total));
         let (bytes, mut meta) = encode_segment(merger.finish(meta), self.cfg.zstd_level)?;
         if meta.value_total != expected {
-            error!(tenant, merged = meta.value_total, expected, "merged total differs from the sources'; merge dropped");
+            error!(
+                tenant,
+                merged = meta.value_total,
+                expected,
+                "merged total differs from the sources'; merge dropped"
+            );
             return Ok(());
         }
         meta.size_bytes = bytes.len() as u64;
@@ -262,8 +274,15 @@ impl Shared {
         }
         // A lease lost while merging (a pause past its expiry) means another
         // compactor may be merging the same segments: leave it to them.
-        if !self.bucket.renew_lease(lease, self.cfg.lease_ttl, now_ms())? {
-            warn!(tenant, partition = plan.partition_ms, "lease lost during the merge; merged object deleted");
+        if !self
+            .bucket
+            .renew_lease(lease, self.cfg.lease_ttl, now_ms())?
+        {
+            warn!(
+                tenant,
+                partition = plan.partition_ms,
+                "lease lost during the merge; merged object deleted"
+            );
             self.bucket.delete(&key)?;
             return Ok(());
         }
@@ -282,12 +301,22 @@ impl Shared {
                 self.stats
                     .merged_sources
                     .fetch_add(sources.len() as u64, Ordering::Relaxed);
-                info!(tenant, partition = plan.partition_ms, sources = sources.len(), key, "merged bucket segments");
+                info!(
+                    tenant,
+                    partition = plan.partition_ms,
+                    sources = sources.len(),
+                    key,
+                    "merged bucket segments"
+                );
                 Ok(())
             }
             Err(BucketError::SourcesGone { key: gone }) => {
                 self.stats.lost_races.fetch_add(1, Ordering::Relaxed);
-                warn!(tenant, source = gone, "a source left the index during the merge; merged object deleted");
+                warn!(
+                    tenant,
+                    source = gone,
+                    "a source left the index during the merge; merged object deleted"
+                );
                 self.bucket.delete(&key)?;
                 Ok(())
             }

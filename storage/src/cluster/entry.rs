@@ -9,7 +9,12 @@ use crate::segment::{LoadedSegment, SegmentMeta};
 /// The entry for `seg` stored under `key`, written by `origin`. The label
 /// summary (profile types, services) lets a querier skip segments a selector
 /// cannot match without reading them.
-pub(super) fn entry_for(key: &str, meta: &SegmentMeta, seg: &LoadedSegment, origin: &str) -> SegmentEntry {
+pub(super) fn entry_for(
+    key: &str,
+    meta: &SegmentMeta,
+    seg: &LoadedSegment,
+    origin: &str,
+) -> SegmentEntry {
     let mut types = BTreeSet::new();
     let mut services = BTreeSet::new();
     for labels in &seg.series {

@@ -213,7 +213,11 @@ impl Shared {
             .collect();
         let remove: Vec<u64> = gone.iter().filter_map(|k| have.get(*k).copied()).collect();
         if add_paths.is_empty() && remove.is_empty() {
-            self.tenants.lock().entry(tenant.to_string()).or_default().etag = etag;
+            self.tenants
+                .lock()
+                .entry(tenant.to_string())
+                .or_default()
+                .etag = etag;
             return Ok(());
         }
         let ids = self.store.swap_external(&add_paths, &remove)?;
@@ -233,7 +237,9 @@ impl Shared {
             let bytes = match self.bucket.get(&entry.key) {
                 Ok(b) => b,
                 Err(BucketError::NotFound { .. }) => {
-                    return Err(Fetch::Bad("listed in the index but missing from the bucket".into()))
+                    return Err(Fetch::Bad(
+                        "listed in the index but missing from the bucket".into(),
+                    ))
                 }
                 Err(e) => return Err(Fetch::Failed(e.into())),
             };

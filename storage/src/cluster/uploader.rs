@@ -117,7 +117,12 @@ impl Uploader {
         let deadline = Instant::now() + timeout;
         let mut w = self.shared.watermark.lock();
         while *w < lsn {
-            if self.shared.advanced.wait_until(&mut w, deadline).timed_out() {
+            if self
+                .shared
+                .advanced
+                .wait_until(&mut w, deadline)
+                .timed_out()
+            {
                 return *w >= lsn;
             }
         }
@@ -195,14 +200,18 @@ impl Shared {
                 let len = bytes.len() as u64;
                 self.bucket.put(&key, bytes.into())?;
                 self.stats.bytes.fetch_add(len, Ordering::Relaxed);
-                fresh
-                    .entry(tenant)
-                    .or_default()
-                    .push(entry_for(&key, &meta, &seg, &self.cfg.writer_id));
+                fresh.entry(tenant).or_default().push(entry_for(
+                    &key,
+                    &meta,
+                    &seg,
+                    &self.cfg.writer_id,
+                ));
                 fresh_ids.push(meta.id);
             }
         }
-        self.stats.pending.store(fresh_ids.len() as u64, Ordering::Relaxed);
+        self.stats
+            .pending
+            .store(fresh_ids.len() as u64, Ordering::Relaxed);
         if fresh_ids.is_empty() {
             // Nothing to upload still tells whether the bucket answers, so an
             // `--ack bucket` writer refuses writes at once while it does not.
