@@ -119,7 +119,7 @@ pub use segment::{encode_segment, SegmentFile, SegmentMeta};
 pub use selector::{MatchOp, Matcher, Selector};
 pub use stats::{Gauges, StoreStats};
 pub use store::{
-    now_ms, CompactProgress, CompactReport, CompactedPartition, RetentionReport, SkippedPartition,
-    Store,
+    now_ms, CompactProgress, CompactReport, CompactedPartition, Fetcher, RetentionReport,
+    SkippedPartition, Store,
 };
 pub use wal::ReplayProgress;

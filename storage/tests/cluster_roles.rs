@@ -125,12 +125,30 @@ fn writer_crash_uploads_once_and_mirror_and_compactor_keep_totals() {
         bucket.clone(),
         MirrorConfig {
             interval: Duration::from_millis(20),
+            // Smaller than two segments: every query past the first refetches.
+            disk_budget_bytes: 1,
         },
     )
     .unwrap();
     wait("the first sync", || mirror.synced());
     assert_eq!(total(&qstore), 1 + 2 + 3 + 4 + 5);
     assert_eq!(qstore.segments().len(), n);
+    // Bodies came on demand and the 1-byte disk budget kept only the last one.
+    let s = mirror.stats();
+    use std::sync::atomic::Ordering::Relaxed;
+    assert_eq!(s.downloads.load(Relaxed), n as u64);
+    assert_eq!(s.evictions.load(Relaxed), n as u64 - 1);
+    let on_disk = std::fs::read_dir(dir.path().join("q/objects"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "seg")
+        })
+        .count();
+    assert_eq!(on_disk, 1);
 
     // The compactor merges the partition's segments into one; same total.
     let compactor = Compactor::start(

@@ -100,6 +100,10 @@ pub struct ClusterArgs {
     /// Milliseconds between a querier's checks of the bucket index.
     #[arg(long, default_value_t = 1000)]
     pub sync_interval_ms: u64,
+    /// MiB of segment bodies a querier keeps on local disk (least recently
+    /// fetched go first; a query needing one again downloads it again).
+    #[arg(long, default_value_t = 10_240)]
+    pub querier_disk_cache_mb: u64,
     /// Seconds between a compactor's passes.
     #[arg(long, default_value_t = 10)]
     pub bucket_compaction_interval_secs: u64,
@@ -131,6 +135,7 @@ pub struct ClusterOptions {
     pub ack: Ack,
     pub upload_interval: Duration,
     pub sync_interval: Duration,
+    pub querier_disk_bytes: u64,
     pub compaction_interval: Duration,
     pub merge: MergePolicy,
     pub gc_grace: Duration,
@@ -178,6 +183,7 @@ impl ClusterArgs {
                 self.sync_interval_ms,
                 "sync-interval-ms",
             )?),
+            querier_disk_bytes: self.querier_disk_cache_mb.saturating_mul(1 << 20),
             compaction_interval: Duration::from_secs(positive(
                 self.bucket_compaction_interval_secs,
                 "bucket-compaction-interval-secs",

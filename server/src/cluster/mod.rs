@@ -87,6 +87,7 @@ pub fn open(
             bucket.clone(),
             MirrorConfig {
                 interval: opts.sync_interval,
+                disk_budget_bytes: opts.querier_disk_bytes,
             },
         )?;
         querier = Some(store);

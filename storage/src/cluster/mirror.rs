@@ -1,15 +1,18 @@
 //! The querier's mirror: a local store whose live segments follow the bucket index.
 //!
 //! Every pass lists the tenants, fetches each tenant's index only when it changed
-//! (a conditional GET: an unchanged index costs one request and no body),
-//! downloads the segments it lists that are not here yet into `objects/` under the
-//! store's directory, checks them, and swaps them in for the ones it no longer
-//! lists in a single change of the live set. A corrupt object is quarantined in
-//! the index (every querier then skips it) and reported; a listed object that is
-//! missing is reported and quarantined too; everything else is still served.
+//! (a conditional GET: an unchanged index costs one request and no body), reads
+//! the head, trailer and footer of each segment it lists that is not here yet with
+//! ranged GETs (two small requests), and swaps those in for the ones it no longer
+//! lists, in a single change of the live set. A segment's body is downloaded into
+//! `objects/` the first time a query needs it, checked, and kept while the disk
+//! budget allows (least recently fetched files go first; a query needing one again
+//! fetches it again). A corrupt object is quarantined in the index (every querier
+//! then skips it) and reported; a listed object that is missing is reported and
+//! quarantined too; everything else is still served.
 //!
 //! The download directory is a cache: a restarted querier keeps the files whose
-//! size matches and fetches the rest.
+//! size matches and fetches the rest on demand.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -32,7 +35,12 @@ use crate::store::{now_ms, Store};
 pub struct MirrorConfig {
     /// How often the index is checked for changes.
     pub interval: Duration,
+    /// Bytes of segment bodies kept on local disk.
+    pub disk_budget_bytes: u64,
 }
+
+/// Bytes read from the end of an object to find its trailer and footer at once.
+const TAIL_BYTES: u64 = 64 << 10;
 
 /// Counters of the mirror for `/metrics`.
 #[derive(Debug, Default)]
@@ -49,6 +57,10 @@ pub struct MirrorStats {
     pub quarantined: AtomicU64,
     /// Bucket segments live here now.
     pub live: AtomicU64,
+    /// Bytes of segment bodies on local disk now.
+    pub disk_bytes: AtomicU64,
+    /// Files evicted to stay within the disk budget.
+    pub evictions: AtomicU64,
 }
 
 /// One tenant's mirrored state: the index version held and object key → local id.
@@ -62,7 +74,10 @@ struct Shared {
     store: Arc<Store>,
     bucket: Bucket,
     objects: PathBuf,
+    disk_budget: u64,
     tenants: Mutex<BTreeMap<String, TenantMirror>>,
+    /// Local path → (tenant, object key), for fetching bodies on demand.
+    remote: Mutex<BTreeMap<PathBuf, (String, String)>>,
     synced: AtomicBool,
     healthy: AtomicBool,
     last_error: Mutex<Option<String>>,
@@ -85,12 +100,18 @@ impl Mirror {
             store,
             bucket,
             objects,
+            disk_budget: cfg.disk_budget_bytes,
             tenants: Mutex::new(BTreeMap::new()),
+            remote: Mutex::new(BTreeMap::new()),
             synced: AtomicBool::new(false),
             healthy: AtomicBool::new(true),
             last_error: Mutex::new(None),
             stats: MirrorStats::default(),
         });
+        let fetcher = shared.clone();
+        shared
+            .store
+            .set_fetcher(Arc::new(move |path: &Path| fetcher.fetch_body(path)));
         let worker = {
             let shared = shared.clone();
             let objects = shared.objects.clone();
@@ -186,15 +207,18 @@ impl Shared {
             )
         };
         let mut add_keys = Vec::new();
-        let mut add_paths = Vec::new();
+        let mut add_files = Vec::new();
         for (key, entry) in &wanted {
             if have.contains_key(*key) {
                 continue;
             }
-            match self.fetch(entry) {
-                Ok(path) => {
+            match self.attach(entry) {
+                Ok(file) => {
+                    self.remote
+                        .lock()
+                        .insert(file.path.clone(), (tenant.to_string(), key.to_string()));
                     add_keys.push(key.to_string());
-                    add_paths.push(path);
+                    add_files.push(file);
                 }
                 Err(Fetch::Bad(why)) => {
                     self.stats.quarantined.fetch_add(1, Ordering::Relaxed);
@@ -212,7 +236,7 @@ impl Shared {
             .filter(|k| !wanted.contains_key(k.as_str()))
             .collect();
         let remove: Vec<u64> = gone.iter().filter_map(|k| have.get(*k).copied()).collect();
-        if add_paths.is_empty() && remove.is_empty() {
+        if add_files.is_empty() && remove.is_empty() {
             self.tenants
                 .lock()
                 .entry(tenant.to_string())
@@ -220,7 +244,12 @@ impl Shared {
                 .etag = etag;
             return Ok(());
         }
-        let ids = self.store.swap_external(&add_paths, &remove)?;
+        let ids = self.store.swap_external(add_files, &remove)?;
+        let gone_paths: Vec<PathBuf> = gone
+            .iter()
+            .map(|k| self.objects.join(local_name(k)))
+            .collect();
+        self.remote.lock().retain(|p, _| !gone_paths.contains(p));
         let mut t = self.tenants.lock();
         let m = t.entry(tenant.to_string()).or_default();
         m.live.retain(|k, _| !gone.contains(k));
@@ -229,35 +258,111 @@ impl Shared {
         Ok(())
     }
 
-    /// The local copy of `entry`'s object, downloaded and checked when needed.
-    fn fetch(&self, entry: &SegmentEntry) -> std::result::Result<PathBuf, Fetch> {
+    /// `entry`'s segment opened from its head, trailer and footer: from the local
+    /// copy when one of the right size is there, else with ranged GETs.
+    fn attach(&self, entry: &SegmentEntry) -> std::result::Result<SegmentFile, Fetch> {
         let path = self.objects.join(local_name(&entry.key));
-        let cached = fs::metadata(&path).is_ok_and(|m| m.len() == entry.bytes);
-        if !cached {
-            let bytes = match self.bucket.get(&entry.key) {
-                Ok(b) => b,
-                Err(BucketError::NotFound { .. }) => {
-                    return Err(Fetch::Bad(
-                        "listed in the index but missing from the bucket".into(),
-                    ))
+        let opened = if fs::metadata(&path).is_ok_and(|m| m.len() == entry.bytes) {
+            SegmentFile::open(&path)
+        } else {
+            let size = entry.bytes;
+            let tail_start = size.saturating_sub(TAIL_BYTES);
+            let mut tail: Option<bytes::Bytes> = None;
+            SegmentFile::open_with(&path, size, |offset, len| {
+                let end = offset + len as u64;
+                if offset >= tail_start && end <= size {
+                    if tail.is_none() {
+                        tail = Some(self.bucket.get_range(&entry.key, tail_start..size)?);
+                    }
+                    let t = tail.as_deref().unwrap_or_default();
+                    let at = (offset - tail_start) as usize;
+                    return Ok(t.get(at..at + len).unwrap_or_default().to_vec());
                 }
-                Err(e) => return Err(Fetch::Failed(e.into())),
-            };
-            self.stats.downloads.fetch_add(1, Ordering::Relaxed);
-            self.stats
-                .download_bytes
-                .fetch_add(bytes.len() as u64, Ordering::Relaxed);
-            write_file(&path, &bytes).map_err(Fetch::Failed)?;
-        }
-        let checked = SegmentFile::open(&path).and_then(|f| f.verify());
-        match checked {
-            Ok(()) => Ok(path),
-            Err(e) if e.is_corruption() => {
-                let _ = fs::remove_file(&path);
-                Err(Fetch::Bad(e.to_string()))
+                Ok(self.bucket.get_range(&entry.key, offset..end)?.to_vec())
+            })
+        };
+        opened.map_err(classify)
+    }
+
+    /// Downloads the body of the segment at `path` (a query needs it), checks
+    /// every section, quarantines it in the index when damaged, and keeps the disk
+    /// within budget.
+    fn fetch_body(&self, path: &Path) -> Result<()> {
+        let Some((tenant, key)) = self.remote.lock().get(path).cloned() else {
+            return Err(StorageError::io(
+                path,
+                std::io::Error::new(std::io::ErrorKind::NotFound, "not a bucket segment"),
+            ));
+        };
+        let checked = self
+            .bucket
+            .get(&key)
+            .map_err(StorageError::from)
+            .and_then(|bytes| {
+                self.stats.downloads.fetch_add(1, Ordering::Relaxed);
+                self.stats
+                    .download_bytes
+                    .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                write_file(path, &bytes)?;
+                SegmentFile::open(path)?.verify()
+            });
+        match checked.map_err(classify) {
+            Ok(()) => {
+                self.enforce_budget(path);
+                Ok(())
             }
-            Err(e) => Err(Fetch::Failed(e)),
+            Err(Fetch::Bad(why)) => {
+                self.stats.quarantined.fetch_add(1, Ordering::Relaxed);
+                error!(tenant, key, reason = %why, "bucket segment quarantined; the rest is served");
+                self.bucket
+                    .quarantine_segment(&tenant, &key, &why, now_ms())?;
+                Err(StorageError::Corrupt(format!("{key}: {why}")))
+            }
+            Err(Fetch::Failed(e)) => Err(e),
         }
+    }
+
+    /// Deletes the least recently fetched bodies until the disk holds at most the
+    /// budget, sparing `keep` (just fetched for a query).
+    fn enforce_budget(&self, keep: &Path) {
+        let Ok(dir) = fs::read_dir(&self.objects) else {
+            return;
+        };
+        let mut files: Vec<(std::time::SystemTime, u64, PathBuf)> = dir
+            .filter_map(|e| {
+                let e = e.ok()?;
+                let m = e.metadata().ok()?;
+                Some((m.modified().ok()?, m.len(), e.path()))
+            })
+            .filter(|(_, _, p)| p.extension().is_some_and(|x| x == "seg"))
+            .collect();
+        let mut total: u64 = files.iter().map(|f| f.1).sum();
+        files.sort();
+        for (_, len, p) in files {
+            if total <= self.disk_budget {
+                break;
+            }
+            if p == keep {
+                continue;
+            }
+            // A query reading it holds it open: the bytes live until it is done.
+            if fs::remove_file(&p).is_ok() {
+                total -= len;
+                self.stats.evictions.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.stats.disk_bytes.store(total, Ordering::Relaxed);
+    }
+}
+
+/// Damaged or missing objects are quarantined; anything else is retried.
+fn classify(e: StorageError) -> Fetch {
+    match e {
+        StorageError::Bucket(BucketError::NotFound { .. }) => {
+            Fetch::Bad("listed in the index but missing from the bucket".into())
+        }
+        e if e.is_corruption() => Fetch::Bad(e.to_string()),
+        e => Fetch::Failed(e),
     }
 }
 

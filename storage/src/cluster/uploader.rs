@@ -188,7 +188,7 @@ impl Shared {
         let mut fresh_ids = Vec::new();
         {
             let uploaded = self.uploaded.lock().clone();
-            for meta in store.segments() {
+            for mut meta in store.segments() {
                 if uploaded.contains(&meta.id) {
                     continue;
                 }
@@ -198,6 +198,8 @@ impl Shared {
                 let tenant = meta.tenant.as_str().to_string();
                 let key = segment_key(&tenant, &object_name(&self.cfg.writer_id, meta.id));
                 let len = bytes.len() as u64;
+                // The index tells queriers the object's size for their ranged reads.
+                meta.size_bytes = len;
                 self.bucket.put(&key, bytes.into())?;
                 self.stats.bytes.fetch_add(len, Ordering::Relaxed);
                 fresh.entry(tenant).or_default().push(entry_for(

@@ -44,18 +44,33 @@ impl SegmentFile {
     pub fn open(path: &Path) -> Result<Self> {
         let mut f = File::open(path).at(path)?;
         let size = f.metadata().at(path)?.len();
+        Self::open_with(path, size, |offset, len| {
+            let mut buf = vec![0u8; len];
+            f.seek(SeekFrom::Start(offset)).at(path)?;
+            f.read_exact(&mut buf).at(path)?;
+            Ok(buf)
+        })
+    }
+
+    /// Like [`SegmentFile::open`], reading the head, trailer and footer (`len`
+    /// bytes at `offset`) through `read_at`: the bytes may be elsewhere (ranged
+    /// reads of an object), with `path` where they will be once fetched.
+    pub fn open_with(
+        path: &Path,
+        size: u64,
+        mut read_at: impl FnMut(u64, usize) -> Result<Vec<u8>>,
+    ) -> Result<Self> {
         if size < (MAGIC_HEAD.len() + TRAILER_LEN) as u64 {
             return Err(corrupt(path, "file too short to be a segment"));
         }
-        let mut head = [0u8; 8];
-        f.read_exact(&mut head).at(path)?;
-        if &head != MAGIC_HEAD {
+        let head = read_at(0, MAGIC_HEAD.len())?;
+        if head != MAGIC_HEAD {
             return Err(corrupt(path, "bad head magic"));
         }
-        let mut trailer = [0u8; TRAILER_LEN];
-        f.seek(SeekFrom::Start(size - TRAILER_LEN as u64))
-            .at(path)?;
-        f.read_exact(&mut trailer).at(path)?;
+        let trailer = read_at(size - TRAILER_LEN as u64, TRAILER_LEN)?;
+        if trailer.len() != TRAILER_LEN {
+            return Err(corrupt(path, "short read of the trailer"));
+        }
         let mut t = Reader::new(&trailer, "segment trailer");
         let footer_offset = t.u64_le()?;
         let footer_len = u64::from(t.u32_le()?);
@@ -76,9 +91,7 @@ impl SegmentFile {
         {
             return Err(corrupt(path, "footer offset/length do not fit the file"));
         }
-        let mut footer = vec![0u8; footer_len as usize];
-        f.seek(SeekFrom::Start(footer_offset)).at(path)?;
-        f.read_exact(&mut footer).at(path)?;
+        let footer = read_at(footer_offset, footer_len as usize)?;
         let computed = crc32fast::hash(&footer);
         if computed != footer_crc {
             return Err(StorageError::Checksum {

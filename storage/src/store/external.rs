@@ -14,7 +14,7 @@
 
 use std::fs;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -124,23 +124,24 @@ impl Store {
         Ok(dropped)
     }
 
-    /// Attaches segment files stored outside the data directory (downloads) and
-    /// detaches the live segments `remove`, in one change of the live set. Every
-    /// file is opened (footer checked) before anything changes; a bad file fails
-    /// the whole call with its error. Returns the local ids given to `add`, in order.
-    /// Detached segments' files are deleted once no query reads them.
-    pub fn swap_external(&self, add: &[PathBuf], remove: &[u64]) -> Result<Vec<u64>> {
-        let mut handles = Vec::with_capacity(add.len());
-        for path in add {
-            let mut file = SegmentFile::open(path)?;
-            // Ids from other writers collide; caches and memos key on the id, so
-            // the file's own metadata (what loading it yields) gets the local one.
-            file.meta.id = self.inner.next_segment_id.fetch_add(1, Ordering::SeqCst);
-            let mut meta = file.meta.clone();
-            meta.file = path.to_string_lossy().into_owned();
-            meta.size_bytes = fs::metadata(path).at(path)?.len();
-            handles.push(Arc::new(SegmentHandle { meta, file }));
-        }
+    /// Attaches segments stored outside the data directory and detaches the live
+    /// segments `remove`, in one change of the live set. `add` are opened (footer
+    /// checked) by the caller; their bytes need not be on disk yet: a load that
+    /// finds a file missing asks the fetcher ([`Store::set_fetcher`]) for it.
+    /// Returns the local ids given to `add`, in order. Detached segments' files are
+    /// deleted once no query reads them.
+    pub fn swap_external(&self, add: Vec<SegmentFile>, remove: &[u64]) -> Result<Vec<u64>> {
+        let handles: Vec<Arc<SegmentHandle>> = add
+            .into_iter()
+            .map(|mut file| {
+                // Ids from other writers collide; caches and memos key on the id,
+                // so the file's own metadata (what loading yields) gets the local one.
+                file.meta.id = self.inner.next_segment_id.fetch_add(1, Ordering::SeqCst);
+                let mut meta = file.meta.clone();
+                meta.file = file.path.to_string_lossy().into_owned();
+                Arc::new(SegmentHandle { meta, file })
+            })
+            .collect();
         let ids: Vec<u64> = handles.iter().map(|h| h.meta.id).collect();
         let removed: Vec<Arc<SegmentHandle>> = {
             let mut st = self.inner.state.write();
@@ -157,4 +158,14 @@ impl Store {
         self.inner.retire(removed)?;
         Ok(ids)
     }
+
+    /// Sets what brings back an external segment's file when a load finds it
+    /// missing (evicted from a bounded disk cache): called with the file's path,
+    /// it puts the bytes there or fails.
+    pub fn set_fetcher(&self, fetch: Fetcher) {
+        let _ = self.inner.fetcher.set(fetch);
+    }
 }
+
+/// Brings back the file at a path (see [`Store::set_fetcher`]).
+pub type Fetcher = Arc<dyn Fn(&Path) -> Result<()> + Send + Sync>;

@@ -25,6 +25,7 @@
 //! applies a sample twice.
 
 mod external;
+pub use external::Fetcher;
 mod flusher;
 mod lifecycle;
 mod recovery;
@@ -94,6 +95,8 @@ struct Inner {
     frames: Frames,
     /// Segments: the decoded-segment cache.
     cache: SegmentCache,
+    /// Segments: brings back external segment files evicted from disk.
+    fetcher: std::sync::OnceLock<external::Fetcher>,
     stats: StoreStats,
     closed: AtomicBool,
     /// Segments: the after-open warm-up of the cache is still decoding.
@@ -159,6 +162,7 @@ impl Store {
             segments_version: AtomicU64::new(1),
             frames: Frames::new(cfg.frame_tree_max_nodes),
             cache: segments::segment_cache(cfg.segment_cache_bytes),
+            fetcher: std::sync::OnceLock::new(),
             stats: r.stats,
             closed: AtomicBool::new(false),
             warming: AtomicBool::new(cfg.warm_segment_cache),

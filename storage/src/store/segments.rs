@@ -65,7 +65,16 @@ impl Inner {
         let mut read = false;
         let loaded = self.cache.get_or_insert_with(&h.meta.id, || {
             read = true;
-            h.file.load().map(Arc::new)
+            match (h.file.load(), self.fetcher.get()) {
+                // An external segment evicted from the disk cache: fetch, retry.
+                (Err(StorageError::Io { source, .. }), Some(fetch))
+                    if source.kind() == std::io::ErrorKind::NotFound =>
+                {
+                    fetch(&h.file.path)?;
+                    h.file.load().map(Arc::new)
+                }
+                (loaded, _) => loaded.map(Arc::new),
+            }
         });
         inc(
             if read {
