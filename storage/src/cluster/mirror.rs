@@ -268,7 +268,7 @@ impl Shared {
             let size = entry.bytes;
             let tail_start = size.saturating_sub(TAIL_BYTES);
             let mut tail: Option<bytes::Bytes> = None;
-            SegmentFile::open_with(&path, size, |offset, len| {
+            let opened = SegmentFile::open_with(&path, size, |offset, len| {
                 let end = offset + len as u64;
                 if offset >= tail_start && end <= size {
                     if tail.is_none() {
@@ -279,7 +279,17 @@ impl Shared {
                     return Ok(t.get(at..at + len).unwrap_or_default().to_vec());
                 }
                 Ok(self.bucket.get_range(&entry.key, offset..end)?.to_vec())
-            })
+            });
+            // A small segment came whole with its tail: keep it as the body, so
+            // its first query needs no request.
+            if let (Ok(_), 0, Some(whole)) = (&opened, tail_start, &tail) {
+                write_file(&path, whole).map_err(Fetch::Failed)?;
+                self.stats.downloads.fetch_add(1, Ordering::Relaxed);
+                self.stats
+                    .download_bytes
+                    .fetch_add(whole.len() as u64, Ordering::Relaxed);
+            }
+            opened
         };
         opened.map_err(classify)
     }

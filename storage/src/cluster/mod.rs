@@ -26,36 +26,47 @@ pub use mirror::{Mirror, MirrorConfig, MirrorStats};
 pub use plan::{plan_merges, MergePlan, MergePolicy};
 pub use uploader::{Uploader, UploaderConfig, UploaderStats};
 
-/// A stoppable background loop: the thread and the channel that stops it.
+/// A stoppable background loop: the thread, the channel that stops it and the
+/// one that wakes it early.
 struct Worker {
     stop: Option<crossbeam::channel::Sender<()>>,
+    kick: crossbeam::channel::Sender<()>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Worker {
-    /// Runs `pass` now and then every `interval` until stopped; `pass` returns
-    /// false to end the loop.
+    /// Runs `pass` now and then every `interval`, or at once when kicked, until
+    /// stopped; `pass` returns false to end the loop.
     fn spawn(
         name: &str,
         interval: std::time::Duration,
         mut pass: impl FnMut() -> bool + Send + 'static,
     ) -> std::io::Result<Worker> {
-        let (tx, rx) = crossbeam::channel::bounded::<()>(1);
+        use crossbeam::channel::{bounded, select};
+        let (tx, rx) = bounded::<()>(1);
+        let (kick, kicked) = bounded::<()>(1);
         let thread = std::thread::Builder::new()
             .name(name.into())
             .spawn(move || loop {
                 if !pass() {
                     return;
                 }
-                match rx.recv_timeout(interval) {
-                    Err(crossbeam::channel::RecvTimeoutError::Timeout) => {}
-                    _ => return,
+                select! {
+                    recv(rx) -> _ => return,
+                    recv(kicked) -> _ => {}
+                    default(interval) => {}
                 }
             })?;
         Ok(Worker {
             stop: Some(tx),
+            kick,
             thread: Some(thread),
         })
+    }
+
+    /// Wakes the loop for a pass now (or right after the running one).
+    fn kick(&self) {
+        let _ = self.kick.try_send(());
     }
 
     fn stop(&mut self) {

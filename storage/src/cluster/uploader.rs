@@ -11,7 +11,8 @@
 //!
 //! With `ack = bucket` a write is acknowledged once the watermark (the floor
 //! published after a complete pass) reaches its LSN: the writer's disk can then be
-//! lost without losing it.
+//! lost without losing it. A waiting write starts a pass at once instead of at the
+//! next interval, so the wait is about one pass (flush, PUT, index CAS).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -115,6 +116,15 @@ impl Uploader {
     /// (it is then durable in the local WAL and will be uploaded).
     pub fn wait_uploaded(&self, lsn: u64, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
+        if *self.shared.watermark.lock() >= lsn {
+            return true;
+        }
+        // Someone waits: start a pass now rather than at the next interval. Passes
+        // run back to back while writes wait, so a pass is the batching window, as
+        // a group commit is for the WAL.
+        if let Some(w) = self.worker.lock().as_ref() {
+            w.kick();
+        }
         let mut w = self.shared.watermark.lock();
         while *w < lsn {
             if self
