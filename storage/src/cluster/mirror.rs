@@ -283,11 +283,17 @@ impl Shared {
             // A small segment came whole with its tail: keep it as the body, so
             // its first query needs no request.
             if let (Ok(_), 0, Some(whole)) = (&opened, tail_start, &tail) {
-                write_file(&path, whole).map_err(Fetch::Failed)?;
                 self.stats.downloads.fetch_add(1, Ordering::Relaxed);
                 self.stats
                     .download_bytes
                     .fetch_add(whole.len() as u64, Ordering::Relaxed);
+                // Checked now, as every fetched body is.
+                let kept = write_file(&path, whole)
+                    .and_then(|()| SegmentFile::open(&path)?.verify().map(|()| ()));
+                if let Err(e) = kept {
+                    let _ = fs::remove_file(&path);
+                    return Err(classify(e));
+                }
             }
             opened
         };
