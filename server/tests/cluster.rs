@@ -588,7 +588,12 @@ fn cluster_counts_every_acknowledged_push_once_and_answers_like_one_node() {
     common_wait(30, "the fresh querier to serve the rest", || {
         (merged(&q3.url).values().sum::<i64>() == total - lost).then_some(())
     });
-    assert_eq!(q3.metric("profiledb_mirror_quarantined_total"), 2);
+    assert_eq!(
+        q3.metric("profiledb_mirror_quarantined_total"),
+        2,
+        "log: {}",
+        std::fs::read_to_string(d("q3").with_extension("log")).unwrap_or_default()
+    );
     let quarantined: Vec<String> = bucket
         .tenants()
         .unwrap()

@@ -294,6 +294,7 @@ impl Shared {
                     let _ = fs::remove_file(&path);
                     return Err(classify(e));
                 }
+                self.enforce_budget(&path);
             }
             opened
         };
@@ -303,7 +304,7 @@ impl Shared {
     /// Downloads the body of the segment at `path` (a query needs it), checks
     /// every section, quarantines it in the index when damaged, and keeps the disk
     /// within budget.
-    fn fetch_body(&self, path: &Path) -> Result<()> {
+    fn fetch_body(&self, path: &Path) -> Result<Vec<u8>> {
         let Some((tenant, key)) = self.remote.lock().get(path).cloned() else {
             return Err(StorageError::io(
                 path,
@@ -320,12 +321,13 @@ impl Shared {
                     .download_bytes
                     .fetch_add(bytes.len() as u64, Ordering::Relaxed);
                 write_file(path, &bytes)?;
-                SegmentFile::open(path)?.verify()
+                SegmentFile::open(path)?.verify()?;
+                Ok(bytes.to_vec())
             });
         match checked.map_err(classify) {
-            Ok(()) => {
+            Ok(bytes) => {
                 self.enforce_budget(path);
-                Ok(())
+                Ok(bytes)
             }
             Err(Fetch::Bad(why)) => {
                 self.stats.quarantined.fetch_add(1, Ordering::Relaxed);

@@ -199,7 +199,12 @@ impl SegmentFile {
 
     /// Reads, verifies and decodes the whole segment.
     pub fn load(&self) -> Result<LoadedSegment> {
-        let file = self.read_all()?;
+        self.load_from(self.read_all()?)
+    }
+
+    /// Like [`SegmentFile::load`], over the file's bytes already read (fetched
+    /// from elsewhere).
+    pub fn load_from(&self, file: Vec<u8>) -> Result<LoadedSegment> {
         if file.len() as u64 != self.meta.size_bytes {
             return Err(corrupt(&self.path, "file size changed since it was opened"));
         }

@@ -161,11 +161,11 @@ impl Store {
 
     /// Sets what brings back an external segment's file when a load finds it
     /// missing (evicted from a bounded disk cache): called with the file's path,
-    /// it puts the bytes there or fails.
+    /// it returns the file's bytes (and may keep a copy there) or fails.
     pub fn set_fetcher(&self, fetch: Fetcher) {
         let _ = self.inner.fetcher.set(fetch);
     }
 }
 
 /// Brings back the file at a path (see [`Store::set_fetcher`]).
-pub type Fetcher = Arc<dyn Fn(&Path) -> Result<()> + Send + Sync>;
+pub type Fetcher = Arc<dyn Fn(&Path) -> Result<Vec<u8>> + Send + Sync>;

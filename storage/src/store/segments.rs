@@ -70,8 +70,8 @@ impl Inner {
                 (Err(StorageError::Io { source, .. }), Some(fetch))
                     if source.kind() == std::io::ErrorKind::NotFound =>
                 {
-                    fetch(&h.file.path)?;
-                    h.file.load().map(Arc::new)
+                    // The fetched bytes, not the file: another fetch may evict it.
+                    h.file.load_from(fetch(&h.file.path)?).map(Arc::new)
                 }
                 (loaded, _) => loaded.map(Arc::new),
             }
