@@ -8,6 +8,7 @@
 //! Bad states: an unreachable bucket answers 503 with a message; a corrupt and a
 //! missing object are quarantined and reported while the rest is served.
 
+mod common;
 #[path = "../../storage/tests/support/moto.rs"]
 mod moto;
 
@@ -18,6 +19,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::wait_for;
 use profiledb_storage::{Bucket, SegmentFile};
 
 const BIN: &str = env!("CARGO_BIN_EXE_profiledb");
@@ -421,14 +423,14 @@ fn cluster_counts_every_acknowledged_push_once_and_answers_like_one_node() {
         .collect();
 
     // Mid-load: SIGKILL the first writer and bring it back on the same disk.
-    common_wait(30, "a third of the pushes", || {
+    wait_for(30, "a third of the pushes", || {
         (acked.lock().unwrap().len() >= 40).then_some(())
     });
     w1.lock().unwrap().kill9();
     std::thread::sleep(Duration::from_millis(500));
     w1.lock().unwrap().restart();
     // Kill the compactor while it holds an uploaded merge not yet swapped in.
-    common_wait(60, "c1 to upload a merge", || {
+    wait_for(60, "c1 to upload a merge", || {
         (c1.metric("profiledb_bucket_merge_uploads_total") > 0).then_some(())
     });
     assert_eq!(
@@ -504,7 +506,7 @@ fn cluster_counts_every_acknowledged_push_once_and_answers_like_one_node() {
         }
     }
     // Let the compactor merge; answers must not change through it.
-    common_wait(60, "a merge to be swapped in", || {
+    wait_for(60, "a merge to be swapped in", || {
         (c2.metric("profiledb_bucket_merges_total") > 0).then_some(())
     });
     let want = answers(&single.url, t0);
@@ -533,7 +535,7 @@ fn cluster_counts_every_acknowledged_push_once_and_answers_like_one_node() {
 
     // No orphan survives the grace period: the killed compactor's upload and
     // every replaced source are deleted; the bucket holds what the index lists.
-    common_wait(60, "garbage collection to finish", || {
+    wait_for(60, "garbage collection to finish", || {
         let (objects, listed, retired) = bucket_state(&bucket);
         (retired == 0 && objects == listed).then_some(())
     });
@@ -585,7 +587,7 @@ fn cluster_counts_every_acknowledged_push_once_and_answers_like_one_node() {
             .filter(|p| m.contains_key(&format!("main;work;p{}", p.id)))
             .map(|p| p.value())
             .sum::<i64>();
-    common_wait(30, "the fresh querier to serve the rest", || {
+    wait_for(30, "the fresh querier to serve the rest", || {
         (merged(&q3.url).values().sum::<i64>() == total - lost).then_some(())
     });
     assert_eq!(
@@ -623,7 +625,7 @@ fn unreachable_bucket_answers_503_with_a_message_and_stores_nothing() {
     let flags = role_flags(&dead, "s3://nowhere/p", "writer,querier", &[]);
     let p = Proc::start_on(&tmp.path().join("n"), &flags, free_port(), false);
     let client = reqwest::blocking::Client::new();
-    let write = common_wait(60, "writes to be refused", || {
+    let write = wait_for(60, "writes to be refused", || {
         let r = client
             .post(format!("{}/ingest?name=x.cpu&from={}", p.url, now_secs()))
             .body("main 1\n")
@@ -647,15 +649,4 @@ fn unreachable_bucket_answers_503_with_a_message_and_stores_nothing() {
         body.contains("object store is unreachable") || body.contains("not read the bucket index"),
         "{body}"
     );
-}
-
-fn common_wait<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }

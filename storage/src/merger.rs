@@ -131,6 +131,44 @@ impl Merger {
         Ok(())
     }
 
+    /// The metadata of a merge of `sources` (one tenant and partition) at this
+    /// merger's step: identity and provenance; the counts are filled in when the
+    /// segment is encoded.
+    pub fn merged_meta<'a>(
+        &self,
+        id: u64,
+        sources: impl IntoIterator<Item = &'a SegmentMeta> + Clone,
+        replaces: Vec<u64>,
+        created_ms: i64,
+    ) -> Option<SegmentMeta> {
+        let first = sources.clone().into_iter().next()?.clone();
+        Some(SegmentMeta {
+            id,
+            tenant: first.tenant,
+            partition_start_ms: first.partition_start_ms,
+            partition_ms: first.partition_ms,
+            step_ms: self.step_ms,
+            min_time_ms: 0,
+            max_time_ms: 0,
+            level: sources
+                .clone()
+                .into_iter()
+                .map(|m| m.level)
+                .max()
+                .unwrap_or(0)
+                + 1,
+            max_lsn: sources.into_iter().map(|m| m.max_lsn).max().unwrap_or(0),
+            series: 0,
+            rows: 0,
+            value_total: 0,
+            created_ms,
+            sources: replaces,
+            file: String::new(),
+            size_bytes: 0,
+            checksum: 0,
+        })
+    }
+
     /// The merged input; `meta` supplies identity and provenance.
     pub fn finish(self, meta: SegmentMeta) -> SegmentInput {
         SegmentInput {

@@ -23,7 +23,7 @@ use super::Worker;
 use crate::bucket::{segment_key, Bucket, BucketError, Lease, SegmentEntry};
 use crate::error::{IoContext, Result};
 use crate::merger::Merger;
-use crate::segment::{encode_segment, LoadedSegment, SegmentFile, SegmentMeta};
+use crate::segment::{encode_segment, LoadedSegment, SegmentFile};
 use crate::store::now_ms;
 
 /// How a compactor works.
@@ -224,27 +224,15 @@ impl Shared {
         for s in &segs {
             merger.add(s)?;
         }
-        let first = &segs[0].meta;
         let id = self.seq.fetch_add(1, Ordering::Relaxed);
-        let meta = SegmentMeta {
-            id,
-            tenant: first.tenant.clone(),
-            partition_start_ms: first.partition_start_ms,
-            partition_ms: first.partition_ms,
-            step_ms: step,
-            min_time_ms: 0,
-            max_time_ms: 0,
-            level: segs.iter().map(|s| s.meta.level).max().unwrap_or(0) + 1,
-            max_lsn: 0,
-            series: 0,
-            rows: 0,
-            value_total: 0,
-            created_ms: now_ms(),
-            sources: Vec::new(),
-            file: String::new(),
-            size_bytes: 0,
-            checksum: 0,
+        // Bucket segments record no WAL position or local sources: writers'
+        // LSNs and ids mean nothing outside their own data directory.
+        let Some(mut meta) =
+            merger.merged_meta(id, segs.iter().map(|s| &s.meta), Vec::new(), now_ms())
+        else {
+            return Ok(());
         };
+        meta.max_lsn = 0;
         let expected = segs
             .iter()
             .fold(0i64, |a, s| a.wrapping_add(s.meta.value_total));

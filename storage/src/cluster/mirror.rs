@@ -288,8 +288,8 @@ impl Shared {
                     .download_bytes
                     .fetch_add(whole.len() as u64, Ordering::Relaxed);
                 // Checked now, as every fetched body is.
-                let kept = write_file(&path, whole)
-                    .and_then(|()| SegmentFile::open(&path)?.verify().map(|()| ()));
+                let kept =
+                    write_file(&path, whole).and_then(|()| SegmentFile::open(&path)?.verify());
                 if let Err(e) = kept {
                     let _ = fs::remove_file(&path);
                     return Err(classify(e));

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use super::report::CompactedPartition;
 use crate::error::{IoContext, Result};
 use crate::merger::Merger;
-use crate::segment::{self, SegmentFile, SegmentMeta};
+use crate::segment::{self, SegmentFile};
 use crate::store::state::SegmentHandle;
 use crate::store::{now_ms, Inner};
 
@@ -47,9 +47,9 @@ impl Inner {
         handles: Vec<Arc<SegmentHandle>>,
         step: i64,
     ) -> Result<Outcome> {
-        let Some(first) = handles.first().map(|h| h.meta.clone()) else {
+        if handles.is_empty() {
             return Ok(Outcome::Skipped(SkipReason::NoSegments));
-        };
+        }
         let budget = self.cfg.compaction_max_bytes as usize;
         let mut merger = Merger::new(step);
         let mut decoded = 0usize;
@@ -86,24 +86,13 @@ impl Inner {
             // deletion was deferred; they must never be adopted again.
             sources.extend(h.meta.sources.iter().copied());
         }
-        let meta = SegmentMeta {
-            id: self.next_segment_id.fetch_add(1, Ordering::SeqCst),
-            tenant: first.tenant.clone(),
-            partition_start_ms: first.partition_start_ms,
-            partition_ms: first.partition_ms,
-            step_ms: step,
-            min_time_ms: 0,
-            max_time_ms: 0,
-            level: handles.iter().map(|h| h.meta.level).max().unwrap_or(0) + 1,
-            max_lsn: handles.iter().map(|h| h.meta.max_lsn).max().unwrap_or(0),
-            series: 0,
-            rows: 0,
-            value_total: 0,
-            created_ms: now_ms(),
-            sources: sources.into_iter().collect(),
-            file: String::new(),
-            size_bytes: 0,
-            checksum: 0,
+        let Some(meta) = merger.merged_meta(
+            self.next_segment_id.fetch_add(1, Ordering::SeqCst),
+            handles.iter().map(|h| &h.meta),
+            sources.into_iter().collect(),
+            now_ms(),
+        ) else {
+            return Ok(Outcome::Skipped(SkipReason::NoSegments));
         };
         let input = merger.finish(meta);
         let meta = segment::write_segment(&self.dir, input, self.cfg.zstd_level)?;
