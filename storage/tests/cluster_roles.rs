@@ -1,16 +1,17 @@
 //! The cluster roles over one in-memory bucket, in one process: a writer's
 //! uploader, a querier's mirror and a compactor. A writer that crashes (no flush)
 //! and reopens uploads what its WAL held exactly once; the mirror serves every
-//! write, and the same totals after the compactor merged the segments.
+//! write, and the same totals after the compactor merged the segments and
+//! downsampled them (the data is old enough for the 1-hour rule).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use object_store::memory::InMemory;
 use profiledb_storage::{
-    Batch, Bucket, Compactor, CompactorConfig, Function, Labels, Location, MergePolicy, Mirror,
-    MirrorConfig, Querier, QueryLimits, Sample, Selector, SeriesSamples, Store, StoreConfig,
-    TenantId, TimeRange, Uploader, UploaderConfig, PROFILE_TYPE_LABEL,
+    Batch, Bucket, Compactor, CompactorConfig, DownsampleRule, Function, Labels, Location,
+    MergePolicy, Mirror, MirrorConfig, Querier, QueryLimits, Sample, Selector, SeriesSamples,
+    Store, StoreConfig, TenantId, TimeRange, Uploader, UploaderConfig, PROFILE_TYPE_LABEL,
 };
 
 const T0: i64 = 1_700_000_000_000;
@@ -170,6 +171,9 @@ fn writer_crash_uploads_once_and_mirror_and_compactor_keep_totals() {
             lease_ttl: Duration::from_secs(30),
             grace: Duration::from_secs(3600),
             retention: None,
+            // The data is from 2023: past the 30-day rule, so the merge is
+            // also rewritten at 1-hour steps.
+            downsample: DownsampleRule::defaults(),
             zstd_level: 3,
             work_dir: dir.path().join("c"),
             pause_before_swap: None,
@@ -190,5 +194,6 @@ fn writer_crash_uploads_once_and_mirror_and_compactor_keep_totals() {
     let idx = bucket.load_index("anonymous", None).unwrap().unwrap().index;
     assert_eq!(idx.segments.len(), 1);
     assert_eq!(idx.segments[0].level, 1);
+    assert_eq!(idx.segments[0].step_ms, 3_600_000);
     assert_eq!(idx.retired.len(), n);
 }

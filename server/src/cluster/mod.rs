@@ -103,6 +103,7 @@ pub fn open(
                 lease_ttl: opts.lease_ttl,
                 grace: opts.gc_grace,
                 retention: opts.retention,
+                downsample: base.downsample.clone(),
                 zstd_level: base.zstd_level,
                 work_dir: data_dir.join("compactor"),
                 pause_before_swap: opts.compactor_pause,

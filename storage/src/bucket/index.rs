@@ -38,6 +38,12 @@ pub struct SegmentEntry {
     pub partition_ms: i64,
     /// 0 as flushed by a writer; each merge raises it.
     pub level: u32,
+    /// Width of one time step of its rows (ms; 0 when unknown).
+    #[serde(default)]
+    pub step_ms: i64,
+    /// Width of its time partition (ms; 0 when unknown).
+    #[serde(default)]
+    pub width_ms: i64,
     /// Object size.
     pub bytes: u64,
     /// Rows (series × step × stack).

@@ -21,6 +21,7 @@ use super::entry::{entry_for, object_name};
 use super::plan::{plan_merges, MergePlan, MergePolicy};
 use super::Worker;
 use crate::bucket::{segment_key, Bucket, BucketError, Lease, SegmentEntry};
+use crate::config::DownsampleRule;
 use crate::error::{IoContext, Result};
 use crate::merger::Merger;
 use crate::segment::{encode_segment, LoadedSegment, SegmentFile};
@@ -42,6 +43,9 @@ pub struct CompactorConfig {
     pub grace: Duration,
     /// Data older than this is expired; `None` keeps everything.
     pub retention: Option<Duration>,
+    /// Old partitions are rewritten at coarser steps (as a single node's
+    /// compaction does).
+    pub downsample: Vec<DownsampleRule>,
     /// zstd level of merged segments.
     pub zstd_level: i32,
     /// Scratch directory for downloaded sources.
@@ -164,7 +168,7 @@ impl Shared {
                 live.retain(|e| e.max_ms > cutoff);
             }
         }
-        for plan in plan_merges(&live, now, &self.cfg.policy) {
+        for plan in plan_merges(&live, now, &self.cfg.policy, &self.cfg.downsample) {
             let name = format!("compact/{tenant}/{}", plan.partition_ms);
             let ttl = self.cfg.lease_ttl;
             let Some(lease) = self.bucket.try_lease(&name, &self.cfg.id, ttl, now_ms())? else {
@@ -219,8 +223,7 @@ impl Shared {
                 Err(Load::Failed(e)) => return Err(e),
             }
         }
-        let step = segs.iter().map(|s| s.meta.step_ms).max().unwrap_or(10_000);
-        let mut merger = Merger::new(step);
+        let mut merger = Merger::new(plan.step_ms);
         for s in &segs {
             merger.add(s)?;
         }

@@ -31,6 +31,8 @@ pub(super) fn entry_for(
         max_ms: meta.max_time_ms + meta.step_ms,
         partition_ms: meta.partition_start_ms,
         level: meta.level,
+        step_ms: meta.step_ms,
+        width_ms: meta.partition_ms,
         bytes: meta.size_bytes,
         samples: meta.rows,
         series: meta.series,

@@ -46,6 +46,7 @@ use crossbeam::channel::{self, Receiver, Sender, TrySendError};
 use parking_lot::{Mutex, RwLock};
 use tracing::error;
 
+pub(crate) use lifecycle::output_step;
 pub use lifecycle::{
     CompactProgress, CompactReport, CompactedPartition, RetentionReport, SkippedPartition,
 };

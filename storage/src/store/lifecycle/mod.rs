@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use crossbeam::channel::{Receiver, RecvTimeoutError};
 use tracing::{error, info, warn};
 
+pub(crate) use plan::output_step;
 pub use report::{
     CompactProgress, CompactReport, CompactedPartition, RetentionReport, SkippedPartition,
 };
