@@ -18,6 +18,8 @@ fn entry(key: &str) -> SegmentEntry {
         max_ms: 10_000,
         partition_ms: 0,
         level: 0,
+        step_ms: 10_000,
+        width_ms: 3_600_000,
         bytes: 3,
         samples: 1,
         series: 1,
