@@ -131,9 +131,10 @@ impl Running {
                 "the object store is unreachable, so answers could be stale: {}",
                 m.last_error().unwrap_or_default()
             ))),
-            Some(m) if !m.synced() => Err(ApiError::unavailable(
-                "this querier has not read the bucket index yet",
-            )),
+            Some(m) if !m.synced() => Err(ApiError::unavailable(match m.last_error() {
+                Some(e) => format!("this querier could not read the bucket index yet: {e}"),
+                None => "this querier has not read the bucket index yet".to_string(),
+            })),
             _ => Ok(()),
         }
     }
