@@ -19,20 +19,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::wait_for;
+use common::{free_port, wait_for};
 use profiledb_storage::{Bucket, SegmentFile};
 
 const BIN: &str = env!("CARGO_BIN_EXE_profiledb");
 const CPU: &str = "process_cpu:cpu:nanoseconds:cpu:nanoseconds";
 const PREFIX: &str = "cluster-test";
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// One `profiledb serve` process.
 struct Proc {

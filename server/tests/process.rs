@@ -3,19 +3,14 @@
 //! stay within their budgets (uploads past the ingest share get 429, merges past the
 //! query share 422, the WAL is cut at the head budget).
 
+mod common;
+
+use common::free_port;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_profiledb");
 const CPU: &str = "process_cpu:cpu:nanoseconds:cpu:nanoseconds";
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn start(dir: &std::path::Path) -> (Child, String) {
     start_with(dir, &[])

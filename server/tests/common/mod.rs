@@ -278,6 +278,15 @@ pub fn encode(p: &pprof::Profile) -> Vec<u8> {
     p.encode_to_vec()
 }
 
+/// A loopback port free right now, for a server process to listen on.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// Polls until `f` returns Some, failing after `secs`.
 pub fn wait_for<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + Duration::from_secs(secs);
