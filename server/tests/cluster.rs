@@ -364,6 +364,13 @@ fn cluster_counts_every_acknowledged_push_once_and_answers_like_one_node() {
         .send()
         .unwrap();
     assert_eq!(r.status(), 421);
+    // A querier's local copies are a cache: local compaction is refused.
+    let r = reqwest::blocking::Client::new()
+        .post(format!("{}/api/v1/admin/compact", q1.url))
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 409);
+    assert!(r.text().unwrap().contains("compactor role"));
 
     let t0 = now_secs();
     let pushes: Vec<Push> = (0..120)

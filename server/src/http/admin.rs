@@ -156,6 +156,19 @@ struct CompactRequest {
     end_ms: Option<TimeArg>,
 }
 
+/// 409 in a cluster: there the compactor role compacts and expires the bucket's
+/// segments, and a querier's local copies are only a cache.
+fn local_lifecycle(state: &AppRef) -> ApiResult<()> {
+    if state.options.cluster.is_some() {
+        return Err(ApiError::new(
+            axum::http::StatusCode::CONFLICT,
+            "cluster",
+            "in a cluster (--storage) the compactor role compacts and expires segments in the bucket: see --bucket-retention-days and --merge-min-segments",
+        ));
+    }
+    Ok(())
+}
+
 async fn compact(
     State(state): State<AppRef>,
     headers: HeaderMap,
@@ -170,6 +183,7 @@ async fn compact(
     };
     let tenant = tenant_param(req.tenant.as_deref())?;
     let range = range_param(req.start_ms.as_ref(), req.end_ms.as_ref())?;
+    local_lifecycle(&state)?;
     let store = state.store()?;
     let report = blocking(move || Ok(store.compact(tenant.as_ref(), range, &|_| {})?)).await?;
     Ok(Json(report))
@@ -266,6 +280,7 @@ async fn retention(
         None => None,
         Some(s) => parse_max_age("max_age", s)?,
     };
+    local_lifecycle(&state)?;
     let store = state.store()?;
     let dry_run = req.dry_run;
     let out = blocking(move || {
