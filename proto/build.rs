@@ -13,8 +13,9 @@ use protox::file::{ChainFileResolver, DescriptorSetFileResolver, IncludeFileReso
 const SCHEMA_DIR: &str = "schema";
 const PPROF: &str = "perftools/profiles/profile.proto";
 const PYROSCOPE_PPROF: &str = "google/v1/profile.proto";
-const FILES: [&str; 8] = [
+const FILES: [&str; 9] = [
     PPROF,
+    "control/v1/control.proto",
     "types/v1/types.proto",
     "push/v1/push.proto",
     "querier/v1/querier.proto",

@@ -1,26 +1,32 @@
-//! The agent's main loop: drain perf buffers, aggregate, flush and push.
+//! The agent's main loop: follow the plan, drain perf buffers, flush, push, report.
+//!
+//! Each tick (100 ms) the loop drains the tracking fds (process records) and the
+//! sampling fds, then asks the plan what should be sampled now. When that differs
+//! from what is open (a window starts or ends, the server switched events or
+//! frequencies, the overhead guard acted) the open window is flushed and the sampling
+//! fds are reopened: the agent never restarts, and the tracking fds stay open, so no
+//! process record is missed in between.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use perf_event::data::Record as PerfRecord;
+use profiledb_proto::control::v1 as c;
 use thiserror::Error;
 
-use crate::aggregate::{is_kernel_addr, RawKey, Window};
+use crate::cgroups::CgroupNames;
 use crate::config::EventKind;
-use crate::guard::{CpuGuard, GuardError};
-use crate::perf::{self, EventFd, PerfError, PerfOptions, Target, MISC_COMM_EXEC};
-use crate::pprof::{self, LabelConfig, LabeledStack, Labels};
-use crate::procs::{MmapInfo, ProcessTable};
+use crate::control::{ControlClient, ControlStats, Identity};
+use crate::counting::{self, Counting};
+use crate::guard::{self, CpuGuard, GuardError};
+use crate::perf::{self, EventFd, PerfError, PerfOptions, Target};
+use crate::plan::{Plan, Sampling};
+use crate::pprof::{self, LabelConfig};
+use crate::procs::ProcessTable;
 use crate::push::{HttpTransport, PushStats, Pusher, RetryPolicy};
-use crate::symbolize::{Batch, Frame, HostSymbolizer, SymbolStats, SymbolizerThread};
-use crate::unwind::DwarfUnwinder;
-use profiledb_proto::push::v1::PushRequest;
+use crate::sampler::{drain, Encoder, State};
+use crate::symbolize::{HostSymbolizer, SymbolStats, SymbolizerThread};
 
-/// `PERF_CONTEXT_MAX`: callchain entries at or above are context markers.
-const PERF_CONTEXT_MAX: u64 = (-4095i64) as u64;
 /// Deepest stack kept.
 pub const MAX_FRAMES: usize = 256;
 
@@ -30,7 +36,7 @@ pub enum AgentError {
     Perf(#[from] PerfError),
     #[error(transparent)]
     Guard(#[from] GuardError),
-    #[error("starting the symbolizer thread: {0}")]
+    #[error("starting a thread: {0}")]
     Thread(std::io::Error),
     #[error("none of the processes {0:?} exist")]
     NoProcess(Vec<u32>),
@@ -57,6 +63,12 @@ pub struct AgentConfig {
     pub max_queue: usize,
     pub retry: RetryPolicy,
     pub verbose: bool,
+    /// Follow the server's sampling plans (`--control`); the settings above are the
+    /// plan until the server first answers.
+    pub control: bool,
+    /// Track process records with a dummy event opened before the `/proc` scan
+    /// (off only to measure what it saves).
+    pub mmap_tracking: bool,
 }
 
 impl Default for AgentConfig {
@@ -76,6 +88,8 @@ impl Default for AgentConfig {
             max_queue: 6,
             retry: RetryPolicy::default(),
             verbose: false,
+            control: false,
+            mmap_tracking: true,
         }
     }
 }
@@ -83,12 +97,20 @@ impl Default for AgentConfig {
 /// What happened during a run.
 #[derive(Clone, Debug, Default)]
 pub struct Summary {
+    /// Every event sampled at some point.
     pub events: Vec<EventKind>,
+    /// Most perf fds open at once (tracking, sampling and counting).
     pub fds: usize,
     pub samples: u64,
     pub idle_samples: u64,
     pub lost_samples: u64,
     pub dropped_stack_samples: u64,
+    /// Samples whose leaf user address lay in no known mapping (a missed mmap).
+    pub unsymbolized_samples: u64,
+    /// Samples of a task neither a record nor `/proc` knew (exited unseen).
+    pub unattributed_samples: u64,
+    /// Samples outside the plan's processes or cgroups.
+    pub filtered_samples: u64,
     pub windows: u64,
     pub push: PushStats,
     pub symbols: SymbolStats,
@@ -96,7 +118,14 @@ pub struct Summary {
     pub user_frames_dwarf: u64,
     pub user_stacks: u64,
     pub cpu_percent: f64,
+    /// Without `--control`: the CPU % at which the guard stopped the agent.
     pub guard_tripped: Option<f64>,
+    /// With `--control`: what the guard did, in order.
+    pub guard_actions: Vec<String>,
+    /// Plans followed (versions switched to), the command line's included.
+    pub plans_followed: u64,
+    pub control: ControlStats,
+    pub counting_rounds: u64,
     pub warnings: Vec<String>,
 }
 
@@ -120,348 +149,6 @@ impl Summary {
     }
 }
 
-/// Maps cgroup ids to paths (cgroup v2: the id is the directory's inode number).
-#[derive(Default)]
-struct CgroupNames {
-    names: HashMap<u64, String>,
-    scanned: Option<Instant>,
-}
-
-impl CgroupNames {
-    fn scan(&mut self) {
-        if self
-            .scanned
-            .is_some_and(|t| t.elapsed() < Duration::from_secs(30))
-        {
-            return;
-        }
-        self.scanned = Some(Instant::now());
-        let Some(root) = cgroup2_root() else {
-            return;
-        };
-        let root = root.as_path();
-        let mut stack = vec![root.to_path_buf()];
-        let mut seen = 0usize;
-        while let Some(dir) = stack.pop() {
-            seen += 1;
-            if seen > 100_000 || self.names.len() > 100_000 {
-                break;
-            }
-            if let Ok(md) = std::fs::metadata(&dir) {
-                use std::os::unix::fs::MetadataExt;
-                let rel = dir
-                    .strip_prefix(root)
-                    .map(|p| p.to_string_lossy().into_owned())
-                    .unwrap_or_default();
-                self.names.insert(md.ino(), format!("/{rel}"));
-            }
-            if let Ok(rd) = std::fs::read_dir(&dir) {
-                for e in rd.flatten() {
-                    if e.file_type().is_ok_and(|t| t.is_dir()) {
-                        stack.push(e.path());
-                    }
-                }
-            }
-        }
-    }
-
-    fn get(&mut self, id: u64) -> Option<String> {
-        if id == 0 {
-            return None;
-        }
-        if !self.names.contains_key(&id) {
-            self.scan();
-        }
-        self.names.get(&id).cloned()
-    }
-}
-
-/// The cgroup v2 hierarchy: `/sys/fs/cgroup` (unified) or `/sys/fs/cgroup/unified`
-/// (hybrid systems). Sample cgroup ids are inode numbers in it.
-fn cgroup2_root() -> Option<std::path::PathBuf> {
-    const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
-    for p in ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"] {
-        let Ok(c) = std::ffi::CString::new(p) else {
-            continue;
-        };
-        // SAFETY: statfs writes into a zeroed struct we own; the path is NUL-terminated.
-        let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
-        if unsafe { libc::statfs(c.as_ptr(), &mut st) } == 0
-            && st.f_type as i64 == CGROUP2_SUPER_MAGIC
-        {
-            return Some(p.into());
-        }
-    }
-    None
-}
-
-struct State {
-    cfg: AgentConfig,
-    procs: ProcessTable,
-    window: Window,
-    symbolizer: SymbolizerThread<WindowJob>,
-    unwinder: DwarfUnwinder,
-    cgroups: CgroupNames,
-    summary: Summary,
-    frames: Vec<u64>,
-    user: Vec<u64>,
-}
-
-impl State {
-    fn handle(&mut self, event: u8, misc: u16, rec: &PerfRecord<'_>) {
-        match rec {
-            PerfRecord::Sample(s) => self.on_sample(event, s),
-            PerfRecord::Mmap2(m) => {
-                let path = String::from_utf8_lossy(&m.filename);
-                let dev = perf_devnum(m.maj(), m.min());
-                if m.prot & libc::PROT_EXEC as u32 != 0 {
-                    self.procs.on_mmap(
-                        m.pid,
-                        &MmapInfo {
-                            start: m.addr,
-                            len: m.len,
-                            pgoff: m.pgoff,
-                            path: &path,
-                            dev,
-                            ino: m.ino().unwrap_or(0),
-                        },
-                    );
-                }
-            }
-            PerfRecord::Mmap(m) => {
-                // Plain MMAP records only come for executable mappings here.
-                let path = String::from_utf8_lossy(&m.filename);
-                self.procs.on_mmap(
-                    m.pid,
-                    &MmapInfo {
-                        start: m.addr,
-                        len: m.len,
-                        pgoff: m.pgoff,
-                        path: &path,
-                        dev: 0,
-                        ino: 0,
-                    },
-                );
-            }
-            PerfRecord::Comm(c) => {
-                let comm = String::from_utf8_lossy(&c.comm);
-                self.procs
-                    .on_comm(c.pid, c.tid, &comm, misc & MISC_COMM_EXEC != 0);
-            }
-            PerfRecord::Fork(f) => self.procs.on_fork(f.pid, f.ppid, f.tid),
-            PerfRecord::Exit(e) => self.procs.on_exit(e.pid, e.tid),
-            PerfRecord::Lost(l) => self.summary.lost_samples += l.lost,
-            PerfRecord::CGroup(c) => {
-                let path = String::from_utf8_lossy(&c.path).into_owned();
-                self.cgroups.names.insert(c.id, path);
-            }
-            _ => {}
-        }
-    }
-
-    fn on_sample(&mut self, event: u8, s: &perf_event::data::Sample<'_>) {
-        self.summary.samples += 1;
-        let pid = s.pid().unwrap_or(0);
-        if pid == 0 {
-            self.summary.idle_samples += 1;
-            return;
-        }
-        if self.procs.get(pid).is_none() {
-            self.procs.load_from_proc(pid);
-        }
-        self.frames.clear();
-        self.user.clear();
-        let mut in_kernel = false;
-        let mut saw_marker = false;
-        if let Some(chain) = s.callchain() {
-            for &ip in chain {
-                if ip >= PERF_CONTEXT_MAX {
-                    saw_marker = true;
-                    in_kernel = ip == (-128i64) as u64; // PERF_CONTEXT_KERNEL
-                    continue;
-                }
-                if in_kernel || (!saw_marker && is_kernel_addr(ip)) {
-                    if self.frames.len() < MAX_FRAMES {
-                        self.frames.push(ip);
-                    }
-                } else if self.user.len() < MAX_FRAMES {
-                    self.user.push(ip);
-                }
-            }
-        }
-        if self.frames.is_empty() && self.user.is_empty() {
-            if let Some(ip) = s.ip() {
-                if is_kernel_addr(ip) {
-                    self.frames.push(ip);
-                } else {
-                    self.user.push(ip);
-                }
-            }
-        }
-        // The kernel walks frame pointers even through code built without them and
-        // then reads garbage: cut the chain at the first return address outside every
-        // executable mapping of the process (the leaf is kept: it may be JIT code).
-        if let Some(p) = self.procs.get(pid) {
-            let keep = self
-                .user
-                .iter()
-                .skip(1)
-                .position(|&a| p.lookup(a.saturating_sub(1)).is_none())
-                .map_or(self.user.len(), |i| i + 1);
-            self.user.truncate(keep);
-        }
-        // DWARF: unwind the copied user stack; keep it if it goes deeper.
-        let fp_user = self.user.len();
-        let mut dwarf_user = 0;
-        if let (Some(regs), Some(stack)) = (s.regs_user(), s.stack_user()) {
-            if !stack.is_empty() {
-                let mut d = Vec::with_capacity(32);
-                self.unwinder
-                    .unwind(&self.procs, pid, &regs.regs, stack, &mut d);
-                dwarf_user = d.len();
-                if d.len() > self.user.len() {
-                    d.truncate(MAX_FRAMES);
-                    self.user = d;
-                }
-            }
-        }
-        if fp_user > 0 || dwarf_user > 0 {
-            self.summary.user_stacks += 1;
-            self.summary.user_frames_fp += fp_user as u64;
-            self.summary.user_frames_dwarf += dwarf_user.max(fp_user) as u64;
-        }
-        let room = MAX_FRAMES.saturating_sub(self.frames.len());
-        self.frames.extend(self.user.iter().take(room));
-        let key = RawKey {
-            event,
-            pid,
-            cgroup: s.cgroup().unwrap_or(0),
-            frames: self.frames.as_slice().into(),
-        };
-        self.window.add(key, 1);
-    }
-
-    /// Closes the window: captures each stack's mappings and labels (cheap; the
-    /// process table lives here) and queues it for the symbolizer thread, which
-    /// builds and pushes the pprof. Exited processes can be dropped right after.
-    /// `last`: the final window at shutdown waits for room in the queue instead of
-    /// being dropped (sampling has stopped, nothing is lost by waiting).
-    fn flush(&mut self, last: bool) {
-        let now = SystemTime::now();
-        let start = self.window.start;
-        self.summary.dropped_stack_samples += self.window.dropped_samples;
-        let raw = self.window.take(now);
-        self.summary.windows += 1;
-        if !raw.is_empty() {
-            let mut batch = Batch::default();
-            let mut samples = Vec::with_capacity(raw.len());
-            let mut labels: HashMap<(u32, u64), Labels> = HashMap::new();
-            for (key, count) in &raw {
-                batch.push(&self.procs, key.pid, &key.frames);
-                let l = labels
-                    .entry((key.pid, key.cgroup))
-                    .or_insert_with(|| {
-                        let comm = self
-                            .procs
-                            .get(key.pid)
-                            .map(|p| p.comm.as_str())
-                            .unwrap_or_default();
-                        let cgroup = self.cgroups.get(key.cgroup);
-                        self.cfg
-                            .labels
-                            .sample_labels(key.pid, comm, cgroup.as_deref())
-                    })
-                    .clone();
-                samples.push((key.event, l, *count));
-            }
-            drop(raw);
-            let job = WindowJob {
-                samples,
-                start,
-                end: now,
-            };
-            let queued = if last {
-                self.symbolizer.submit_wait(job, batch)
-            } else {
-                self.symbolizer.submit(job, batch)
-            };
-            if !queued {
-                eprintln!(
-                    "profiledb-agent: the symbolizer is still busy with earlier windows: window dropped"
-                );
-            }
-        }
-        self.procs.gc();
-        self.unwinder.retain(&self.procs);
-    }
-}
-
-/// A captured window waiting for symbols: per stack (same order as the batch's
-/// stacks) its event, sample labels and count.
-struct WindowJob {
-    samples: Vec<(u8, Labels, u64)>,
-    start: SystemTime,
-    end: SystemTime,
-}
-
-/// What the symbolizer thread needs to turn symbolized windows into pushes.
-struct Encoder {
-    labels: LabelConfig,
-    events: Vec<EventKind>,
-    frequency: u64,
-    pusher: Arc<Pusher>,
-    verbose: bool,
-}
-
-impl Encoder {
-    /// Builds one pprof per event from a symbolized window and queues the push.
-    fn encode(&mut self, job: WindowJob, frames: Vec<Vec<Frame>>) {
-        let mut per_event: Vec<Vec<LabeledStack>> = vec![Vec::new(); self.events.len()];
-        for ((event, labels, count), frames) in job.samples.into_iter().zip(frames) {
-            if let Some(v) = per_event.get_mut(event as usize) {
-                v.push(LabeledStack {
-                    labels,
-                    frames,
-                    count,
-                });
-            }
-        }
-        let period_ns = (1_000_000_000u64 / self.frequency.max(1)) as i64;
-        let time_nanos = nanos_since_epoch(job.start);
-        let duration = job
-            .end
-            .duration_since(job.start)
-            .unwrap_or_default()
-            .as_nanos() as i64;
-        let mut req = PushRequest::default();
-        for (i, stacks) in per_event.into_iter().enumerate() {
-            if stacks.is_empty() {
-                continue;
-            }
-            let merged = pprof::merge_stacks(stacks);
-            let profile = pprof::build_profile(&merged, period_ns, time_nanos, duration);
-            let name = self.events.get(i).map(|e| e.name()).unwrap_or("cpu-clock");
-            req.series.push(pprof::push_series(
-                &self.labels.series_labels(name),
-                &profile,
-            ));
-        }
-        match pprof::encode_push_body(&req) {
-            Ok(b) => self.pusher.submit(b),
-            Err(e) => eprintln!("profiledb-agent: encoding the window failed: {e}"),
-        }
-        if self.verbose {
-            let p = self.pusher.stats();
-            eprintln!(
-                "profiledb-agent: window queued for push; {} windows pushed, {} dropped",
-                p.pushed_windows,
-                p.dropped()
-            );
-        }
-    }
-}
-
 /// Ring buffer pages per fd: room for 8 drain ticks (100 ms each) of samples at
 /// `frequency` with `stack_bytes` of copied stack (+ ~1 KiB of callchain and header),
 /// as a power of two between 16 (64 KiB) and 256 (1 MiB). With the default 16 KiB
@@ -473,102 +160,243 @@ fn ring_pages(frequency: u64, stack_bytes: u32) -> usize {
     (pages.next_power_of_two() as usize).min(256)
 }
 
-fn perf_devnum(maj: Option<u32>, min: Option<u32>) -> u64 {
-    match (maj, min) {
-        (Some(a), Some(b)) => crate::procs::makedev(a as u64, b as u64),
-        _ => 0,
-    }
-}
+/// Ring pages of each tracking fd: bursts of mmap records when processes start.
+const TRACKING_PAGES: usize = 32;
 
-fn nanos_since_epoch(t: SystemTime) -> i64 {
-    t.duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
 }
 
-fn drain(fds: &mut [EventFd], state: &mut State) {
-    for f in fds.iter_mut() {
-        // Bound the work per round so one busy fd cannot starve the others.
-        for _ in 0..100_000 {
-            let Some(rec) = f.sampler.next_record() else {
-                break;
+/// The open sampling fds and what they sample.
+struct Session {
+    fds: Vec<EventFd>,
+    spec: Sampling,
+}
+
+/// The overhead guard under a plan: halve the frequencies once, then stop the window.
+struct PlanGuard {
+    guard: CpuGuard,
+    budget: f64,
+    window: Duration,
+    halved: bool,
+    /// The period whose window the guard stopped.
+    stopped_period: Option<i64>,
+}
+
+impl PlanGuard {
+    fn new(plan: &Plan, cfg: &AgentConfig) -> Result<PlanGuard, GuardError> {
+        let window = if cfg.control {
+            Duration::from_secs_f64(
+                (plan.period.as_secs_f64() / 4.0)
+                    .clamp(1.0, cfg.guard_window.as_secs_f64().max(1.0)),
+            )
+        } else {
+            cfg.guard_window
+        };
+        Ok(PlanGuard {
+            guard: CpuGuard::new(plan.max_cpu_percent, window)?,
+            budget: plan.max_cpu_percent,
+            window,
+            halved: false,
+            stopped_period: None,
+        })
+    }
+
+    /// What to sample now under `plan`, after the guard's cuts.
+    fn apply(&self, plan: &Plan, now_ms: i64) -> Option<Sampling> {
+        if self.stopped_period == Some(plan.period_start_at(now_ms)) {
+            return None;
+        }
+        let mut s = plan.sampling_at(now_ms)?;
+        if self.halved {
+            for (_, hz) in &mut s.events {
+                *hz = (*hz / 2).max(1);
+            }
+        }
+        Some(s)
+    }
+}
+
+/// The agent's resident set from `/proc/self/statm`.
+fn rss_bytes() -> u64 {
+    let pages: u64 = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        .unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    pages * u64::try_from(page).unwrap_or(4096)
+}
+
+/// Events this machine can open (probed once at start for the controller).
+fn available_events(target: &Target) -> Vec<String> {
+    let opts = PerfOptions {
+        kernel: false,
+        pages: 1,
+        stack_bytes: 0,
+        frequency: 1,
+    };
+    EventKind::ALL
+        .iter()
+        .filter(|&&e| {
+            let one = match target {
+                Target::System { cpus } => Target::System {
+                    cpus: cpus.iter().take(1).copied().collect(),
+                },
+                Target::Threads { tids, cpus } => Target::Threads {
+                    tids: tids.iter().take(1).copied().collect(),
+                    cpus: cpus.iter().take(1).copied().collect(),
+                },
             };
-            let misc = rec.misc();
-            let event = f.event;
-            if let Ok(r) = rec.parse_record() {
-                state.handle(event, misc, &r);
-            };
+            perf::open_all(&[(e, 1)], &one, &opts)
+                .map(|o| o.events.first().map(|x| x.0) == Some(e))
+                .unwrap_or(false)
+        })
+        .map(|e| e.name().to_string())
+        .collect()
+}
+
+struct Reporter {
+    last: (Instant, f64),
+    errors: Vec<String>,
+    guard: String,
+}
+
+impl Reporter {
+    fn note_error(&mut self, e: String) {
+        if self.errors.last() != Some(&e) {
+            self.errors.push(e);
+        }
+        let extra = self.errors.len().saturating_sub(8);
+        self.errors.drain(..extra);
+    }
+
+    /// The report of the next check-in: totals since the start, CPU since the last.
+    fn report(&mut self, state: &State, pusher: &Pusher, fds: usize) -> c::AgentReport {
+        let now = (
+            Instant::now(),
+            guard::self_cpu_seconds().unwrap_or(self.last.1),
+        );
+        let dt = now.0.duration_since(self.last.0).as_secs_f64();
+        let cpu = if dt > 0.0 {
+            100.0 * (now.1 - self.last.1) / dt
+        } else {
+            0.0
+        };
+        self.last = now;
+        let s = &state.summary;
+        let p = pusher.stats();
+        c::AgentReport {
+            cpu_percent: cpu,
+            rss_bytes: rss_bytes(),
+            samples: s.samples,
+            lost_samples: s.lost_samples,
+            unsymbolized_samples: s.unsymbolized_samples,
+            unattributed_samples: s.unattributed_samples,
+            windows_pushed: p.pushed_windows,
+            windows_dropped: p.dropped(),
+            errors: self.errors.clone(),
+            guard: self.guard.clone(),
+            services: state
+                .services
+                .iter()
+                .map(|(k, v)| c::ServiceSamples {
+                    service: k.clone(),
+                    samples: *v,
+                })
+                .collect(),
+            perf_fds: fds as u64,
+            events: state
+                .window_events
+                .iter()
+                .map(|(e, _)| e.name().to_string())
+                .collect(),
+            counting_rounds: s.counting_rounds,
+            counted_cgroups: 0,
         }
     }
 }
 
-/// Runs the agent until `stop` is set, the duration passes or the CPU guard trips.
+/// Runs the agent until `stop` is set, the duration passes or (without `--control`)
+/// the CPU guard trips.
 pub fn run(cfg: AgentConfig, stop: &AtomicBool) -> Result<Summary, AgentError> {
     let mut procs = ProcessTable::new();
     let cpus = perf::online_cpus();
     let target = if cfg.pids.is_empty() {
-        procs.load_all();
-        Target::System { cpus }
+        Target::System { cpus: cpus.clone() }
     } else {
         let mut tids = Vec::new();
         for &p in &cfg.pids {
-            if procs.load_from_proc(p) {
-                tids.extend(perf::threads_of(p));
-            }
+            tids.extend(perf::threads_of(p));
         }
         if tids.is_empty() {
             return Err(AgentError::NoProcess(cfg.pids.clone()));
         }
-        Target::Threads { tids, cpus }
+        Target::Threads {
+            tids,
+            cpus: cpus.clone(),
+        }
     };
-    let opts = PerfOptions {
-        frequency: cfg.frequency,
-        kernel: true,
-        stack_bytes: cfg.stack_bytes,
-        pages: ring_pages(cfg.frequency, cfg.stack_bytes),
+    // Tracking first, then the /proc scan: a process started during the scan is
+    // in the records even if the scan missed it.
+    let (mut tracking, mut warnings) = if cfg.mmap_tracking {
+        perf::open_tracking(&target, TRACKING_PAGES)?
+    } else {
+        (
+            Vec::new(),
+            vec!["mmap tracking off: processes are known only from /proc reads".to_string()],
+        )
     };
-    let perf::Opened {
-        mut fds,
-        events,
-        warnings,
-    } = perf::open_all(&cfg.events, &target, &opts)?;
-    for w in &warnings {
-        eprintln!("profiledb-agent: {w}");
+    if cfg.pids.is_empty() {
+        procs.load_all();
+    } else {
+        for &p in &cfg.pids {
+            procs.load_from_proc(p);
+        }
     }
-    let mut summary = Summary {
-        events: events.clone(),
-        fds: fds.len(),
-        warnings,
-        ..Default::default()
-    };
-    eprintln!(
-        "profiledb-agent: sampling {} at {} Hz with {} fd(s), events {:?}, pushing every {:?} to {}",
-        if cfg.pids.is_empty() {
-            "the whole machine".to_string()
-        } else {
-            format!("pids {:?}", cfg.pids)
-        },
+    let fallback = Arc::new(Plan::command_line(
+        &cfg.events,
         cfg.frequency,
-        fds.len(),
-        events.iter().map(|e| e.name()).collect::<Vec<_>>(),
-        cfg.push_interval,
-        cfg.server
-    );
+        cfg.stack_bytes,
+        cfg.max_cpu_percent,
+    ));
     let pusher = Arc::new(Pusher::spawn(
         HttpTransport::new(&cfg.server, Duration::from_secs(10)),
         cfg.retry,
         cfg.max_queue,
     ));
-    let mut guard = CpuGuard::new(cfg.max_cpu_percent, cfg.guard_window)?;
+    let control = if cfg.control {
+        let identity = Identity {
+            agent_id: format!("{}-{}-{}", cfg.labels.host, std::process::id(), now_ms()),
+            host: cfg.labels.host.clone(),
+            service: cfg.labels.service.clone(),
+            platform: cfg.labels.platform.clone(),
+            available_events: available_events(&target),
+        };
+        if !identity.available_events.iter().any(|e| e != "cpu-clock") {
+            warnings.push(
+                "no hardware PMU here: only cpu-clock can be sampled (plans asking for hardware events get cpu-clock)"
+                    .into(),
+            );
+        }
+        Some(
+            ControlClient::spawn(&cfg.server, identity, Duration::from_secs(5))
+                .map_err(AgentError::Thread)?,
+        )
+    } else {
+        None
+    };
     if !HostSymbolizer::kallsyms_readable() {
-        summary
-            .warnings
-            .push("/proc/kallsyms unreadable: kernel frames stay unsymbolized".to_string());
+        warnings.push("/proc/kallsyms unreadable: kernel frames stay unsymbolized".to_string());
+    }
+    for w in &warnings {
+        eprintln!("profiledb-agent: {w}");
     }
     let mut encoder = Encoder {
         labels: cfg.labels.clone(),
-        events: events.clone(),
-        frequency: cfg.frequency,
         pusher: pusher.clone(),
         verbose: cfg.verbose,
     };
@@ -577,24 +405,56 @@ pub fn run(cfg: AgentConfig, stop: &AtomicBool) -> Result<Summary, AgentError> {
         .map_err(AgentError::Thread)?;
     let mut cgroups = CgroupNames::default();
     cgroups.scan();
-    let mut state = State {
-        window: Window::new(cfg.max_stacks),
-        cfg: cfg.clone(),
+    let summary = Summary {
+        warnings,
+        ..Default::default()
+    };
+    let mut state = State::new(
+        cfg.labels.clone(),
         procs,
+        cfg.max_stacks,
         symbolizer,
-        unwinder: DwarfUnwinder::new(),
         cgroups,
         summary,
-        frames: Vec::new(),
-        user: Vec::new(),
+        fallback.clone(),
+    );
+    state.summary.plans_followed = 1;
+    eprintln!(
+        "profiledb-agent: {} {}, pushing every {:?} to {}",
+        if cfg.control {
+            "following the server's plans for"
+        } else {
+            "sampling"
+        },
+        if cfg.pids.is_empty() {
+            "the whole machine".to_string()
+        } else {
+            format!("pids {:?}", cfg.pids)
+        },
+        cfg.push_interval,
+        cfg.server
+    );
+    let mut plan_guard = PlanGuard::new(&fallback, &cfg)?;
+    let mut reporter = Reporter {
+        last: (Instant::now(), guard::self_cpu_seconds().unwrap_or(0.0)),
+        errors: Vec::new(),
+        guard: String::new(),
     };
+    let mut session: Option<Session> = None;
+    // A sampling spec that failed to open is not retried until the plan changes.
+    let mut failed_spec: Option<Sampling> = None;
+    let mut counting: Option<Counting> = None;
     let started = Instant::now();
+    let cpu_at_start = guard::self_cpu_seconds()?;
     let mut next_flush = started + cfg.push_interval;
     let mut next_guard = started + Duration::from_secs(1);
     let tick = Duration::from_millis(if cfg.stack_bytes > 0 { 100 } else { 250 });
     loop {
         std::thread::sleep(tick);
-        drain(&mut fds, &mut state);
+        drain(&mut tracking, &mut state);
+        if let Some(s) = &mut session {
+            drain(&mut s.fds, &mut state);
+        }
         let now = Instant::now();
         let done = stop.load(Ordering::Relaxed)
             || cfg
@@ -603,9 +463,130 @@ pub fn run(cfg: AgentConfig, stop: &AtomicBool) -> Result<Summary, AgentError> {
         if done {
             break;
         }
+
+        // The plan in force: the server's newest, else the command line's.
+        let plan = control
+            .as_ref()
+            .and_then(ControlClient::plan)
+            .unwrap_or_else(|| fallback.clone());
+        if let Some(c) = &control {
+            for w in c.take_warnings() {
+                eprintln!("profiledb-agent: {w}");
+                reporter.note_error(w);
+            }
+        }
+        if plan.version != state.plan.version || plan.source != state.plan.source {
+            eprintln!(
+                "profiledb-agent: following plan {} ({:?}): {}",
+                plan.version, plan.source, plan.reason
+            );
+            state.summary.plans_followed += 1;
+            plan_guard = PlanGuard::new(&plan, &cfg)?;
+            failed_spec = None;
+            state.set_plan(plan.clone());
+        }
+
+        // Open, switch or close the sampling fds to match the plan.
+        let want = plan_guard.apply(&plan, now_ms());
+        let have = session.as_ref().map(|s| &s.spec);
+        if want.as_ref() != have && (want.is_none() || want != failed_spec) {
+            if let Some(mut s) = session.take() {
+                for f in s.fds.iter_mut() {
+                    let _ = f.sampler.disable();
+                }
+                drain(&mut s.fds, &mut state);
+                state.flush(false);
+                next_flush = now + cfg.push_interval;
+                if cfg.verbose || cfg.control {
+                    eprintln!("profiledb-agent: sampling window closed");
+                }
+            }
+            if let Some(spec) = want {
+                let opts = PerfOptions {
+                    frequency: spec.events.first().map_or(19, |e| e.1),
+                    kernel: true,
+                    stack_bytes: spec.stack_bytes,
+                    pages: ring_pages(
+                        spec.events.iter().map(|e| e.1).max().unwrap_or(19),
+                        spec.stack_bytes,
+                    ),
+                };
+                match perf::open_all(&spec.events, &target, &opts) {
+                    Ok(opened) => {
+                        for w in &opened.warnings {
+                            if !state.summary.warnings.contains(w) {
+                                eprintln!("profiledb-agent: {w}");
+                                state.summary.warnings.push(w.clone());
+                            }
+                        }
+                        for (e, _) in &opened.events {
+                            if !state.summary.events.contains(e) {
+                                state.summary.events.push(*e);
+                            }
+                        }
+                        if cfg.verbose || cfg.control {
+                            eprintln!(
+                                "profiledb-agent: sampling {:?} with {} fd(s)",
+                                opened
+                                    .events
+                                    .iter()
+                                    .map(|(e, hz)| format!("{}@{hz}Hz", e.name()))
+                                    .collect::<Vec<_>>(),
+                                opened.fds.len()
+                            );
+                        }
+                        state.window_events = opened.events;
+                        state.window.start = SystemTime::now();
+                        session = Some(Session {
+                            fds: opened.fds,
+                            spec,
+                        });
+                        failed_spec = None;
+                    }
+                    Err(e) if cfg.control => {
+                        eprintln!("profiledb-agent: {e}");
+                        reporter.note_error(e.to_string());
+                        failed_spec = Some(spec);
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+
+        // Counting mode follows the plan too.
+        if counting.as_ref().map(|c| c.plan()) != plan.counting.as_ref() {
+            if let Some(r) = counting.as_mut().and_then(Counting::finish) {
+                push_counts(&r, &cfg.labels, &pusher);
+            }
+            counting = plan
+                .counting
+                .clone()
+                .map(|p| Counting::new(p, cpus.clone()));
+        }
+        if let Some(cn) = &mut counting {
+            if let Some(r) = cn.tick(now, &mut state.cgroups) {
+                push_counts(&r, &cfg.labels, &pusher);
+            }
+            state.summary.counting_rounds = cn.stats.rounds;
+            for w in std::mem::take(&mut cn.stats.warnings) {
+                eprintln!("profiledb-agent: {w}");
+                reporter.note_error(w);
+            }
+        }
+
+        let fds = tracking.len()
+            + session.as_ref().map_or(0, |s| s.fds.len())
+            + counting.as_ref().map_or(0, |c| c.stats.fds);
+        state.summary.fds = state.summary.fds.max(fds);
+
         if now >= next_flush {
             next_flush = now + cfg.push_interval;
             state.flush(false);
+            if let Some(c) = &control {
+                let mut r = reporter.report(&state, &pusher, fds);
+                r.counted_cgroups = counting.as_ref().map_or(0, |c| c.stats.counted);
+                c.set_report(r);
+            }
             if cfg.verbose {
                 eprintln!(
                     "profiledb-agent: window {}: {} samples so far, {} lost",
@@ -619,31 +600,80 @@ pub fn run(cfg: AgentConfig, stop: &AtomicBool) -> Result<Summary, AgentError> {
             // of other processes' big binaries (rustc, test binaries) to add ~15 MB
             // of file-backed RSS; one madvise per cached file costs microseconds.
             state.unwinder.release_pages();
-            if let Some(pct) = guard.check()? {
-                eprintln!(
-                    "profiledb-agent: own CPU use {pct:.2}% over the last {:?} exceeds --max-cpu-percent {}: stopping sampling",
-                    cfg.guard_window, cfg.max_cpu_percent
-                );
-                state.summary.guard_tripped = Some(pct);
-                break;
+            if let Some(pct) = plan_guard.guard.check()? {
+                if !cfg.control {
+                    eprintln!(
+                        "profiledb-agent: own CPU use {pct:.2}% over the last {:?} exceeds --max-cpu-percent {}: stopping sampling",
+                        cfg.guard_window, cfg.max_cpu_percent
+                    );
+                    state.summary.guard_tripped = Some(pct);
+                    break;
+                }
+                if session.is_some() {
+                    let action = if plan_guard.halved {
+                        plan_guard.stopped_period = Some(plan.period_start_at(now_ms()));
+                        format!(
+                            "stopped the window: CPU {pct:.2}% over {:?} still above the plan's budget {}% at half frequency",
+                            plan_guard.window, plan_guard.budget
+                        )
+                    } else {
+                        plan_guard.halved = true;
+                        format!(
+                            "halved the frequencies: CPU {pct:.2}% over {:?} above the plan's budget {}%",
+                            plan_guard.window, plan_guard.budget
+                        )
+                    };
+                    eprintln!("profiledb-agent: {action}");
+                    reporter.guard = action.clone();
+                    state.summary.guard_actions.push(action);
+                    // Measure afresh at the new rate.
+                    plan_guard.guard = CpuGuard::new(plan_guard.budget, plan_guard.window)?;
+                }
             }
         }
     }
-    for f in fds.iter_mut() {
-        let _ = f.sampler.disable();
+    if let Some(mut s) = session.take() {
+        for f in s.fds.iter_mut() {
+            let _ = f.sampler.disable();
+        }
+        drain(&mut s.fds, &mut state);
     }
-    drain(&mut fds, &mut state);
-    drop(fds);
+    if let Some(r) = counting.as_mut().and_then(Counting::finish) {
+        push_counts(&r, &cfg.labels, &pusher);
+    }
+    drain(&mut tracking, &mut state);
+    drop(tracking);
     state.flush(true);
-    let mut summary = state.summary;
+    let final_report = control
+        .as_ref()
+        .map(|_| reporter.report(&state, &pusher, 0));
+    let mut summary = std::mem::take(&mut state.summary);
+    if let Some(c) = control {
+        if let Some(r) = final_report {
+            c.set_report(r);
+        }
+        summary.control = c.stop();
+    }
     // Symbolizes what is queued; then the encoder (the pusher's other owner) is gone.
     summary.symbols = state.symbolizer.finish();
     summary.push = match Arc::try_unwrap(pusher) {
         Ok(p) => p.finish(Duration::from_secs(15)),
         Err(p) => p.stats(),
     };
-    summary.cpu_percent = guard.average_percent();
+    let elapsed = started.elapsed().as_secs_f64();
+    summary.cpu_percent = if elapsed > 0.0 {
+        100.0 * (guard::self_cpu_seconds().unwrap_or(cpu_at_start) - cpu_at_start) / elapsed
+    } else {
+        0.0
+    };
     Ok(summary)
+}
+
+fn push_counts(r: &counting::Readings, labels: &LabelConfig, pusher: &Pusher) {
+    match pprof::encode_push_body(&counting::to_push(r, labels)) {
+        Ok(b) => pusher.submit(b),
+        Err(e) => eprintln!("profiledb-agent: encoding counts failed: {e}"),
+    }
 }
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
-//! The per-window aggregation of raw samples: `(event, pid, cgroup, stack) → count`.
+//! The per-window aggregation of raw samples: `(event, pid, cgroup, stack) → (count,
+//! summed periods)`.
 //!
 //! Samples are aggregated raw (addresses) while the window is open and symbolized only
 //! when it closes, so the hot path is one hash-map update. The number of distinct keys
@@ -27,10 +28,17 @@ pub struct RawKey {
     pub frames: Box<[u64]>,
 }
 
+/// Samples of one key: how many, and the sum of their periods (events counted).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Tally {
+    pub count: u64,
+    pub weight: u64,
+}
+
 /// One push window of raw samples.
 #[derive(Debug)]
 pub struct Window {
-    counts: HashMap<RawKey, u64>,
+    counts: HashMap<RawKey, Tally>,
     max_keys: usize,
     /// Samples that did not fit because of `max_keys`.
     pub dropped_samples: u64,
@@ -51,18 +59,20 @@ impl Window {
         }
     }
 
-    /// Adds `count` samples of `key`. Returns false if it was dropped for the bound.
-    pub fn add(&mut self, key: RawKey, count: u64) -> bool {
+    /// Adds `count` samples of `key` whose periods sum to `weight`. Returns false if
+    /// it was dropped for the bound.
+    pub fn add(&mut self, key: RawKey, count: u64, weight: u64) -> bool {
         self.total_samples += count;
         if let Some(c) = self.counts.get_mut(&key) {
-            *c += count;
+            c.count += count;
+            c.weight += weight;
             return true;
         }
         if self.counts.len() >= self.max_keys {
             self.dropped_samples += count;
             return false;
         }
-        self.counts.insert(key, count);
+        self.counts.insert(key, Tally { count, weight });
         true
     }
 
@@ -76,7 +86,7 @@ impl Window {
 
     /// Takes the window's contents (sorted, for reproducible output), leaving it empty
     /// and restarted at `now`.
-    pub fn take(&mut self, now: SystemTime) -> Vec<(RawKey, u64)> {
+    pub fn take(&mut self, now: SystemTime) -> Vec<(RawKey, Tally)> {
         let mut v: Vec<_> = self.counts.drain().collect();
         v.sort_unstable();
         self.start = now;
@@ -102,20 +112,35 @@ mod tests {
     #[test]
     fn counts_and_bound() {
         let mut w = Window::new(2);
-        assert!(w.add(key(0, 1, &[1, 2]), 1));
-        assert!(w.add(key(0, 1, &[1, 2]), 2));
-        assert!(w.add(key(1, 1, &[1, 2]), 1));
+        assert!(w.add(key(0, 1, &[1, 2]), 1, 10));
+        assert!(w.add(key(0, 1, &[1, 2]), 2, 20));
+        assert!(w.add(key(1, 1, &[1, 2]), 1, 7));
         // third distinct key is over the bound
-        assert!(!w.add(key(0, 2, &[1, 2]), 5));
+        assert!(!w.add(key(0, 2, &[1, 2]), 5, 50));
         // but existing keys still count
-        assert!(w.add(key(0, 1, &[1, 2]), 1));
+        assert!(w.add(key(0, 1, &[1, 2]), 1, 10));
         assert_eq!(w.len(), 2);
         assert_eq!(w.dropped_samples, 5);
         assert_eq!(w.total_samples, 10);
         let taken = w.take(SystemTime::now());
         assert_eq!(
             taken,
-            vec![(key(0, 1, &[1, 2]), 4), (key(1, 1, &[1, 2]), 1)]
+            vec![
+                (
+                    key(0, 1, &[1, 2]),
+                    Tally {
+                        count: 4,
+                        weight: 40
+                    }
+                ),
+                (
+                    key(1, 1, &[1, 2]),
+                    Tally {
+                        count: 1,
+                        weight: 7
+                    }
+                )
+            ]
         );
         assert!(w.is_empty());
         assert_eq!(w.dropped_samples, 0);

@@ -11,7 +11,7 @@ pub enum ConfigError {
     Duration(String),
     #[error("bad tag {0:?}: expected key=value with key matching [A-Za-z_][A-Za-z0-9_.]*")]
     Tag(String),
-    #[error("unknown event {0:?}: expected cpu-clock, cycles, instructions, cache-misses or branch-misses")]
+    #[error("unknown event {0:?}: expected cpu-clock, cycles, instructions, cache-references, cache-misses, branch-instructions or branch-misses")]
     Event(String),
 }
 
@@ -65,7 +65,9 @@ pub enum EventKind {
     CpuClock,
     Cycles,
     Instructions,
+    CacheReferences,
     CacheMisses,
+    BranchInstructions,
     BranchMisses,
 }
 
@@ -76,9 +78,36 @@ impl EventKind {
             EventKind::CpuClock => "cpu-clock",
             EventKind::Cycles => "cycles",
             EventKind::Instructions => "instructions",
+            EventKind::CacheReferences => "cache-references",
             EventKind::CacheMisses => "cache-misses",
+            EventKind::BranchInstructions => "branch-instructions",
             EventKind::BranchMisses => "branch-misses",
         }
+    }
+
+    /// Every event, in the order the server's control plane lists them.
+    pub const ALL: [EventKind; 7] = [
+        EventKind::CpuClock,
+        EventKind::Cycles,
+        EventKind::Instructions,
+        EventKind::CacheReferences,
+        EventKind::CacheMisses,
+        EventKind::BranchInstructions,
+        EventKind::BranchMisses,
+    ];
+
+    /// The event named `name` (as on the command line or in a plan).
+    pub fn parse(name: &str) -> Result<EventKind, ConfigError> {
+        Ok(match name.trim() {
+            "cpu-clock" | "cpu" => EventKind::CpuClock,
+            "cycles" | "cpu-cycles" => EventKind::Cycles,
+            "instructions" => EventKind::Instructions,
+            "cache-references" => EventKind::CacheReferences,
+            "cache-misses" => EventKind::CacheMisses,
+            "branch-instructions" | "branches" => EventKind::BranchInstructions,
+            "branch-misses" => EventKind::BranchMisses,
+            other => return Err(ConfigError::Event(other.to_string())),
+        })
     }
 
     /// Whether the event needs a hardware PMU.
@@ -91,14 +120,7 @@ impl EventKind {
 pub fn parse_events(s: &str) -> Result<Vec<EventKind>, ConfigError> {
     let mut out = Vec::new();
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let e = match part {
-            "cpu-clock" | "cpu" => EventKind::CpuClock,
-            "cycles" | "cpu-cycles" => EventKind::Cycles,
-            "instructions" => EventKind::Instructions,
-            "cache-misses" => EventKind::CacheMisses,
-            "branch-misses" => EventKind::BranchMisses,
-            _ => return Err(ConfigError::Event(part.to_string())),
-        };
+        let e = EventKind::parse(part)?;
         if !out.contains(&e) {
             out.push(e);
         }

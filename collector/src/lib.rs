@@ -2,10 +2,14 @@
 //!
 //! The agent samples CPU stacks with `perf_event_open` (through perf-event2): one fd per
 //! event per CPU in system-wide mode (or per thread and CPU with `--pid`), user +
-//! kernel callchains, pid/tid and the cgroup id where the kernel supports it. It tracks
-//! `mmap2`/`comm`/`fork`/`exit` records from the moment sampling starts (after a scan of
-//! `/proc` for the processes already running), so processes that exit inside a push
-//! window still symbolize at the end of it.
+//! kernel callchains, pid/tid and the cgroup id where the kernel supports it. A dummy
+//! event per CPU tracks `mmap2`/`comm`/`fork`/`exit` records from before the scan of
+//! `/proc` for the processes already running, so processes started during the scan or
+//! exiting inside a push window still symbolize at the end of it.
+//!
+//! With `--control` the agent asks the server for its sampling plan every period
+//! (GWP's central controller): when to sample, which events at which Hz, which
+//! processes or cgroups, the CPU budget, and per-cgroup counting.
 //!
 //! Every push interval the raw `(labels, stack) → count` window, with the mapping of
 //! each user address, is handed to a symbolizer thread, which resolves it on the host
@@ -30,17 +34,29 @@
 //! - [`guard`]: the CPU overhead guard (`/proc/self/stat`).
 //! - [`perf`]: opening the perf_event fds and decoding their records.
 //! - [`unwind`]: DWARF unwinding of user stacks copied by the kernel (framehop).
+//! - [`plan`]: the plan followed (the server's, or the command line's).
+//! - [`control`]: the check-in thread asking the server for plans (`--control`).
+//! - [`counting`]: per-cgroup counting rounds, pushed as `cgroup:<event>` profiles.
+//! - [`cgroups`]: cgroup v2 ids and paths.
+//! - [`platform`]: the CPU's vendor/microarchitecture label.
+//! - [`sampler`]: records in, windows out; the encoder on the symbolizer thread.
 //! - [`agent`]: the main loop tying the above together.
 
 pub mod agent;
 pub mod aggregate;
+pub mod cgroups;
 pub mod config;
+pub mod control;
+pub mod counting;
 pub mod elfsyms;
 pub mod guard;
 pub mod kallsyms;
 pub mod perf;
+pub mod plan;
+pub mod platform;
 pub mod pprof;
 pub mod procs;
 pub mod push;
+pub mod sampler;
 pub mod symbolize;
 pub mod unwind;

@@ -69,6 +69,19 @@ struct Cli {
     /// Log every window.
     #[arg(long, short)]
     verbose: bool,
+    /// Ask the server for the sampling plan every period and follow it (events,
+    /// frequencies, windows, budget, counting). The flags above are the plan until
+    /// the server first answers; when it cannot be reached the last plan is kept.
+    #[arg(long)]
+    control: bool,
+    /// Platform label of hardware-event series (default: from /proc/cpuinfo, such as
+    /// intel/skylake).
+    #[arg(long)]
+    platform: Option<String>,
+    /// Do not open the dummy tracking event: processes are then known only from
+    /// /proc reads (to measure what tracking saves).
+    #[arg(long, hide = true)]
+    no_mmap_tracking: bool,
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -119,6 +132,7 @@ fn main() -> Result<()> {
         labels: LabelConfig {
             host: cli.host.unwrap_or_else(hostname),
             service: cli.service,
+            platform: cli.platform.or_else(profiledb_agent::platform::detect),
             tags: cli.tag,
         },
         max_cpu_percent: cli.max_cpu_percent,
@@ -129,6 +143,8 @@ fn main() -> Result<()> {
             ..RetryPolicy::default()
         },
         verbose: cli.verbose,
+        control: cli.control,
+        mmap_tracking: !cli.no_mmap_tracking,
         ..AgentConfig::default()
     };
     let s = agent::run(cfg, &STOP).context("sampling failed")?;
@@ -140,7 +156,8 @@ fn main() -> Result<()> {
     eprintln!(
         "profiledb-agent: done: events {:?}, {} fds, {} samples ({} idle, {} lost, {} over the stack bound), \
          {} windows ({} dropped by a busy symbolizer), {} pushed, {} dropped (queue full {}, failed {}, shutdown {}), {} failed attempts, \
-         {:.1}% frames unsymbolized, avg user stack depth {:.1} (frame-pointer callchain alone {:.1}), agent CPU {:.3}%{}",
+         {:.1}% frames unsymbolized, {} samples outside known mappings, {} of unknown tasks, \
+         avg user stack depth {:.1} (frame-pointer callchain alone {:.1}), agent CPU {:.3}%{}{}",
         s.events.iter().map(|e| e.name()).collect::<Vec<_>>(),
         s.fds,
         s.samples,
@@ -156,12 +173,25 @@ fn main() -> Result<()> {
         s.push.dropped_shutdown,
         s.push.failed_attempts,
         unsym,
+        s.unsymbolized_samples,
+        s.unattributed_samples,
         s.avg_user_depth(),
         s.avg_fp_depth(),
         s.cpu_percent,
         match s.guard_tripped {
             Some(p) => format!(", STOPPED by the CPU guard at {p:.2}%"),
             None => String::new(),
+        },
+        if cli.control {
+            format!(
+                ", {} plans followed, {} check-ins ({} failed), guard: {}",
+                s.plans_followed,
+                s.control.calls_ok + s.control.calls_failed,
+                s.control.calls_failed,
+                s.guard_actions.last().map_or("never acted", String::as_str)
+            )
+        } else {
+            String::new()
         }
     );
     Ok(())

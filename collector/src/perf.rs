@@ -2,9 +2,14 @@
 //!
 //! System-wide mode opens one fd per event per online CPU (`pid = -1`); `--pid` mode
 //! opens one fd per event per thread of the chosen processes per CPU, with `inherit`
-//! so that threads and children created later are followed. The first fd of each
-//! CPU/thread (the "tracking" fd) also asks for `mmap2`, `comm` (with `comm_exec`),
-//! `task` (fork/exit) and `cgroup` records with `sample_id_all`.
+//! so that threads and children created later are followed.
+//!
+//! Process tracking (`mmap2`, `comm` with `comm_exec`, `task` fork/exit and `cgroup`
+//! records, `sample_id_all`) rides on a separate dummy event per CPU/thread
+//! ([`open_tracking`]), opened before the agent scans `/proc` and kept for the agent's
+//! whole life: a process started during the scan, or while no sampling window is
+//! open, still has its mappings recorded, and sampling fds can be closed and reopened
+//! with other events or frequencies without losing a record.
 
 use std::io;
 
@@ -147,7 +152,9 @@ fn builder_for(event: EventKind) -> Builder<'static> {
         EventKind::CpuClock => Builder::new(Software::CPU_CLOCK),
         EventKind::Cycles => Builder::new(Hardware::CPU_CYCLES),
         EventKind::Instructions => Builder::new(Hardware::INSTRUCTIONS),
+        EventKind::CacheReferences => Builder::new(Hardware::CACHE_REFERENCES),
         EventKind::CacheMisses => Builder::new(Hardware::CACHE_MISSES),
+        EventKind::BranchInstructions => Builder::new(Hardware::BRANCH_INSTRUCTIONS),
         EventKind::BranchMisses => Builder::new(Hardware::BRANCH_MISSES),
     }
 }
@@ -161,9 +168,9 @@ struct Extras {
 
 fn open_one(
     event: EventKind,
+    frequency: u64,
     cpu: usize,
     tid: Option<u32>,
-    tracking: bool,
     opts: &PerfOptions,
     extras: Extras,
 ) -> io::Result<Sampler> {
@@ -183,13 +190,19 @@ fn open_one(
         b.sample_stack_user(opts.stack_bytes);
     }
     b.sample(flags)
-        .sample_frequency(opts.frequency.max(1))
+        .sample_frequency(frequency.max(1))
         .one_cpu(cpu)
         .exclude_kernel(!extras.kernel)
         .exclude_hv(true)
         .sample_id_all(true)
         .enabled(false)
         .wakeup_watermark(opts.pages * 4096 / 4);
+    observe(&mut b, tid);
+    let counter = b.build()?;
+    counter.sampled(opts.pages * 4096)
+}
+
+fn observe(b: &mut Builder<'_>, tid: Option<u32>) {
     match tid {
         Some(t) => {
             b.observe_pid(t as libc::pid_t).inherit(true);
@@ -198,34 +211,95 @@ fn open_one(
             b.any_pid();
         }
     }
-    if tracking {
-        b.mmap(true)
-            .mmap2(true)
-            .comm(true)
-            .comm_exec(true)
-            .task(true);
-        if extras.cgroup {
-            b.cgroup(true);
+}
+
+/// The CPUs (and threads) fds are opened on.
+fn units(target: &Target) -> Vec<(usize, Option<u32>)> {
+    match target {
+        Target::System { cpus } => cpus.iter().map(|&c| (c, None)).collect(),
+        Target::Threads { tids, cpus } => tids
+            .iter()
+            .flat_map(|&t| cpus.iter().map(move |&c| (c, Some(t))))
+            .collect(),
+    }
+}
+
+fn open_dummy(cpu: usize, tid: Option<u32>, pages: usize, cgroup: bool) -> io::Result<Sampler> {
+    let mut b = Builder::new(Software::DUMMY);
+    b.sample(SampleFlag::TID | SampleFlag::TIME | SampleFlag::CPU)
+        .sample_period(1)
+        .one_cpu(cpu)
+        .exclude_hv(true)
+        .sample_id_all(true)
+        .enabled(false)
+        .mmap(true)
+        .mmap2(true)
+        .comm(true)
+        .comm_exec(true)
+        .task(true)
+        .cgroup(cgroup)
+        .wakeup_watermark(pages * 4096 / 4);
+    observe(&mut b, tid);
+    b.build()?.sampled(pages * 4096)
+}
+
+/// Opens and enables the dummy tracking fds (one per CPU, or per thread and CPU).
+/// Returns them with the fallbacks taken.
+pub fn open_tracking(
+    target: &Target,
+    pages: usize,
+) -> Result<(Vec<EventFd>, Vec<String>), PerfError> {
+    let mut cgroup = true;
+    let mut warnings = Vec::new();
+    let mut fds = Vec::new();
+    for (cpu, tid) in units(target) {
+        let mut res = open_dummy(cpu, tid, pages, cgroup);
+        if cgroup && matches!(&res, Err(e) if e.raw_os_error() == Some(libc::EINVAL)) {
+            cgroup = false;
+            res = open_dummy(cpu, tid, pages, false);
+            warnings.push(
+                "kernel has no cgroup records: cgroup paths come from scanning /sys/fs/cgroup"
+                    .into(),
+            );
+        }
+        match res {
+            Ok(sampler) => fds.push(EventFd {
+                event: 0,
+                sampler,
+                tracking: true,
+            }),
+            Err(e) if tid.is_some() && e.raw_os_error() == Some(libc::ESRCH) => continue,
+            Err(e) => {
+                let hint = explain(&e);
+                return Err(PerfError::Open {
+                    event: "dummy (process tracking)",
+                    source: e,
+                    hint,
+                });
+            }
         }
     }
-    let counter = b.build()?;
-    counter.sampled(opts.pages * 4096)
+    for f in &mut fds {
+        f.sampler.enable().map_err(PerfError::Enable)?;
+    }
+    Ok((fds, warnings))
 }
 
 /// The result of [`open_all`].
 pub struct Opened {
     pub fds: Vec<EventFd>,
-    /// Events actually sampled; `EventFd::event` indexes this.
-    pub events: Vec<EventKind>,
+    /// Events actually sampled, with their frequencies; `EventFd::event` indexes this.
+    pub events: Vec<(EventKind, u64)>,
     /// Fallbacks taken, to be logged.
     pub warnings: Vec<String>,
 }
 
-/// Opens and enables all fds. Hardware events that fail are reported in the returned
-/// warnings and skipped; if nothing could be opened the last error is returned.
-/// The returned event list holds the events actually sampled (index = `EventFd::event`).
+/// Opens and enables the sampling fds of `events`, each at its frequency. Hardware
+/// events that fail are reported in the returned warnings and skipped; if nothing
+/// could be opened the last error is returned. The returned event list holds the
+/// events actually sampled (index = `EventFd::event`).
 pub fn open_all(
-    events: &[EventKind],
+    events: &[(EventKind, u64)],
     target: &Target,
     opts: &PerfOptions,
 ) -> Result<Opened, PerfError> {
@@ -235,21 +309,16 @@ pub fn open_all(
         kernel: opts.kernel,
     };
     let mut fds: Vec<EventFd> = Vec::new();
-    let mut opened: Vec<EventKind> = Vec::new();
-    let units: Vec<(usize, Option<u32>)> = match target {
-        Target::System { cpus } => cpus.iter().map(|&c| (c, None)).collect(),
-        Target::Threads { tids, cpus } => tids
-            .iter()
-            .flat_map(|&t| cpus.iter().map(move |&c| (c, Some(t))))
-            .collect(),
-    };
+    let mut opened: Vec<(EventKind, u64)> = Vec::new();
+    let units = units(target);
     let mut last_err: Option<PerfError> = None;
-    let mut want: Vec<EventKind> = events.to_vec();
+    let mut want: Vec<(EventKind, u64)> = events.to_vec();
     // cpu-clock is the fallback when no hardware event can be opened.
-    if !want.contains(&EventKind::CpuClock) {
-        want.push(EventKind::CpuClock);
+    if !want.iter().any(|(e, _)| *e == EventKind::CpuClock) {
+        let hz = events.first().map_or(opts.frequency, |e| e.1);
+        want.push((EventKind::CpuClock, hz));
     }
-    for (i, &event) in want.iter().enumerate() {
+    for (i, &(event, hz)) in want.iter().enumerate() {
         let is_fallback = i >= events.len();
         if is_fallback && !opened.is_empty() {
             break;
@@ -258,13 +327,11 @@ pub fn open_all(
         let mut these: Vec<EventFd> = Vec::new();
         let mut failed: Option<io::Error> = None;
         for &(cpu, tid) in &units {
-            // The tracking fd of each unit is the first event that opens there.
-            let tracking = fds.is_empty() || opened.is_empty();
-            let mut res = open_one(event, cpu, tid, tracking, opts, extras);
+            let mut res = open_one(event, hz, cpu, tid, opts, extras);
             // Older kernels: no PERF_SAMPLE_CGROUP / cgroup records.
             if matches!(&res, Err(e) if e.raw_os_error() == Some(libc::EINVAL)) && extras.cgroup {
                 extras.cgroup = false;
-                res = open_one(event, cpu, tid, tracking, opts, extras);
+                res = open_one(event, hz, cpu, tid, opts, extras);
                 if res.is_ok() {
                     warnings.push(
                         "kernel does not report cgroup ids with samples: no cgroup label".into(),
@@ -276,7 +343,7 @@ pub fn open_all(
                 && extras.kernel
             {
                 extras.kernel = false;
-                res = open_one(event, cpu, tid, tracking, opts, extras);
+                res = open_one(event, hz, cpu, tid, opts, extras);
                 if res.is_ok() {
                     warnings.push("kernel frames not permitted (perf_event_paranoid): sampling user stacks only".into());
                 }
@@ -285,7 +352,7 @@ pub fn open_all(
                 Ok(s) => these.push(EventFd {
                     event: idx,
                     sampler: s,
-                    tracking,
+                    tracking: false,
                 }),
                 // A thread that exited between listing and opening.
                 Err(e) if tid.is_some() && e.raw_os_error() == Some(libc::ESRCH) => continue,
@@ -298,7 +365,7 @@ pub fn open_all(
         match failed {
             None if !these.is_empty() => {
                 fds.extend(these);
-                opened.push(event);
+                opened.push((event, hz));
             }
             None => {}
             Some(e) => {
@@ -307,7 +374,7 @@ pub fn open_all(
                     warnings.push(format!(
                         "event {} unavailable: {e}{hint}; {}",
                         event.name(),
-                        if events.iter().any(|e| !e.is_hardware()) {
+                        if events.iter().any(|(e, _)| !e.is_hardware()) {
                             "skipping it"
                         } else {
                             "falling back to cpu-clock if nothing else opens"
@@ -339,6 +406,22 @@ pub fn open_all(
     })
 }
 
+/// Opens an enabled counting fd of `event` for the tasks of one cgroup on one CPU
+/// (`PERF_FLAG_PID_CGROUP`: the kernel only counts while a task of the cgroup runs
+/// there). `cgroup` is an open directory of the cgroup v2 hierarchy.
+pub fn open_cgroup_counter(
+    event: EventKind,
+    cgroup: &std::fs::File,
+    cpu: usize,
+) -> io::Result<perf_event::Counter> {
+    let mut b = builder_for(event);
+    b.observe_cgroup(cgroup)
+        .one_cpu(cpu)
+        .exclude_hv(true)
+        .enabled(true);
+    b.build()
+}
+
 /// Checks whether this process may sample the whole machine with cpu-clock.
 /// Returns the kernel's refusal otherwise.
 pub fn probe_system_wide() -> Result<(), String> {
@@ -349,9 +432,9 @@ pub fn probe_system_wide() -> Result<(), String> {
     };
     open_one(
         EventKind::CpuClock,
+        opts.frequency,
         0,
         None,
-        false,
         &opts,
         Extras {
             cgroup: false,

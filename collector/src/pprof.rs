@@ -1,8 +1,11 @@
 //! Building pprof profiles and push requests from symbolized stacks.
 //!
-//! Per push interval the agent sends one pprof per event type. Series-wide labels
-//! (`__name__`, `host`, `event`, `--tag`s, `service_name` when `--service` is given)
-//! go on the push series; per-process labels (`service_name` = comm, `pid`, `comm`,
+//! Per push interval the agent sends one pprof per event type. cpu-clock is the
+//! profile `process_cpu` (`samples:count`, `cpu:nanoseconds`); a hardware event is its
+//! own profile named after it, weighted by the kernel's sample periods, e.g.
+//! `cycles:cycles:count:cycles:count` (the profile type the fleet CPI analysis reads).
+//! Series-wide labels (`__name__`, `host`, `event`, `platform`, `--tag`s,
+//! `service_name` when `--service` is given) go on the push series; per-process labels (`service_name` = comm, `pid`, `comm`,
 //! `cgroup`) are pprof sample labels, which the server turns into series labels.
 
 use std::collections::HashMap;
@@ -26,6 +29,9 @@ pub struct LabeledStack {
     /// Leaf first.
     pub frames: Vec<Frame>,
     pub count: u64,
+    /// Sum of the samples' periods: events counted (hardware events) or nanoseconds
+    /// (cpu-clock).
+    pub weight: u64,
 }
 
 /// Static label configuration from the command line.
@@ -34,20 +40,43 @@ pub struct LabelConfig {
     pub host: String,
     /// `--service`: overrides the per-process `service_name`.
     pub service: Option<String>,
+    /// CPU vendor/microarchitecture (see [`crate::platform`]).
+    pub platform: Option<String>,
     pub tags: Labels,
 }
 
-/// The profile name every series carries.
+/// The profile name of cpu-clock series.
 pub const PROFILE_NAME: &str = "process_cpu";
+
+/// The profile name (`__name__`) of an event's series.
+pub fn profile_name(event: &str) -> &str {
+    if event == "cpu-clock" {
+        PROFILE_NAME
+    } else {
+        event
+    }
+}
+
+/// What a profile's values measure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Measure<'a> {
+    /// cpu-clock: `samples:count` and `cpu:nanoseconds` = count × the period.
+    Cpu { period_ns: i64 },
+    /// A counted event: `samples:count` and `<event>:count` = the periods' sum.
+    Event { name: &'a str },
+}
 
 impl LabelConfig {
     /// Labels of the push series of one event.
     pub fn series_labels(&self, event: &str) -> Labels {
         let mut l: Labels = vec![
-            ("__name__".into(), PROFILE_NAME.into()),
+            ("__name__".into(), profile_name(event).into()),
             ("host".into(), self.host.clone()),
             ("event".into(), event.into()),
         ];
+        if let Some(p) = &self.platform {
+            l.push(("platform".into(), p.clone()));
+        }
         if let Some(s) = &self.service {
             l.push(("service_name".into(), s.clone()));
         }
@@ -85,7 +114,10 @@ pub fn merge_stacks(stacks: impl IntoIterator<Item = LabeledStack>) -> Vec<Label
     let mut out: Vec<LabeledStack> = Vec::new();
     for s in stacks {
         match idx.get(&(s.labels.clone(), s.frames.clone())) {
-            Some(&i) => out[i].count += s.count,
+            Some(&i) => {
+                out[i].count += s.count;
+                out[i].weight += s.weight;
+            }
             None => {
                 idx.insert((s.labels.clone(), s.frames.clone()), out.len());
                 out.push(s);
@@ -95,18 +127,32 @@ pub fn merge_stacks(stacks: impl IntoIterator<Item = LabeledStack>) -> Vec<Label
     out
 }
 
-/// Builds the pprof of one event: sample types `samples:count` and `cpu:nanoseconds`
-/// (count × `period_ns`), period type `cpu:nanoseconds`.
+/// Builds the pprof of one event (see [`Measure`] for its sample types).
 pub fn build_profile(
     stacks: &[LabeledStack],
-    period_ns: i64,
+    measure: Measure<'_>,
     time_nanos: i64,
     duration_nanos: i64,
 ) -> Profile {
     let mut b = ProfileBuilder::new();
     b.add_sample_type("samples", "count");
-    b.add_sample_type("cpu", "nanoseconds");
-    b.set_period("cpu", "nanoseconds", period_ns);
+    match measure {
+        Measure::Cpu { period_ns } => {
+            b.add_sample_type("cpu", "nanoseconds");
+            b.set_period("cpu", "nanoseconds", period_ns);
+        }
+        Measure::Event { name } => {
+            let (count, weight) = stacks
+                .iter()
+                .fold((0u64, 0u64), |(c, w), s| (c + s.count, w + s.weight));
+            b.add_sample_type(name, "count");
+            b.set_period(
+                name,
+                "count",
+                i64::try_from(weight / count.max(1)).unwrap_or(i64::MAX),
+            );
+        }
+    }
     b.set_time(time_nanos, duration_nanos);
     let mut mappings: HashMap<&ModuleRef, u64> = HashMap::new();
     for s in stacks {
@@ -129,9 +175,13 @@ pub fn build_profile(
             location_id.push(b.location(mapping_id, f.address, function_id));
         }
         let count = i64::try_from(s.count).unwrap_or(i64::MAX);
+        let value = match measure {
+            Measure::Cpu { period_ns } => count.saturating_mul(period_ns),
+            Measure::Event { .. } => i64::try_from(s.weight).unwrap_or(i64::MAX),
+        };
         b.add_sample(
             location_id,
-            vec![count, count.saturating_mul(period_ns)],
+            vec![count, value],
             s.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())),
         );
     }
@@ -180,6 +230,7 @@ mod tests {
         let c = LabelConfig {
             host: "h1".into(),
             service: None,
+            platform: None,
             tags: vec![
                 ("env".into(), "prod".into()),
                 ("host".into(), "ignored".into()),
@@ -240,6 +291,7 @@ mod tests {
                     frame(Some("main"), 0x1200, Some(&m)),
                 ],
                 count: 3,
+                weight: 0,
             },
             LabeledStack {
                 labels: labels.clone(),
@@ -248,6 +300,7 @@ mod tests {
                     frame(Some("main"), 0x1200, Some(&m)),
                 ],
                 count: 2,
+                weight: 0,
             },
             LabeledStack {
                 labels: labels.clone(),
@@ -256,10 +309,18 @@ mod tests {
                     frame(Some("main"), 0x1200, Some(&m)),
                 ],
                 count: 1,
+                weight: 0,
             },
         ]);
         assert_eq!(stacks.len(), 2);
-        let p = build_profile(&stacks, 52_631_578, 1_000, 10_000_000_000);
+        let p = build_profile(
+            &stacks,
+            Measure::Cpu {
+                period_ns: 52_631_578,
+            },
+            1_000,
+            10_000_000_000,
+        );
         let bytes = p.encode_to_vec();
         let d = Profile::decode(&bytes[..]).expect("decodes");
         assert_eq!(d, p);
@@ -302,5 +363,43 @@ mod tests {
             Profile::decode(&back.series[0].samples[0].raw_profile[..]).expect("decodes"),
             p
         );
+    }
+
+    #[test]
+    fn hardware_events_are_their_own_profile_weighted_by_periods() {
+        let c = LabelConfig {
+            host: "h".into(),
+            platform: Some("intel/skylake".into()),
+            ..Default::default()
+        };
+        let l = c.series_labels("cycles");
+        assert!(l.contains(&("__name__".into(), "cycles".into())));
+        assert!(l.contains(&("platform".into(), "intel/skylake".into())));
+        let stacks = vec![
+            LabeledStack {
+                labels: vec![],
+                frames: vec![frame(Some("a"), 1, None)],
+                count: 2,
+                weight: 3_000_000,
+            },
+            LabeledStack {
+                labels: vec![],
+                frames: vec![frame(Some("b"), 2, None)],
+                count: 1,
+                weight: 1_000_000,
+            },
+        ];
+        let p = build_profile(&stacks, Measure::Event { name: "cycles" }, 0, 1);
+        let s = |i: i64| {
+            std::str::from_utf8(&p.string_table[i as usize])
+                .unwrap()
+                .to_string()
+        };
+        assert_eq!(s(p.sample_type[1].r#type), "cycles");
+        assert_eq!(s(p.sample_type[1].unit), "count");
+        assert_eq!(s(p.period_type.as_ref().map_or(0, |t| t.r#type)), "cycles");
+        assert_eq!(p.period, 4_000_000 / 3);
+        assert_eq!(p.sample[0].value, vec![2, 3_000_000]);
+        assert_eq!(p.sample[1].value, vec![1, 1_000_000]);
     }
 }

@@ -7,13 +7,14 @@
 //! `cargo build -p profiledb`. The test skips (passing, with a message) when that
 //! binary is missing or when the kernel refuses perf_event_open.
 
+mod common;
+
 use std::collections::HashMap;
 use std::hint::black_box;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+use common::{http_get, start_server, Kill};
 
 #[inline(never)]
 fn busy_alpha(n: u64) -> u64 {
@@ -66,99 +67,17 @@ fn busy_child() {
     println!("{acc}");
 }
 
-struct Kill(Child);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn server_binary() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    // target/<profile>/deps/sampling-xxxx → target/<profile>/profiledb
-    let p = exe.parent()?.parent()?.join("profiledb");
-    p.exists().then_some(p)
-}
-
-fn free_addr() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr")
-}
-
-fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
-    let mut s = TcpStream::connect(addr)?;
-    s.set_read_timeout(Some(Duration::from_secs(30)))?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut buf = Vec::new();
-    s.read_to_end(&mut buf)?;
-    let text = String::from_utf8_lossy(&buf).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        dechunk(body)
-    } else {
-        body.to_string()
-    };
-    Ok((status, body))
-}
-
-fn dechunk(mut s: &str) -> String {
-    let mut out = String::new();
-    while let Some((len, rest)) = s.split_once("\r\n") {
-        let Ok(n) = usize::from_str_radix(len.trim(), 16) else {
-            break;
-        };
-        if n == 0 || rest.len() < n {
-            break;
-        }
-        out.push_str(&rest[..n]);
-        s = rest[n..].trim_start_matches("\r\n");
-    }
-    out
-}
-
 #[test]
 fn samples_busy_process_into_real_server() {
     if let Err(reason) = profiledb_agent::perf::probe_system_wide() {
         eprintln!("SKIP: perf_event_open not permitted here: {reason}");
         return;
     }
-    let Some(server) = server_binary() else {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some((_server, addr)) = start_server(dir.path()) else {
         eprintln!("SKIP: the profiledb server binary is not built next to this test (run `cargo build -p profiledb` first)");
         return;
     };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let addr = free_addr();
-    let _server = Kill(
-        Command::new(&server)
-            .args(["serve", "--data-dir"])
-            .arg(dir.path())
-            .args(["--listen", &addr.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn profiledb serve"),
-    );
-    let t = Instant::now();
-    while TcpStream::connect(addr).is_err() {
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "server did not start"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
 
     let busy = Kill(
         Command::new(std::env::current_exe().expect("exe"))

@@ -7,6 +7,7 @@
 //!
 //! - [`pprof`]: `perftools.profiles`, the pprof profile format.
 //! - [`types::v1`], [`push::v1`], [`querier::v1`]: Pyroscope's public API packages.
+//! - [`control::v1`]: the fleet control plane between server and agents.
 //! - [`opentelemetry`]: OTLP profiles (`v1development`) and the export service.
 //! - [`DESCRIPTORS`]: the descriptor set of all of them, for protojson.
 //! - [`ProfileBuilder`]: the one pprof encoder (string interning, functions,
@@ -57,6 +58,15 @@ pub mod querier {
     /// `querier.v1`: the query API Grafana's Pyroscope datasource calls.
     pub mod v1 {
         include!(concat!(env!("OUT_DIR"), "/querier.v1.rs"));
+    }
+}
+
+/// Generated code for profiledb's `control.v1` package.
+#[allow(clippy::all, missing_docs)]
+pub mod control {
+    /// `control.v1`: the fleet control plane, agents asking what to sample.
+    pub mod v1 {
+        include!(concat!(env!("OUT_DIR"), "/control.v1.rs"));
     }
 }
 

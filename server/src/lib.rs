@@ -8,6 +8,7 @@
 pub mod alerts;
 pub mod cli;
 pub mod cluster;
+pub mod control;
 pub mod error;
 pub mod fleet_cli;
 pub mod http;
@@ -62,6 +63,8 @@ pub struct ServeOptions {
     /// Run as part of a cluster sharing a bucket (`--storage`); `None` is the
     /// single-node default.
     pub cluster: Option<cluster::ClusterOptions>,
+    /// The fleet controller agents ask for sampling plans.
+    pub control: control::ControlOptions,
 }
 
 impl Default for ServeOptions {
@@ -80,6 +83,7 @@ impl Default for ServeOptions {
             alerts: alerts::AlertOptions::default(),
             tenancy: tenancy::TenancyOptions::default(),
             cluster: None,
+            control: control::ControlOptions::default(),
         }
     }
 }
@@ -102,6 +106,8 @@ pub struct AppState {
     pub tenancy: Arc<tenancy::Tenancy>,
     /// The cluster roles, once open (with `--storage`).
     pub cluster: OnceLock<Arc<cluster::Running>>,
+    /// The fleet controller (policies in `<data-dir>/control.json`).
+    pub control: OnceLock<Arc<control::Controller>>,
     pub started: Instant,
     pub options: ServeOptions,
 }
@@ -112,6 +118,7 @@ impl AppState {
             tenancy: Arc::new(tenancy),
             store: OnceLock::new(),
             cluster: OnceLock::new(),
+            control: OnceLock::new(),
             pipeline: OnceLock::new(),
             querier: OnceLock::new(),
             answers: http::query::AnswerCache::new(options.query_cache_bytes),
@@ -226,10 +233,12 @@ impl Server {
             .await
             .with_context(|| format!("cannot listen on {}", options.listen))?;
         let tenancy = tenancy::Tenancy::open(options.tenancy.clone())?;
-        Ok(Server {
-            listener,
-            state: Arc::new(AppState::new(options, tenancy)),
-        })
+        std::fs::create_dir_all(&options.data_dir)
+            .with_context(|| format!("cannot create {}", options.data_dir.display()))?;
+        let controller = control::Controller::open(&options.data_dir, options.control.clone())?;
+        let state = Arc::new(AppState::new(options, tenancy));
+        let _ = state.control.set(Arc::new(controller));
+        Ok(Server { listener, state })
     }
 
     pub fn local_addr(&self) -> SocketAddr {

@@ -140,6 +140,14 @@ enum Command {
         tenancy: profiledb::tenancy::cli::TenancyArgs,
         #[command(flatten)]
         cluster: profiledb::cluster::ClusterArgs,
+        /// Seed of the fleet controller's machine sampling: servers with the same
+        /// seed choose the same machines in each period.
+        #[arg(long, default_value_t = 0)]
+        control_seed: u64,
+        /// Agents (hosts) the fleet controller remembers; a new host past it gets 429
+        /// until an agent has been silent for a day.
+        #[arg(long, default_value_t = 100_000)]
+        control_max_agents: usize,
     },
     /// Manage the auth file: tenants and their tokens.
     Auth {
@@ -502,6 +510,8 @@ fn main() -> anyhow::Result<()> {
             external_url,
             tenancy,
             cluster,
+            control_seed,
+            control_max_agents,
         } => {
             let cluster = cluster.resolve()?;
             let rules = match &rules {
@@ -574,6 +584,10 @@ fn main() -> anyhow::Result<()> {
                 },
                 tenancy: tenancy.options()?,
                 cluster,
+                control: profiledb::control::ControlOptions {
+                    seed: control_seed,
+                    max_agents: control_max_agents.max(1),
+                },
             };
             let rt = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
             rt.block_on(async {

@@ -384,6 +384,32 @@ fn every_route(svc: &str, start: i64, end: i64) -> Vec<Call> {
             call("/api/v1/admin/retention", M::PUT, "/api/v1/admin/retention".into()),
             json!({"tenant": "beta", "max_age": "1h"}),
         ),
+        // An agent checking in: its host is named after the service, so another
+        // tenant's agent list would show the marker.
+        with_json(
+            call(
+                "/control.v1.ControlService/GetPlan",
+                M::POST,
+                "/control.v1.ControlService/GetPlan".into(),
+            ),
+            json!({"agentId": format!("{svc}_agent"), "host": format!("{svc}_host")}),
+        ),
+        call("/api/v1/agents", M::GET, "/api/v1/agents".into()),
+        call("/api/v1/admin/agents/policy", M::GET, "/api/v1/admin/agents/policy".into()),
+        with_json(
+            call("/api/v1/admin/agents/policy", M::PUT, "/api/v1/admin/agents/policy".into()),
+            json!({"period_secs": 60}),
+        ),
+        call("/api/v1/admin/agents/overrides", M::GET, "/api/v1/admin/agents/overrides".into()),
+        with_json(
+            call("/api/v1/admin/agents/overrides", M::POST, "/api/v1/admin/agents/overrides".into()),
+            json!({"host": format!("{svc}_host"), "until": "1h"}),
+        ),
+        call(
+            "/api/v1/admin/agents/overrides/{id}",
+            M::DELETE,
+            "/api/v1/admin/agents/overrides/1".into(),
+        ),
         call("/api/v1/alerts", M::GET, "/api/v1/alerts".into()),
         call("/api/v1/alerts/rules", M::GET, "/api/v1/alerts/rules".into()),
         with_json(call("/api/v1/alerts/rules", M::POST, "/api/v1/alerts/rules".into()), rule.clone()),

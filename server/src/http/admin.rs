@@ -28,7 +28,7 @@ pub fn routes() -> Router<AppRef> {
 }
 
 /// Checks the bearer token when one is configured.
-fn authorize(state: &AppRef, headers: &HeaderMap) -> ApiResult<()> {
+pub(super) fn authorize(state: &AppRef, headers: &HeaderMap) -> ApiResult<()> {
     if state.options.admin_token.is_none() || crate::tenancy::has_admin_token(state, headers) {
         Ok(())
     } else {

@@ -3,6 +3,7 @@
 mod admin;
 pub mod admission;
 mod alerts;
+mod control;
 mod ingest;
 mod labels;
 mod otlp;
@@ -62,6 +63,7 @@ pub fn router(state: AppRef) -> Router {
         )))
         .merge(admin::routes())
         .merge(alerts::routes())
+        .merge(control::routes())
         .merge(ui::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

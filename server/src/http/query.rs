@@ -9,7 +9,7 @@
 
 mod analyze;
 mod answers;
-mod connect;
+pub(crate) mod connect;
 mod diffsvg;
 mod dot;
 mod fleet;

@@ -56,6 +56,9 @@ async fn prometheus(State(state): State<AppRef>) -> impl IntoResponse {
     if let Some(a) = state.alerts.get() {
         a.render_metrics(&mut body);
     }
+    if let Some(c) = state.control.get() {
+        c.render_metrics(&mut body, profiledb_storage::now_ms());
+    }
     state.tenancy.admission().render_metrics(&mut body);
     (
         [(
