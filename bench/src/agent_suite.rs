@@ -188,7 +188,7 @@ pub(crate) fn status_kib(pid: u32, field: &str) -> Option<u64> {
 }
 
 /// utime + stime of a process in seconds, from `/proc/<pid>/stat`.
-fn cpu_seconds(pid: u32) -> Option<f64> {
+pub(crate) fn cpu_seconds(pid: u32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let ticks = profiledb_agent::guard::parse_cpu_ticks(&stat)?;
     // SAFETY: sysconf has no memory-safety preconditions.

@@ -6,6 +6,7 @@
 
 mod agent_suite;
 mod cluster_suite;
+mod control_suite;
 mod fleet;
 mod fleet_suite;
 mod ingest_suite;
@@ -58,6 +59,12 @@ enum Suite {
     /// fds, samples/s delivered, unsymbolized frames, stack depth. Skips when
     /// perf_event_open is not permitted.
     Agent(agent_suite::Args),
+    /// The fleet loop: a simulated fleet of agents checking in with one server under
+    /// machine sampling (check-ins/s, latency, server CPU, machines per period), the
+    /// real agent under `--control` at 19 and 99 Hz (CPU, RSS), and unsymbolized /
+    /// unattributed samples with and without mmap tracking on a workload starting
+    /// short-lived processes.
+    Control(control_suite::Args),
     /// The web UI in headless Chromium over a generated 1-day fleet: asset bytes
     /// served, navigation to a drawn flame graph (cold and cached), and frames per
     /// second while zooming a 10,000-node flame graph. Skips without Chromium.
@@ -90,6 +97,7 @@ fn main() -> anyhow::Result<()> {
         Suite::Baseline(args) => query_suite::run(args, true),
         Suite::Lifecycle(args) => lifecycle_suite::run(args),
         Suite::Agent(args) => agent_suite::run(args),
+        Suite::Control(args) => control_suite::run(args),
         Suite::Ui(args) => ui_suite::run(args),
         Suite::Fleet(args) => fleet_suite::run(args),
         Suite::Soak(args) => soak_suite::run(args),

@@ -69,6 +69,7 @@ fn every_package_is_in_the_set_once() {
         packages,
         [
             "capabilities.v1",
+            "control.v1",
             "google.v1",
             "opentelemetry.proto.collector.profiles.v1development",
             "opentelemetry.proto.common.v1",
