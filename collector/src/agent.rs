@@ -275,7 +275,13 @@ impl Reporter {
     }
 
     /// The report of the next check-in: totals since the start, CPU since the last.
-    fn report(&mut self, state: &State, pusher: &Pusher, fds: usize) -> c::AgentReport {
+    fn report(
+        &mut self,
+        state: &State,
+        pusher: &Pusher,
+        fds: usize,
+        counted_cgroups: u64,
+    ) -> c::AgentReport {
         let now = (
             Instant::now(),
             guard::self_cpu_seconds().unwrap_or(self.last.1),
@@ -315,7 +321,7 @@ impl Reporter {
                 .map(|(e, _)| e.name().to_string())
                 .collect(),
             counting_rounds: s.counting_rounds,
-            counted_cgroups: 0,
+            counted_cgroups,
         }
     }
 }
@@ -583,9 +589,8 @@ pub fn run(cfg: AgentConfig, stop: &AtomicBool) -> Result<Summary, AgentError> {
             next_flush = now + cfg.push_interval;
             state.flush(false);
             if let Some(c) = &control {
-                let mut r = reporter.report(&state, &pusher, fds);
-                r.counted_cgroups = counting.as_ref().map_or(0, |c| c.stats.counted);
-                c.set_report(r);
+                let counted = counting.as_ref().map_or(0, |c| c.stats.counted);
+                c.set_report(reporter.report(&state, &pusher, fds, counted));
             }
             if cfg.verbose {
                 eprintln!(
@@ -646,7 +651,7 @@ pub fn run(cfg: AgentConfig, stop: &AtomicBool) -> Result<Summary, AgentError> {
     state.flush(true);
     let final_report = control
         .as_ref()
-        .map(|_| reporter.report(&state, &pusher, 0));
+        .map(|_| reporter.report(&state, &pusher, 0, 0));
     let mut summary = std::mem::take(&mut state.summary);
     if let Some(c) = control {
         if let Some(r) = final_report {
