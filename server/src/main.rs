@@ -121,6 +121,12 @@ enum Command {
         /// (0 disables them).
         #[arg(long, default_value_t = 10)]
         compaction_interval_minutes: u64,
+        /// Merge an open partition's segments once this many of one level have
+        /// gathered (early flushes of a busy hour), right after the flush that
+        /// completes them, so queries of the open hour read a few segments, not one
+        /// per flush (below 2: off; off too with --compaction-interval-minutes 0).
+        #[arg(long, default_value_t = 4)]
+        open_merge_segments: usize,
         /// Alert rules to store at start (YAML; replaces stored rules of the same
         /// name). An invalid file stops the server with the reason.
         #[arg(long, value_name = "FILE")]
@@ -504,6 +510,7 @@ fn main() -> anyhow::Result<()> {
             query_timeout_secs,
             admin_token,
             compaction_interval_minutes,
+            open_merge_segments,
             rules,
             alertmanager_url,
             alert_webhook_url,
@@ -549,6 +556,7 @@ fn main() -> anyhow::Result<()> {
                 compaction_interval: Duration::from_secs(
                     compaction_interval_minutes.saturating_mul(60),
                 ),
+                open_merge_segments,
                 segment_cache_bytes: mib(segment_cache_mb, plan.segment_cache),
                 ..StoreConfig::default()
             };

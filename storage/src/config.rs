@@ -75,6 +75,12 @@ pub struct StoreConfig {
     /// Largest decoded size (bytes) of one partition's segments that a compaction
     /// will hold in memory; bigger partitions are skipped with a reason. Default 1 GiB.
     pub compaction_max_bytes: u64,
+    /// Tier merges of open partitions: once this many segments of one level gather
+    /// in a partition still taking flushes (early flushes of a busy hour), the
+    /// background compactor merges them into one of the next level, so queries of
+    /// the open hour read a handful of segments instead of one per flush. Runs after
+    /// each flush when the background compactor runs; below 2 it is off. Default 4.
+    pub open_merge_segments: usize,
     /// Downsampling rules: partitions that ended more than `after` ago are rewritten
     /// at `step_ms` by compaction. Default: after 7 days 60 s, after 30 days 1 h.
     pub downsample: Vec<DownsampleRule>,
@@ -125,6 +131,7 @@ impl Default for StoreConfig {
             background_compaction: true,
             compaction_interval: Duration::from_secs(600),
             compaction_max_bytes: 1 << 30,
+            open_merge_segments: 4,
             downsample: DownsampleRule::defaults(),
         }
     }

@@ -103,6 +103,10 @@ impl Inner {
             if let Some(h) = handle {
                 st.segments.insert(h.meta.id, h);
                 self.segments_version.fetch_add(1, Ordering::SeqCst);
+                if self.cfg.open_merge_segments >= 2 {
+                    // Full means a nudge is already pending: one is enough.
+                    let _ = self.flushed.0.try_send(());
+                }
             }
             let head: usize = st.partitions().map(|p| p.read().approx_bytes()).sum();
             self.head_bytes.store(head as u64, Ordering::Relaxed);

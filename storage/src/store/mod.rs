@@ -104,6 +104,9 @@ struct Inner {
     warming: AtomicBool,
     /// Lifecycle: serializes compaction, downsampling and retention.
     lifecycle: Mutex<()>,
+    /// Flusher → lifecycle: a segment landed (at most one pending), so the
+    /// compactor looks for open partitions with a tier to merge.
+    flushed: (Sender<()>, Receiver<()>),
     /// Segments: handles out of the live set whose files are still read by a query;
     /// deleted as soon as nothing references them (their catalog entries are gone).
     retired: Mutex<Vec<Arc<SegmentHandle>>>,
@@ -168,6 +171,7 @@ impl Store {
             closed: AtomicBool::new(false),
             warming: AtomicBool::new(cfg.warm_segment_cache),
             lifecycle: Mutex::new(()),
+            flushed: channel::bounded(1),
             retired: Mutex::new(Vec::new()),
             cfg,
             _lock: r.lock,

@@ -16,7 +16,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam::channel::{Receiver, RecvTimeoutError};
+use crossbeam::channel::Receiver;
 use tracing::{error, info, warn};
 
 pub(crate) use plan::output_step;
@@ -24,6 +24,7 @@ pub use report::{
     CompactProgress, CompactReport, CompactedPartition, RetentionReport, SkippedPartition,
 };
 
+use super::state::SegmentHandle;
 use super::{now_ms, Inner, Store};
 use crate::catalog::TenantSettings;
 use crate::config::duration_ms;
@@ -87,6 +88,13 @@ impl Store {
         self.inner.apply_retention(now_ms())
     }
 
+    /// Merges the open partitions' segments in tiers, as the background compactor
+    /// does after each flush (see `StoreConfig::open_merge_segments`), with an
+    /// explicit clock deciding which partitions are still open.
+    pub fn merge_open_partitions_at(&self, now_ms: i64) -> Result<CompactReport> {
+        self.inner.merge_open(now_ms)
+    }
+
     /// [`Store::apply_retention`] with an explicit clock.
     pub fn apply_retention_at(&self, now_ms: i64) -> Result<RetentionReport> {
         self.inner.apply_retention(now_ms)
@@ -95,11 +103,19 @@ impl Store {
 
 impl Inner {
     pub(in crate::store) fn compactor_loop(self: Arc<Self>, stop: Receiver<()>) {
+        let mut next_full = Instant::now() + self.cfg.compaction_interval;
         loop {
-            match stop.recv_timeout(self.cfg.compaction_interval) {
-                Err(RecvTimeoutError::Timeout) => {}
-                _ => return,
+            let wait = next_full.saturating_duration_since(Instant::now());
+            crossbeam::select! {
+                recv(stop) -> _ => return,
+                recv(self.flushed.1) -> _ => {
+                    // A flush landed: only the cheap tier merges of open partitions.
+                    self.log_compaction(self.merge_open(now_ms()), "open partition merge");
+                    continue;
+                }
+                default(wait) => {}
             }
+            next_full = Instant::now() + self.cfg.compaction_interval;
             let now = now_ms();
             match self.apply_retention(now) {
                 Ok(r) if !r.deleted.is_empty() => {
@@ -112,23 +128,45 @@ impl Inner {
                 Ok(_) => {}
                 Err(e) => error!(error = %e, "retention failed"),
             }
-            match self.compact(None, None, true, now, &|_| {}) {
-                Ok(r) => {
-                    if !r.compacted.is_empty() {
-                        info!(
-                            partitions = r.compacted.len(),
-                            bytes_before = r.bytes_before,
-                            bytes_after = r.bytes_after,
-                            elapsed_ms = r.elapsed_ms,
-                            "background compaction done"
-                        );
-                    }
-                    for s in r.skipped {
-                        warn!(tenant = %s.tenant, partition = s.partition_start_ms, reason = %s.reason, "partition not compacted");
-                    }
+            let compacted = self.compact(None, None, true, now, &|_| {});
+            self.log_compaction(compacted, "background compaction");
+            self.log_compaction(self.merge_open(now), "open partition merge");
+        }
+    }
+
+    fn log_compaction(&self, report: Result<CompactReport>, what: &str) {
+        match report {
+            Ok(r) => {
+                if !r.compacted.is_empty() {
+                    info!(
+                        partitions = r.compacted.len(),
+                        bytes_before = r.bytes_before,
+                        bytes_after = r.bytes_after,
+                        elapsed_ms = r.elapsed_ms,
+                        "{what} done"
+                    );
                 }
-                Err(e) => error!(error = %e, "background compaction failed"),
+                for s in r.skipped {
+                    warn!(tenant = %s.tenant, partition = s.partition_start_ms, reason = %s.reason, "partition not compacted");
+                }
             }
+            Err(e) => error!(error = %e, "{what} failed"),
+        }
+    }
+
+    fn scope<'a>(
+        &self,
+        tenant: Option<&'a TenantId>,
+        range: Option<TimeRange>,
+        background: bool,
+        now_ms: i64,
+    ) -> plan::Scope<'a> {
+        plan::Scope {
+            tenant,
+            range,
+            background,
+            grace_ms: duration_ms(self.cfg.flush_grace),
+            now_ms,
         }
     }
 
@@ -140,22 +178,48 @@ impl Inner {
         now: i64,
         progress: &dyn Fn(&CompactProgress),
     ) -> Result<CompactReport> {
+        let scope = self.scope(tenant, range, background, now);
+        self.run_plan(progress, |live| {
+            plan::plan(live, &scope, &self.cfg.downsample)
+        })
+    }
+
+    /// Tier merges of the open partitions, repeated while a merge completes a tier
+    /// of the next level; one report for all of them.
+    fn merge_open(&self, now: i64) -> Result<CompactReport> {
+        let scope = self.scope(None, None, true, now);
+        let min = self.cfg.open_merge_segments;
+        let mut total = CompactReport::default();
+        // Each round lifts at least `min` segments a level up, so the levels bound it.
+        for round in 0..16 {
+            let r = self.run_plan(&|_| {}, |live| plan::plan_open(live, &scope, min))?;
+            let done = r.compacted.is_empty();
+            if round == 0 {
+                (total.segments_before, total.bytes_before) = (r.segments_before, r.bytes_before);
+            }
+            (total.segments_after, total.bytes_after) = (r.segments_after, r.bytes_after);
+            total.elapsed_ms += r.elapsed_ms;
+            total.compacted.extend(r.compacted);
+            total.skipped.extend(r.skipped);
+            if done || !total.skipped.is_empty() {
+                break;
+            }
+        }
+        Ok(total)
+    }
+
+    /// Plans under the state read lock and merges partition by partition, under the
+    /// lifecycle lock.
+    fn run_plan(
+        &self,
+        progress: &dyn Fn(&CompactProgress),
+        make_plan: impl FnOnce(&mut dyn Iterator<Item = &Arc<SegmentHandle>>) -> plan::Plan,
+    ) -> Result<CompactReport> {
         let _guard = self.lifecycle.lock();
         let started = Instant::now();
         self.reap_retired();
         let (segments_before, bytes_before) = self.live_totals();
-        let scope = plan::Scope {
-            tenant,
-            range,
-            background,
-            grace_ms: duration_ms(self.cfg.flush_grace),
-            now_ms: now,
-        };
-        let planned = plan::plan(
-            self.state.read().segments.values(),
-            &scope,
-            &self.cfg.downsample,
-        );
+        let planned = make_plan(&mut self.state.read().segments.values());
         let mut report = CompactReport {
             segments_before,
             bytes_before,

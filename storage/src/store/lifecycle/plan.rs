@@ -8,6 +8,12 @@
 //! A partition is planned when it has more than one live segment, or when its output
 //! step differs from its segments' (downsampling: the oldest rule whose age the
 //! partition's end has passed coarsens the step).
+//!
+//! An open partition (still within the flush grace) is not merged whole: every early
+//! flush would rewrite all of the hour again. It is merged in tiers instead
+//! ([`plan_open`]): once `min` segments of one level have gathered, they become one
+//! segment of the next level, so an hour of one-a-minute flushes is read as a handful
+//! of segments and each sample is rewritten about log_min(flushes) times.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -90,6 +96,55 @@ pub(crate) fn plan<'a>(
                 }
             }
         }
+    }
+    plan
+}
+
+/// Tier merges for the open partitions of `live` (those a background run leaves to
+/// the flush grace): per tenant and partition, the segments of the lowest level that
+/// has at least `min` of them, to be merged at their own step. Nothing when `min < 2`.
+pub(crate) fn plan_open<'a>(
+    live: impl Iterator<Item = &'a Arc<SegmentHandle>>,
+    scope: &Scope<'_>,
+    min: usize,
+) -> Plan {
+    type Key = (TenantId, i64, i64);
+    let mut plan = Plan::default();
+    if min < 2 {
+        return plan;
+    }
+    let mut groups: BTreeMap<Key, BTreeMap<u32, Vec<Arc<SegmentHandle>>>> = BTreeMap::new();
+    for h in live {
+        let m = &h.meta;
+        if m.partition_end_ms().saturating_add(scope.grace_ms) <= scope.now_ms
+            || scope.tenant.is_some_and(|t| *t != m.tenant)
+        {
+            continue;
+        }
+        groups
+            .entry((m.tenant.clone(), m.partition_start_ms, m.partition_ms))
+            .or_default()
+            .entry(m.level)
+            .or_default()
+            .push(h.clone());
+    }
+    for ((tenant, start, _), levels) in groups {
+        let Some(mut sources) = levels.into_values().find(|v| v.len() >= min) else {
+            continue;
+        };
+        // Oldest first, so the output's rows keep their flush order.
+        sources.sort_by_key(|h| h.meta.id);
+        let step = sources[0].meta.step_ms;
+        if sources.iter().any(|h| h.meta.step_ms != step) {
+            // The head writes one step; mixed steps wait for the whole-partition merge.
+            continue;
+        }
+        plan.partitions.push(PlannedPartition {
+            tenant,
+            partition_start_ms: start,
+            sources,
+            step_ms: step,
+        });
     }
     plan
 }
