@@ -51,6 +51,10 @@ pub struct Args {
     /// Seconds between printed samples.
     #[arg(long, default_value_t = 15)]
     every_secs: u64,
+    /// More flags for `profiledb serve`, one per use, e.g.
+    /// `--server-arg=--open-merge-segments=0` to compare a setting in the same build.
+    #[arg(long = "server-arg", allow_hyphen_values = true)]
+    server_args: Vec<String>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -120,7 +124,12 @@ fn free_port() -> anyhow::Result<u16> {
 }
 
 /// Starts the server and waits for `/ready`; returns it and the seconds it took.
-fn spawn(bin: &Path, dir: &Path, memory_mb: u64) -> anyhow::Result<(Spawned, f64)> {
+fn spawn(
+    bin: &Path,
+    dir: &Path,
+    memory_mb: u64,
+    extra: &[String],
+) -> anyhow::Result<(Spawned, f64)> {
     let port = free_port()?;
     let t = Instant::now();
     let child = Command::new(bin)
@@ -128,6 +137,7 @@ fn spawn(bin: &Path, dir: &Path, memory_mb: u64) -> anyhow::Result<(Spawned, f64
         .arg(dir)
         .args(["--listen", &format!("127.0.0.1:{port}")])
         .args(["--memory-mb", &memory_mb.to_string()])
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -137,13 +147,14 @@ fn spawn(bin: &Path, dir: &Path, memory_mb: u64) -> anyhow::Result<(Spawned, f64
     Ok((Spawned { child, url }, t.elapsed().as_secs_f64()))
 }
 
-/// `profiledb_memory_bytes`/`_limit_bytes` by part, and `profiledb_wal_bytes`.
-fn gauges(url: &str) -> (BTreeMap<String, (u64, u64)>, u64) {
+/// `profiledb_memory_bytes`/`_limit_bytes` by part, `profiledb_wal_bytes` and
+/// `profiledb_segments`.
+fn gauges(url: &str) -> (BTreeMap<String, (u64, u64)>, u64, u64) {
     let text = reqwest::blocking::get(format!("{url}/metrics"))
         .and_then(|r| r.text())
         .unwrap_or_default();
     let mut parts: BTreeMap<String, (u64, u64)> = BTreeMap::new();
-    let mut wal = 0;
+    let (mut wal, mut segments) = (0, 0);
     for line in text.lines() {
         let Some((key, value)) = line.rsplit_once(' ') else {
             continue;
@@ -163,9 +174,11 @@ fn gauges(url: &str) -> (BTreeMap<String, (u64, u64)>, u64) {
             parts.entry(p).or_default().1 = v;
         } else if key == "profiledb_wal_bytes" {
             wal = v;
+        } else if key == "profiledb_segments" {
+            segments = v;
         }
     }
-    (parts, wal)
+    (parts, wal, segments)
 }
 
 fn now_secs() -> u64 {
@@ -188,9 +201,10 @@ fn soak(
     secs: f64,
     memory_mb: u64,
     every: Duration,
+    extra: &[String],
 ) -> anyhow::Result<serde_json::Value> {
     let tmp = tempfile::tempdir()?;
-    let (mut server, _) = spawn(bin, tmp.path(), memory_mb)?;
+    let (mut server, _) = spawn(bin, tmp.path(), memory_mb, extra)?;
     let pid = server.child.id();
     let stop = Arc::new(AtomicBool::new(false));
     let counts = Arc::new(Counts::default());
@@ -274,7 +288,7 @@ fn soak(
         "\n== soak {g:?}: {secs:.0} s, --memory-mb {memory_mb}, {UPLOADERS} upload clients + 1 query client"
     );
     println!(
-        "{:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8} {:>9} {:>9} {:>8}",
+        "{:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8} {:>5} {:>9} {:>9} {:>8}",
         "t (s)",
         "VmHWM",
         "VmRSS",
@@ -283,6 +297,7 @@ fn soak(
         "query",
         "ingest",
         "WAL",
+        "segs",
         "p50 ms",
         "p99 ms",
         "uploads"
@@ -298,7 +313,7 @@ fn soak(
         )));
         let hwm = status_kib(pid, "VmHWM:").unwrap_or(0) * 1024;
         let rss = status_kib(pid, "VmRSS:").unwrap_or(0) * 1024;
-        let (parts, wal) = gauges(&server.url);
+        let (parts, wal, segments) = gauges(&server.url);
         peak_wal = peak_wal.max(wal);
         let window: Vec<f64> = latencies
             .lock()
@@ -313,7 +328,7 @@ fn soak(
         };
         let part = |p: &str| parts.get(p).map_or(0, |v| v.0);
         println!(
-            "{:>6.0} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8} {:>9.0} {:>9.0} {:>8}",
+            "{:>6.0} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8} {:>5} {:>9.0} {:>9.0} {:>8}",
             start.elapsed().as_secs_f64(),
             human_bytes(hwm as f64),
             human_bytes(rss as f64),
@@ -322,6 +337,7 @@ fn soak(
             human_bytes(part("query") as f64),
             human_bytes(part("ingest") as f64),
             human_bytes(wal as f64),
+            segments,
             p50,
             p99,
             counts.acked.load(Ordering::Relaxed),
@@ -331,6 +347,7 @@ fn soak(
             "vmhwm_bytes": hwm,
             "vmrss_bytes": rss,
             "wal_bytes": wal,
+            "segments": segments,
             "parts": parts.iter().map(|(k, v)| (k.clone(), json!({"bytes": v.0, "limit": v.1}))).collect::<serde_json::Map<_, _>>(),
             "query_p50_ms": p50,
             "query_p99_ms": p99,
@@ -341,7 +358,7 @@ fn soak(
         let _ = t.join();
     }
     let peak_rss = status_kib(pid, "VmHWM:").unwrap_or(0) * 1024;
-    let (parts, _) = gauges(&server.url);
+    let (parts, _, _) = gauges(&server.url);
     let head_budget = parts.get("head").map_or(0, |v| v.1);
     let wal_now = std::fs::read_dir(tmp.path().join("wal"))?
         .filter_map(|e| e.ok()?.metadata().ok())
@@ -349,7 +366,7 @@ fn soak(
         .sum::<u64>();
     server.child.kill()?; // SIGKILL
     server.child.wait()?;
-    let (mut restarted, restart_s) = spawn(bin, tmp.path(), memory_mb)?;
+    let (mut restarted, restart_s) = spawn(bin, tmp.path(), memory_mb, extra)?;
     restarted.child.kill()?;
     restarted.child.wait()?;
     let (p50, p99) = if all_p.is_empty() {
@@ -375,6 +392,7 @@ fn soak(
         "generator": format!("{g:?}"),
         "seconds": secs,
         "memory_mb": memory_mb,
+        "server_args": extra,
         "peak_rss_bytes_vmhwm": peak_rss,
         "head_budget_bytes": head_budget,
         "wal_peak_bytes": peak_wal,
@@ -416,7 +434,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     let mut runs = Vec::new();
     for g in gens {
-        runs.push(soak(&bin, g, secs, memory_mb, every)?);
+        runs.push(soak(&bin, g, secs, memory_mb, every, &args.server_args)?);
     }
     let path = report::write("soak", json!({ "quick": args.quick, "runs": runs }))?;
     println!("\nwrote {}", path.display());

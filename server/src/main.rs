@@ -127,6 +127,11 @@ enum Command {
         /// per flush (below 2: off; off too with --compaction-interval-minutes 0).
         #[arg(long, default_value_t = 4)]
         open_merge_segments: usize,
+        /// Largest estimated decoded size in MiB of one such merge (16 bytes a row
+        /// plus the files' bytes); bigger tiers, from data that does not repeat,
+        /// wait for the merge of the whole partition after the hour.
+        #[arg(long, default_value_t = 64)]
+        open_merge_max_mb: u64,
         /// Alert rules to store at start (YAML; replaces stored rules of the same
         /// name). An invalid file stops the server with the reason.
         #[arg(long, value_name = "FILE")]
@@ -511,6 +516,7 @@ fn main() -> anyhow::Result<()> {
             admin_token,
             compaction_interval_minutes,
             open_merge_segments,
+            open_merge_max_mb,
             rules,
             alertmanager_url,
             alert_webhook_url,
@@ -557,6 +563,7 @@ fn main() -> anyhow::Result<()> {
                     compaction_interval_minutes.saturating_mul(60),
                 ),
                 open_merge_segments,
+                open_merge_max_bytes: open_merge_max_mb.saturating_mul(1 << 20),
                 segment_cache_bytes: mib(segment_cache_mb, plan.segment_cache),
                 ..StoreConfig::default()
             };

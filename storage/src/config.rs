@@ -81,6 +81,12 @@ pub struct StoreConfig {
     /// the open hour read a handful of segments instead of one per flush. Runs after
     /// each flush when the background compactor runs; below 2 it is off. Default 4.
     pub open_merge_segments: usize,
+    /// Largest estimated decoded size (16 bytes a row plus the files' bytes) of one
+    /// tier merge of an open partition; bigger tiers wait for the whole-partition
+    /// merge after the grace. Keeps the merges of data that does not repeat (unique
+    /// stacks: big segments that merging cannot shrink) out of the peak memory.
+    /// Default 64 MiB.
+    pub open_merge_max_bytes: u64,
     /// Downsampling rules: partitions that ended more than `after` ago are rewritten
     /// at `step_ms` by compaction. Default: after 7 days 60 s, after 30 days 1 h.
     pub downsample: Vec<DownsampleRule>,
@@ -132,6 +138,7 @@ impl Default for StoreConfig {
             compaction_interval: Duration::from_secs(600),
             compaction_max_bytes: 1 << 30,
             open_merge_segments: 4,
+            open_merge_max_bytes: 64 << 20,
             downsample: DownsampleRule::defaults(),
         }
     }

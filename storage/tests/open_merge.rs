@@ -100,7 +100,11 @@ fn open_partition_merges_in_tiers_and_answers_stay() {
         if let Some(l) = expected_levels.get(&n) {
             assert_eq!(&levels(&store, OPEN), l, "after flush {n}");
         }
-        assert_eq!(levels(&store, closed), vec![0, 0, 0], "closed hour untouched");
+        assert_eq!(
+            levels(&store, closed),
+            vec![0, 0, 0],
+            "closed hour untouched"
+        );
         assert_eq!(total(&store), want, "after flush {n}");
     }
     // Merges at flushes 3, 6, 9 (level 0 → 1) and 9 (level 1 → 2).
@@ -168,4 +172,32 @@ fn background_compactor_merges_after_flushes() {
         .partitions_compacted
         .load(std::sync::atomic::Ordering::Relaxed);
     assert!(compacted >= 1, "{compacted}");
+}
+
+#[test]
+fn tiers_over_the_size_bound_wait_for_the_hour_to_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(
+        dir.path(),
+        StoreConfig {
+            open_merge_segments: 2,
+            // Smaller than any segment: every tier is over it.
+            open_merge_max_bytes: 1,
+            ..test_config()
+        },
+    )
+    .unwrap();
+    let mut want = 0;
+    for n in 0..4 {
+        want += flush_one(&store, OPEN, n);
+    }
+    let r = store.merge_open_partitions_at(NOW).unwrap();
+    assert!(r.compacted.is_empty() && r.skipped.is_empty());
+    assert_eq!(levels(&store, OPEN), vec![0, 0, 0, 0]);
+    let r = store
+        .compact_at(None, None, OPEN + 2 * HOUR, &|_| {})
+        .unwrap();
+    assert_eq!(r.compacted.len(), 1);
+    assert_eq!(levels(&store, OPEN), vec![1]);
+    assert_eq!(total(&store), want);
 }

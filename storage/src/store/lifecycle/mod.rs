@@ -188,11 +188,13 @@ impl Inner {
     /// of the next level; one report for all of them.
     fn merge_open(&self, now: i64) -> Result<CompactReport> {
         let scope = self.scope(None, None, true, now);
-        let min = self.cfg.open_merge_segments;
+        let (min, max_bytes) = (self.cfg.open_merge_segments, self.cfg.open_merge_max_bytes);
         let mut total = CompactReport::default();
         // Each round lifts at least `min` segments a level up, so the levels bound it.
         for round in 0..16 {
-            let r = self.run_plan(&|_| {}, |live| plan::plan_open(live, &scope, min))?;
+            let r = self.run_plan(&|_| {}, |live| {
+                plan::plan_open(live, &scope, min, max_bytes)
+            })?;
             let done = r.compacted.is_empty();
             if round == 0 {
                 (total.segments_before, total.bytes_before) = (r.segments_before, r.bytes_before);

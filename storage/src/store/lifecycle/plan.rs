@@ -21,6 +21,7 @@ use std::sync::Arc;
 use crate::config::{duration_ms, DownsampleRule};
 use crate::model::TenantId;
 use crate::query::TimeRange;
+use crate::segment::SegmentMeta;
 use crate::store::state::SegmentHandle;
 
 use super::report::SkippedPartition;
@@ -100,13 +101,25 @@ pub(crate) fn plan<'a>(
     plan
 }
 
+/// Estimated memory of decoding a segment for a merge: 16 bytes a row (the decoded
+/// columns) plus its file's bytes (a lower bound for its dictionaries).
+fn decoded_estimate(m: &SegmentMeta) -> u64 {
+    m.rows.saturating_mul(16).saturating_add(m.size_bytes)
+}
+
 /// Tier merges for the open partitions of `live` (those a background run leaves to
 /// the flush grace): per tenant and partition, the segments of the lowest level that
 /// has at least `min` of them, to be merged at their own step. Nothing when `min < 2`.
+///
+/// A tier whose estimated decoded size passes `max_bytes` is left for the
+/// whole-partition merge after the grace: segments that big come from data that does
+/// not repeat (unique stacks), which merging does not shrink, and decoding them
+/// while the head is full would add their size to the peak memory.
 pub(crate) fn plan_open<'a>(
     live: impl Iterator<Item = &'a Arc<SegmentHandle>>,
     scope: &Scope<'_>,
     min: usize,
+    max_bytes: u64,
 ) -> Plan {
     type Key = (TenantId, i64, i64);
     let mut plan = Plan::default();
@@ -132,6 +145,12 @@ pub(crate) fn plan_open<'a>(
         let Some(mut sources) = levels.into_values().find(|v| v.len() >= min) else {
             continue;
         };
+        let estimate = sources
+            .iter()
+            .fold(0u64, |a, h| a.saturating_add(decoded_estimate(&h.meta)));
+        if estimate > max_bytes {
+            continue;
+        }
         // Oldest first, so the output's rows keep their flush order.
         sources.sort_by_key(|h| h.meta.id);
         let step = sources[0].meta.step_ms;
