@@ -372,3 +372,58 @@ fn variance_names_the_slow_host_and_its_function() {
     let (st, v) = get(&s, "/api/v1/fleet/variance", &bad);
     assert_eq!(st, 400, "{v}");
 }
+
+#[test]
+fn variance_names_the_label_of_the_slow_hosts() {
+    let s = TestServer::start();
+    // Zone b's hosts cost exactly twice zone a's; the kernel is spread evenly.
+    for (h, zone, kernel, n) in [
+        ("h1", "a", "k1", 100),
+        ("h2", "a", "k2", 100),
+        ("h3", "b", "k1", 200),
+        ("h4", "b", "k2", 200),
+    ] {
+        ingest(
+            &s,
+            &format!("api.cpu{{host={h},zone={zone},kernel={kernel}}}"),
+            T0,
+            &format!("main;serve {n}\n"),
+        );
+    }
+    let q = format!("{CPU}{{}}");
+    let params = [
+        ("query", q.as_str()),
+        ("from", "2023-01-01T00:00:00Z"),
+        ("until", "2023-01-01T00:01:00Z"),
+    ];
+    let (st, v) = get(&s, "/api/v1/fleet/variance", &params);
+    assert_eq!(st, 200, "{v}");
+    let g = &v["groups"][0];
+    assert!(close(&g["mean"], 150.0 * SCALE as f64), "{g}");
+    assert!(close(&g["stddev"], 50.0 * SCALE as f64), "{g}");
+    // (200 − 100) / 50 = 2; kernel k1 (h1, h3) against k2: 150 against 150.
+    assert_eq!(
+        g["correlated_labels"],
+        json!([
+            {"label": "zone", "value": "b", "units": 2,
+             "mean_with": 200.0 * SCALE as f64, "mean_without": 100.0 * SCALE as f64,
+             "ratio": 2.0, "effect": 2.0},
+            {"label": "kernel", "value": "k1", "units": 2,
+             "mean_with": 150.0 * SCALE as f64, "mean_without": 150.0 * SCALE as f64,
+             "ratio": 1.0, "effect": 0.0},
+        ]),
+        "{g}"
+    );
+    let mut one = params.to_vec();
+    one.push(("correlate", "1"));
+    let (_, v) = get(&s, "/api/v1/fleet/variance", &one);
+    assert_eq!(v["groups"][0]["correlated_labels"][0]["value"], json!("b"));
+    assert_eq!(
+        v["groups"][0]["correlated_labels"].as_array().map(Vec::len),
+        Some(1)
+    );
+    let mut none = params.to_vec();
+    none.push(("correlate", "0"));
+    let (_, v) = get(&s, "/api/v1/fleet/variance", &none);
+    assert_eq!(v["groups"][0]["correlated_labels"], json!([]));
+}

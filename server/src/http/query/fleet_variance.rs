@@ -35,9 +35,11 @@ struct VarianceParams {
     explain: Option<usize>,
     /// How many of the first groups get explained (default 3, at most 20).
     explain_groups: Option<usize>,
+    /// Labels best correlated with unit cost for each explained group (default 3).
+    correlate: Option<usize>,
 }
 
-/// `GET /api/v1/fleet/variance?query=&from=&until=&group_by=&unit=&limit=&explain=&explain_groups=`
+/// `GET /api/v1/fleet/variance?query=&from=&until=&group_by=&unit=&limit=&explain=&explain_groups=&correlate=`
 async fn variance(
     State(state): State<AppRef>,
     headers: HeaderMap,
@@ -71,6 +73,7 @@ async fn variance(
         return Err(ApiError::bad_request("explain_groups must be at most 20"));
     }
     let (k, limit) = (p.explain.unwrap_or(5), p.limit.unwrap_or(10));
+    let correlate = p.correlate.unwrap_or(3);
     let tenant = tenant_of(&headers)?;
     cached_answer(&state, &tenant, &[range], raw_query(&uri), JSON, || async {
         let (querier, t) = (state.querier()?, tenant.clone());
@@ -82,18 +85,23 @@ async fn variance(
             }
             let mut out = Vec::with_capacity(groups.len());
             for (i, g) in groups.into_iter().enumerate() {
-                let explainers = match i < explain_groups && k > 0 {
+                let explained = i < explain_groups;
+                let explainers = match explained && k > 0 {
                     true => querier.fleet_variance_explain(&t, &sel, range, &labels, &g.group, &u, k)?,
                     false => Vec::new(),
                 };
-                out.push((g, explainers));
+                let correlated = match explained && correlate > 0 {
+                    true => querier.fleet_variance_labels(&t, &sel, range, &labels, &g.group, &u, correlate)?,
+                    false => Vec::new(),
+                };
+                out.push((g, explainers, correlated));
             }
             Ok(out)
         })
         .await?;
         let rows: Vec<Value> = groups
             .iter()
-            .map(|(g, ex)| {
+            .map(|(g, ex, correlated)| {
                 let group: serde_json::Map<String, Value> = group_labels
                     .iter()
                     .zip(&g.group)
@@ -103,11 +111,17 @@ async fn variance(
                     .iter()
                     .map(|e| json!({"function": e.function, "high_share": e.high_share, "low_share": e.low_share}))
                     .collect();
+                let correlated: Vec<Value> = correlated
+                    .iter()
+                    .map(|c| json!({"label": c.label, "value": c.value, "units": c.units,
+                                    "mean_with": c.mean_with, "mean_without": c.mean_without,
+                                    "ratio": c.ratio, "effect": c.effect}))
+                    .collect();
                 json!({"group": group, "units": g.units, "mean": g.mean, "stddev": g.stddev,
                        "cov": g.cov,
                        "max_unit": {"name": g.max_unit.0, "value": g.max_unit.1},
                        "min_unit": {"name": g.min_unit.0, "value": g.min_unit.1},
-                       "explainers": ex})
+                       "explainers": ex, "correlated_labels": correlated})
             })
             .collect();
         to_json(&json!({"group_by": group_labels, "unit": unit, "groups": rows}))
