@@ -39,6 +39,32 @@ struct VarianceParams {
     correlate: Option<usize>,
 }
 
+/// The grouping labels (comma-separated, default `service_name`) and the unit label
+/// (default `host`) of a variance request; the boost takes the same.
+pub(crate) fn groups_and_unit(
+    group_by: Option<&str>,
+    unit: Option<&str>,
+) -> ApiResult<(Vec<String>, String)> {
+    let group_labels: Vec<String> = group_by
+        .unwrap_or("service_name")
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect();
+    let unit = unit
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .unwrap_or("host")
+        .to_string();
+    if group_labels.len() > 8 || group_labels.contains(&unit) {
+        return Err(ApiError::bad_request(
+            "group_by takes at most 8 labels, and not the unit label",
+        ));
+    }
+    Ok((group_labels, unit))
+}
+
 /// `GET /api/v1/fleet/variance?query=&from=&until=&group_by=&unit=&limit=&explain=&explain_groups=&correlate=`
 async fn variance(
     State(state): State<AppRef>,
@@ -49,25 +75,7 @@ async fn variance(
     count(&state);
     let sel = Selection::from_query(p.query.as_deref())?.selector;
     let range = window(("from", p.from.as_deref()), ("until", p.until.as_deref()))?;
-    let group_labels: Vec<String> = p
-        .group_by
-        .as_deref()
-        .unwrap_or("service_name")
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(String::from)
-        .collect();
-    let unit = p
-        .unit
-        .clone()
-        .filter(|u| !u.is_empty())
-        .unwrap_or_else(|| "host".into());
-    if group_labels.len() > 8 || group_labels.contains(&unit) {
-        return Err(ApiError::bad_request(
-            "group_by takes at most 8 labels, and not the unit label",
-        ));
-    }
+    let (group_labels, unit) = groups_and_unit(p.group_by.as_deref(), p.unit.as_deref())?;
     let explain_groups = p.explain_groups.unwrap_or(3);
     if explain_groups > 20 {
         return Err(ApiError::bad_request("explain_groups must be at most 20"));
