@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use crate::fleet::{Fleet, FleetConfig, CPU_TYPE};
 use crate::query_suite::{duckdb_version, percentile, run_python};
 use crate::report;
-use crate::server::{push, Running};
+use crate::server::{push_patiently as push, Running};
 
 #[derive(ClapArgs)]
 pub struct Args {
