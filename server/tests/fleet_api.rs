@@ -426,6 +426,10 @@ fn variance_names_the_label_of_the_slow_hosts() {
     none.push(("correlate", "0"));
     let (_, v) = get(&s, "/api/v1/fleet/variance", &none);
     assert_eq!(v["groups"][0]["correlated_labels"], json!([]));
+    let mut bad = params.to_vec();
+    bad.push(("correlate", "33"));
+    let (st, v) = get(&s, "/api/v1/fleet/variance", &bad);
+    assert_eq!(st, 400, "{v}");
 }
 
 /// The frequency of the first event of the plan `host`'s agent gets.

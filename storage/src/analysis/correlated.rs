@@ -16,6 +16,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::query::groupby::GroupAcc;
 
+/// Most labels one group's correlation looks at (the first by name): each is a key
+/// of one group-by, whose rows are bounded by the group's series anyway.
+pub const MAX_LABELS: usize = 32;
+
 /// A label value whose units cost more (or less) than the group's other units.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LabelEffect {

@@ -2,7 +2,7 @@
 //! algorithms in `crate::analysis`.
 
 use super::Querier;
-use crate::analysis::correlated::{correlated_labels, LabelEffect};
+use crate::analysis::correlated::{correlated_labels, LabelEffect, MAX_LABELS};
 use crate::analysis::cpi::{cpi_cells, CpiCell};
 use crate::analysis::hottest::{rank_shared, HotDimension, Hottest};
 use crate::analysis::noise::{fit, per_host, NoiseModel};
@@ -12,10 +12,6 @@ use crate::model::TenantId;
 use crate::query::groupby::{GroupByQuery, GroupKey};
 use crate::query::TimeRange;
 use crate::selector::{Matcher, Selector};
-
-/// Most labels one group's correlation looks at (by name order): each is a key of
-/// one group-by, whose rows are bounded by the group's series anyway.
-pub const MAX_CORRELATED_LABELS: usize = 32;
 
 /// Seed of the host splits of a noise fit: fixed, so the same data always fits the
 /// same C (and cached answers agree with fresh ones).
@@ -140,7 +136,7 @@ impl Querier {
     /// The `k` labels whose values go most with the cost of one group's units (its
     /// `group_labels` values in `group`): every label of the group's series but the
     /// grouping labels, the unit label and reserved `__…__` labels, at most
-    /// `MAX_CORRELATED_LABELS` of them.
+    /// `MAX_LABELS` of them.
     #[allow(clippy::too_many_arguments)]
     pub fn fleet_variance_labels(
         &self,
@@ -160,7 +156,7 @@ impl Querier {
             .label_names(tenant, &narrowed, range)?
             .into_iter()
             .filter(|l| !l.starts_with("__") && l != unit_label && !group_labels.contains(l))
-            .take(MAX_CORRELATED_LABELS)
+            .take(MAX_LABELS)
             .collect();
         if labels.is_empty() || k == 0 {
             return Ok(Vec::new());

@@ -6,6 +6,7 @@ use axum::http::{HeaderMap, Uri};
 use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
+use profiledb_storage::analysis::correlated::MAX_LABELS;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -82,6 +83,11 @@ async fn variance(
     }
     let (k, limit) = (p.explain.unwrap_or(5), p.limit.unwrap_or(10));
     let correlate = p.correlate.unwrap_or(3);
+    if correlate > MAX_LABELS {
+        return Err(ApiError::bad_request(format!(
+            "correlate must be at most {MAX_LABELS}: only that many labels are looked at"
+        )));
+    }
     let tenant = tenant_of(&headers)?;
     cached_answer(&state, &tenant, &[range], raw_query(&uri), JSON, || async {
         let (querier, t) = (state.querier()?, tenant.clone());
