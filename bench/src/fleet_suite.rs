@@ -1,10 +1,13 @@
 //! The fleet analyses over a generated 1-day fleet (CPU plus `cycles` and
 //! `instructions` hardware-event profiles with a `platform` label): p50 latency of
 //! each `/api/v1/fleet/*` endpoint and of the noise-checked diff, cold (first ask
-//! after a restart, data in segments) and cached (the same ask again). No DuckDB
-//! baseline yet: the query suite's Parquet holds no hardware events or hosts'
-//! platforms.
+//! after a restart, data in segments) and cached (the same ask again). The hottest
+//! functions also run in DuckDB over the same CPU rows in Parquet (when
+//! `bench/setup.sh` installed it), with the answers compared; the other analyses
+//! have no baseline: the Parquet holds no hardware events or hosts' platforms.
 
+use std::io::Write;
+use std::path::Path;
 use std::time::Instant;
 
 use anyhow::bail;
@@ -12,9 +15,9 @@ use clap::Args as ClapArgs;
 use serde_json::{json, Value};
 
 use crate::fleet::{Fleet, FleetConfig, CPU_TYPE};
-use crate::query_suite::percentile;
+use crate::query_suite::{duckdb_version, percentile, run_python};
 use crate::report;
-use crate::server::{push, Running};
+use crate::server::{push_patiently as push, Running};
 
 #[derive(ClapArgs)]
 pub struct Args {
@@ -36,6 +39,9 @@ pub struct Args {
     /// Small run for CI.
     #[arg(long)]
     quick: bool,
+    /// Skip the DuckDB baseline of the hottest functions.
+    #[arg(long)]
+    no_baseline: bool,
 }
 
 const HOUR: i64 = 3_600_000;
@@ -68,17 +74,41 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
         zipf_s: 1.1,
         deploy_ms: t_end - HOUR * 6,
     });
+    let baseline = match (args.no_baseline, duckdb_version()) {
+        (true, _) => None,
+        (false, Some(v)) => Some(v),
+        (false, None) => {
+            println!("baseline: DuckDB not installed in bench/.venv (run bench/setup.sh); skipping the DuckDB side");
+            None
+        }
+    };
+    // The CPU rows as the query suite's baseline reads them.
+    let rows_dir = dir.path().join("rows");
+    let mut rows_file = match baseline {
+        Some(_) => {
+            std::fs::create_dir_all(&rows_dir)?;
+            let f = std::fs::File::create(rows_dir.join("samples-0.csv"))?;
+            Some(std::io::BufWriter::new(f))
+        }
+        None => None,
+    };
     let server = Running::start(dir.path(), 0)?;
     let client = reqwest::blocking::Client::new();
     let mut pushes = 0;
+    let mut rows = Vec::new();
     let mut t = t_start;
     while t < t_end {
         for host in 0..args.hosts {
+            rows.clear();
+            let want_rows = rows_file.is_some().then_some(&mut rows);
             push(
                 &client,
                 &server.url,
-                &fleet.host_push(host, t, false, None).0,
+                &fleet.host_push(host, t, false, want_rows).0,
             )?;
+            if let Some(f) = rows_file.as_mut() {
+                f.write_all(&rows)?;
+            }
             push(&client, &server.url, &fleet.host_hw_push(host, t))?;
             pushes += 2;
         }
@@ -120,13 +150,37 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
         ),
     ];
     let mut results = Vec::new();
+    let mut hottest_top = None;
     for (name, path, mut params) in asks {
         params.extend(window.iter().cloned());
         let url = format!("{}{path}", server.url);
-        let (cold, cached) = timed(args.cached, || get(&client, &url, &params))?;
+        let mut last = Value::Null;
+        let (cold, cached) = timed(args.cached, || {
+            last = get(&client, &url, &params)?;
+            Ok(last.clone())
+        })?;
         println!("{name:<18} cold {cold:>8.1} ms   cached p50 {cached:>6.1} ms");
         results.push(json!({"analysis": name, "cold_ms": cold, "cached_p50_ms": cached}));
+        if name == "hottest functions" {
+            hottest_top = Some(last);
+        }
     }
+    let duckdb = match (&baseline, rows_file.take()) {
+        (Some(version), Some(mut f)) => {
+            f.flush()?;
+            drop(f);
+            let answer = hottest_top.unwrap_or(Value::Null);
+            Some(duckdb_hottest(
+                &fleet,
+                &rows_dir,
+                (t_start, t_end),
+                args.cached,
+                &answer,
+                version,
+            )?)
+        }
+        _ => None,
+    };
     let diff = json!({"profile_type": CPU_TYPE, "selector": "{}",
         "base": {"start": t_start, "end": t_start + 12 * HOUR},
         "compare": {"start": t_start + 12 * HOUR, "end": t_end}, "noise": {}});
@@ -147,6 +201,7 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
             "fleet": {"hosts": args.hosts, "services": args.services, "stacks": args.stacks,
                       "interval_s": args.interval, "pushes": pushes, "quick": args.quick},
             "analyses": results,
+            "duckdb_hottest_functions": duckdb,
         }),
     )?;
     println!("wrote {}", path.display());
@@ -181,4 +236,67 @@ fn timed(n: usize, mut f: impl FnMut() -> anyhow::Result<Value>) -> anyhow::Resu
     let mut cached: Vec<f64> = (0..n).map(|_| once()).collect::<anyhow::Result<_>>()?;
     cached.sort_by(f64::total_cmp);
     Ok((cold, percentile(&cached, 50.0)))
+}
+
+/// The hottest functions of the window in DuckDB over the same CPU rows in Parquet
+/// (the query suite's schema): timed like the query suite's baseline, and its top 20
+/// compared with profiledb's answer (`answer`) name for name and value for value.
+fn duckdb_hottest(
+    fleet: &Fleet,
+    rows_dir: &Path,
+    (t_start, t_end): (i64, i64),
+    iterations: usize,
+    answer: &Value,
+    version: &str,
+) -> anyhow::Result<Value> {
+    fleet.write_stacks_csv(&rows_dir.join("stacks.csv"))?;
+    let dir = rows_dir.display().to_string();
+    let convert = run_python(&["convert", "--dir", &dir])?;
+    // Same order as profiledb's ranking: value, then name.
+    let sql = format!(
+        "SELECT k.leaf AS name, count(DISTINCT s.service) AS services, sum(s.value) AS value \
+         FROM samples s JOIN stacks k USING (stack_id) \
+         WHERE s.profile_type = '{CPU_TYPE}' AND s.ts_ms >= {t_start} AND s.ts_ms < {t_end} \
+         GROUP BY k.leaf ORDER BY value DESC, name LIMIT 20"
+    );
+    let spec_path = rows_dir.join("spec.json");
+    std::fs::write(
+        &spec_path,
+        serde_json::to_vec(&json!([{"name": "hottest functions", "sql": sql}]))?,
+    )?;
+    let iterations = iterations.max(1).to_string();
+    let out = run_python(&[
+        "run",
+        "--dir",
+        &dir,
+        "--spec",
+        &spec_path.display().to_string(),
+        "--iterations",
+        &iterations,
+    ])?;
+    let d = out["hottest functions"].clone();
+    let ours: f64 = answer["entries"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e["value"].as_f64())
+        .sum();
+    let theirs = d["total"].as_f64();
+    let agree = theirs.is_some_and(|t| (t - ours).abs() <= 1e-9 * ours.abs().max(1.0));
+    println!(
+        "{:<18} DuckDB {version}: first {:>8.1} ms   p50 {:>6.1} ms   top-20 total {} ({})",
+        "hottest functions",
+        d["first_ms"].as_f64().unwrap_or(f64::NAN),
+        d["p50_ms"].as_f64().unwrap_or(f64::NAN),
+        theirs.unwrap_or(f64::NAN),
+        if agree {
+            "same as profiledb"
+        } else {
+            "DIFFERS from profiledb"
+        },
+    );
+    if !agree {
+        bail!("DuckDB's top-20 hottest functions total {theirs:?}, profiledb's {ours}");
+    }
+    Ok(json!({"duckdb_version": version, "convert": convert, "query": d, "top20_total": ours}))
 }

@@ -290,7 +290,7 @@ fn wait_warm(client: &reqwest::blocking::Client, url: &str) -> anyhow::Result<()
     }
 }
 
-fn venv_python() -> PathBuf {
+pub(crate) fn venv_python() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python")
 }
 
@@ -299,7 +299,7 @@ fn script() -> PathBuf {
 }
 
 /// `Some(version)` when the bench virtualenv has DuckDB.
-fn duckdb_version() -> Option<String> {
+pub(crate) fn duckdb_version() -> Option<String> {
     let out = Command::new(venv_python())
         .args(["-c", "import duckdb; print(duckdb.__version__)"])
         .output()
@@ -309,7 +309,7 @@ fn duckdb_version() -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
-fn run_python(args: &[&str]) -> anyhow::Result<Value> {
+pub(crate) fn run_python(args: &[&str]) -> anyhow::Result<Value> {
     let out = Command::new(venv_python())
         .arg(script())
         .args(args)

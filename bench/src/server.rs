@@ -77,6 +77,33 @@ pub fn push(
     Ok(())
 }
 
+/// `push`, waiting and trying again while the server answers 429 or 503 (a fast
+/// build outruns the default per-tenant ingestion rate); other failures are errors.
+pub fn push_patiently(
+    client: &reqwest::blocking::Client,
+    url: &str,
+    req: &profiledb_proto::push::v1::PushRequest,
+) -> anyhow::Result<()> {
+    use prost::Message;
+    let body = req.encode_to_vec();
+    for _ in 0..600 {
+        let r = client
+            .post(format!("{url}/push.v1.PusherService/Push"))
+            .header("content-type", "application/proto")
+            .body(body.clone())
+            .send()?;
+        let status = r.status();
+        if status.is_success() {
+            return Ok(());
+        }
+        if status.as_u16() != 429 && status.as_u16() != 503 {
+            bail!("push failed: {status} {}", r.text().unwrap_or_default());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    bail!("push refused for a minute (429/503)")
+}
+
 /// A binary of this workspace (`bin` of `package`), built with cargo for this
 /// bench's profile when run through cargo, found beside the bench binary.
 pub fn workspace_binary(package: &str, bin: &str) -> anyhow::Result<PathBuf> {

@@ -49,8 +49,8 @@ pub struct FleetArgs {
     /// `--param query=process_cpu:cpu:nanoseconds:cpu:nanoseconds{} --param by=binary`.
     #[arg(long = "param", value_parser = name_value)]
     pub params: Vec<(String, String)>,
-    /// Print the server's JSON answer instead of the table (always JSON for the
-    /// analyses other than `hottest`).
+    /// Print the server's JSON answer instead of the table (always JSON for `cpi`
+    /// and `assignment`).
     #[arg(long)]
     pub json: bool,
 }
@@ -105,4 +105,98 @@ pub fn hottest_table(v: &Value) -> String {
         v["services"].as_u64().unwrap_or(0)
     );
     out
+}
+
+/// The variance groups as a table (group, units, mean, CoV, costliest unit), each
+/// explained group followed by its explaining functions and correlated labels.
+pub fn variance_table(v: &Value) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:>7}  {:>5}  {:>14}  {:<20}  group",
+        "cov", "units", "mean", "costliest"
+    );
+    let text = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    for g in v["groups"].as_array().into_iter().flatten() {
+        let group: Vec<String> = g["group"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| format!("{k}={}", text(v)))
+            .collect();
+        let _ = writeln!(
+            out,
+            "{:>7.3}  {:>5}  {:>14.1}  {:<20}  {}",
+            g["cov"].as_f64().unwrap_or(0.0),
+            g["units"].as_u64().unwrap_or(0),
+            g["mean"].as_f64().unwrap_or(0.0),
+            format!(
+                "{} ({})",
+                text(&g["max_unit"]["name"]),
+                g["max_unit"]["value"]
+            ),
+            group.join(","),
+        );
+        for e in g["explainers"].as_array().into_iter().flatten() {
+            let _ = writeln!(
+                out,
+                "         function {}: {:.1}% of the costly units, {:.1}% of the others",
+                text(&e["function"]),
+                e["high_share"].as_f64().unwrap_or(0.0) * 100.0,
+                e["low_share"].as_f64().unwrap_or(0.0) * 100.0,
+            );
+        }
+        for c in g["correlated_labels"].as_array().into_iter().flatten() {
+            let ratio = c["ratio"]
+                .as_f64()
+                .map_or_else(|| "-".to_string(), |r| format!("{r:.2}x"));
+            let _ = writeln!(
+                out,
+                "         label {}={}: effect {:+.2}, {} units at {} the others' cost",
+                text(&c["label"]),
+                text(&c["value"]),
+                c["effect"].as_f64().unwrap_or(0.0),
+                c["units"].as_u64().unwrap_or(0),
+                ratio,
+            );
+        }
+    }
+    out
+}
+
+/// The table for an analysis that has one.
+pub fn table(a: Analysis, v: &Value) -> Option<String> {
+    match a {
+        Analysis::Hottest => Some(hottest_table(v)),
+        Analysis::Variance => Some(variance_table(v)),
+        Analysis::Cpi | Analysis::Assignment => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn variance_table_lists_explainers_and_labels() {
+        let v = json!({"group_by": ["service_name"], "unit": "host", "groups": [{
+            "group": {"service_name": "api"}, "units": 4, "mean": 150.0, "stddev": 50.0,
+            "cov": 1.0 / 3.0, "max_unit": {"name": "h3", "value": 200},
+            "min_unit": {"name": "h1", "value": 100},
+            "explainers": [{"function": "lock", "high_share": 0.5, "low_share": 0.0}],
+            "correlated_labels": [{"label": "zone", "value": "b", "units": 2,
+                "mean_with": 200.0, "mean_without": 100.0, "ratio": 2.0, "effect": 2.0}]}]});
+        let want = [
+            "    cov  units            mean  costliest             group",
+            "  0.333      4           150.0  h3 (200)              service_name=api",
+            "         function lock: 50.0% of the costly units, 0.0% of the others",
+            "         label zone=b: effect +2.00, 2 units at 2.00x the others' cost",
+            "",
+        ];
+        assert_eq!(variance_table(&v), want.join("\n"));
+    }
 }

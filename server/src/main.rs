@@ -643,10 +643,9 @@ fn main() -> anyhow::Result<()> {
         } => cmd_retention(&data_dir, &tenant, &max_age, dry_run, partition_minutes),
         Command::Fleet(args) => {
             let answer = profiledb::fleet_cli::ask(&args)?;
-            if args.json || args.analysis != profiledb::fleet_cli::Analysis::Hottest {
-                println!("{answer:#}");
-            } else {
-                print!("{}", profiledb::fleet_cli::hottest_table(&answer));
+            match profiledb::fleet_cli::table(args.analysis, &answer) {
+                Some(t) if !args.json => print!("{t}"),
+                _ => println!("{answer:#}"),
             }
             Ok(())
         }

@@ -372,3 +372,219 @@ fn variance_names_the_slow_host_and_its_function() {
     let (st, v) = get(&s, "/api/v1/fleet/variance", &bad);
     assert_eq!(st, 400, "{v}");
 }
+
+#[test]
+fn variance_names_the_label_of_the_slow_hosts() {
+    let s = TestServer::start();
+    // Zone b's hosts cost exactly twice zone a's; the kernel is spread evenly.
+    for (h, zone, kernel, n) in [
+        ("h1", "a", "k1", 100),
+        ("h2", "a", "k2", 100),
+        ("h3", "b", "k1", 200),
+        ("h4", "b", "k2", 200),
+    ] {
+        ingest(
+            &s,
+            &format!("api.cpu{{host={h},zone={zone},kernel={kernel}}}"),
+            T0,
+            &format!("main;serve {n}\n"),
+        );
+    }
+    let q = format!("{CPU}{{}}");
+    let params = [
+        ("query", q.as_str()),
+        ("from", "2023-01-01T00:00:00Z"),
+        ("until", "2023-01-01T00:01:00Z"),
+    ];
+    let (st, v) = get(&s, "/api/v1/fleet/variance", &params);
+    assert_eq!(st, 200, "{v}");
+    let g = &v["groups"][0];
+    assert!(close(&g["mean"], 150.0 * SCALE as f64), "{g}");
+    assert!(close(&g["stddev"], 50.0 * SCALE as f64), "{g}");
+    // (200 − 100) / 50 = 2; kernel k1 (h1, h3) against k2: 150 against 150.
+    assert_eq!(
+        g["correlated_labels"],
+        json!([
+            {"label": "zone", "value": "b", "units": 2,
+             "mean_with": 200.0 * SCALE as f64, "mean_without": 100.0 * SCALE as f64,
+             "ratio": 2.0, "effect": 2.0},
+            {"label": "kernel", "value": "k1", "units": 2,
+             "mean_with": 150.0 * SCALE as f64, "mean_without": 150.0 * SCALE as f64,
+             "ratio": 1.0, "effect": 0.0},
+        ]),
+        "{g}"
+    );
+    let mut one = params.to_vec();
+    one.push(("correlate", "1"));
+    let (_, v) = get(&s, "/api/v1/fleet/variance", &one);
+    assert_eq!(v["groups"][0]["correlated_labels"][0]["value"], json!("b"));
+    assert_eq!(
+        v["groups"][0]["correlated_labels"].as_array().map(Vec::len),
+        Some(1)
+    );
+    let mut none = params.to_vec();
+    none.push(("correlate", "0"));
+    let (_, v) = get(&s, "/api/v1/fleet/variance", &none);
+    assert_eq!(v["groups"][0]["correlated_labels"], json!([]));
+    let mut bad = params.to_vec();
+    bad.push(("correlate", "33"));
+    let (st, v) = get(&s, "/api/v1/fleet/variance", &bad);
+    assert_eq!(st, 400, "{v}");
+}
+
+/// The frequency of the first event of the plan `host`'s agent gets.
+fn planned_hz(s: &TestServer, host: &str) -> String {
+    let r = s
+        .client
+        .post(format!("{}/control.v1.ControlService/GetPlan", s.url))
+        .json(&json!({"agentId": host, "host": host}))
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().unwrap();
+    v["plan"]["events"][0]["frequencyHz"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
+}
+
+#[test]
+fn variance_boost_raises_the_top_groups_hosts_until_it_expires() {
+    let s = TestServer::start();
+    for (svc, h, n) in [
+        ("api", "h1", 100),
+        ("api", "h2", 100),
+        ("api", "h3", 100),
+        ("api", "h4", 300),
+        ("db", "h5", 90),
+        ("db", "h6", 110),
+        ("web", "h7", 50),
+    ] {
+        ingest(
+            &s,
+            &format!("{svc}.cpu{{host={h}}}"),
+            T0,
+            &format!("main;serve {n}\n"),
+        );
+    }
+    let q = format!("{CPU}{{}}");
+    let base = [
+        ("query", q.as_str()),
+        ("from", "2023-01-01T00:00:00Z"),
+        ("until", "2023-01-01T00:01:00Z"),
+    ];
+    let boost = |extra: &[(&str, &str)]| {
+        let mut params = base.to_vec();
+        params.retain(|(k, _)| extra.iter().all(|(e, _)| e != k));
+        params.extend_from_slice(extra);
+        let r = s
+            .client
+            .post(format!("{}/api/v1/admin/fleet/variance/boost", s.url))
+            .query(&params)
+            .send()
+            .unwrap();
+        (r.status().as_u16(), r.json::<Value>().unwrap())
+    };
+    for bad in [
+        ("top", "0"),
+        ("max_hosts", "0"),
+        ("duration", "48h"),
+        ("duration", "soon"),
+        ("frequency_hz", "0"),
+        ("event", "nope"),
+        ("unit", "service_name"),
+        ("nope", "1"),
+    ] {
+        let (st, v) = boost(&[bad]);
+        assert_eq!(st, 400, "{bad:?}: {v}");
+    }
+    assert_eq!(
+        s.json("/api/v1/admin/agents/overrides", &[])["overrides"],
+        json!([]),
+        "bad requests create nothing"
+    );
+    assert_eq!(planned_hz(&s, "h1"), "19", "the default policy");
+
+    // api (CoV √7500 / 150) then db (CoV 0.1); web has one host and no spread.
+    // A budget of 5 hosts leaves db's h6 out.
+    let (st, v) = boost(&[
+        ("top", "2"),
+        ("max_hosts", "5"),
+        ("duration", "3s"),
+        ("frequency_hz", "49"),
+    ]);
+    assert_eq!(st, 201, "{v}");
+    assert_eq!(v["frequency_hz"], json!(49));
+    let groups: Vec<(Value, Value)> = v["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| (g["group"].clone(), g["hosts"].clone()))
+        .collect();
+    assert_eq!(
+        groups,
+        [
+            (
+                json!({"service_name": "api"}),
+                json!(["h1", "h2", "h3", "h4"])
+            ),
+            (json!({"service_name": "db"}), json!(["h5"])),
+        ]
+    );
+    assert_eq!(v["over_budget"], json!(["h6"]));
+    let listed = s.json("/api/v1/admin/agents/overrides", &[]);
+    assert_eq!(
+        listed["overrides"], v["overrides"],
+        "what it answers is stored"
+    );
+    let api_reason = format!(
+        "variance boost: service_name=api (CoV {:.3})",
+        7500f64.sqrt() / 150.0
+    );
+    let overrides: Vec<(String, Value, Value, String, i64)> = listed["overrides"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| {
+            (
+                o["host"].as_str().unwrap_or("").to_string(),
+                o["service"].clone(),
+                o["frequency_hz"].clone(),
+                o["reason"].as_str().unwrap_or("").to_string(),
+                o["until_ms"].as_i64().unwrap() - o["created_ms"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    let want: Vec<(String, Value, Value, String, i64)> = ["h1", "h2", "h3", "h4", "h5"]
+        .iter()
+        .map(|h| {
+            let reason = match *h {
+                "h5" => "variance boost: service_name=db (CoV 0.100)".to_string(),
+                _ => api_reason.clone(),
+            };
+            (h.to_string(), Value::Null, json!(49), reason, 3000)
+        })
+        .collect();
+    assert_eq!(overrides, want);
+    assert_eq!(planned_hz(&s, "h1"), "49");
+    assert_eq!(planned_hz(&s, "h6"), "19", "over budget: not raised");
+
+    // The overrides expire by themselves and the rate falls back.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while s.json("/api/v1/admin/agents/overrides", &[])["overrides"] != json!([]) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the boost never expired"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert_eq!(planned_hz(&s, "h1"), "19");
+
+    // Nothing varies in a window without data: nothing to raise.
+    let (st, v) = boost(&[
+        ("from", "2024-01-01T00:00:00Z"),
+        ("until", "2024-01-01T00:01:00Z"),
+    ]);
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["overrides"], json!([]));
+}

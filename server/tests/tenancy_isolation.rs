@@ -410,6 +410,11 @@ fn every_route(svc: &str, start: i64, end: i64) -> Vec<Call> {
             M::DELETE,
             "/api/v1/admin/agents/overrides/1".into(),
         ),
+        call(
+            "/api/v1/admin/fleet/variance/boost",
+            M::POST,
+            format!("/api/v1/admin/fleet/variance/boost?query={all}&{win}&duration=1m"),
+        ),
         call("/api/v1/alerts", M::GET, "/api/v1/alerts".into()),
         call("/api/v1/alerts/rules", M::GET, "/api/v1/alerts/rules".into()),
         with_json(call("/api/v1/alerts/rules", M::POST, "/api/v1/alerts/rules".into()), rule.clone()),

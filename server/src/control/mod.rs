@@ -295,29 +295,48 @@ impl Controller {
         spec: OverrideSpec,
         now_ms: i64,
     ) -> Result<Override, ControlError> {
-        spec.validate(now_ms)?;
+        let mut added = self.add_overrides(tenant, vec![spec], now_ms)?;
+        added
+            .pop()
+            .ok_or(ControlError::Invalid("no override".into()))
+    }
+
+    /// Adds overrides all or none: every spec is checked before any is stored, and
+    /// one save holds them all (expired ones are dropped on the way).
+    pub fn add_overrides(
+        &self,
+        tenant: &str,
+        specs: Vec<OverrideSpec>,
+        now_ms: i64,
+    ) -> Result<Vec<Override>, ControlError> {
+        for spec in &specs {
+            spec.validate(now_ms)?;
+        }
         let mut inner = self.inner.lock();
-        let before = inner.saved.overrides.clone();
-        inner.saved.next_override_id += 1;
-        let o = Override {
-            id: inner.saved.next_override_id,
-            created_ms: now_ms,
-            spec,
-        };
+        let before = (inner.saved.overrides.clone(), inner.saved.next_override_id);
         for v in inner.saved.overrides.values_mut() {
             v.retain(|o| o.active(now_ms));
+        }
+        let mut added = Vec::with_capacity(specs.len());
+        for spec in specs {
+            inner.saved.next_override_id += 1;
+            added.push(Override {
+                id: inner.saved.next_override_id,
+                created_ms: now_ms,
+                spec,
+            });
         }
         inner
             .saved
             .overrides
             .entry(tenant.to_string())
             .or_default()
-            .push(o.clone());
+            .extend(added.iter().cloned());
         if let Err(e) = self.save(&inner.saved) {
-            inner.saved.overrides = before;
+            (inner.saved.overrides, inner.saved.next_override_id) = before;
             return Err(e);
         }
-        Ok(o)
+        Ok(added)
     }
 
     /// Removes one of the tenant's overrides and saves.

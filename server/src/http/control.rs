@@ -67,11 +67,11 @@ impl From<ControlError> for ApiError {
     }
 }
 
-fn now_ms() -> i64 {
+pub(super) fn now_ms() -> i64 {
     profiledb_storage::now_ms()
 }
 
-fn controller(state: &AppRef) -> ApiResult<&Controller> {
+pub(super) fn controller(state: &AppRef) -> ApiResult<&Controller> {
     state
         .control
         .get()

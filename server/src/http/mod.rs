@@ -4,6 +4,7 @@ mod admin;
 pub mod admission;
 mod alerts;
 mod control;
+mod fleet_boost;
 mod ingest;
 mod labels;
 mod otlp;
@@ -64,6 +65,7 @@ pub fn router(state: AppRef) -> Router {
         .merge(admin::routes())
         .merge(alerts::routes())
         .merge(control::routes())
+        .merge(fleet_boost::routes())
         .merge(ui::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

@@ -14,7 +14,7 @@ mod diffsvg;
 mod dot;
 mod fleet;
 mod fleet_cpi;
-mod fleet_variance;
+pub(crate) mod fleet_variance;
 mod go_pgo;
 mod grid;
 mod heatmap;

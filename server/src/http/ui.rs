@@ -55,6 +55,7 @@ static ASSETS: &[Asset] = assets! {
     "js/explore.js" => JS,
     "js/compare.js" => JS,
     "js/groupby.js" => JS,
+    "js/fleet.js" => JS,
     "js/alerts.js" => JS,
     "js/admin.js" => JS,
 };

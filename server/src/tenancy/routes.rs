@@ -66,6 +66,7 @@ pub const ROUTES: &[(&str, RouteClass)] = &[
     ("/api/v1/admin/agents/policy", RouteClass::Admin),
     ("/api/v1/admin/agents/overrides", RouteClass::Admin),
     ("/api/v1/admin/agents/overrides/{id}", RouteClass::Admin),
+    ("/api/v1/admin/fleet/variance/boost", RouteClass::Admin),
     ("/api/v1/alerts", RouteClass::Tenant),
     ("/api/v1/alerts/rules", RouteClass::Tenant),
     ("/api/v1/alerts/rules/{name}", RouteClass::Tenant),

@@ -14,8 +14,11 @@
 //!   run best.
 //! - `variance`: Pythia's variance hunting — the CoV of unit costs per group of
 //!   units that should behave alike, and the functions that explain the spread.
+//! - `correlated`: the labels (zone, kernel…) whose values go with a group's
+//!   costlier or cheaper units.
 
 pub mod assign;
+pub mod correlated;
 pub mod cpi;
 pub mod hottest;
 pub mod noise;

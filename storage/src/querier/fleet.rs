@@ -2,6 +2,7 @@
 //! algorithms in `crate::analysis`.
 
 use super::Querier;
+use crate::analysis::correlated::{correlated_labels, LabelEffect, MAX_LABELS};
 use crate::analysis::cpi::{cpi_cells, CpiCell};
 use crate::analysis::hottest::{rank_shared, HotDimension, Hottest};
 use crate::analysis::noise::{fit, per_host, NoiseModel};
@@ -130,5 +131,43 @@ impl Querier {
             &[],
             k,
         ))
+    }
+
+    /// The `k` labels whose values go most with the cost of one group's units (its
+    /// `group_labels` values in `group`): every label of the group's series but the
+    /// grouping labels, the unit label and reserved `__…__` labels, at most
+    /// `MAX_LABELS` of them.
+    #[allow(clippy::too_many_arguments)]
+    pub fn fleet_variance_labels(
+        &self,
+        tenant: &TenantId,
+        sel: &Selector,
+        range: TimeRange,
+        group_labels: &[String],
+        group: &[String],
+        unit_label: &str,
+        k: usize,
+    ) -> Result<Vec<LabelEffect>> {
+        let mut narrowed = sel.clone();
+        for (l, v) in group_labels.iter().zip(group) {
+            narrowed = narrowed.with(Matcher::eq(l, v));
+        }
+        let labels: Vec<String> = self
+            .label_names(tenant, &narrowed, range)?
+            .into_iter()
+            .filter(|l| !l.starts_with("__") && l != unit_label && !group_labels.contains(l))
+            .take(MAX_LABELS)
+            .collect();
+        if labels.is_empty() || k == 0 {
+            return Ok(Vec::new());
+        }
+        let mut keys = vec![GroupKey::Label(unit_label.to_string())];
+        keys.extend(labels.iter().cloned().map(GroupKey::Label));
+        let q = GroupByQuery {
+            keys,
+            ..GroupByQuery::default()
+        };
+        let rows = self.group_by(tenant, &narrowed, range, &q)?;
+        Ok(correlated_labels(&rows, &labels, k))
     }
 }

@@ -6,6 +6,7 @@ use axum::http::{HeaderMap, Uri};
 use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
+use profiledb_storage::analysis::correlated::MAX_LABELS;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -35,9 +36,37 @@ struct VarianceParams {
     explain: Option<usize>,
     /// How many of the first groups get explained (default 3, at most 20).
     explain_groups: Option<usize>,
+    /// Labels best correlated with unit cost for each explained group (default 3).
+    correlate: Option<usize>,
 }
 
-/// `GET /api/v1/fleet/variance?query=&from=&until=&group_by=&unit=&limit=&explain=&explain_groups=`
+/// The grouping labels (comma-separated, default `service_name`) and the unit label
+/// (default `host`) of a variance request; the boost takes the same.
+pub(crate) fn groups_and_unit(
+    group_by: Option<&str>,
+    unit: Option<&str>,
+) -> ApiResult<(Vec<String>, String)> {
+    let group_labels: Vec<String> = group_by
+        .unwrap_or("service_name")
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect();
+    let unit = unit
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .unwrap_or("host")
+        .to_string();
+    if group_labels.len() > 8 || group_labels.contains(&unit) {
+        return Err(ApiError::bad_request(
+            "group_by takes at most 8 labels, and not the unit label",
+        ));
+    }
+    Ok((group_labels, unit))
+}
+
+/// `GET /api/v1/fleet/variance?query=&from=&until=&group_by=&unit=&limit=&explain=&explain_groups=&correlate=`
 async fn variance(
     State(state): State<AppRef>,
     headers: HeaderMap,
@@ -47,30 +76,18 @@ async fn variance(
     count(&state);
     let sel = Selection::from_query(p.query.as_deref())?.selector;
     let range = window(("from", p.from.as_deref()), ("until", p.until.as_deref()))?;
-    let group_labels: Vec<String> = p
-        .group_by
-        .as_deref()
-        .unwrap_or("service_name")
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(String::from)
-        .collect();
-    let unit = p
-        .unit
-        .clone()
-        .filter(|u| !u.is_empty())
-        .unwrap_or_else(|| "host".into());
-    if group_labels.len() > 8 || group_labels.contains(&unit) {
-        return Err(ApiError::bad_request(
-            "group_by takes at most 8 labels, and not the unit label",
-        ));
-    }
+    let (group_labels, unit) = groups_and_unit(p.group_by.as_deref(), p.unit.as_deref())?;
     let explain_groups = p.explain_groups.unwrap_or(3);
     if explain_groups > 20 {
         return Err(ApiError::bad_request("explain_groups must be at most 20"));
     }
     let (k, limit) = (p.explain.unwrap_or(5), p.limit.unwrap_or(10));
+    let correlate = p.correlate.unwrap_or(3);
+    if correlate > MAX_LABELS {
+        return Err(ApiError::bad_request(format!(
+            "correlate must be at most {MAX_LABELS}: only that many labels are looked at"
+        )));
+    }
     let tenant = tenant_of(&headers)?;
     cached_answer(&state, &tenant, &[range], raw_query(&uri), JSON, || async {
         let (querier, t) = (state.querier()?, tenant.clone());
@@ -82,18 +99,23 @@ async fn variance(
             }
             let mut out = Vec::with_capacity(groups.len());
             for (i, g) in groups.into_iter().enumerate() {
-                let explainers = match i < explain_groups && k > 0 {
+                let explained = i < explain_groups;
+                let explainers = match explained && k > 0 {
                     true => querier.fleet_variance_explain(&t, &sel, range, &labels, &g.group, &u, k)?,
                     false => Vec::new(),
                 };
-                out.push((g, explainers));
+                let correlated = match explained && correlate > 0 {
+                    true => querier.fleet_variance_labels(&t, &sel, range, &labels, &g.group, &u, correlate)?,
+                    false => Vec::new(),
+                };
+                out.push((g, explainers, correlated));
             }
             Ok(out)
         })
         .await?;
         let rows: Vec<Value> = groups
             .iter()
-            .map(|(g, ex)| {
+            .map(|(g, ex, correlated)| {
                 let group: serde_json::Map<String, Value> = group_labels
                     .iter()
                     .zip(&g.group)
@@ -103,11 +125,17 @@ async fn variance(
                     .iter()
                     .map(|e| json!({"function": e.function, "high_share": e.high_share, "low_share": e.low_share}))
                     .collect();
+                let correlated: Vec<Value> = correlated
+                    .iter()
+                    .map(|c| json!({"label": c.label, "value": c.value, "units": c.units,
+                                    "mean_with": c.mean_with, "mean_without": c.mean_without,
+                                    "ratio": c.ratio, "effect": c.effect}))
+                    .collect();
                 json!({"group": group, "units": g.units, "mean": g.mean, "stddev": g.stddev,
                        "cov": g.cov,
                        "max_unit": {"name": g.max_unit.0, "value": g.max_unit.1},
                        "min_unit": {"name": g.min_unit.0, "value": g.min_unit.1},
-                       "explainers": ex})
+                       "explainers": ex, "correlated_labels": correlated})
             })
             .collect();
         to_json(&json!({"group_by": group_labels, "unit": unit, "groups": rows}))
