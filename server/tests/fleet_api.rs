@@ -190,30 +190,9 @@ fn diff_within_and_outside_noise() {
     assert!(v.get("noise").is_none(), "{v}");
 }
 
-/// One hardware-event pprof upload: `leaf → value` under `main`.
+/// One hardware-event pprof upload at `T0`: `leaf → value` under `main`.
 fn ingest_events(s: &TestServer, event: &str, svc: &str, platform: &str, stacks: &[(&str, i64)]) {
-    let stacks: Vec<(Vec<String>, Vec<i64>)> = stacks
-        .iter()
-        .map(|(leaf, v)| (vec!["main".to_string(), leaf.to_string()], vec![*v]))
-        .collect();
-    let p = common::build_pprof(
-        &[(event, "count")],
-        (event, "count", 1),
-        &stacks,
-        &[],
-        T0 * 1_000_000_000,
-    );
-    let r = s
-        .client
-        .post(format!("{}/ingest", s.url))
-        .query(&[
-            ("name", format!("{svc}{{platform={platform}}}")),
-            ("format", "pprof".into()),
-        ])
-        .body(common::encode(&p))
-        .send()
-        .unwrap();
-    assert_eq!(r.status(), 200, "{}", r.text().unwrap_or_default());
+    common::ingest_hw_event(s, event, svc, platform, stacks, T0);
 }
 
 /// GWP's NumCrunch / MemBench example through pprof uploads of `cycles` and

@@ -550,29 +550,6 @@ fn tenants_fixtures_and_admin() {
     b.screenshot(&screenshots(), "admin");
 }
 
-/// One hardware-event pprof upload of `svc` on `platform`: `main;leaf` = `value`.
-fn ingest_event(s: &TestServer, event: &str, svc: &str, platform: &str, value: i64, at_s: i64) {
-    let stacks = vec![(vec!["main".to_string(), format!("{svc}::run")], vec![value])];
-    let p = common::build_pprof(
-        &[(event, "count")],
-        (event, "count", 1),
-        &stacks,
-        &[],
-        at_s * 1_000_000_000,
-    );
-    let r = s
-        .client
-        .post(format!("{}/ingest", s.url))
-        .query(&[
-            ("name", format!("{svc}{{platform={platform}}}")),
-            ("format", "pprof".into()),
-        ])
-        .body(common::encode(&p))
-        .send()
-        .unwrap();
-    assert_eq!(r.status(), 200, "{}", r.text().unwrap_or_default());
-}
-
 /// The cells of each body row of the table `css`.
 fn table_rows(b: &Browser, css: &str) -> Vec<Vec<String>> {
     let n = b.find_all(&format!("{css} tbody tr")).len();
@@ -610,8 +587,15 @@ fn fleet_view_tables_match_the_api() {
     }
     // CPI 1 on p1, 3 on p2.
     for (platform, cycles) in [("p1", 100), ("p2", 300)] {
-        ingest_event(&s, "cycles", "pay", platform, cycles, at);
-        ingest_event(&s, "instructions", "pay", platform, 100, at);
+        common::ingest_hw_event(&s, "cycles", "pay", platform, &[("pay::run", cycles)], at);
+        common::ingest_hw_event(
+            &s,
+            "instructions",
+            "pay",
+            platform,
+            &[("pay::run", 100)],
+            at,
+        );
     }
     b.goto(&format!(
         "{}/ui/fleet?type={CPU}&from={from}&until={until}",

@@ -298,3 +298,37 @@ pub fn wait_for<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// One hardware-event pprof upload of `svc` on `platform` at `at_s`: each
+/// `(leaf, value)` is the stack `main;leaf`.
+pub fn ingest_hw_event(
+    s: &TestServer,
+    event: &str,
+    svc: &str,
+    platform: &str,
+    leaves: &[(&str, i64)],
+    at_s: i64,
+) {
+    let stacks: Vec<(Vec<String>, Vec<i64>)> = leaves
+        .iter()
+        .map(|(leaf, v)| (vec!["main".to_string(), leaf.to_string()], vec![*v]))
+        .collect();
+    let p = build_pprof(
+        &[(event, "count")],
+        (event, "count", 1),
+        &stacks,
+        &[],
+        at_s * 1_000_000_000,
+    );
+    let r = s
+        .client
+        .post(format!("{}/ingest", s.url))
+        .query(&[
+            ("name", format!("{svc}{{platform={platform}}}")),
+            ("format", "pprof".into()),
+        ])
+        .body(encode(&p))
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().unwrap_or_default());
+}

@@ -118,10 +118,7 @@ impl Querier {
         unit_label: &str,
         k: usize,
     ) -> Result<Vec<Explainer>> {
-        let mut narrowed = sel.clone();
-        for (l, v) in group_labels.iter().zip(group) {
-            narrowed = narrowed.with(Matcher::eq(l, v));
-        }
+        let narrowed = narrow_to_group(sel, group_labels, group);
         let q = GroupByQuery {
             keys: vec![GroupKey::Label(unit_label.to_string()), GroupKey::Function],
             ..GroupByQuery::default()
@@ -148,10 +145,7 @@ impl Querier {
         unit_label: &str,
         k: usize,
     ) -> Result<Vec<LabelEffect>> {
-        let mut narrowed = sel.clone();
-        for (l, v) in group_labels.iter().zip(group) {
-            narrowed = narrowed.with(Matcher::eq(l, v));
-        }
+        let narrowed = narrow_to_group(sel, group_labels, group);
         let labels: Vec<String> = self
             .label_names(tenant, &narrowed, range)?
             .into_iter()
@@ -170,4 +164,12 @@ impl Querier {
         let rows = self.group_by(tenant, &narrowed, range, &q)?;
         Ok(correlated_labels(&rows, &labels, k))
     }
+}
+
+/// `sel` restricted to one group: each grouping label equal to the group's value.
+fn narrow_to_group(sel: &Selector, group_labels: &[String], group: &[String]) -> Selector {
+    group_labels
+        .iter()
+        .zip(group)
+        .fold(sel.clone(), |acc, (l, v)| acc.with(Matcher::eq(l, v)))
 }
