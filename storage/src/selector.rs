@@ -162,6 +162,15 @@ impl Selector {
         self
     }
 
+    /// This selector narrowed to one group: each of `labels` equal to the value at
+    /// the same place in `values` (the fleet analyses' groups).
+    pub fn narrowed_to(&self, labels: &[String], values: &[String]) -> Selector {
+        labels
+            .iter()
+            .zip(values)
+            .fold(self.clone(), |acc, (l, v)| acc.with(Matcher::eq(l, v)))
+    }
+
     /// Evaluates the selector against a label lookup function.
     pub fn matches<'a>(&self, get: impl Fn(&str) -> Option<&'a str>) -> bool {
         self.matchers

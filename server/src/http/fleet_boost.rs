@@ -11,7 +11,6 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use axum::{Json, Router};
-use profiledb_storage::Matcher;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -108,10 +107,7 @@ async fn boost(
         groups.truncate(top);
         let mut out = Vec::with_capacity(groups.len());
         for g in groups {
-            let mut narrowed = sel.clone();
-            for (l, v) in labels.iter().zip(&g.group) {
-                narrowed = narrowed.with(Matcher::eq(l, v));
-            }
+            let narrowed = sel.narrowed_to(&labels, &g.group);
             let hosts = querier.label_values(&t, &host_label, &narrowed, range)?;
             out.push((g, hosts));
         }

@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::model::TenantId;
 use crate::query::groupby::{GroupByQuery, GroupKey};
 use crate::query::TimeRange;
-use crate::selector::{Matcher, Selector};
+use crate::selector::Selector;
 
 /// Seed of the host splits of a noise fit: fixed, so the same data always fits the
 /// same C (and cached answers agree with fresh ones).
@@ -118,7 +118,7 @@ impl Querier {
         unit_label: &str,
         k: usize,
     ) -> Result<Vec<Explainer>> {
-        let narrowed = narrow_to_group(sel, group_labels, group);
+        let narrowed = sel.narrowed_to(group_labels, group);
         let q = GroupByQuery {
             keys: vec![GroupKey::Label(unit_label.to_string()), GroupKey::Function],
             ..GroupByQuery::default()
@@ -145,7 +145,7 @@ impl Querier {
         unit_label: &str,
         k: usize,
     ) -> Result<Vec<LabelEffect>> {
-        let narrowed = narrow_to_group(sel, group_labels, group);
+        let narrowed = sel.narrowed_to(group_labels, group);
         let labels: Vec<String> = self
             .label_names(tenant, &narrowed, range)?
             .into_iter()
@@ -164,12 +164,4 @@ impl Querier {
         let rows = self.group_by(tenant, &narrowed, range, &q)?;
         Ok(correlated_labels(&rows, &labels, k))
     }
-}
-
-/// `sel` restricted to one group: each grouping label equal to the group's value.
-fn narrow_to_group(sel: &Selector, group_labels: &[String], group: &[String]) -> Selector {
-    group_labels
-        .iter()
-        .zip(group)
-        .fold(sel.clone(), |acc, (l, v)| acc.with(Matcher::eq(l, v)))
 }
