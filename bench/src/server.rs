@@ -61,20 +61,7 @@ pub fn push(
     url: &str,
     req: &profiledb_proto::push::v1::PushRequest,
 ) -> anyhow::Result<()> {
-    use prost::Message;
-    let r = client
-        .post(format!("{url}/push.v1.PusherService/Push"))
-        .header("content-type", "application/proto")
-        .body(req.encode_to_vec())
-        .send()?;
-    if !r.status().is_success() {
-        bail!(
-            "push failed: {} {}",
-            r.status(),
-            r.text().unwrap_or_default()
-        );
-    }
-    Ok(())
+    push_tries(client, url, req, 1)
 }
 
 /// `push`, waiting and trying again while the server answers 429 or 503 (a fast
@@ -84,9 +71,19 @@ pub fn push_patiently(
     url: &str,
     req: &profiledb_proto::push::v1::PushRequest,
 ) -> anyhow::Result<()> {
+    push_tries(client, url, req, 600)
+}
+
+/// Up to `tries` attempts, 100 ms apart, of which only 429 and 503 are retried.
+fn push_tries(
+    client: &reqwest::blocking::Client,
+    url: &str,
+    req: &profiledb_proto::push::v1::PushRequest,
+    tries: u32,
+) -> anyhow::Result<()> {
     use prost::Message;
     let body = req.encode_to_vec();
-    for _ in 0..600 {
+    for attempt in 1..=tries {
         let r = client
             .post(format!("{url}/push.v1.PusherService/Push"))
             .header("content-type", "application/proto")
@@ -96,12 +93,12 @@ pub fn push_patiently(
         if status.is_success() {
             return Ok(());
         }
-        if status.as_u16() != 429 && status.as_u16() != 503 {
+        if attempt == tries || (status.as_u16() != 429 && status.as_u16() != 503) {
             bail!("push failed: {status} {}", r.text().unwrap_or_default());
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    bail!("push refused for a minute (429/503)")
+    bail!("push: no attempt made")
 }
 
 /// A binary of this workspace (`bin` of `package`), built with cargo for this

@@ -72,13 +72,7 @@ pub fn correlated_labels(rows: &GroupAcc, labels: &[String], k: usize) -> Vec<La
         return Vec::new();
     }
     let total: f64 = cost.values().map(|&c| c as f64).sum();
-    let mean = total / n as f64;
-    let sigma = (cost
-        .values()
-        .map(|&c| (c as f64 - mean).powi(2))
-        .sum::<f64>()
-        / n as f64)
-        .sqrt();
+    let (_, sigma) = super::mean_and_sigma(cost.values());
     if sigma == 0.0 {
         return Vec::new();
     }

@@ -24,6 +24,18 @@ pub mod hottest;
 pub mod noise;
 pub mod variance;
 
+/// Mean and population standard deviation of unit costs (`(0, 0)` for none): the
+/// spread both the CoV and the label effects are measured against.
+pub(crate) fn mean_and_sigma<'a>(costs: impl Iterator<Item = &'a i64> + Clone) -> (f64, f64) {
+    let n = costs.clone().count();
+    if n == 0 {
+        return (0.0, 0.0);
+    }
+    let mean = costs.clone().map(|&c| c as f64).sum::<f64>() / n as f64;
+    let var = costs.map(|&c| (c as f64 - mean).powi(2)).sum::<f64>() / n as f64;
+    (mean, var.sqrt())
+}
+
 /// Group-by rows from `(key, value)` pairs, for the analyses' unit tests.
 #[cfg(test)]
 pub(crate) fn test_rows(rows: &[(&[&str], i64)]) -> crate::query::groupby::GroupAcc {

@@ -57,14 +57,7 @@ pub fn group_variance(rows: &GroupAcc) -> Vec<GroupVariance> {
         .into_iter()
         .filter(|(_, units)| units.len() >= 2)
         .map(|(group, units)| {
-            let n = units.len() as f64;
-            let mean = units.values().map(|&v| v as f64).sum::<f64>() / n;
-            let var = units
-                .values()
-                .map(|&v| (v as f64 - mean).powi(2))
-                .sum::<f64>()
-                / n;
-            let stddev = var.sqrt();
+            let (mean, stddev) = super::mean_and_sigma(units.values());
             let pick = |better: fn(i64, i64) -> bool| {
                 let mut best: Option<(&str, i64)> = None;
                 for (&u, &v) in &units {

@@ -37,6 +37,31 @@ pub(crate) struct Scope<'a> {
     pub now_ms: i64,
 }
 
+impl Scope<'_> {
+    /// The partition may still take flushes: its end is within the grace.
+    fn is_open(&self, m: &SegmentMeta) -> bool {
+        m.partition_end_ms().saturating_add(self.grace_ms) > self.now_ms
+    }
+}
+
+/// Live segments by (tenant, partition start, partition width), those `keep` takes.
+type ByPartition = BTreeMap<(TenantId, i64, i64), Vec<Arc<SegmentHandle>>>;
+
+fn by_partition<'a>(
+    live: impl Iterator<Item = &'a Arc<SegmentHandle>>,
+    keep: impl Fn(&SegmentMeta) -> bool,
+) -> ByPartition {
+    let mut groups = ByPartition::new();
+    for h in live.filter(|h| keep(&h.meta)) {
+        let m = &h.meta;
+        groups
+            .entry((m.tenant.clone(), m.partition_start_ms, m.partition_ms))
+            .or_default()
+            .push(h.clone());
+    }
+    groups
+}
+
 /// One partition to rewrite: its live segments and the step of the output.
 pub(crate) struct PlannedPartition {
     pub tenant: TenantId,
@@ -59,24 +84,13 @@ pub(crate) fn plan<'a>(
     scope: &Scope<'_>,
     rules: &[DownsampleRule],
 ) -> Plan {
-    type Key = (TenantId, i64, i64);
-    let mut groups: BTreeMap<Key, Vec<Arc<SegmentHandle>>> = BTreeMap::new();
-    for h in live {
-        let m = &h.meta;
-        if scope.tenant.is_some_and(|t| *t != m.tenant)
-            || scope
+    let groups = by_partition(live, |m| {
+        scope.tenant.is_none_or(|t| *t == m.tenant)
+            && scope
                 .range
-                .is_some_and(|r| !r.overlaps(m.partition_start_ms, m.partition_end_ms()))
-            || (scope.background
-                && m.partition_end_ms().saturating_add(scope.grace_ms) > scope.now_ms)
-        {
-            continue;
-        }
-        groups
-            .entry((m.tenant.clone(), m.partition_start_ms, m.partition_ms))
-            .or_default()
-            .push(h.clone());
-    }
+                .is_none_or(|r| r.overlaps(m.partition_start_ms, m.partition_end_ms()))
+            && !(scope.background && scope.is_open(m))
+    });
     let mut plan = Plan::default();
     for ((tenant, start, width), sources) in groups {
         let steps: Vec<i64> = sources.iter().map(|h| h.meta.step_ms).collect();
@@ -121,27 +135,18 @@ pub(crate) fn plan_open<'a>(
     min: usize,
     max_bytes: u64,
 ) -> Plan {
-    type Key = (TenantId, i64, i64);
     let mut plan = Plan::default();
     if min < 2 {
         return plan;
     }
-    let mut groups: BTreeMap<Key, BTreeMap<u32, Vec<Arc<SegmentHandle>>>> = BTreeMap::new();
-    for h in live {
-        let m = &h.meta;
-        if m.partition_end_ms().saturating_add(scope.grace_ms) <= scope.now_ms
-            || scope.tenant.is_some_and(|t| *t != m.tenant)
-        {
-            continue;
+    let groups = by_partition(live, |m| {
+        scope.is_open(m) && scope.tenant.is_none_or(|t| *t == m.tenant)
+    });
+    for ((tenant, start, _), segments) in groups {
+        let mut levels: BTreeMap<u32, Vec<Arc<SegmentHandle>>> = BTreeMap::new();
+        for h in segments {
+            levels.entry(h.meta.level).or_default().push(h);
         }
-        groups
-            .entry((m.tenant.clone(), m.partition_start_ms, m.partition_ms))
-            .or_default()
-            .entry(m.level)
-            .or_default()
-            .push(h.clone());
-    }
-    for ((tenant, start, _), levels) in groups {
         let Some(mut sources) = levels.into_values().find(|v| v.len() >= min) else {
             continue;
         };
