@@ -109,9 +109,13 @@ impl Inner {
             crossbeam::select! {
                 recv(stop) -> _ => return,
                 recv(self.flushed.1) -> _ => {
-                    // A flush landed: only the cheap tier merges of open partitions.
+                    // A flush landed: only the cheap tier merges of open partitions,
+                    // unless the full run is due (a steady stream of flushes would
+                    // otherwise keep retention and compaction from ever running).
                     self.log_compaction(self.merge_open(now_ms()), "open partition merge");
-                    continue;
+                    if Instant::now() < next_full {
+                        continue;
+                    }
                 }
                 default(wait) => {}
             }
