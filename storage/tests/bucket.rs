@@ -108,8 +108,13 @@ fn replace_is_atomic_and_refuses_sources_no_longer_live() {
         b.add_segments("t", vec![entry("a")]).unwrap();
         assert_eq!(keys(&b, "t"), ["c", "m1"]);
         // Quarantine and retention move entries out of the live set.
-        b.quarantine_segment("t", "c", "checksum mismatch", 300)
-            .unwrap();
+        assert!(b
+            .quarantine_segment("t", "c", "checksum mismatch", 300)
+            .unwrap());
+        // A second node meeting the same bad object finds it already out.
+        assert!(!b
+            .quarantine_segment("t", "c", "object missing", 301)
+            .unwrap());
         let v = b.retire_segments("t", &["m1".into()], 400).unwrap();
         assert!(v.index.segments.is_empty());
         assert_eq!(v.index.quarantined[0].reason, "checksum mismatch");

@@ -281,7 +281,7 @@ impl Running {
                 out,
                 "profiledb_mirror_quarantined_total",
                 "counter",
-                "Objects found corrupt or missing and quarantined.",
+                "Objects this node found corrupt or missing and took out of service.",
                 s.quarantined.load(Relaxed),
             );
             family(

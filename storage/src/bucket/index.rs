@@ -276,14 +276,21 @@ impl Bucket {
     }
 
     /// Takes a live segment out of service as damaged or missing, with why.
+    ///
+    /// Returns whether this call moved it: when several nodes meet the same bad
+    /// object at once, exactly one of them does, so counting only `true`
+    /// reports each damaged object once across the cluster.
     pub fn quarantine_segment(
         &self,
         tenant: &str,
         key: &str,
         reason: &str,
         now_ms: i64,
-    ) -> Result<IndexView, BucketError> {
+    ) -> Result<bool, BucketError> {
+        let mut moved = false;
         self.update_index(tenant, |idx| {
+            // A lost compare-and-swap reruns this on the newer index.
+            moved = false;
             let Some(pos) = idx.segments.iter().position(|e| e.key == key) else {
                 return Ok(false);
             };
@@ -293,8 +300,10 @@ impl Bucket {
                 reason: reason.to_string(),
                 at_ms: now_ms,
             });
+            moved = true;
             Ok(true)
-        })
+        })?;
+        Ok(moved)
     }
 
     /// Drops retired entries whose objects were deleted (garbage collection).

@@ -53,7 +53,8 @@ pub struct MirrorStats {
     pub downloads: AtomicU64,
     /// Bytes downloaded.
     pub download_bytes: AtomicU64,
-    /// Objects found corrupt or missing and quarantined.
+    /// Objects this node found corrupt or missing and took out of service
+    /// (one another node quarantined first is not counted again).
     pub quarantined: AtomicU64,
     /// Bucket segments live here now.
     pub live: AtomicU64,
@@ -221,10 +222,7 @@ impl Shared {
                     add_files.push(file);
                 }
                 Err(Fetch::Bad(why)) => {
-                    self.stats.quarantined.fetch_add(1, Ordering::Relaxed);
-                    error!(tenant, key, reason = %why, "bucket segment quarantined; the rest is served");
-                    self.bucket
-                        .quarantine_segment(tenant, key, &why, now_ms())?;
+                    self.quarantine(tenant, key, &why)?;
                     // The index changed under us: read it again next pass.
                     etag = None;
                 }
@@ -330,14 +328,23 @@ impl Shared {
                 Ok(bytes)
             }
             Err(Fetch::Bad(why)) => {
-                self.stats.quarantined.fetch_add(1, Ordering::Relaxed);
-                error!(tenant, key, reason = %why, "bucket segment quarantined; the rest is served");
-                self.bucket
-                    .quarantine_segment(&tenant, &key, &why, now_ms())?;
+                self.quarantine(&tenant, &key, &why)?;
                 Err(StorageError::Corrupt(format!("{key}: {why}")))
             }
             Err(Fetch::Failed(e)) => Err(e),
         }
+    }
+
+    /// Takes a damaged or missing object out of service in the index, for every
+    /// querier; counts it only when this node was the one to do so.
+    fn quarantine(&self, tenant: &str, key: &str, why: &str) -> Result<()> {
+        if self.bucket.quarantine_segment(tenant, key, why, now_ms())? {
+            self.stats.quarantined.fetch_add(1, Ordering::Relaxed);
+            error!(tenant, key, reason = %why, "bucket segment quarantined; the rest is served");
+        } else {
+            warn!(tenant, key, reason = %why, "bucket segment already out of service (another node quarantined it)");
+        }
+        Ok(())
     }
 
     /// Deletes the least recently fetched bodies until the disk holds at most the
