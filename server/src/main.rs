@@ -99,7 +99,7 @@ enum Command {
         query_cache_mb: Option<u64>,
         /// Decoded segments kept in memory for queries, in MiB. A decoded segment
         /// takes about 9x its file size; queries over more than fit reload them.
-        /// Default: 30% of --memory-mb.
+        /// Default: 25% of --memory-mb.
         #[arg(long)]
         segment_cache_mb: Option<u64>,
         /// Memory for running queries in MiB: a quarter bounds the shared frame
@@ -108,9 +108,14 @@ enum Command {
         #[arg(long)]
         query_memory_mb: Option<u64>,
         /// Memory for uploads being decoded in MiB (about 4x their bodies); past it
-        /// uploads get 429. Default: 10% of --memory-mb.
+        /// uploads get 429. Default: 8% of --memory-mb.
         #[arg(long)]
         ingest_memory_mb: Option<u64>,
+        /// Largest decoded size of one partition's segments a compaction holds in
+        /// memory, in MiB; bigger partitions are left as they are (reported with
+        /// the reason). Default: 10% of --memory-mb.
+        #[arg(long)]
+        compaction_memory_mb: Option<u64>,
         /// Queries running longer than this many seconds fail with 503.
         #[arg(long, default_value_t = 60)]
         query_timeout_secs: u64,
@@ -512,6 +517,7 @@ fn main() -> anyhow::Result<()> {
             segment_cache_mb,
             query_memory_mb,
             ingest_memory_mb,
+            compaction_memory_mb,
             query_timeout_secs,
             admin_token,
             compaction_interval_minutes,
@@ -565,6 +571,7 @@ fn main() -> anyhow::Result<()> {
                 open_merge_segments,
                 open_merge_max_bytes: open_merge_max_mb.saturating_mul(1 << 20),
                 segment_cache_bytes: mib(segment_cache_mb, plan.segment_cache),
+                compaction_max_bytes: mib(compaction_memory_mb, plan.compaction),
                 ..StoreConfig::default()
             };
             store.validate().context("invalid storage options")?;

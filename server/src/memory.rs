@@ -5,17 +5,19 @@
 //!
 //! | part           | share | what it bounds                                          |
 //! |----------------|-------|---------------------------------------------------------|
-//! | `head`         | 25 %  | fresh data in memory; also the WAL on disk              |
-//! | `segment_cache`| 30 %  | decoded segments and their frame-id memos               |
+//! | `head`         | 25 %  | open partitions and those being flushed; also the WAL    |
+//! | `segment_cache`| 25 %  | decoded segments and their frame-id memos               |
 //! | `result_cache` | 10 %  | cached answers, per-segment parts, function indexes      |
 //! | `query`        | 20 %  | a quarter for the shared frame tree, the rest admitted per query |
-//! | `ingest`       | 10 %  | request bodies being decoded and their decoded batches  |
+//! | `compaction`   | 10 %  | one compaction's decoded sources and merge              |
+//! | `ingest`       | 8 %   | request bodies being decoded and their decoded batches  |
 //! | `wal_buffer`   | 2 %   | the WAL writer's group-commit buffer (at most 32 MiB)   |
 //!
-//! The remaining 3 % or more is headroom for what no budget tracks (allocator slack,
-//! thread stacks, sled's page cache). A part's own flag (`--head-max-mb`,
-//! `--segment-cache-mb`, `--query-cache-mb`, `--query-memory-mb`,
-//! `--ingest-memory-mb`) wins over its share.
+//! What no part tracks (the binary, thread stacks, sled's page cache, allocator
+//! slack) is a fixed overhead on top, measured in docs/performance.md. A part's own
+//! flag (`--head-max-mb`, `--segment-cache-mb`, `--query-cache-mb`,
+//! `--query-memory-mb`, `--compaction-memory-mb`, `--ingest-memory-mb`) wins over
+//! its share.
 
 use crate::AppState;
 use std::fmt::Write;
@@ -47,6 +49,7 @@ pub struct MemoryPlan {
     pub segment_cache: u64,
     pub result_cache: u64,
     pub query: u64,
+    pub compaction: u64,
     pub ingest: u64,
     pub wal_buffer: u64,
 }
@@ -58,10 +61,11 @@ impl MemoryPlan {
         MemoryPlan {
             total,
             head: pct(25),
-            segment_cache: pct(30),
+            segment_cache: pct(25),
             result_cache: pct(10),
             query: pct(20),
-            ingest: pct(10),
+            compaction: pct(10),
+            ingest: pct(8),
             wal_buffer: pct(2).min(32 << 20),
         }
     }
@@ -139,6 +143,11 @@ pub fn parts(state: &AppState) -> Vec<(&'static str, u64, u64)> {
             "frame_tree",
             g.frame_tree_bytes,
             cfg.frame_tree_max_nodes as u64 * FRAME_NODE_BYTES,
+        ));
+        out.push((
+            "compaction",
+            g.compaction_bytes,
+            cfg.compaction_max_bytes,
         ));
         out.push((
             "wal_buffer",
@@ -230,11 +239,21 @@ mod tests {
     fn the_split_follows_the_documented_rule() {
         let p = MemoryPlan::split(1000 << 20);
         assert_eq!(p.head, 250 << 20);
-        assert_eq!(p.segment_cache, 300 << 20);
+        assert_eq!(p.segment_cache, 250 << 20);
         assert_eq!(p.result_cache, 100 << 20);
         assert_eq!(p.query, 200 << 20);
-        assert_eq!(p.ingest, 100 << 20);
+        assert_eq!(p.compaction, 100 << 20);
+        assert_eq!(p.ingest, 80 << 20);
         assert_eq!(p.wal_buffer, 20 << 20);
+        // Every share together is the whole budget.
+        let sum = p.head
+            + p.segment_cache
+            + p.result_cache
+            + p.query
+            + p.compaction
+            + p.ingest
+            + p.wal_buffer;
+        assert_eq!(sum, p.total);
         // The WAL buffer share is capped.
         assert_eq!(MemoryPlan::split(8 << 30).wal_buffer, 32 << 20);
         // Of a 200 MiB query share: 50 MiB of frame tree, 4 merges of 37.5 MiB.

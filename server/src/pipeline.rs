@@ -255,14 +255,14 @@ impl Pipeline {
     }
 
     /// Takes `job`'s share of the in-flight budget, or refuses it: when the head
-    /// (with partitions being flushed) is past twice its budget the writer is
-    /// already waiting for flushes, and queueing more would only hold more memory.
+    /// (with partitions being flushed) is past its budget the writer is already
+    /// waiting for flushes, and queueing more would only hold more memory.
     fn reserve(&self, job: &Job) -> Result<Inflight, PipelineError> {
         let head = self.store.head_bytes();
         let head_max = self.store.config().head_max_bytes as u64;
-        if head > head_max.saturating_mul(2) {
+        if head > head_max {
             return Err(PipelineError::OverMemory(format!(
-                "the head holds {} MiB, past twice its budget of {} MiB (--head-max-mb) while flushes catch up; retry shortly",
+                "the head holds {} MiB, past its budget of {} MiB (--head-max-mb) while flushes catch up; retry shortly",
                 head >> 20,
                 head_max >> 20
             )));

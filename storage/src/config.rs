@@ -30,8 +30,11 @@ pub struct StoreConfig {
     pub partition_ms: i64,
     /// Head aggregation step; timestamps are floored to it. Default 10 s.
     pub step_ms: i64,
-    /// Head memory budget. Past it the largest partition is flushed; past twice it,
-    /// writes wait for flushes (the write queue then fills and callers see `Busy`).
+    /// Head memory budget, for open partitions and those being flushed together.
+    /// Open partitions past half of it are sealed, largest first, and flushed (the
+    /// other half holds them while they are written); while open and flushing
+    /// partitions together pass it, writes wait for flushes (the write queue then
+    /// fills and callers see `Busy`).
     /// It bounds the WAL too: once the WAL files hold more than this many bytes, the
     /// partition holding the oldest record is flushed early (even if its hour is
     /// still open) so those files can be deleted, and a replay after a crash reads
@@ -173,6 +176,13 @@ impl StoreConfig {
         } else {
             std::thread::available_parallelism().map_or(2, |n| n.get())
         }
+    }
+
+    /// Bytes of open head partitions past which the largest are sealed and flushed:
+    /// half the head budget, so a partition being flushed and the open ones filling
+    /// meanwhile fit in the budget together.
+    pub fn head_seal_bytes(&self) -> usize {
+        self.head_max_bytes / 2
     }
 
     /// Size past which a WAL file is rotated: `wal_file_bytes`, or a quarter of the

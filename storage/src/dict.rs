@@ -259,10 +259,12 @@ fn opt_id(v: Option<u32>) -> u64 {
     v.map_or(0, |x| u64::from(x) + 1)
 }
 
-pub fn encode_strings(d: &Dict) -> Vec<u8> {
+/// The strings section of `strings` followed by `more` (label strings a segment
+/// adds to its dictionary's table without copying the dictionary).
+pub fn encode_string_table(strings: &[String], more: &[String]) -> Vec<u8> {
     let mut out = Vec::new();
-    put_uvarint(&mut out, d.strings.len() as u64);
-    for s in &d.strings {
+    put_uvarint(&mut out, (strings.len() + more.len()) as u64);
+    for s in strings.iter().chain(more) {
         put_bytes(&mut out, s.as_bytes());
     }
     out
@@ -429,7 +431,7 @@ mod tests {
 
     fn round_trip(d: &Dict) -> Dict {
         decode(
-            &encode_strings(d),
+            &encode_string_table(&d.strings, &[]),
             &encode_mappings(d),
             &encode_functions(d),
             &encode_locations(d),
@@ -483,7 +485,7 @@ mod tests {
             out
         };
         let err = decode(
-            &encode_strings(&d),
+            &encode_string_table(&d.strings, &[]),
             &encode_mappings(&d),
             &encode_functions(&d),
             &encode_locations(&d),

@@ -4,6 +4,7 @@
 //! A head partition owns a dictionary of the same shape as a segment's, so flushing
 //! is a sort and an encode, not a re-interning of every frame.
 
+use std::borrow::Cow;
 use std::time::Instant;
 
 use rustc_hash::FxHashMap;
@@ -216,7 +217,7 @@ impl HeadPartition {
     }
 
     /// The data as a segment to be written.
-    pub fn to_segment_input(&self, id: u64, created_ms: i64) -> SegmentInput {
+    pub fn to_segment_input(&self, id: u64, created_ms: i64) -> SegmentInput<'_> {
         SegmentInput {
             meta: SegmentMeta {
                 id,
@@ -237,7 +238,7 @@ impl HeadPartition {
                 size_bytes: 0,
                 checksum: 0,
             },
-            dict: self.dict.dict().clone(),
+            dict: Cow::Borrowed(self.dict.dict()),
             series: self
                 .series
                 .iter()

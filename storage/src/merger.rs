@@ -10,6 +10,7 @@
 //! sees the output and deletes every segment it lists, so the data is never counted
 //! twice and never lost.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use crate::dict::{DictBuilder, LocationRec, NO_PARENT};
@@ -170,10 +171,10 @@ impl Merger {
     }
 
     /// The merged input; `meta` supplies identity and provenance.
-    pub fn finish(self, meta: SegmentMeta) -> SegmentInput {
+    pub fn finish(self, meta: SegmentMeta) -> SegmentInput<'static> {
         SegmentInput {
             meta,
-            dict: self.builder.finish(),
+            dict: Cow::Owned(self.builder.finish()),
             series: self.series.into_iter().collect(),
         }
     }

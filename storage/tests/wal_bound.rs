@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 use common::*;
 use profiledb_storage::{ReplayProgress, Store, StoreConfig, TenantId};
 
-const HEAD_BUDGET: usize = 256 << 10;
+/// Big enough that the head (its open share is half of this) never fills: every
+/// early flush here is one the WAL triggers.
+const HEAD_BUDGET: usize = 1 << 20;
 
 fn config() -> StoreConfig {
     StoreConfig {

@@ -257,7 +257,7 @@ mod tests {
             want.retain(|_, v| *v != 0);
             let input = SegmentInput {
                 meta: meta(9),
-                dict: b.finish(),
+                dict: std::borrow::Cow::Owned(b.finish()),
                 series: series.into_iter().map(|(s, r)| (Labels::new([("__profile_type__", "a:b:c:d:e"), ("s", &*s.to_string())]), r)).collect(),
             };
             let dir = tempfile::tempdir().unwrap();

@@ -1,5 +1,6 @@
 //! Encoding a segment and writing it durably.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io::Write;
@@ -28,20 +29,25 @@ pub struct Row {
 
 /// Everything a segment is made of. Series and rows may come in any order and rows
 /// may repeat a `(t, stack)` pair; the writer sorts, sums and drops zeros.
-pub struct SegmentInput {
+///
+/// The dictionary may be borrowed: a flush encodes a sealed head partition's
+/// dictionary in place, since a copy of it (most of a partition of unique stacks)
+/// would double the partition's memory while it is written.
+pub struct SegmentInput<'a> {
     /// Identity and provenance; the writer fills counts, times and totals.
     pub meta: SegmentMeta,
-    pub dict: Dict,
+    pub dict: Cow<'a, Dict>,
     pub series: Vec<(Labels, Vec<Row>)>,
 }
 
 /// Encodes `input` into the bytes of a segment file and the completed metadata.
-pub fn encode_segment(input: SegmentInput, zstd_level: i32) -> Result<(Vec<u8>, SegmentMeta)> {
+pub fn encode_segment(input: SegmentInput<'_>, zstd_level: i32) -> Result<(Vec<u8>, SegmentMeta)> {
     let SegmentInput {
         mut meta,
-        mut dict,
+        dict,
         mut series,
     } = input;
+    let dict: &Dict = &dict;
     let nodes = dict.node_count() as u32;
 
     for (_, rows) in series.iter_mut() {
@@ -86,20 +92,24 @@ pub fn encode_segment(input: SegmentInput, zstd_level: i32) -> Result<(Vec<u8>, 
     }
     let series = merged;
 
-    // Label strings share the dictionary's string table.
-    let mut sids: FxHashMap<String, u32> = dict
+    // Label strings share the dictionary's string table; those it lacks are
+    // appended after it.
+    let sids: FxHashMap<&str, u32> = dict
         .strings
         .iter()
         .enumerate()
-        .map(|(i, s)| (s.clone(), i as u32))
+        .map(|(i, s)| (s.as_str(), i as u32))
         .collect();
-    let mut sid = |s: &str, strings: &mut Vec<String>| -> u32 {
-        if let Some(&id) = sids.get(s) {
+    let mut added: Vec<String> = Vec::new();
+    let mut added_ids: FxHashMap<String, u32> = FxHashMap::default();
+    let base = dict.strings.len() as u32;
+    let mut sid = |s: &str, added: &mut Vec<String>| -> u32 {
+        if let Some(&id) = sids.get(s).or_else(|| added_ids.get(s)) {
             return id;
         }
-        let id = strings.len() as u32;
-        strings.push(s.to_owned());
-        sids.insert(s.to_owned(), id);
+        let id = base + added.len() as u32;
+        added.push(s.to_owned());
+        added_ids.insert(s.to_owned(), id);
         id
     };
 
@@ -110,12 +120,12 @@ pub fn encode_segment(input: SegmentInput, zstd_level: i32) -> Result<(Vec<u8>, 
         index.add_series(i as u32);
         put_uvarint(&mut series_sec, labels.len() as u64);
         for (k, v) in labels.iter() {
-            put_uvarint(&mut series_sec, sid(k, &mut dict.strings).into());
-            put_uvarint(&mut series_sec, sid(v, &mut dict.strings).into());
+            put_uvarint(&mut series_sec, sid(k, &mut added).into());
+            put_uvarint(&mut series_sec, sid(v, &mut added).into());
             index.add(i as u32, k, v);
         }
     }
-    let index_sec = index.encode(|s| sids.get(s).copied().unwrap_or(0));
+    let index_sec = index.encode(|s| sid(s, &mut added));
 
     let (mut times, mut stacks, mut values) = (Vec::new(), Vec::new(), Vec::new());
     let mut rows_sec = Vec::new();
@@ -173,26 +183,13 @@ pub fn encode_segment(input: SegmentInput, zstd_level: i32) -> Result<(Vec<u8>, 
     meta.min_time_ms = meta.partition_start_ms + i64::from(min_t) * meta.step_ms;
     meta.max_time_ms = meta.partition_start_ms + i64::from(max_t) * meta.step_ms;
 
-    let raw_sections: [(SectionKind, Vec<u8>); 12] = [
-        (SectionKind::Strings, dict::encode_strings(&dict)),
-        (SectionKind::Mappings, dict::encode_mappings(&dict)),
-        (SectionKind::Functions, dict::encode_functions(&dict)),
-        (SectionKind::Locations, dict::encode_locations(&dict)),
-        (SectionKind::Stacks, dict::encode_stacks(&dict)),
-        (SectionKind::Series, series_sec),
-        (SectionKind::LabelIndex, index_sec),
-        (SectionKind::SeriesRows, rows_sec),
-        (SectionKind::Times, times),
-        (SectionKind::StackIds, stacks),
-        (SectionKind::Values, values),
-        (SectionKind::SeriesTotals, totals_sec),
-    ];
-
+    // Sections are compressed one at a time, each raw buffer dropped once stored:
+    // the dictionary's sections are only built when their turn comes.
     let mut file = Vec::with_capacity(1 << 16);
     file.extend_from_slice(MAGIC_HEAD);
     let mut table = Vec::new();
-    put_uvarint(&mut table, raw_sections.len() as u64);
-    for (kind, raw) in raw_sections {
+    put_uvarint(&mut table, 12);
+    let mut store = |kind: SectionKind, raw: Vec<u8>| -> Result<()> {
         let stored = zstd::bulk::compress(&raw, zstd_level).map_err(|e| StorageError::Io {
             path: "<zstd>".into(),
             source: e,
@@ -205,7 +202,23 @@ pub fn encode_segment(input: SegmentInput, zstd_level: i32) -> Result<(Vec<u8>, 
         put_uvarint(&mut table, stored.len() as u64);
         put_uvarint(&mut table, raw.len() as u64);
         table.extend_from_slice(&crc32fast::hash(&stored).to_le_bytes());
-    }
+        Ok(())
+    };
+    store(
+        SectionKind::Strings,
+        dict::encode_string_table(&dict.strings, &added),
+    )?;
+    store(SectionKind::Mappings, dict::encode_mappings(dict))?;
+    store(SectionKind::Functions, dict::encode_functions(dict))?;
+    store(SectionKind::Locations, dict::encode_locations(dict))?;
+    store(SectionKind::Stacks, dict::encode_stacks(dict))?;
+    store(SectionKind::Series, series_sec)?;
+    store(SectionKind::LabelIndex, index_sec)?;
+    store(SectionKind::SeriesRows, rows_sec)?;
+    store(SectionKind::Times, times)?;
+    store(SectionKind::StackIds, stacks)?;
+    store(SectionKind::Values, values)?;
+    store(SectionKind::SeriesTotals, totals_sec)?;
     let footer_offset = file.len() as u64;
     let mut footer = table;
     meta.encode(&mut footer);
@@ -225,7 +238,11 @@ pub fn encode_segment(input: SegmentInput, zstd_level: i32) -> Result<(Vec<u8>, 
 
 /// Writes a segment under `data_dir/segments/<tenant>/` durably: temporary file,
 /// fsync, rename, fsync of the directory. Returns the metadata with `file` set.
-pub fn write_segment(data_dir: &Path, input: SegmentInput, zstd_level: i32) -> Result<SegmentMeta> {
+pub fn write_segment(
+    data_dir: &Path,
+    input: SegmentInput<'_>,
+    zstd_level: i32,
+) -> Result<SegmentMeta> {
     let (bytes, mut meta) = encode_segment(input, zstd_level)?;
     let rel = Path::new("segments")
         .join(meta.tenant.as_str())

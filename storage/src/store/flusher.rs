@@ -49,9 +49,13 @@ impl Inner {
                 }
                 FlushMsg::Job(part) => {
                     let mut attempt = 0;
+                    let mut flushed = None;
                     loop {
                         match self.flush_partition(&part) {
-                            Ok(()) => break,
+                            Ok(h) => {
+                                flushed = h;
+                                break;
+                            }
                             Err(e) => {
                                 attempt += 1;
                                 inc(&self.stats.flush_errors, 1);
@@ -64,24 +68,42 @@ impl Inner {
                             }
                         }
                     }
+                    // Decoded once the partition is freed (this was its last holder
+                    // but for a query still reading it), so a partition and its
+                    // decoded segment are not both in memory. The queries that read
+                    // it first (it is the newest data) usually find it decoded.
+                    drop(part);
+                    if let (Some(h), true) = (flushed, self.cfg.warm_segment_cache) {
+                        if let Err(e) = self.load(&h) {
+                            warn!(segment = h.meta.id, error = %e, "decoding a flushed segment failed");
+                        }
+                    }
                 }
             }
         }
     }
 
-    fn flush_partition(&self, part: &PartitionRef) -> Result<()> {
-        let input = {
+    /// Writes `part` as a segment and makes it live in its place; the new segment,
+    /// if it held anything, to warm.
+    fn flush_partition(&self, part: &PartitionRef) -> Result<Option<Arc<SegmentHandle>>> {
+        // A sealed partition takes no more writes, so holding its read lock while
+        // encoding blocks only nothing: queries read it meanwhile, and the encoder
+        // borrows its dictionary instead of copying it.
+        let written = {
             let p = part.read();
             if p.is_empty() {
                 None
             } else {
                 let id = self.next_segment_id.fetch_add(1, Ordering::SeqCst);
-                Some(p.to_segment_input(id, now_ms()))
+                Some(segment::write_segment(
+                    &self.dir,
+                    p.to_segment_input(id, now_ms()),
+                    self.cfg.zstd_level,
+                )?)
             }
         };
-        let handle = match input {
-            Some(input) => {
-                let meta = segment::write_segment(&self.dir, input, self.cfg.zstd_level)?;
+        let handle = match written {
+            Some(meta) => {
                 let file = SegmentFile::open(&self.dir.join(&meta.file))?;
                 self.catalog.insert(&meta)?;
                 self.catalog.flush()?;
@@ -90,18 +112,11 @@ impl Inner {
             }
             None => None,
         };
-        // Decoded before it goes live, so the queries that read it first (it is the
-        // newest data) do not pay for the decoding.
-        if let (Some(h), true) = (&handle, self.cfg.warm_segment_cache) {
-            if let Err(e) = self.load(h) {
-                warn!(segment = h.meta.id, error = %e, "decoding a flushed segment failed");
-            }
-        }
         {
             let mut st = self.state.write();
             st.flushing.retain(|p| !Arc::ptr_eq(p, part));
-            if let Some(h) = handle {
-                st.segments.insert(h.meta.id, h);
+            if let Some(h) = &handle {
+                st.segments.insert(h.meta.id, h.clone());
                 self.segments_version.fetch_add(1, Ordering::SeqCst);
                 if self.cfg.open_merge_segments >= 2 {
                     // Full means a nudge is already pending: one is enough.
@@ -117,7 +132,7 @@ impl Inner {
         if let Err(e) = self.truncate_wal() {
             error!(error = %e, "WAL truncation failed; it is retried after the next flush");
         }
-        Ok(())
+        Ok(handle)
     }
 
     pub(super) fn truncate_wal(&self) -> Result<()> {

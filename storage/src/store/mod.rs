@@ -86,6 +86,9 @@ struct Inner {
     /// Writer and flusher: head bytes (open and flushing partitions) as last
     /// measured, for ingest back-pressure without taking the state lock.
     head_bytes: AtomicU64,
+    /// Lifecycle: bytes the running compactions hold decoded (sources and the
+    /// merge), bounded by `compaction_max_bytes` each.
+    compaction_bytes: AtomicU64,
     /// Flusher and lifecycle: ids of new segments.
     next_segment_id: AtomicU64,
     /// Bumped whenever the set of live segments changes (flush, quarantine,
@@ -156,6 +159,7 @@ impl Store {
             wal_bytes: AtomicU64::new(r.wal.retained_bytes()),
             wal_buffer_bytes: AtomicU64::new(0),
             head_bytes: AtomicU64::new(head_bytes),
+            compaction_bytes: AtomicU64::new(0),
             dir: dir.clone(),
             state: RwLock::new(r.state),
             catalog: r.catalog,
@@ -338,6 +342,7 @@ impl Store {
             wal_bytes: self.inner.wal_bytes.load(Ordering::Relaxed),
             wal_buffer_bytes: self.inner.wal_buffer_bytes.load(Ordering::Relaxed),
             frame_tree_bytes: self.inner.frames.approx_bytes() as u64,
+            compaction_bytes: self.inner.compaction_bytes.load(Ordering::Relaxed),
             ..Default::default()
         };
         for p in st.partitions() {

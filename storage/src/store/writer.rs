@@ -75,11 +75,13 @@ impl Inner {
             .map(|(k, p)| (k.clone(), p.read().approx_bytes()))
             .collect();
         let mut total: usize = sizes.iter().map(|s| s.1).sum();
-        if total > self.cfg.head_max_bytes {
-            // Over budget: flush the largest partitions until back under 3/4 of it.
+        let seal = self.cfg.head_seal_bytes();
+        if total > seal {
+            // Past the open share: flush the largest partitions until back under
+            // 3/4 of it.
             sizes.sort_by_key(|s| std::cmp::Reverse(s.1));
             for (k, sz) in sizes {
-                if total <= self.cfg.head_max_bytes / 4 * 3 {
+                if total <= seal / 4 * 3 {
                     break;
                 }
                 total -= sz;
@@ -144,11 +146,11 @@ impl Inner {
                 Err(RecvTimeoutError::Disconnected) => break,
             };
             // Back-pressure: while the head and the partitions being flushed exceed
-            // twice the budget, wait for the flusher instead of taking more input.
+            // the budget, wait for the flusher instead of taking more input.
             loop {
                 let (h, f) = self.head_bytes();
                 self.head_bytes.store((h + f) as u64, Ordering::Relaxed);
-                if h + f <= self.cfg.head_max_bytes.saturating_mul(2) || f == 0 {
+                if h + f <= self.cfg.head_max_bytes || f == 0 {
                     break;
                 }
                 std::thread::sleep(Duration::from_millis(5));

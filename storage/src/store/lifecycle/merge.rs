@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 use std::fs;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::report::CompactedPartition;
@@ -14,6 +14,31 @@ use crate::merger::Merger;
 use crate::segment::{self, SegmentFile};
 use crate::store::state::SegmentHandle;
 use crate::store::{now_ms, Inner};
+
+/// One compaction's share of the `compaction_bytes` gauge, given back when it ends
+/// however it ends.
+struct Held<'a> {
+    gauge: &'a AtomicU64,
+    bytes: u64,
+}
+
+impl Held<'_> {
+    fn set(&mut self, bytes: usize) {
+        let bytes = bytes as u64;
+        if bytes >= self.bytes {
+            self.gauge.fetch_add(bytes - self.bytes, Ordering::Relaxed);
+        } else {
+            self.gauge.fetch_sub(self.bytes - bytes, Ordering::Relaxed);
+        }
+        self.bytes = bytes;
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.set(0);
+    }
+}
 
 /// What became of a planned partition.
 pub(super) enum Outcome {
@@ -53,6 +78,10 @@ impl Inner {
         let budget = self.cfg.compaction_max_bytes as usize;
         let mut merger = Merger::new(step);
         let mut decoded = 0usize;
+        let mut held = Held {
+            gauge: &self.compaction_bytes,
+            bytes: 0,
+        };
         // The heavy part runs without any store lock: sources are immutable files.
         for h in &handles {
             let seg = match self.cache.get(&h.meta.id) {
@@ -69,6 +98,7 @@ impl Inner {
                 },
             };
             decoded += seg.approx_bytes();
+            held.set(decoded + merger.approx_bytes());
             if decoded + merger.approx_bytes() > budget {
                 return Ok(Outcome::Skipped(SkipReason::TooLarge { limit: budget }));
             }
