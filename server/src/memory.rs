@@ -133,7 +133,12 @@ pub fn parts(state: &AppState) -> Vec<(&'static str, u64, u64)> {
     if let Some(store) = state.store_if_open() {
         let g = store.gauges();
         let cfg = store.config();
-        out.push(("head", g.head_bytes, cfg.head_max_bytes as u64));
+        // A flush's encode buffers are the head's: its budget covers flushing.
+        out.push((
+            "head",
+            g.head_bytes + g.flush_bytes,
+            cfg.head_max_bytes as u64,
+        ));
         out.push((
             "segment_cache",
             g.segment_cache_bytes,

@@ -75,6 +75,8 @@ pub struct Gauges {
     pub wal_buffer_bytes: u64,
     /// Bytes running compactions hold decoded (their sources and the merge).
     pub compaction_bytes: u64,
+    /// Estimated bytes of a flush's encode under way (beside the partition).
+    pub flush_bytes: u64,
     /// Approximate bytes of the shared name-level frame tree queries build.
     pub frame_tree_bytes: u64,
     /// Series in the head (summed over partitions).

@@ -26,6 +26,11 @@ pub(super) enum FlushMsg {
     Barrier(Sender<Result<()>>),
 }
 
+/// What encoding a partition holds beside it, per aggregated row: the 16-byte row
+/// copied for sorting and about 8 bytes of column buffers (times, stack ids,
+/// values) before compression.
+const ENCODE_BYTES_PER_ROW: usize = 24;
+
 impl Inner {
     pub(super) fn flusher_loop(self: Arc<Self>, rx: Receiver<FlushMsg>) {
         let mut failed: Option<String> = None;
@@ -95,11 +100,15 @@ impl Inner {
                 None
             } else {
                 let id = self.next_segment_id.fetch_add(1, Ordering::SeqCst);
-                Some(segment::write_segment(
+                self.flush_bytes
+                    .store((p.rows() * ENCODE_BYTES_PER_ROW) as u64, Ordering::Relaxed);
+                let written = segment::write_segment(
                     &self.dir,
                     p.to_segment_input(id, now_ms()),
                     self.cfg.zstd_level,
-                )?)
+                );
+                self.flush_bytes.store(0, Ordering::Relaxed);
+                Some(written?)
             }
         };
         let handle = match written {

@@ -89,6 +89,9 @@ struct Inner {
     /// Lifecycle: bytes the running compactions hold decoded (sources and the
     /// merge), bounded by `compaction_max_bytes` each.
     compaction_bytes: AtomicU64,
+    /// Flusher: estimated bytes of the encode under way (rows copied for sorting
+    /// and the column buffers), beside the partition it reads.
+    flush_bytes: AtomicU64,
     /// Flusher and lifecycle: ids of new segments.
     next_segment_id: AtomicU64,
     /// Bumped whenever the set of live segments changes (flush, quarantine,
@@ -160,6 +163,7 @@ impl Store {
             wal_buffer_bytes: AtomicU64::new(0),
             head_bytes: AtomicU64::new(head_bytes),
             compaction_bytes: AtomicU64::new(0),
+            flush_bytes: AtomicU64::new(0),
             dir: dir.clone(),
             state: RwLock::new(r.state),
             catalog: r.catalog,
@@ -343,6 +347,7 @@ impl Store {
             wal_buffer_bytes: self.inner.wal_buffer_bytes.load(Ordering::Relaxed),
             frame_tree_bytes: self.inner.frames.approx_bytes() as u64,
             compaction_bytes: self.inner.compaction_bytes.load(Ordering::Relaxed),
+            flush_bytes: self.inner.flush_bytes.load(Ordering::Relaxed),
             ..Default::default()
         };
         for p in st.partitions() {
