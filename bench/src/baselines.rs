@@ -49,6 +49,8 @@ pub(crate) fn duckdb_version() -> Option<String> {
 
 fn run_script(name: &str, args: &[&str]) -> anyhow::Result<Value> {
     let out = Command::new(venv_python())
+        // The scripts import a sibling module: no __pycache__ in the source tree.
+        .env("PYTHONDONTWRITEBYTECODE", "1")
         .arg(script(name))
         .args(args)
         .output()
@@ -446,14 +448,20 @@ pub(crate) fn table_header() -> String {
 
 pub(crate) fn table_cells(result: &Value) -> String {
     let f = |v: Option<&Value>| v.and_then(Value::as_f64).unwrap_or(f64::NAN);
-    let p50 = |e: Engine| f(result.pointer(&format!("/baselines/{}/p50_ms", e.id())));
+    // A baseline that did not run shows as "-", not as NaN.
+    let p50 = |e: Engine| {
+        result
+            .pointer(&format!("/baselines/{}/p50_ms", e.id()))
+            .and_then(Value::as_f64)
+            .map_or("-".to_string(), |ms| format!("{ms:.1}ms"))
+    };
     let fastest = result
         .get("fastest_baseline")
         .and_then(Value::as_str)
         .and_then(|id| Engine::ALL.into_iter().find(|e| e.id() == id))
         .map_or("-", Engine::label);
     format!(
-        "{:>12.1}ms {:>12.1}ms {:>12.1}ms {:>14} {:>7.1}x {:>7.0}x {:>5}",
+        "{:>14} {:>14} {:>14} {:>14} {:>7.1}x {:>7.0}x {:>5}",
         p50(Engine::DuckdbParquet),
         p50(Engine::DuckdbNative),
         p50(Engine::Clickhouse),
