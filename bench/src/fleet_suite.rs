@@ -14,8 +14,9 @@ use anyhow::bail;
 use clap::Args as ClapArgs;
 use serde_json::{json, Value};
 
+use crate::baselines::{duckdb_version, run_duckdb};
 use crate::fleet::{Fleet, FleetConfig, CPU_TYPE};
-use crate::query_suite::{duckdb_version, percentile, run_python};
+use crate::query_suite::percentile;
 use crate::report;
 use crate::server::{push_patiently as push, Running};
 
@@ -251,7 +252,7 @@ fn duckdb_hottest(
 ) -> anyhow::Result<Value> {
     fleet.write_stacks_csv(&rows_dir.join("stacks.csv"))?;
     let dir = rows_dir.display().to_string();
-    let convert = run_python(&["convert", "--dir", &dir])?;
+    let convert = run_duckdb(&["convert", "--dir", &dir])?;
     // Same order as profiledb's ranking: value, then name.
     let sql = format!(
         "SELECT k.leaf AS name, count(DISTINCT s.service) AS services, sum(s.value) AS value \
@@ -265,7 +266,7 @@ fn duckdb_hottest(
         serde_json::to_vec(&json!([{"name": "hottest functions", "sql": sql}]))?,
     )?;
     let iterations = iterations.max(1).to_string();
-    let out = run_python(&[
+    let out = run_duckdb(&[
         "run",
         "--dir",
         &dir,

@@ -5,6 +5,7 @@
 //! `bench/results/`, so runs can be compared.
 
 mod agent_suite;
+mod baselines;
 mod cluster_suite;
 mod control_suite;
 mod fleet;
@@ -43,10 +44,12 @@ enum Suite {
     /// A generated fleet pushed through an in-process server, then merge, 2-key
     /// group-by with a function filter, time series and diff over 1 h and 1 day:
     /// p50/p99 after a restart, on result-cache misses and hits; and the same queries
-    /// in DuckDB (if `bench/setup.sh` installed it) over the same rows in Parquet.
+    /// over the same rows in the baselines `bench/setup.sh` installs (DuckDB over
+    /// Parquet, DuckDB's native tables, ClickHouse's MergeTree through chdb), each
+    /// query's ratio taken against the fastest of them.
     Query(query_suite::Args),
-    /// The `query` suite with the DuckDB side required (in `--quick` mode a missing
-    /// DuckDB only skips it, with a message).
+    /// The `query` suite with the baselines required (in `--quick` mode a missing
+    /// engine only skips its side, with a message).
     Baseline(query_suite::Args),
     /// A generated fleet over 7 simulated days written with several level-0 segments
     /// per hourly partition, then compacted and downsampled to 60 s and 1 h: bytes on

@@ -1,9 +1,10 @@
 //! The `query` and `baseline` suites: a generated fleet pushed through a real
 //! in-process server, then merge, 2-key group-by with a function filter, time series
 //! and diff over 1 hour and 1 day, timed over HTTP (first query after a restart,
-//! result-cache misses, cache hits); and the same queries in DuckDB over the same rows
-//! in Parquet, run by `bench/duckdb_queries.py` from the bench virtualenv
-//! (`bench/setup.sh`) in the same invocation.
+//! result-cache misses, cache hits); and the same queries over the same rows in the
+//! baseline engines of `baselines.rs` (DuckDB over Parquet, DuckDB's native tables,
+//! ClickHouse through chdb), from the bench virtualenv (`bench/setup.sh`) in the same
+//! invocation.
 //!
 //! Data layout: the fleet covers 24 h ending at `t_end` (the last whole hour before
 //! now, minus one hour). The final hour is at full density (one push per process per
@@ -11,7 +12,6 @@
 //! stay affordable on a small machine. Both densities are printed and recorded.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,6 +21,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use prost::Message;
 use serde_json::{json, Value};
 
+use crate::baselines::{self, Installed, Sql, Total};
 use crate::fleet::{Fleet, FleetConfig, Replay, CPU_TYPE, FILTER_FUNCTION};
 use crate::report::{self, human_bytes};
 use crate::server::Running;
@@ -58,16 +59,17 @@ pub struct Args {
     /// Concurrent push clients.
     #[arg(long, default_value_t = 2)]
     clients: usize,
-    /// Timed runs per query for cache misses (and for DuckDB).
+    /// Timed runs per query for cache misses (and for each baseline).
     #[arg(long, default_value_t = 20)]
     iterations: usize,
     /// Timed runs per query for cache hits.
     #[arg(long, default_value_t = 200)]
     cached_iterations: usize,
-    /// Skip DuckDB.
+    /// Skip the baselines (DuckDB, ClickHouse).
     #[arg(long)]
     no_baseline: bool,
-    /// Keep the data (server directory, CSV, Parquet) here instead of a temp dir.
+    /// Keep the data (server directory, CSV, Parquet, the baselines' tables) here
+    /// instead of a temp dir.
     #[arg(long)]
     data_dir: Option<PathBuf>,
     /// With `--data-dir`: when the directory already holds a finished ingest of the
@@ -94,9 +96,9 @@ struct QuerySpec {
     /// The HTTP request with the range start moved `shift` ms earlier (no data lives
     /// there, so the answer is the same but the result-cache key differs).
     http: Box<dyn Fn(i64) -> Req>,
-    /// Extracts the figure compared with DuckDB's (sum of the last column).
+    /// Extracts the figure compared with each baseline's.
     total: fn(&Value) -> Option<f64>,
-    sql: String,
+    sql: Sql,
 }
 
 fn send(client: &reqwest::blocking::Client, url: &str, r: &Req) -> anyhow::Result<Value> {
@@ -170,10 +172,10 @@ fn specs(t_end: i64, service: &str) -> Vec<QuerySpec> {
                 ))
             }),
             total: |v| v.get("total").and_then(Value::as_f64),
-            sql: format!(
+            sql: Sql::portable(format!(
                 "SELECT k.stack, m.v FROM (SELECT stack_id, sum(value) AS v FROM samples \
                  WHERE {where_svc} GROUP BY stack_id) m JOIN stacks k USING (stack_id)"
-            ),
+            )),
         });
 
         // The second variant asks a filter never asked before on every run (an
@@ -201,12 +203,12 @@ fn specs(t_end: i64, service: &str) -> Vec<QuerySpec> {
                     )
                 }),
                 total: |v| v.get("total").and_then(Value::as_f64),
-                sql: format!(
+                sql: Sql::portable(format!(
                     "SELECT s.service, k.leaf, sum(s.value) AS v FROM samples s \
                      JOIN (SELECT stack_id, leaf FROM stacks WHERE stack LIKE '%{FILTER_FUNCTION}%') k \
                      USING (stack_id) WHERE s.profile_type = '{CPU_TYPE}' AND s.{time} \
                      GROUP BY 1, 2 ORDER BY v DESC"
-                ),
+                )),
             });
         }
 
@@ -229,12 +231,21 @@ fn specs(t_end: i64, service: &str) -> Vec<QuerySpec> {
                     .map(|s| s.get("total").and_then(Value::as_f64))
                     .sum()
             },
-            sql: format!(
-                "SELECT service, ts_ms // {} * {} AS bucket, sum(value) AS v FROM samples \
-                 WHERE profile_type = '{CPU_TYPE}' AND {time} GROUP BY 1, 2 ORDER BY 1, 2",
-                step_s * 1000,
-                step_s * 1000
-            ),
+            sql: {
+                let step_ms = step_s * 1000;
+                // Integer division is `//` in DuckDB, intDiv in ClickHouse.
+                let series = |bucket: String| {
+                    format!(
+                        "SELECT service, {bucket} AS bucket, sum(value) AS v FROM samples \
+                         WHERE profile_type = '{CPU_TYPE}' AND {time} GROUP BY 1, 2 ORDER BY 1, 2"
+                    )
+                };
+                Sql {
+                    duckdb: series(format!("ts_ms // {step_ms} * {step_ms}")),
+                    clickhouse: series(format!("intDiv(ts_ms, {step_ms}) * {step_ms}")),
+                    total: Total::Sum,
+                }
+            },
         });
 
         let sel = svc_sel.clone();
@@ -255,20 +266,40 @@ fn specs(t_end: i64, service: &str) -> Vec<QuerySpec> {
                 let s = v.get("stats")?;
                 Some(s.get("samples_base")?.as_f64()? + s.get("samples_compare")?.as_f64()?)
             },
-            sql: format!(
-                "WITH side AS (SELECT k.leaf, (s.ts_ms >= {mid}) AS cmp, sum(s.value) AS v \
-                 FROM samples s JOIN stacks k USING (stack_id) WHERE s.profile_type = '{CPU_TYPE}' \
-                 AND s.service = '{service}' AND s.{time} GROUP BY 1, 2), \
-                 tot AS (SELECT cmp, sum(v) AS t FROM side GROUP BY cmp), \
-                 shares AS (SELECT leaf, sum(CASE WHEN NOT side.cmp THEN v / t ELSE 0 END) AS b, \
-                 sum(CASE WHEN side.cmp THEN v / t ELSE 0 END) AS c FROM side JOIN tot USING (cmp) \
-                 GROUP BY leaf) \
-                 SELECT leaf, b, c, c - b AS delta, (SELECT sum(t) FROM tot) AS total \
-                 FROM shares ORDER BY abs(c - b) DESC LIMIT 20"
-            ),
+            sql: diff_sql(service, &time, mid),
         });
     }
     out
+}
+
+/// Leaf shares of each half and the 20 largest changes; the grand total on every row.
+fn diff_sql(service: &str, time: &str, mid: i64) -> Sql {
+    let duckdb = format!(
+        "WITH side AS (SELECT k.leaf, (s.ts_ms >= {mid}) AS cmp, sum(s.value) AS v \
+         FROM samples s JOIN stacks k USING (stack_id) WHERE s.profile_type = '{CPU_TYPE}' \
+         AND s.service = '{service}' AND s.{time} GROUP BY 1, 2), \
+         tot AS (SELECT cmp, sum(v) AS t FROM side GROUP BY cmp), \
+         shares AS (SELECT leaf, sum(CASE WHEN NOT side.cmp THEN v / t ELSE 0 END) AS b, \
+         sum(CASE WHEN side.cmp THEN v / t ELSE 0 END) AS c FROM side JOIN tot USING (cmp) \
+         GROUP BY leaf) \
+         SELECT leaf, b, c, c - b AS delta, (SELECT sum(t) FROM tot) AS total \
+         FROM shares ORDER BY abs(c - b) DESC LIMIT 20"
+    );
+    // ClickHouse inlines a CTE at every reference (the DuckDB form scans and joins
+    // three times), so both halves are summed in one pass and the totals are windows.
+    let clickhouse = format!(
+        "SELECT leaf, b, c, c - b AS delta, total FROM (SELECT leaf, vb / sum(vb) OVER () AS b, \
+         vc / sum(vc) OVER () AS c, sum(vb + vc) OVER () AS total FROM (SELECT k.leaf AS leaf, \
+         sumIf(s.value, s.ts_ms < {mid}) AS vb, sumIf(s.value, s.ts_ms >= {mid}) AS vc \
+         FROM samples s JOIN stacks k USING (stack_id) WHERE s.profile_type = '{CPU_TYPE}' \
+         AND s.service = '{service}' AND s.{time} GROUP BY leaf)) \
+         ORDER BY abs(c - b) DESC LIMIT 20"
+    );
+    Sql {
+        duckdb,
+        clickhouse,
+        total: Total::FirstRow,
+    }
 }
 
 /// Waits until the server's segment-cache warm-up is over (its metric reads 0).
@@ -288,41 +319,6 @@ fn wait_warm(client: &reqwest::blocking::Client, url: &str) -> anyhow::Result<()
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-pub(crate) fn venv_python() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python")
-}
-
-fn script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("duckdb_queries.py")
-}
-
-/// `Some(version)` when the bench virtualenv has DuckDB.
-pub(crate) fn duckdb_version() -> Option<String> {
-    let out = Command::new(venv_python())
-        .args(["-c", "import duckdb; print(duckdb.__version__)"])
-        .output()
-        .ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
-}
-
-pub(crate) fn run_python(args: &[&str]) -> anyhow::Result<Value> {
-    let out = Command::new(venv_python())
-        .arg(script())
-        .args(args)
-        .output()
-        .context("running bench/duckdb_queries.py")?;
-    if !out.status.success() {
-        bail!(
-            "duckdb_queries.py {} failed: {}",
-            args.first().copied().unwrap_or(""),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    serde_json::from_slice(&out.stdout).context("duckdb_queries.py printed no JSON")
 }
 
 fn dir_bytes(dir: &Path) -> u64 {
@@ -354,20 +350,7 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
     if args.interval == 0 || args.day_interval == 0 || args.hosts == 0 || args.services == 0 {
         bail!("--interval, --day-interval, --hosts and --services must be positive");
     }
-    let baseline = if args.no_baseline {
-        None
-    } else {
-        match duckdb_version() {
-            Some(v) => Some(v),
-            None if require_baseline && !args.quick => {
-                bail!("DuckDB is not installed in bench/.venv: run bench/setup.sh first")
-            }
-            None => {
-                println!("baseline: DuckDB not installed in bench/.venv (run bench/setup.sh); skipping the DuckDB side");
-                None
-            }
-        }
-    };
+    let installed = Installed::detect(args.no_baseline, require_baseline && !args.quick)?;
 
     let tmp;
     let root = match &args.data_dir {
@@ -405,17 +388,17 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
             server_dir.display()
         );
     }
-    // A reused directory ingested without the baseline has no Parquet to query.
-    let baseline = match &reused {
+    // A reused directory ingested without the baselines has no Parquet to load.
+    let installed = match &reused {
         Some(m) if m.get("duckdb_convert").is_none_or(Value::is_null) => {
-            if baseline.is_some() {
+            if installed.any() {
                 println!(
-                    "baseline: the reused directory has no Parquet rows; skipping the DuckDB side"
+                    "baseline: the reused directory has no Parquet rows; skipping the baselines"
                 );
             }
-            None
+            Installed::default()
         }
-        _ => baseline,
+        _ => installed,
     };
     let t_end = match reused
         .as_ref()
@@ -502,7 +485,7 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
             let values = Arc::new(AtomicU64::new(0));
             let bytes_sent = Arc::new(AtomicU64::new(0));
             let retries = Arc::new(AtomicU64::new(0));
-            let write_rows = baseline.is_some();
+            let write_rows = installed.any();
             let t_ingest = Instant::now();
             let workers: Vec<_> = (0..args.clients.max(1))
                 .map(|w| {
@@ -606,10 +589,10 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
 
             // Baseline data: CSV → Parquet (not timed as part of any query).
             let mut convert: Option<Value> = None;
-            if baseline.is_some() {
+            if installed.any() {
                 let rows_s = rows_dir.display().to_string();
                 println!("baseline: converting rows to Parquet with DuckDB …");
-                let c = run_python(&["convert", "--dir", &rows_s])?;
+                let c = baselines::run_duckdb(&["convert", "--dir", &rows_s])?;
                 println!(
                     "baseline: {} rows, {} of Parquet, converted in {:.1} s",
                     c.get("rows").and_then(Value::as_u64).unwrap_or(0),
@@ -647,30 +630,9 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
         }
     };
 
-    let mut duck: Option<Value> = None;
     let specs = specs(t_end, fleet.service_name(0));
-    if baseline.is_some() {
-        let rows_s = rows_dir.display().to_string();
-        let spec: Vec<Value> = specs
-            .iter()
-            .map(|s| json!({"name": format!("{} [{}]", s.name, s.window), "sql": s.sql}))
-            .collect();
-        let spec_path = rows_dir.join("spec.json");
-        std::fs::write(&spec_path, serde_json::to_vec(&spec)?)?;
-        let pbq = ProgressBar::new_spinner().with_message("baseline: DuckDB queries");
-        pbq.enable_steady_tick(Duration::from_millis(200));
-        let d = run_python(&[
-            "run",
-            "--dir",
-            &rows_s,
-            "--spec",
-            &spec_path.display().to_string(),
-            "--iterations",
-            &args.iterations.max(1).to_string(),
-        ])?;
-        pbq.finish_and_clear();
-        duck = Some(d);
-    }
+    let keyed: Vec<(String, &Sql)> = specs.iter().map(|s| (key(s), &s.sql)).collect();
+    let runs = baselines::run_all(&installed, &rows_dir, &keyed, args.iterations)?;
 
     // profiledb queries.
     let client = reqwest::blocking::Client::new();
@@ -680,6 +642,7 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
             .progress_chars("=> "),
     );
     let mut results = Vec::new();
+    let mut mismatches = Vec::new();
     let mut shift = 0i64;
     for s in &specs {
         pb.set_message(format!("{} [{}]", s.name, s.window));
@@ -709,17 +672,9 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
         server.stop()?;
         let (miss50, miss99) = p50_p99(miss);
         let (hit50, hit99) = p50_p99(hit);
-        let key = format!("{} [{}]", s.name, s.window);
-        let d = duck.as_ref().and_then(|d| d.get(&key)).cloned();
-        let d50 = d
-            .as_ref()
-            .and_then(|d| d.get("p50_ms"))
-            .and_then(Value::as_f64);
-        let dtotal = d
-            .as_ref()
-            .and_then(|d| d.get("total"))
-            .and_then(Value::as_f64);
-        results.push(json!({
+        let compared = baselines::compare(&runs, &key(s), total, miss50, hit50);
+        mismatches.extend(compared.mismatches);
+        let mut r = json!({
             "query": s.name,
             "window": s.window,
             "restart_first_ms": restart_ms,
@@ -728,53 +683,21 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
             "cached_p50_ms": hit50,
             "cached_p99_ms": hit99,
             "total": total,
-            "duckdb": d,
-            "duckdb_p50_over_uncached_p50": d50.map(|x| x / miss50),
-            "duckdb_p50_over_cached_p50": d50.map(|x| x / hit50),
-            "totals_match": match (total, dtotal) {
-                (Some(a), Some(b)) => Some((a - b).abs() <= 1e-6 * a.abs().max(1.0)),
-                _ => None,
-            },
-        }));
+        });
+        if let (Some(r), Some(c)) = (r.as_object_mut(), compared.figures.as_object()) {
+            r.extend(c.clone());
+        }
+        results.push(r);
     }
     pb.finish_and_clear();
 
-    println!();
-    println!(
-        "{:<46} {:>4} {:>9} {:>17} {:>15} {:>17} {:>8} {:>8} {:>5}",
-        "query",
-        "win",
-        "restart",
-        "uncached p50/p99",
-        "cached p50/p99",
-        "DuckDB p50/p99",
-        "×uncach",
-        "×cached",
-        "match"
+    print_table(&results);
+    let bytes = baselines::bytes_on_disk(
+        &rows_dir,
+        ingest.get("segment_bytes").and_then(Value::as_u64),
+        ingest.get("values_ingested").and_then(Value::as_u64),
+        &runs,
     );
-    let ms = |v: &Value, k: &str| v.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
-    for r in &results {
-        let d = r.get("duckdb").cloned().unwrap_or(Value::Null);
-        println!(
-            "{:<46} {:>4} {:>7.1}ms {:>7.1}/{:>7.1}ms {:>6.2}/{:>6.2}ms {:>7.1}/{:>7.1}ms {:>7.1}x {:>7.0}x {:>5}",
-            r.get("query").and_then(Value::as_str).unwrap_or(""),
-            r.get("window").and_then(Value::as_str).unwrap_or(""),
-            ms(r, "restart_first_ms"),
-            ms(r, "uncached_p50_ms"),
-            ms(r, "uncached_p99_ms"),
-            ms(r, "cached_p50_ms"),
-            ms(r, "cached_p99_ms"),
-            ms(&d, "p50_ms"),
-            ms(&d, "p99_ms"),
-            ms(r, "duckdb_p50_over_uncached_p50"),
-            ms(r, "duckdb_p50_over_cached_p50"),
-            match r.get("totals_match").and_then(Value::as_bool) {
-                Some(true) => "yes",
-                Some(false) => "NO",
-                None => "-",
-            }
-        );
-    }
     let mut figures = json!({
         "seed": args.seed,
         "services": args.services,
@@ -786,7 +709,9 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
         "replay_hosts": if replay.is_some() { args.replay_hosts } else { 0 },
         "iterations_uncached": args.iterations,
         "iterations_cached": args.cached_iterations,
-        "duckdb_version": baseline,
+        "baseline_versions": installed.versions(),
+        "baseline_loads": baselines::loads(&runs),
+        "bytes_on_disk": bytes,
         "queries": results,
         "note": "HTTP latency from an in-process client on loopback; uncached = result-cache miss (start shifted by a few ms), segments already decoded; restart = first query after a server restart",
     });
@@ -807,5 +732,42 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
         figures,
     )?;
     println!("results {}", path.display());
+    if !mismatches.is_empty() {
+        bail!(
+            "a baseline's total differs from profiledb's:\n  {}",
+            mismatches.join("\n  ")
+        );
+    }
     Ok(())
+}
+
+fn key(s: &QuerySpec) -> String {
+    format!("{} [{}]", s.name, s.window)
+}
+
+fn print_table(results: &[Value]) {
+    println!();
+    println!(
+        "{:<46} {:>4} {:>9} {:>17} {:>15} {}",
+        "query",
+        "win",
+        "restart",
+        "uncached p50/p99",
+        "cached p50/p99",
+        baselines::table_header()
+    );
+    let ms = |v: &Value, k: &str| v.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
+    for r in results {
+        println!(
+            "{:<46} {:>4} {:>7.1}ms {:>7.1}/{:>7.1}ms {:>6.2}/{:>6.2}ms {}",
+            r.get("query").and_then(Value::as_str).unwrap_or(""),
+            r.get("window").and_then(Value::as_str).unwrap_or(""),
+            ms(r, "restart_first_ms"),
+            ms(r, "uncached_p50_ms"),
+            ms(r, "uncached_p99_ms"),
+            ms(r, "cached_p50_ms"),
+            ms(r, "cached_p99_ms"),
+            baselines::table_cells(r)
+        );
+    }
 }
