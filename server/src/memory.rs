@@ -149,11 +149,7 @@ pub fn parts(state: &AppState) -> Vec<(&'static str, u64, u64)> {
             g.frame_tree_bytes,
             cfg.frame_tree_max_nodes as u64 * FRAME_NODE_BYTES,
         ));
-        out.push((
-            "compaction",
-            g.compaction_bytes,
-            cfg.compaction_max_bytes,
-        ));
+        out.push(("compaction", g.compaction_bytes, cfg.compaction_max_bytes));
         out.push((
             "wal_buffer",
             g.wal_buffer_bytes,

@@ -315,13 +315,16 @@ fn head_memory_bound_forces_flushes() {
             .collect();
         store.write(build_batch(&tenant, &samples)).unwrap();
         reference.add(&samples, 10_000);
+        // Open and flushing partitions together stay within the budget, but for
+        // the one group the writer applies after checking it.
+        let g = store.gauges();
+        assert!(
+            g.head_bytes <= (64 << 10) + (16 << 10),
+            "head over budget after batch {i}: {g:?}"
+        );
     }
     let g = store.gauges();
     assert!(g.segments > 0, "the head bound never flushed: {g:?}");
-    assert!(
-        g.head_bytes <= 2 * (64 << 10) + (64 << 10),
-        "head over budget: {g:?}"
-    );
     let tree = querier(&store)
         .merge_tree(&tenant, &Selector::default(), TimeRange::all())
         .unwrap();

@@ -147,7 +147,18 @@ struct NodeFilter {
     functions: Vec<u8>,
     include: bool,
     exclude: bool,
+    /// The flags of every stack node, once the query has seen enough of them (see
+    /// [`NodeFilter::observe`]); empty until then.
+    dense: Vec<u8>,
+    /// Stack nodes looked up so far in this source.
+    seen: usize,
 }
+
+/// Past one looked-up node for this many nodes of the dictionary, one forward pass
+/// over the whole stack tree costs less than climbing from each node: the climb's
+/// memo and parent lookups land at random in arrays of the tree's size (cache
+/// misses), the pass reads them in order into a byte per node.
+const DENSE_AFTER: usize = 128;
 
 impl NodeFilter {
     fn new(
@@ -159,6 +170,8 @@ impl NodeFilter {
             functions: Vec::new(),
             include: q.include.is_some(),
             exclude: q.exclude.is_some(),
+            dense: Vec::new(),
+            seen: 0,
         };
         if f.is_noop() {
             return Ok(f);
@@ -179,10 +192,47 @@ impl NodeFilter {
         !self.include && !self.exclude
     }
 
-    /// Whether samples of stack node `node` pass. Visits only `node`'s ancestors not
-    /// yet memoised in `memo`, so a query pays for the stacks it touches.
+    /// Counts `nodes` more lookups to come; once they pass 1/[`DENSE_AFTER`] of the
+    /// stack tree, computes every node's flags in one pass (parents come before
+    /// their children, so each node ORs its own function's flags into its parent's).
+    fn observe(&mut self, dict: &Dict, nodes: usize) {
+        if self.is_noop() || !self.dense.is_empty() {
+            return;
+        }
+        self.seen = self.seen.saturating_add(nodes);
+        let n = dict.node_count();
+        if self.seen.saturating_mul(DENSE_AFTER) < n {
+            return;
+        }
+        let own: Vec<u8> = dict
+            .locations
+            .iter()
+            .map(|l| {
+                l.function
+                    .and_then(|f| self.functions.get(f as usize))
+                    .copied()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let mut dense: Vec<u8> = Vec::with_capacity(n);
+        for (&loc, &p) in dict.node_locations.iter().zip(&dict.parents) {
+            let mine = own.get(loc as usize).copied().unwrap_or(0);
+            // A parent id is below its child's (checked on decode), so it is set.
+            let inherited = dense.get(p as usize).copied().unwrap_or(0);
+            dense.push(mine | inherited);
+        }
+        dense.resize(n, 0);
+        self.dense = dense;
+    }
+
+    /// Whether samples of stack node `node` pass. Before the dense pass, visits only
+    /// `node`'s ancestors not yet memoised in `memo`, so a query pays for the stacks
+    /// it touches.
     fn keeps(&self, dict: &Dict, node: u32, memo: &mut Memo, path: &mut Vec<u32>) -> bool {
-        let flags = self.flags(dict, node, memo, path);
+        let flags = match self.dense.get(node as usize) {
+            Some(&f) => u32::from(f),
+            None => self.flags(dict, node, memo, path),
+        };
         (!self.include || flags & HAS_INCLUDED != 0) && flags & HAS_EXCLUDED == 0
     }
 
@@ -254,7 +304,7 @@ pub fn group_into(
     let dict = src.dict();
     let label_keys = q.label_keys();
     let stack_keys = q.keys.iter().any(GroupKey::is_stack_derived);
-    let filter = NodeFilter::new(src, q, resolve)?;
+    let mut filter = NodeFilter::new(src, q, resolve)?;
 
     let groups = by_label_values(src, &series, &label_keys);
 
@@ -274,6 +324,7 @@ pub fn group_into(
         for (g, (_, members)) in groups.iter().enumerate() {
             node_values(src, members, lo, hi, scratch)?;
             std::mem::swap(&mut pairs, &mut scratch.pairs);
+            filter.observe(dict, pairs.len());
             for &(node, v) in &pairs {
                 if !filter.is_noop() && !filter.keeps(dict, node, &mut scratch.keep, &mut path) {
                     continue;
@@ -558,7 +609,7 @@ pub fn group_frames(
     // The function filters are applied to this source's stack nodes before they
     // are resolved to frame ids: only the stacks a filtered query keeps are added to
     // the frame tree (the first query after a restart resolves far fewer).
-    let filter = NodeFilter::new(src, q, resolve)?;
+    let mut filter = NodeFilter::new(src, q, resolve)?;
     let generation = tree.read().generation();
     let slots = src
         .gid_memo()
@@ -571,6 +622,7 @@ pub fn group_frames(
         for (g, set) in &members {
             node_values(src, set, lo, hi, scratch)?;
             if !filter.is_noop() {
+                filter.observe(dict, scratch.pairs.len());
                 let keep = &mut scratch.keep;
                 scratch
                     .pairs
@@ -600,4 +652,65 @@ pub fn group_frames(
         return Err(too_many_groups(q.max_groups));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dict::{DictBuilder, LocationRec};
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The dense pass gives every node the flags the memoised climb gives it.
+        #[test]
+        fn dense_flags_equal_the_climb(
+            stacks in prop::collection::vec(prop::collection::vec(0u32..12, 1..8), 1..40),
+            included in prop::collection::vec(any::<bool>(), 12),
+            excluded in prop::collection::vec(any::<bool>(), 12),
+        ) {
+            let mut b = DictBuilder::new();
+            let locs: Vec<u32> = (0..12)
+                .map(|i| {
+                    let f = b.function(&format!("f{i}"), "file.c");
+                    b.location(LocationRec { function: Some(f), mapping: None, address: 0, line: 0 })
+                })
+                .collect();
+            for s in &stacks {
+                let path: Vec<u32> = s.iter().map(|&i| locs[i as usize]).collect();
+                b.stack(&path);
+            }
+            let dict = b.finish();
+            let functions: Vec<u8> = (0..dict.functions.len())
+                .map(|i| {
+                    (if included[i] { HAS_INCLUDED as u8 } else { 0 })
+                        | (if excluded[i] { HAS_EXCLUDED as u8 } else { 0 })
+                })
+                .collect();
+            let mut climbing = NodeFilter {
+                functions,
+                include: true,
+                exclude: true,
+                dense: Vec::new(),
+                seen: 0,
+            };
+            let mut dense = NodeFilter { dense: Vec::new(), seen: 0, functions: climbing.functions.clone(), ..climbing };
+            dense.observe(&dict, dict.node_count());
+            prop_assert_eq!(dense.dense.len(), dict.node_count());
+            climbing.observe(&dict, 0);
+            prop_assert!(climbing.dense.is_empty());
+            let (mut memo, mut path) = (Memo::default(), Vec::new());
+            memo.prepare(dict.node_count());
+            for node in 0..dict.node_count() as u32 {
+                prop_assert_eq!(
+                    u32::from(dense.dense[node as usize]),
+                    climbing.flags(&dict, node, &mut memo, &mut path),
+                    "node {}", node
+                );
+                prop_assert_eq!(
+                    dense.keeps(&dict, node, &mut memo, &mut path),
+                    climbing.keeps(&dict, node, &mut memo, &mut path)
+                );
+            }
+        }
+    }
 }
