@@ -686,14 +686,14 @@ mod tests {
                         | (if excluded[i] { HAS_EXCLUDED as u8 } else { 0 })
                 })
                 .collect();
-            let mut climbing = NodeFilter {
-                functions,
+            let filter = || NodeFilter {
+                functions: functions.clone(),
                 include: true,
                 exclude: true,
                 dense: Vec::new(),
                 seen: 0,
             };
-            let mut dense = NodeFilter { dense: Vec::new(), seen: 0, functions: climbing.functions.clone(), ..climbing };
+            let (mut dense, mut climbing) = (filter(), filter());
             dense.observe(&dict, dict.node_count());
             prop_assert_eq!(dense.dense.len(), dict.node_count());
             climbing.observe(&dict, 0);

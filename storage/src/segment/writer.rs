@@ -187,8 +187,8 @@ pub fn encode_segment(input: SegmentInput<'_>, zstd_level: i32) -> Result<(Vec<u
     // the dictionary's sections are only built when their turn comes.
     let mut file = Vec::with_capacity(1 << 16);
     file.extend_from_slice(MAGIC_HEAD);
-    let mut table = Vec::new();
-    put_uvarint(&mut table, 12);
+    let mut entries = Vec::new();
+    let mut sections = 0u64;
     let mut store = |kind: SectionKind, raw: Vec<u8>| -> Result<()> {
         let stored = zstd::bulk::compress(&raw, zstd_level).map_err(|e| StorageError::Io {
             path: "<zstd>".into(),
@@ -196,12 +196,13 @@ pub fn encode_segment(input: SegmentInput<'_>, zstd_level: i32) -> Result<(Vec<u
         })?;
         let offset = file.len() as u64;
         file.extend_from_slice(&stored);
-        table.push(kind as u8);
-        table.push(CODEC_ZSTD);
-        put_uvarint(&mut table, offset);
-        put_uvarint(&mut table, stored.len() as u64);
-        put_uvarint(&mut table, raw.len() as u64);
-        table.extend_from_slice(&crc32fast::hash(&stored).to_le_bytes());
+        entries.push(kind as u8);
+        entries.push(CODEC_ZSTD);
+        put_uvarint(&mut entries, offset);
+        put_uvarint(&mut entries, stored.len() as u64);
+        put_uvarint(&mut entries, raw.len() as u64);
+        entries.extend_from_slice(&crc32fast::hash(&stored).to_le_bytes());
+        sections += 1;
         Ok(())
     };
     store(
@@ -219,6 +220,9 @@ pub fn encode_segment(input: SegmentInput<'_>, zstd_level: i32) -> Result<(Vec<u
     store(SectionKind::StackIds, stacks)?;
     store(SectionKind::Values, values)?;
     store(SectionKind::SeriesTotals, totals_sec)?;
+    let mut table = Vec::with_capacity(entries.len() + 2);
+    put_uvarint(&mut table, sections);
+    table.extend_from_slice(&entries);
     let footer_offset = file.len() as u64;
     let mut footer = table;
     meta.encode(&mut footer);

@@ -15,22 +15,13 @@ use crate::segment::{self, SegmentFile};
 use crate::store::state::SegmentHandle;
 use crate::store::{now_ms, Inner};
 
-/// One compaction's share of the `compaction_bytes` gauge, given back when it ends
-/// however it ends.
-struct Held<'a> {
-    gauge: &'a AtomicU64,
-    bytes: u64,
-}
+/// The `compaction_bytes` gauge while a compaction runs (one at a time, under the
+/// lifecycle lock), back to zero when it ends however it ends.
+struct Held<'a>(&'a AtomicU64);
 
 impl Held<'_> {
-    fn set(&mut self, bytes: usize) {
-        let bytes = bytes as u64;
-        if bytes >= self.bytes {
-            self.gauge.fetch_add(bytes - self.bytes, Ordering::Relaxed);
-        } else {
-            self.gauge.fetch_sub(self.bytes - bytes, Ordering::Relaxed);
-        }
-        self.bytes = bytes;
+    fn set(&self, bytes: usize) {
+        self.0.store(bytes as u64, Ordering::Relaxed);
     }
 }
 
@@ -78,10 +69,7 @@ impl Inner {
         let budget = self.cfg.compaction_max_bytes as usize;
         let mut merger = Merger::new(step);
         let mut decoded = 0usize;
-        let mut held = Held {
-            gauge: &self.compaction_bytes,
-            bytes: 0,
-        };
+        let held = Held(&self.compaction_bytes);
         // The heavy part runs without any store lock: sources are immutable files.
         for h in &handles {
             let seg = match self.cache.get(&h.meta.id) {
