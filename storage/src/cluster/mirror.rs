@@ -83,6 +83,8 @@ struct Shared {
     healthy: AtomicBool,
     last_error: Mutex<Option<String>>,
     stats: MirrorStats,
+    /// Held while a fetched body is written and the disk budget enforced.
+    disk: Mutex<()>,
 }
 
 /// The running mirror of one querier.
@@ -108,6 +110,7 @@ impl Mirror {
             healthy: AtomicBool::new(true),
             last_error: Mutex::new(None),
             stats: MirrorStats::default(),
+            disk: Mutex::new(()),
         });
         let fetcher = shared.clone();
         shared
@@ -286,13 +289,7 @@ impl Shared {
                     .download_bytes
                     .fetch_add(whole.len() as u64, Ordering::Relaxed);
                 // Checked now, as every fetched body is.
-                let kept =
-                    write_file(&path, whole).and_then(|()| SegmentFile::open(&path)?.verify());
-                if let Err(e) = kept {
-                    let _ = fs::remove_file(&path);
-                    return Err(classify(e));
-                }
-                self.enforce_budget(&path);
+                self.keep_body(&path, whole).map_err(classify)?;
             }
             opened
         };
@@ -318,15 +315,11 @@ impl Shared {
                 self.stats
                     .download_bytes
                     .fetch_add(bytes.len() as u64, Ordering::Relaxed);
-                write_file(path, &bytes)?;
-                SegmentFile::open(path)?.verify()?;
+                self.keep_body(path, &bytes)?;
                 Ok(bytes.to_vec())
             });
         match checked.map_err(classify) {
-            Ok(bytes) => {
-                self.enforce_budget(path);
-                Ok(bytes)
-            }
+            Ok(bytes) => Ok(bytes),
             Err(Fetch::Bad(why)) => {
                 self.quarantine(&tenant, &key, &why)?;
                 Err(StorageError::Corrupt(format!("{key}: {why}")))
@@ -344,6 +337,21 @@ impl Shared {
         } else {
             warn!(tenant, key, reason = %why, "bucket segment already out of service (another node quarantined it)");
         }
+        Ok(())
+    }
+
+    /// Writes a fetched body as the local copy at `path`, checks every section
+    /// (a damaged copy is deleted), and keeps the disk within budget. One at a
+    /// time: two queries fetching at once would otherwise each evict the body the
+    /// other had just written, and a budget under two bodies would keep none.
+    fn keep_body(&self, path: &Path, bytes: &[u8]) -> Result<()> {
+        let _disk = self.disk.lock();
+        let kept = write_file(path, bytes).and_then(|()| SegmentFile::open(path)?.verify());
+        if kept.is_err() {
+            let _ = fs::remove_file(path);
+        }
+        kept?;
+        self.enforce_budget(path);
         Ok(())
     }
 
