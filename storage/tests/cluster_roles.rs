@@ -87,6 +87,11 @@ fn writer_crash_uploads_once_and_mirror_and_compactor_keep_totals() {
     // Uploaded: 1..=3. Then 4 and 5 are acknowledged (WAL) and the writer dies.
     let store = Arc::new(Store::open(dir.path().join("w"), local()).unwrap());
     let up = Uploader::start(store.clone(), bucket.clone(), up_cfg.clone()).unwrap();
+    // The loop runs a pass as it starts, then sleeps for the interval (an hour): a
+    // late first pass would upload 4 and 5 below, before the simulated crash.
+    wait("the loop's first pass", || {
+        up.stats().passes.load(std::sync::atomic::Ordering::Relaxed) >= 1
+    });
     let mut last = 0;
     for i in 1..=3 {
         last = store.write(batch(i, i)).unwrap();

@@ -220,6 +220,13 @@ impl Running {
             );
             family(
                 out,
+                "profiledb_upload_passes_total",
+                "counter",
+                "Upload passes the writer's loop ran, failed or not.",
+                s.passes.load(Relaxed),
+            );
+            family(
+                out,
                 "profiledb_upload_errors_total",
                 "counter",
                 "Upload passes that failed (retried).",

@@ -51,6 +51,8 @@ pub struct UploaderStats {
     pub segments: AtomicU64,
     /// Bytes uploaded.
     pub bytes: AtomicU64,
+    /// Passes run by the loop, failed or not.
+    pub passes: AtomicU64,
     /// Passes that failed (the bucket unreachable, mostly); retried next interval.
     pub errors: AtomicU64,
     /// Local segments waiting for upload at the end of the last pass.
@@ -171,7 +173,9 @@ impl Uploader {
 
 impl Shared {
     fn pass_logged(&self) {
-        match self.pass() {
+        let outcome = self.pass();
+        self.stats.passes.fetch_add(1, Ordering::Relaxed);
+        match outcome {
             Ok(()) => {
                 if !self.healthy.swap(true, Ordering::Relaxed) {
                     info!(bucket = %self.bucket.describe(), "bucket reachable again; uploads resumed");
