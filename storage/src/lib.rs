@@ -101,7 +101,7 @@ pub use cluster::{
 };
 pub use config::{DownsampleRule, FsyncPolicy, StoreConfig};
 pub use error::{Budget, QueryError, Result, StorageError};
-pub use merger::Merger;
+pub use merger::{Merger, OutputFrame};
 pub use model::{
     Batch, Function, InvalidTenant, Labels, Location, Mapping, Sample, SeriesSamples, Stacks,
     Symbols, TenantId, NAME_LABEL, PROFILE_TYPE_LABEL, SERVICE_NAME_LABEL,

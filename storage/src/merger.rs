@@ -1,4 +1,5 @@
-//! Merging several decoded segments of one partition into one segment's input:
+//! Merging several decoded segments into one segment's input — of one partition,
+//! or of several partitions into one wider block:
 //! the mechanism of compaction and downsampling (what to merge and when is planned
 //! in `store/lifecycle/plan.rs`; the durable write and the swap are in
 //! `store/lifecycle/merge.rs`).
@@ -22,25 +23,64 @@ fn corrupt(seg: &SegmentMeta, what: &str) -> StorageError {
     StorageError::Corrupt(format!("segment {}: {what}", seg.id))
 }
 
-/// Accumulates decoded segments of one partition into one segment's input: the
-/// dictionaries and stack trees re-interned into one builder, series merged by
-/// labels, rows re-bucketed to the output step (values summed by the writer).
+/// The time frame a merge writes: the output's partition and step. A block is a
+/// partition wider than its sources' (a day of hourly segments); every source must
+/// lie inside it on the grid of the output step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OutputFrame {
+    /// Start of the output partition (ms since the epoch).
+    pub start_ms: i64,
+    /// Its width.
+    pub width_ms: i64,
+    /// Width of one of its steps; divides `width_ms`.
+    pub step_ms: i64,
+}
+
+/// Accumulates decoded segments into one segment's input: the dictionaries and
+/// stack trees re-interned into one builder, series merged by labels, rows
+/// re-bucketed to the output frame's steps (values summed by the writer).
 pub struct Merger {
     builder: DictBuilder,
     series: BTreeMap<Labels, Vec<Row>>,
-    step_ms: i64,
+    frame: OutputFrame,
     rows: usize,
 }
 
 impl Merger {
-    /// A merger writing rows at `step_ms`.
-    pub fn new(step_ms: i64) -> Self {
+    /// A merger writing rows in `frame`.
+    pub fn new(frame: OutputFrame) -> Self {
         Merger {
             builder: DictBuilder::new(),
             series: BTreeMap::new(),
-            step_ms,
+            frame,
             rows: 0,
         }
+    }
+
+    /// How a row at step `t` of a source with metadata `m` maps to an output step:
+    /// `(offset, ratio)` with output step `(offset + t) / ratio`. An error when the
+    /// source's steps do not fall on the output grid or its partition lies outside
+    /// the output's.
+    fn rebase(&self, m: &SegmentMeta) -> Result<(i64, i64)> {
+        let f = &self.frame;
+        let invalid = |why: String| Err(StorageError::Invalid(format!("segment {}: {why}", m.id)));
+        if m.step_ms <= 0 || f.step_ms <= 0 || f.step_ms % m.step_ms != 0 {
+            return invalid(format!(
+                "step {} ms does not divide the output step {} ms",
+                m.step_ms, f.step_ms
+            ));
+        }
+        let from = m.partition_start_ms - f.start_ms;
+        if from < 0 || m.partition_end_ms() > f.start_ms + f.width_ms || from % f.step_ms != 0 {
+            return invalid(format!(
+                "partition [{}, {}) is not aligned inside the output [{}, {})",
+                m.partition_start_ms,
+                m.partition_end_ms(),
+                f.start_ms,
+                f.start_ms + f.width_ms
+            ));
+        }
+        Ok((from / m.step_ms, f.step_ms / m.step_ms))
     }
 
     /// Rough heap footprint of what was accumulated so far.
@@ -51,13 +91,7 @@ impl Merger {
     /// Adds every row of `seg`.
     pub fn add(&mut self, seg: &LoadedSegment) -> Result<()> {
         let m = &seg.meta;
-        if m.step_ms <= 0 || self.step_ms % m.step_ms != 0 {
-            return Err(StorageError::Invalid(format!(
-                "segment {} step {} ms does not divide the output step {} ms",
-                m.id, m.step_ms, self.step_ms
-            )));
-        }
-        let ratio = self.step_ms / m.step_ms;
+        let (offset, ratio) = self.rebase(m)?;
         let d = &seg.dict;
         let b = &mut self.builder;
 
@@ -110,31 +144,35 @@ impl Merger {
             nodes.push(b.child(parent, loc));
         }
 
+        let steps = self.frame.width_ms / self.frame.step_ms;
         for (sid, labels) in seg.series.iter().enumerate() {
             let rows = self.series.entry(labels.clone()).or_default();
             let before = rows.len();
-            let mut bad = false;
+            let mut bad = None;
             seg.for_each_row(sid as u32, |t, stack, value| {
+                let out = (offset + i64::from(t)) / ratio;
                 match nodes.get(stack as usize) {
+                    // Only a damaged source has a step past its partition's end.
+                    _ if out >= steps => bad = Some("row step outside its partition"),
                     Some(&n) => rows.push(Row {
-                        t: (i64::from(t) / ratio) as u32,
+                        t: out as u32,
                         stack: n,
                         value,
                     }),
-                    None => bad = true,
+                    None => bad = Some("row refers to a missing stack node"),
                 }
             })?;
-            if bad {
-                return Err(corrupt(m, "row refers to a missing stack node"));
+            if let Some(why) = bad {
+                return Err(corrupt(m, why));
             }
             self.rows += rows.len() - before;
         }
         Ok(())
     }
 
-    /// The metadata of a merge of `sources` (one tenant and partition) at this
-    /// merger's step: identity and provenance; the counts are filled in when the
-    /// segment is encoded.
+    /// The metadata of a merge of `sources` (one tenant) in this merger's frame:
+    /// identity and provenance; the counts are filled in when the segment is
+    /// encoded.
     pub fn merged_meta<'a>(
         &self,
         id: u64,
@@ -146,9 +184,9 @@ impl Merger {
         Some(SegmentMeta {
             id,
             tenant: first.tenant,
-            partition_start_ms: first.partition_start_ms,
-            partition_ms: first.partition_ms,
-            step_ms: self.step_ms,
+            partition_start_ms: self.frame.start_ms,
+            partition_ms: self.frame.width_ms,
+            step_ms: self.frame.step_ms,
             min_time_ms: 0,
             max_time_ms: 0,
             level: sources
@@ -177,5 +215,116 @@ impl Merger {
             dict: Cow::Owned(self.builder.finish()),
             series: self.series.into_iter().collect(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dict::DictBuilder;
+    use crate::model::TenantId;
+    use crate::segment::{write_segment, SegmentFile};
+
+    const HOUR: i64 = 3_600_000;
+
+    /// A one-series segment of the hour at `start` with 10 s steps: `rows` as
+    /// (step, value), all on one stack.
+    fn hour(dir: &std::path::Path, id: u64, start: i64, rows: &[(u32, i64)]) -> LoadedSegment {
+        let mut b = DictBuilder::new();
+        let f = b.function("f", "f.go");
+        let l = b.location(LocationRec {
+            function: Some(f),
+            mapping: None,
+            address: 1,
+            line: 1,
+        });
+        let stack = b.stack(&[l]);
+        let meta = SegmentMeta {
+            id,
+            tenant: TenantId::new("t").unwrap(),
+            partition_start_ms: start,
+            partition_ms: HOUR,
+            step_ms: 10_000,
+            min_time_ms: 0,
+            max_time_ms: 0,
+            level: 0,
+            max_lsn: 0,
+            series: 0,
+            rows: 0,
+            value_total: 0,
+            created_ms: 0,
+            sources: vec![],
+            file: String::new(),
+            size_bytes: 0,
+            checksum: 0,
+        };
+        let rows = rows
+            .iter()
+            .map(|&(t, value)| Row { t, stack, value })
+            .collect();
+        let input = SegmentInput {
+            meta,
+            dict: Cow::Owned(b.finish()),
+            series: vec![(Labels::new([("s", "a")]), rows)],
+        };
+        let written = write_segment(dir, input, 1).unwrap();
+        SegmentFile::open(&dir.join(written.file))
+            .unwrap()
+            .load()
+            .unwrap()
+    }
+
+    #[test]
+    fn hours_rebase_into_a_wider_block_at_a_coarser_step() {
+        let dir = tempfile::tempdir().unwrap();
+        let day = 20 * 86_400_000;
+        let a = hour(dir.path(), 1, day, &[(0, 1), (5, 2), (6, 4)]);
+        let b = hour(dir.path(), 2, day + 3 * HOUR, &[(359, 8)]);
+        let frame = OutputFrame {
+            start_ms: day,
+            width_ms: 86_400_000,
+            step_ms: 60_000,
+        };
+        let mut m = Merger::new(frame);
+        m.add(&a).unwrap();
+        m.add(&b).unwrap();
+        let meta = m.merged_meta(9, [&a.meta, &b.meta], vec![], 0).unwrap();
+        assert_eq!(
+            (meta.partition_start_ms, meta.partition_ms),
+            (day, 86_400_000)
+        );
+        let out = write_segment(dir.path(), m.finish(meta), 1).unwrap();
+        let seg = SegmentFile::open(&dir.path().join(out.file))
+            .unwrap()
+            .load()
+            .unwrap();
+        let mut got = Vec::new();
+        seg.for_each_row(0, |t, _, v| got.push((seg.time_of(t), v)))
+            .unwrap();
+        // 0 s and 50 s share the first minute, 60 s starts the second; 3 h + 3590 s
+        // is the last minute of hour 3.
+        assert_eq!(
+            got,
+            vec![(day, 3), (day + 60_000, 4), (day + 4 * HOUR - 60_000, 8)]
+        );
+    }
+
+    #[test]
+    fn sources_outside_or_off_the_grid_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = hour(dir.path(), 1, 5 * HOUR, &[(0, 1)]);
+        let refused = |start_ms, width_ms, step_ms| {
+            let mut m = Merger::new(OutputFrame {
+                start_ms,
+                width_ms,
+                step_ms,
+            });
+            matches!(m.add(&a), Err(StorageError::Invalid(_)))
+        };
+        assert!(refused(0, 5 * HOUR, 10_000), "ends before the source");
+        assert!(refused(6 * HOUR, HOUR, 10_000), "starts after it");
+        assert!(refused(5_000, 24 * HOUR, 10_000), "off its step grid");
+        assert!(refused(0, 24 * HOUR, 15_000), "step not a multiple");
+        assert!(!refused(0, 24 * HOUR, 60_000));
     }
 }

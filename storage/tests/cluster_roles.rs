@@ -18,6 +18,11 @@ const T0: i64 = 1_700_000_000_000;
 
 /// One sample of `value` on main → f`i` at `T0 + i` seconds.
 fn batch(i: i64, value: i64) -> Batch {
+    batch_at(T0 + i * 1000, i, value)
+}
+
+/// One sample of `value` on main → f`i` at `at_ms`.
+fn batch_at(at_ms: i64, i: i64, value: i64) -> Batch {
     let mut b = Batch::new(TenantId::default());
     for name in ["main".to_string(), format!("f{i}")] {
         b.symbols.functions.push(Function {
@@ -42,7 +47,7 @@ fn batch(i: i64, value: i64) -> Batch {
             ("service_name", "demo"),
         ]),
         samples: vec![Sample {
-            timestamp_ms: T0 + i * 1000,
+            timestamp_ms: at_ms,
             stack,
             value,
         }],
@@ -58,11 +63,37 @@ fn local() -> StoreConfig {
 }
 
 fn total(store: &Store) -> i64 {
+    total_in(store, TimeRange::all())
+}
+
+fn total_in(store: &Store, range: TimeRange) -> i64 {
     let q = Querier::new(store, 0, QueryLimits::default());
     let sel = Selector::parse(r#"{service_name="demo"}"#).unwrap();
-    q.merge_tree(&TenantId::default(), &sel, TimeRange::all())
+    q.merge_tree(&TenantId::default(), &sel, range)
         .unwrap()
         .total()
+}
+
+fn compactor(bucket: &Bucket, dir: &std::path::Path, downsample: Vec<DownsampleRule>) -> Compactor {
+    Compactor::start(
+        bucket.clone(),
+        CompactorConfig {
+            id: "c1".into(),
+            interval: Duration::from_millis(20),
+            policy: MergePolicy {
+                min_segments: 2,
+                ..MergePolicy::default()
+            },
+            lease_ttl: Duration::from_secs(30),
+            grace: Duration::from_secs(3600),
+            retention: None,
+            downsample,
+            zstd_level: 3,
+            work_dir: dir.join("c"),
+            pause_before_swap: None,
+        },
+    )
+    .unwrap()
 }
 
 fn wait(what: &str, mut f: impl FnMut() -> bool) {
@@ -163,28 +194,10 @@ fn writer_crash_uploads_once_and_mirror_and_compactor_keep_totals() {
         .count();
     assert_eq!(on_disk, 1);
 
-    // The compactor merges the partition's segments into one; same total.
-    let compactor = Compactor::start(
-        bucket.clone(),
-        CompactorConfig {
-            id: "c1".into(),
-            interval: Duration::from_millis(20),
-            policy: MergePolicy {
-                min_segments: 2,
-                ..MergePolicy::default()
-            },
-            lease_ttl: Duration::from_secs(30),
-            grace: Duration::from_secs(3600),
-            retention: None,
-            // The data is from 2023: past the 30-day rule, so the merge is
-            // also rewritten at 1-hour steps.
-            downsample: DownsampleRule::defaults(),
-            zstd_level: 3,
-            work_dir: dir.path().join("c"),
-            pause_before_swap: None,
-        },
-    )
-    .unwrap();
+    // The compactor merges the partition's segments into one; same total. The
+    // data is from 2023: past the 30-day rule, so the merge is also rewritten at
+    // 1-hour steps, into the block of its day.
+    let compactor = compactor(&bucket, dir.path(), DownsampleRule::defaults());
     wait("a merge", || {
         compactor
             .stats()
@@ -200,5 +213,91 @@ fn writer_crash_uploads_once_and_mirror_and_compactor_keep_totals() {
     assert_eq!(idx.segments.len(), 1);
     assert_eq!(idx.segments[0].level, 1);
     assert_eq!(idx.segments[0].step_ms, 3_600_000);
+    assert_eq!(idx.segments[0].width_ms, 86_400_000);
     assert_eq!(idx.retired.len(), n);
+}
+
+/// Hours of a day long over are merged into one block spanning the day: one
+/// object in the index, the querier's answers per hour unchanged.
+#[test]
+fn a_past_day_becomes_one_block_with_the_same_answers() {
+    const HOUR: i64 = 3_600_000;
+    const DAY: i64 = 86_400_000;
+    let day = T0.div_euclid(DAY) * DAY;
+    let bucket = Bucket::from_store(Arc::new(InMemory::new()), "b");
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(dir.path().join("w"), local()).unwrap());
+    let up = Uploader::start(
+        store.clone(),
+        bucket.clone(),
+        UploaderConfig {
+            writer_id: "w1".into(),
+            interval: Duration::from_secs(3600),
+        },
+    )
+    .unwrap();
+    // Three hours, two uploads in the first (two segments of one partition), and
+    // the last step of the day.
+    let writes = [
+        (day + 5_000, 1, 1),
+        (day + 15_000, 2, 10),
+        (day + 7 * HOUR + 30_000, 3, 100),
+        (day + DAY - 10_000, 4, 1000),
+    ];
+    for (at, i, v) in writes {
+        let lsn = store.write(batch_at(at, i, v)).unwrap();
+        up.upload_now().unwrap();
+        assert!(up.wait_uploaded(lsn, Duration::ZERO));
+    }
+    let before = bucket.load_index("anonymous", None).unwrap().unwrap().index;
+    assert_eq!(before.segments.len(), 4);
+
+    let qstore = Arc::new(Store::open(dir.path().join("q"), local()).unwrap());
+    let mirror = Mirror::start(
+        qstore.clone(),
+        bucket.clone(),
+        MirrorConfig {
+            interval: Duration::from_millis(20),
+            disk_budget_bytes: 1 << 30,
+        },
+    )
+    .unwrap();
+    wait("the first sync", || mirror.synced());
+    let hours = [
+        TimeRange::new(day, day + HOUR),
+        TimeRange::new(day + 7 * HOUR, day + 8 * HOUR),
+        TimeRange::new(day + DAY - HOUR, day + DAY),
+        TimeRange::new(day + 10_000, day + DAY - 10_000),
+        TimeRange::new(day, day + DAY),
+    ];
+    let want = [11, 100, 1000, 110, 1111];
+    for (r, w) in hours.iter().zip(want) {
+        assert_eq!(total_in(&qstore, *r), w, "{r:?} before the block");
+    }
+
+    // No downsampling: the block keeps the 10 s steps.
+    let c = compactor(&bucket, dir.path(), Vec::new());
+    wait("the block", || {
+        let idx = bucket.load_index("anonymous", None).unwrap().unwrap().index;
+        idx.segments.len() == 1 && idx.segments[0].width_ms == DAY
+    });
+    let idx = bucket.load_index("anonymous", None).unwrap().unwrap().index;
+    let block = &idx.segments[0];
+    assert_eq!(
+        (block.partition_ms, block.step_ms, block.level),
+        (day, 10_000, 1)
+    );
+    assert_eq!((block.min_ms, block.max_ms), (day, day + DAY));
+    assert_eq!(idx.retired.len(), 4);
+    assert_eq!(
+        c.stats().merges.load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    wait("the mirror to swap the block in", || {
+        qstore.segments().len() == 1
+    });
+    assert_eq!(qstore.segments()[0].partition_ms, DAY);
+    for (r, w) in hours.iter().zip(want) {
+        assert_eq!(total_in(&qstore, *r), w, "{r:?} from the block");
+    }
 }

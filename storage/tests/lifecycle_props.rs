@@ -417,7 +417,11 @@ fn fleet_bytes_before_and_after() {
         }
         let mut encoded = 0u64;
         for ms in parts.values() {
-            let mut merger = profiledb_storage::Merger::new(10_000);
+            let mut merger = profiledb_storage::Merger::new(profiledb_storage::OutputFrame {
+                start_ms: ms[0].partition_start_ms,
+                width_ms: ms[0].partition_ms,
+                step_ms: 10_000,
+            });
             for m in ms {
                 let f = profiledb_storage::SegmentFile::open(&dir.path().join(&m.file)).unwrap();
                 merger.add(&f.load().unwrap()).unwrap();

@@ -110,6 +110,15 @@ pub struct ClusterArgs {
     /// A compactor merges an active partition once it has this many segments.
     #[arg(long, default_value_t = 8)]
     pub merge_min_segments: usize,
+    /// Hours of the blocks a compactor merges old partitions into (a week is then
+    /// read as 7 objects, not 168); 0 keeps partitions apart. Must be a multiple
+    /// of the partition width to apply.
+    #[arg(long, default_value_t = 24)]
+    pub block_hours: u64,
+    /// Minutes after a block's end before its partitions are merged into it
+    /// (late writes land in their hours first).
+    #[arg(long, default_value_t = 120)]
+    pub block_delay_minutes: u64,
     /// Seconds a replaced or orphaned object stays in the bucket before deletion
     /// (longer than any query and any querier's sync interval).
     #[arg(long, default_value_t = 300)]
@@ -190,6 +199,8 @@ impl ClusterArgs {
             )?),
             merge: MergePolicy {
                 min_segments: self.merge_min_segments.max(2),
+                block_ms: to_ms(self.block_hours, 3_600_000, "block-hours")?,
+                block_delay_ms: to_ms(self.block_delay_minutes, 60_000, "block-delay-minutes")?,
                 ..MergePolicy::default()
             },
             gc_grace: Duration::from_secs(self.gc_grace_secs),
@@ -234,6 +245,15 @@ fn random_id() -> String {
     );
     h.write_u32(std::process::id());
     format!("{:016x}", h.finish())
+}
+
+/// `n` units of `unit_ms` in milliseconds, refusing a value too large to be a
+/// time width.
+fn to_ms(n: u64, unit_ms: i64, flag: &str) -> anyhow::Result<i64> {
+    i64::try_from(n)
+        .ok()
+        .and_then(|n| n.checked_mul(unit_ms))
+        .ok_or_else(|| anyhow::anyhow!("--{flag} {n} is too large"))
 }
 
 #[cfg(test)]

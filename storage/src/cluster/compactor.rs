@@ -23,7 +23,7 @@ use super::Worker;
 use crate::bucket::{segment_key, Bucket, BucketError, Lease, SegmentEntry};
 use crate::config::DownsampleRule;
 use crate::error::{IoContext, Result};
-use crate::merger::Merger;
+use crate::merger::{Merger, OutputFrame};
 use crate::segment::{encode_segment, LoadedSegment, SegmentFile};
 use crate::store::now_ms;
 
@@ -169,7 +169,7 @@ impl Shared {
             }
         }
         for plan in plan_merges(&live, now, &self.cfg.policy, &self.cfg.downsample) {
-            let name = format!("compact/{tenant}/{}", plan.partition_ms);
+            let name = format!("compact/{tenant}/{}+{}", plan.partition_ms, plan.width_ms);
             let ttl = self.cfg.lease_ttl;
             let Some(lease) = self.bucket.try_lease(&name, &self.cfg.id, ttl, now_ms())? else {
                 self.stats.lease_busy.fetch_add(1, Ordering::Relaxed);
@@ -223,7 +223,11 @@ impl Shared {
                 Err(Load::Failed(e)) => return Err(e),
             }
         }
-        let mut merger = Merger::new(plan.step_ms);
+        let mut merger = Merger::new(OutputFrame {
+            start_ms: plan.partition_ms,
+            width_ms: plan.width_ms,
+            step_ms: plan.step_ms,
+        });
         for s in &segs {
             merger.add(s)?;
         }
@@ -295,6 +299,7 @@ impl Shared {
                 info!(
                     tenant,
                     partition = plan.partition_ms,
+                    width_ms = plan.width_ms,
                     sources = sources.len(),
                     key,
                     "merged bucket segments"

@@ -7,6 +7,12 @@
 //! partition old enough for a downsampling rule is rewritten at the rule's step,
 //! even when it is one segment already (the same rules and step arithmetic as a
 //! single node's compaction: `store/lifecycle/plan.rs`).
+//!
+//! Once a whole block (a day by default) has been over for `block_delay_ms`, its
+//! segments are merged into one block spanning the day instead: a week is then 7
+//! objects to list, fetch and decode instead of 168, and the index shrinks by as
+//! much. The delay lets late writes land in their hours first; a segment arriving
+//! after the block was made is merged into it on a later pass.
 
 use std::collections::BTreeMap;
 
@@ -23,6 +29,11 @@ pub struct MergePolicy {
     pub settle_ms: i64,
     /// Upper bound on the sources' bytes in one merge (the compactor's memory).
     pub max_bytes: u64,
+    /// Width of the blocks old partitions are merged into; 0 keeps partitions
+    /// apart. Partitions whose width does not divide it are never blocked.
+    pub block_ms: i64,
+    /// How long after a block's end its partitions are merged into it.
+    pub block_delay_ms: i64,
 }
 
 impl Default for MergePolicy {
@@ -31,15 +42,35 @@ impl Default for MergePolicy {
             min_segments: 8,
             settle_ms: 60_000,
             max_bytes: 256 << 20,
+            block_ms: 86_400_000,
+            block_delay_ms: 2 * 3_600_000,
         }
     }
 }
 
-/// One merge: a partition's segments, by key.
+impl MergePolicy {
+    /// The start of the block `e` belongs in, if its time for blocking has come.
+    fn block_of(&self, e: &SegmentEntry, now_ms: i64) -> Option<i64> {
+        if self.block_ms <= 0 || e.width_ms <= 0 || self.block_ms % e.width_ms != 0 {
+            return None;
+        }
+        let start = e.partition_ms.div_euclid(self.block_ms) * self.block_ms;
+        let inside = e.partition_ms + e.width_ms <= start + self.block_ms;
+        let due = start
+            .saturating_add(self.block_ms)
+            .saturating_add(self.block_delay_ms)
+            <= now_ms;
+        (inside && due).then_some(start)
+    }
+}
+
+/// One merge: segments by key, and the partition the output covers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MergePlan {
-    /// Start of the partition.
+    /// Start of the output's partition.
     pub partition_ms: i64,
+    /// Width of the output's partition: the sources' own, or a block's.
+    pub width_ms: i64,
     /// The segments to merge, oldest first.
     pub keys: Vec<String>,
     /// The step the merged segment is written at.
@@ -47,55 +78,79 @@ pub struct MergePlan {
 }
 
 /// The merges `policy` and the downsampling `rules` ask for among `live` at
-/// `now_ms`, one per partition.
+/// `now_ms`: one per block that is due, one per partition outside those.
 pub fn plan_merges(
     live: &[SegmentEntry],
     now_ms: i64,
     policy: &MergePolicy,
     rules: &[DownsampleRule],
 ) -> Vec<MergePlan> {
-    let mut by_partition: BTreeMap<i64, Vec<&SegmentEntry>> = BTreeMap::new();
+    // Keyed by (start, width) of the output: a block and an hour starting at
+    // the same instant are different outputs.
+    let mut groups: BTreeMap<(i64, i64), Vec<&SegmentEntry>> = BTreeMap::new();
     for e in live {
-        by_partition.entry(e.partition_ms).or_default().push(e);
-    }
-    let mut plans = Vec::new();
-    for (partition_ms, mut segs) in by_partition {
-        let width = segs.iter().map(|e| e.width_ms).max().unwrap_or(0);
-        let steps: Vec<i64> = segs.iter().map(|e| e.step_ms).collect();
-        // Entries that do not say their step cannot be re-bucketed safely.
-        let Some(step) = (width > 0 && steps.iter().all(|&s| s > 0))
-            .then(|| output_step(partition_ms + width, width, &steps, rules, now_ms))
-            .flatten()
-        else {
-            continue;
+        let key = match policy.block_of(e, now_ms) {
+            Some(start) => (start, policy.block_ms),
+            None => (e.partition_ms, e.width_ms),
         };
-        let coarser = steps.iter().any(|&s| s != step);
-        let newest = segs.iter().map(|e| e.created_ms).max().unwrap_or(now_ms);
-        let settled = newest + policy.settle_ms <= now_ms;
-        let many = segs.len() >= 2 && (segs.len() >= policy.min_segments || settled);
-        if !many && !coarser {
-            continue;
-        }
-        segs.sort_by(|a, b| (a.created_ms, &a.key).cmp(&(b.created_ms, &b.key)));
-        let mut bytes = 0u64;
-        let keys: Vec<String> = segs
-            .iter()
-            .take_while(|e| {
-                bytes += e.bytes;
-                bytes <= policy.max_bytes
-            })
-            .map(|e| e.key.clone())
-            .collect();
-        // Downsampling rewrites even one segment; a plain merge needs two.
-        if keys.len() >= 2 || (coarser && keys.len() == segs.len()) {
-            plans.push(MergePlan {
-                partition_ms,
-                keys,
-                step_ms: step,
-            });
-        }
+        groups.entry(key).or_default().push(e);
     }
-    plans
+    groups
+        .into_iter()
+        .filter_map(|((start, width), segs)| plan_group(start, width, segs, now_ms, policy, rules))
+        .collect()
+}
+
+/// The merge, if any, of the segments `segs` whose output covers `[start,
+/// start + width)`.
+fn plan_group(
+    start: i64,
+    width: i64,
+    mut segs: Vec<&SegmentEntry>,
+    now_ms: i64,
+    policy: &MergePolicy,
+    rules: &[DownsampleRule],
+) -> Option<MergePlan> {
+    let steps: Vec<i64> = segs.iter().map(|e| e.step_ms).collect();
+    // Entries that do not say their width or step cannot be re-bucketed safely.
+    if width <= 0 || segs.iter().any(|e| e.width_ms <= 0 || e.step_ms <= 0) {
+        return None;
+    }
+    let step = output_step(start + width, width, &steps, rules, now_ms)?;
+    let coarser = steps.iter().any(|&s| s != step);
+    let newest = segs.iter().map(|e| e.created_ms).max().unwrap_or(now_ms);
+    let settled = newest + policy.settle_ms <= now_ms;
+    let many = segs.len() >= 2 && (segs.len() >= policy.min_segments || settled);
+    if !many && !coarser {
+        return None;
+    }
+    // The block so far first (later arrivals are merged into it), then oldest
+    // first, so a bounded merge makes progress from the start of the block.
+    segs.sort_by(|a, b| {
+        (b.width_ms, a.partition_ms, a.created_ms, &a.key).cmp(&(
+            a.width_ms,
+            b.partition_ms,
+            b.created_ms,
+            &b.key,
+        ))
+    });
+    let mut bytes = 0u64;
+    let keys: Vec<String> = segs
+        .iter()
+        .take_while(|e| {
+            bytes += e.bytes;
+            bytes <= policy.max_bytes
+        })
+        .map(|e| e.key.clone())
+        .collect();
+    // Downsampling rewrites even one segment; a plain merge needs two.
+    let whole = keys.len() == segs.len();
+    (keys.len() >= 2 || (coarser && whole)).then_some(MergePlan {
+        partition_ms: start,
+        width_ms: width,
+        keys,
+        step_ms: step,
+    })
 }
 
 #[cfg(test)]
@@ -126,7 +181,83 @@ mod tests {
             min_segments: 3,
             settle_ms: 100,
             max_bytes: 1000,
+            block_ms: 0,
+            block_delay_ms: 0,
         }
+    }
+
+    const HOUR: i64 = 3_600_000;
+    const DAY: i64 = 86_400_000;
+
+    fn blocks() -> MergePolicy {
+        MergePolicy {
+            block_ms: DAY,
+            block_delay_ms: 2 * HOUR,
+            ..policy()
+        }
+    }
+
+    #[test]
+    fn a_day_is_blocked_once_its_delay_has_passed() {
+        let live = [
+            seg("h0", 0, 10, 1),
+            seg("h5", 5 * HOUR, 20, 1),
+            seg("h1", HOUR, 30, 1),
+            seg("next", DAY, DAY + 10, 1),
+        ];
+        // Before the delay each hour is a lone segment: nothing to do.
+        assert!(plan_merges(&live, DAY + 2 * HOUR - 1, &blocks(), &[]).is_empty());
+        assert_eq!(
+            plan_merges(&live, DAY + 2 * HOUR, &blocks(), &[]),
+            vec![MergePlan {
+                partition_ms: 0,
+                width_ms: DAY,
+                keys: vec!["h0".into(), "h1".into(), "h5".into()],
+                step_ms: 10_000,
+            }]
+        );
+        // Without blocks the same hours stay apart.
+        assert!(plan_merges(&live, 3 * DAY, &policy(), &[]).is_empty());
+    }
+
+    #[test]
+    fn a_late_hour_is_merged_into_its_block_block_first() {
+        let mut block = seg("block", 0, 100, 600);
+        block.width_ms = DAY;
+        let late = seg("late", 3 * HOUR, 200, 10);
+        let plans = plan_merges(&[late.clone(), block.clone()], 2 * DAY, &blocks(), &[]);
+        assert_eq!(
+            plans,
+            vec![MergePlan {
+                partition_ms: 0,
+                width_ms: DAY,
+                keys: vec!["block".into(), "late".into()],
+                step_ms: 10_000,
+            }]
+        );
+        // A block alone at its step is left as it is.
+        assert!(plan_merges(&[block], 2 * DAY, &blocks(), &[]).is_empty());
+    }
+
+    #[test]
+    fn a_block_merge_is_bounded_by_bytes_from_the_start_of_the_day() {
+        let live = [
+            seg("h2", 2 * HOUR, 1, 400),
+            seg("h0", 0, 3, 400),
+            seg("h1", HOUR, 2, 400),
+        ];
+        let plans = plan_merges(&live, 2 * DAY, &blocks(), &[]);
+        assert_eq!(plans.len(), 1);
+        assert_eq!(plans[0].keys, vec!["h0".to_string(), "h1".to_string()]);
+    }
+
+    #[test]
+    fn partitions_that_do_not_tile_the_block_stay_apart() {
+        let mut a = seg("a", 0, 1, 1);
+        let mut b = seg("b", 7 * HOUR, 2, 1);
+        a.width_ms = 7 * HOUR;
+        b.width_ms = 7 * HOUR;
+        assert!(plan_merges(&[a, b], 3 * DAY, &blocks(), &[]).is_empty());
     }
 
     #[test]
@@ -138,6 +269,7 @@ mod tests {
             plan_merges(&live, 50, &policy(), &[]),
             vec![MergePlan {
                 partition_ms: 0,
+                width_ms: 3_600_000,
                 keys: vec!["a".into(), "b".into(), "c".into()],
                 step_ms: 10_000,
             }]
@@ -157,6 +289,7 @@ mod tests {
             plan_merges(&live, 120, &policy(), &[]),
             vec![MergePlan {
                 partition_ms: 0,
+                width_ms: 3_600_000,
                 keys: vec!["a".into(), "b".into()],
                 step_ms: 10_000,
             }]
@@ -175,6 +308,7 @@ mod tests {
             plan_merges(&live, 50, &policy(), &[]),
             vec![MergePlan {
                 partition_ms: 0,
+                width_ms: 3_600_000,
                 keys: vec!["a".into(), "b".into()],
                 step_ms: 10_000,
             }]
@@ -194,6 +328,7 @@ mod tests {
             plan_merges(&old, now, &policy(), &rules),
             vec![MergePlan {
                 partition_ms: 0,
+                width_ms: 3_600_000,
                 keys: vec!["a".into()],
                 step_ms: 60_000,
             }]

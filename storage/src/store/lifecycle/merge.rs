@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use super::report::CompactedPartition;
 use crate::error::{IoContext, Result};
-use crate::merger::Merger;
+use crate::merger::{Merger, OutputFrame};
 use crate::segment::{self, SegmentFile};
 use crate::store::state::SegmentHandle;
 use crate::store::{now_ms, Inner};
@@ -67,7 +67,12 @@ impl Inner {
             return Ok(Outcome::Skipped(SkipReason::NoSegments));
         }
         let budget = self.cfg.compaction_max_bytes as usize;
-        let mut merger = Merger::new(step);
+        let first = &handles[0].meta;
+        let mut merger = Merger::new(OutputFrame {
+            start_ms: first.partition_start_ms,
+            width_ms: first.partition_ms,
+            step_ms: step,
+        });
         let mut decoded = 0usize;
         let held = Held(&self.compaction_bytes);
         // The heavy part runs without any store lock: sources are immutable files.
