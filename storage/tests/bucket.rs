@@ -1,6 +1,7 @@
 //! The bucket's index, leases and garbage collection, each checked twice: on
 //! `object_store`'s in-memory store, and over the real S3 protocol against a moto
-//! server process (skipped with a message where moto is absent).
+//! server process (skipped with a message where moto is absent). The local-file
+//! store is checked for what it can and cannot do.
 
 mod support;
 
@@ -249,4 +250,39 @@ fn an_unreachable_store_is_reported_as_such() {
     assert!(err.to_string().contains("unreachable"), "{err}");
     let bad = Bucket::open(&BucketConfig::new("file:///tmp/x")).unwrap_err();
     assert!(matches!(bad, BucketError::Config(_)), "{bad}");
+}
+
+/// `object_store`'s local-file store serves segment objects (whole, ranged,
+/// listed, deleted) and a tenant's first index write (create-if-absent), but has
+/// no conditional update: the second index change is refused as unsupported, by
+/// name, instead of passing for an unreachable store or overwriting blindly.
+#[test]
+fn a_local_file_store_serves_objects_but_cannot_hold_the_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap();
+    let b = Bucket::from_store(Arc::new(fs), "p");
+    let key = "tenants/t/segments/a.seg";
+    b.put(key, bytes::Bytes::from_static(b"0123456789"))
+        .unwrap();
+    assert_eq!(&b.get(key).unwrap()[..], b"0123456789");
+    assert_eq!(&b.get_range(key, 2..5).unwrap()[..], b"234");
+    let listed: Vec<(String, u64)> = b
+        .list("tenants/t/segments/")
+        .unwrap()
+        .into_iter()
+        .map(|o| (o.key, o.size))
+        .collect();
+    assert_eq!(listed, [(key.to_string(), 10)]);
+
+    let first = b.add_segments("t", vec![entry("a")]).unwrap();
+    assert_eq!(first.index.generation, 1);
+    assert_eq!(keys(&b, "t"), ["a"]);
+    let err = b.add_segments("t", vec![entry("b")]).unwrap_err();
+    assert!(matches!(err, BucketError::Unsupported { .. }), "{err:?}");
+    assert!(err.to_string().contains("conditional writes"), "{err}");
+    // Nothing was overwritten.
+    assert_eq!(keys(&b, "t"), ["a"]);
+
+    b.delete(key).unwrap();
+    assert!(matches!(b.get(key), Err(BucketError::NotFound { .. })));
 }

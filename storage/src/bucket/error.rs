@@ -51,6 +51,16 @@ pub enum BucketError {
         /// Attempts made.
         attempts: u32,
     },
+    /// The store lacks an operation profiledb needs (a local-file store has no
+    /// conditional update, so it cannot hold the index).
+    #[error("the object store does not support {what}; the cluster needs conditional writes (S3, MinIO, Ceph RGW, GCS, Azure): {source}")]
+    Unsupported {
+        /// The operation and key.
+        what: String,
+        /// What the client said.
+        #[source]
+        source: object_store::Error,
+    },
     /// The bucket URL or options are unusable.
     #[error("invalid object store configuration: {0}")]
     Config(String),
@@ -65,6 +75,10 @@ impl BucketError {
                 key: key.to_string(),
             },
             E::PermissionDenied { .. } | E::Unauthenticated { .. } => BucketError::Denied {
+                what: format!("{what} {key}"),
+                source: e,
+            },
+            E::NotImplemented { .. } | E::NotSupported { .. } => BucketError::Unsupported {
                 what: format!("{what} {key}"),
                 source: e,
             },
