@@ -6,11 +6,14 @@
 //! acknowledged push is in the bucket) against the single node; bucket requests and
 //! bytes per ingested profile; a fresh querier's time to ready (its first index
 //! sync and downloads) and its query latency, cold and warm, beside the single
-//! node's; bucket objects and bytes after compaction. Skips with a message where
-//! moto is absent.
+//! node's; bucket objects and bytes after compaction; and a fresh querier's
+//! merge over whole past days, from hourly segments and from day blocks
+//! (`blocks.rs`). Skips with a message where moto is absent.
 
 #[path = "../../storage/tests/support/moto.rs"]
 mod moto;
+
+mod blocks;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -50,16 +53,20 @@ pub struct Args {
     cluster_clients: usize,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Whole past days pushed (one push per host every 30 min) to compare hourly
+    /// segments with day blocks.
+    #[arg(long, default_value_t = 7)]
+    block_days: i64,
 }
 
 /// One `profiledb serve` process.
-struct Node {
+pub(crate) struct Node {
     child: Child,
-    url: String,
+    pub(crate) url: String,
 }
 
 impl Node {
-    fn start(bin: &Path, dir: &Path, flags: &[String]) -> anyhow::Result<Node> {
+    pub(crate) fn start(bin: &Path, dir: &Path, flags: &[String]) -> anyhow::Result<Node> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
@@ -81,7 +88,7 @@ impl Node {
         Ok(Node { child, url })
     }
 
-    fn metric(&self, name: &str) -> anyhow::Result<f64> {
+    pub(crate) fn metric(&self, name: &str) -> anyhow::Result<f64> {
         let text = reqwest::blocking::get(format!("{}/metrics", self.url))?.text()?;
         Ok(text
             .lines()
@@ -110,6 +117,17 @@ fn ingest(
     let jobs: Vec<(usize, i64)> = (0..args.rounds)
         .flat_map(|r| (0..args.hosts).map(move |h| (h, t_end - (args.rounds - r) as i64 * 10_000)))
         .collect();
+    ingest_jobs(fleet, &jobs, urls, clients)
+}
+
+/// Pushes the profile of each (host, time) in `jobs` through `urls` round-robin
+/// with `clients` threads; returns (seconds, values pushed).
+pub(crate) fn ingest_jobs(
+    fleet: &Arc<Fleet>,
+    jobs: &[(usize, i64)],
+    urls: &[String],
+    clients: usize,
+) -> anyhow::Result<(f64, u64)> {
     let bodies: Vec<_> = jobs
         .iter()
         .map(|&(h, t)| fleet.host_push(h, t, false, None))
@@ -142,6 +160,18 @@ fn ingest(
 
 /// p50 in ms of `n` runs of a merge over the last hour, and the total it answers.
 fn merge_p50(url: &str, t_end: i64, n: usize) -> anyhow::Result<(f64, f64, i64)> {
+    merge_range_p50(url, t_end - HOUR, t_end + 60_000, n)
+}
+
+/// The first run's and the median run's ms of `n` merges over `[from, until)`,
+/// and the total they answer. Each run ends a second later than the one before
+/// (a range the result cache has not seen).
+pub(crate) fn merge_range_p50(
+    url: &str,
+    from: i64,
+    until: i64,
+    n: usize,
+) -> anyhow::Result<(f64, f64, i64)> {
     let client = reqwest::blocking::Client::new();
     let mut times = Vec::new();
     let mut total = 0;
@@ -151,9 +181,8 @@ fn merge_p50(url: &str, t_end: i64, n: usize) -> anyhow::Result<(f64, f64, i64)>
             .get(format!("{url}/api/v1/merge"))
             .query(&[
                 ("query", format!("{CPU}{{}}")),
-                ("from", (t_end - HOUR).to_string()),
-                // A new range every run: the result cache cannot answer it.
-                ("until", (t_end + 60_000 + i as i64 * 1000).to_string()),
+                ("from", from.to_string()),
+                ("until", (until + i as i64 * 1000).to_string()),
                 ("format", "folded".into()),
             ])
             .send()?;
@@ -180,6 +209,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             rounds: 6,
             clients: 4,
             cluster_clients: 16,
+            block_days: 2,
             ..args
         }
     } else {
@@ -331,6 +361,25 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     for r in rows {
         println!("{r}");
     }
+    let (block_rows, block_figures) = blocks::run(
+        &bin,
+        tmp.path(),
+        &fleet,
+        args.hosts,
+        args.block_days,
+        args.cluster_clients,
+        cluster,
+    )?;
+    println!(
+        "a fresh querier's merge over {} whole past days, one push per host every 30 min, compacted with and without day blocks:",
+        args.block_days
+    );
+    println!("| layout | live segments | fresh querier ready | merge first / p50 | fetched: sync and 9 merges |");
+    println!("|---|---|---|---|---|");
+    for r in block_rows {
+        println!("{r}");
+    }
+    figures["blocks"] = block_figures;
     let path = report::write("cluster", figures)?;
     println!("figures written to {}", path.display());
     Ok(())
