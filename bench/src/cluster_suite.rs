@@ -26,7 +26,7 @@ use serde_json::json;
 
 use crate::fleet::{Fleet, FleetConfig};
 use crate::report;
-use crate::server::{push, wait_ready, workspace_binary};
+use crate::server::{push_patiently, wait_ready, workspace_binary};
 
 const HOUR: i64 = 3_600_000;
 const CPU: &str = "process_cpu:cpu:nanoseconds:cpu:nanoseconds";
@@ -121,7 +121,8 @@ fn ingest(
 }
 
 /// Pushes the profile of each (host, time) in `jobs` through `urls` round-robin
-/// with `clients` threads; returns (seconds, values pushed).
+/// with `clients` threads, waiting out 429s (the default tenant rate is 1,000
+/// profiles/s, which many clients outrun); returns (seconds, values pushed).
 pub(crate) fn ingest_jobs(
     fleet: &Arc<Fleet>,
     jobs: &[(usize, i64)],
@@ -146,7 +147,7 @@ pub(crate) fn ingest_jobs(
                     let Some((req, _)) = bodies.get(i) else {
                         return Ok(());
                     };
-                    push(&client, &urls[(i + c) % urls.len()], req)?;
+                    push_patiently(&client, &urls[(i + c) % urls.len()], req)?;
                 }
             })
         })
