@@ -67,6 +67,9 @@ pub(super) fn run(
                 &block_hours.to_string(),
                 "--block-delay-minutes",
                 "0",
+                // Every partition is over at once, however few its segments.
+                "--merge-settle-secs",
+                "1",
             ]
             .map(String::from),
         );

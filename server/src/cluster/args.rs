@@ -110,6 +110,10 @@ pub struct ClusterArgs {
     /// A compactor merges an active partition once it has this many segments.
     #[arg(long, default_value_t = 8)]
     pub merge_min_segments: usize,
+    /// Seconds without a new segment after which a compactor merges a partition
+    /// however few segments it has (the hour is over).
+    #[arg(long, default_value_t = 60)]
+    pub merge_settle_secs: u64,
     /// Hours of the blocks a compactor merges old partitions into (a week is then
     /// read as 7 objects, not 168); 0 keeps partitions apart. Must be a multiple
     /// of the partition width to apply.
@@ -199,6 +203,7 @@ impl ClusterArgs {
             )?),
             merge: MergePolicy {
                 min_segments: self.merge_min_segments.max(2),
+                settle_ms: to_ms(self.merge_settle_secs, 1000, "merge-settle-secs")?,
                 block_ms: to_ms(self.block_hours, 3_600_000, "block-hours")?,
                 block_delay_ms: to_ms(self.block_delay_minutes, 60_000, "block-delay-minutes")?,
                 ..MergePolicy::default()
