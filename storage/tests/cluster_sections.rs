@@ -35,7 +35,7 @@ fn noise(x: u64) -> i64 {
 /// One service's samples: every 10 s step, each of the stacks main → g`j` → h`k`.
 fn batch(service: u64) -> (Batch, Vec<(i64, i64)>) {
     let mut b = Batch::new(TenantId::default());
-    let mut loc = |b: &mut Batch, name: String| {
+    let loc = |b: &mut Batch, name: String| {
         b.symbols.functions.push(Function {
             name,
             file: "x.go".into(),

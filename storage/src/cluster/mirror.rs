@@ -4,12 +4,18 @@
 //! (a conditional GET: an unchanged index costs one request and no body), reads
 //! the head, trailer and footer of each segment it lists that is not here yet with
 //! ranged GETs (two small requests), and swaps those in for the ones it no longer
-//! lists, in a single change of the live set. A segment's body is downloaded into
-//! `objects/` the first time a query needs it, checked, and kept while the disk
-//! budget allows (least recently fetched files go first; a query needing one again
-//! fetches it again). A corrupt object is quarantined in the index (every querier
-//! then skips it) and reported; a listed object that is missing is reported and
-//! quarantined too; everything else is still served.
+//! lists, in a single change of the live set.
+//!
+//! The store asks for a segment's bytes through [`Fetch`] in two sizes. A query
+//! needing only labels and per-step totals gets the segment's *summary*: its
+//! Strings, Series, LabelIndex and SeriesTotals sections, read with one ranged GET
+//! per run of nearby sections, checked, decoded and cached in memory by the store
+//! (never written here). A query needing rows gets the body: downloaded into
+//! `objects/` the first time, checked, and kept while the disk budget allows
+//! (least recently fetched files go first; a query needing one again fetches it
+//! again). A corrupt object (body or summary section) is quarantined in the index
+//! (every querier then skips it) and reported; a listed object that is missing is
+//! reported and quarantined too; everything else is still served.
 //!
 //! The download directory is a cache: a restarted querier keeps the files whose
 //! size matches and fetches the rest on demand.

@@ -253,7 +253,7 @@ mod tests {
             let labels_of = |s: u8| Labels::new([
                 ("__profile_type__", "a:b:c:d:e"),
                 ("s", &*s.to_string()),
-                ("zone", if s % 2 == 0 { "even" } else { "odd" }),
+                ("zone", if s.is_multiple_of(2) { "even" } else { "odd" }),
             ]);
             let mut want: BTreeMap<(Labels, u32, u32), i64> = BTreeMap::new();
             let mut series: BTreeMap<u8, Vec<Row>> = BTreeMap::new();

@@ -9,7 +9,7 @@
 //! | `recovery.rs` | caller of [`Store::open`]     | directory lock, catalog reconcile, WAL replay |
 //! | `writer.rs`   | `profiledb-writer`            | WAL appends and group commit, head apply, sealing |
 //! | `flusher.rs`  | `profiledb-flusher`           | segment writes from sealed partitions, WAL truncation |
-//! | `segments.rs` | `profiledb-warmup`, queries   | decoded-segment cache, quarantine, deferred deletes |
+//! | `segments.rs` | `profiledb-warmup`, queries   | decoded-segment and summary caches, quarantine, deferred deletes |
 //! | `lifecycle/`  | `profiledb-compactor`, admin  | compaction plan and merge, downsampling, retention |
 //! | `scan.rs`     | query threads                 | snapshots and parallel scans                  |
 //! | `external.rs` | cluster uploader and mirror   | replay floor, segments whose home is a bucket |

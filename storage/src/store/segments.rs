@@ -1,9 +1,10 @@
-//! The segments role: the decoded-segment cache, its warm-up thread, quarantine
-//! of damaged files, and the deferred deletion of replaced ones.
+//! The segments role: the decoded-segment cache, its warm-up thread, the summary
+//! cache (labels and per-step totals, for queries needing nothing else),
+//! quarantine of damaged files, and the deferred deletion of replaced ones.
 //!
 //! The live set itself is shared state (`state.rs`); this role owns what is derived
-//! from it: decoded segments (by id), the list of retired handles whose files a
-//! query still reads, and the warm-up flag.
+//! from it: decoded segments and summaries (by id), the list of retired handles
+//! whose files a query still reads, and the warm-up flag.
 
 use std::fs;
 use std::sync::atomic::Ordering;
