@@ -343,7 +343,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .concat(),
         )?;
         summary_rows.push(format!(
-            "| {writers} writer(s) | {labels_ms:.1} ms, {labels_gets:.0} GETs, {} | {series_ms:.1} ms, {series_gets:.0} GETs, {} |",
+            "| {writers} writer(s), --ack {ack} | {labels_ms:.1} ms, {labels_gets:.0} GETs, {} | {series_ms:.1} ms, {series_gets:.0} GETs, {} |",
             report::human_bytes(labels_bytes),
             report::human_bytes(series_bytes),
         ));
