@@ -6,9 +6,10 @@
 //! acknowledged push is in the bucket) against the single node; bucket requests and
 //! bytes per ingested profile; a fresh querier's time to ready (its first index
 //! sync and downloads) and its query latency, cold and warm, beside the single
-//! node's; bucket objects and bytes after compaction; and a fresh querier's
-//! merge over whole past days, from hourly segments and from day blocks
-//! (`blocks.rs`). Skips with a message where moto is absent.
+//! node's; its first label values and time series (GETs and bytes: segment
+//! summaries only, no body); bucket objects and bytes after compaction; and a
+//! fresh querier's merge over whole past days, from hourly segments and from day
+//! blocks (`blocks.rs`). Skips with a message where moto is absent.
 
 #[path = "../../storage/tests/support/moto.rs"]
 mod moto;
@@ -159,6 +160,37 @@ pub(crate) fn ingest_jobs(
     Ok((t.elapsed().as_secs_f64(), values))
 }
 
+/// One cold summary query on a fresh querier: its time, and the bucket GETs
+/// (whole or ranged) and bytes it cost. Label values and time series read only
+/// each segment's summary sections, never a body.
+fn cold_summary_query(
+    node: &Node,
+    path: &str,
+    params: &[(&str, String)],
+) -> anyhow::Result<(f64, f64, f64)> {
+    // Whole and ranged GETs.
+    let requests = |n: &Node| n.metric("profiledb_bucket_get_requests_total");
+    let (gets, bytes) = (
+        requests(node)?,
+        node.metric("profiledb_bucket_read_bytes_total")?,
+    );
+    let t = Instant::now();
+    let r = reqwest::blocking::Client::new()
+        .get(format!("{}{path}", node.url))
+        .query(params)
+        .send()?;
+    if !r.status().is_success() {
+        bail!("{path} at {}: {}", node.url, r.status());
+    }
+    r.bytes()?;
+    let ms = t.elapsed().as_secs_f64() * 1000.0;
+    Ok((
+        ms,
+        requests(node)? - gets,
+        node.metric("profiledb_bucket_read_bytes_total")? - bytes,
+    ))
+}
+
 /// p50 in ms of `n` runs of a merge over the last hour, and the total it answers.
 fn merge_p50(url: &str, t_end: i64, n: usize) -> anyhow::Result<(f64, f64, i64)> {
     merge_range_p50(url, t_end - HOUR, t_end + 60_000, n)
@@ -274,6 +306,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     drop(single);
 
     let mut rows = Vec::new();
+    let mut summary_rows = Vec::new();
     let mut figures = json!({
         "hosts": args.hosts, "services": args.services, "rounds": args.rounds,
         "clients": args.clients, "cluster_clients": args.cluster_clients, "profiles": profiles, "values": values,
@@ -318,13 +351,42 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let ready_ms = t.elapsed().as_secs_f64() * 1000.0;
         let ready_gets = q.metric("profiledb_bucket_get_requests_total")?;
         let ready_bytes = q.metric("profiledb_bucket_read_bytes_total")?;
+        // Before any merge, so nothing is cached: summaries only.
+        let window = [
+            ("from", (t_end - 24 * HOUR).to_string()),
+            ("until", (t_end + 60_000).to_string()),
+        ];
+        let (labels_ms, labels_gets, labels_bytes) = cold_summary_query(
+            &q,
+            "/api/v1/label_values",
+            &[&window[..], &[("name", "service_name".to_string())]].concat(),
+        )?;
+        let (series_ms, series_gets, series_bytes) = cold_summary_query(
+            &q,
+            "/api/v1/timeseries",
+            &[
+                &window[..],
+                &[
+                    ("query", format!("{CPU}{{}}")),
+                    ("group_by", "service_name".to_string()),
+                ],
+            ]
+            .concat(),
+        )?;
+        summary_rows.push(format!(
+            "| {writers} writer(s), --ack {ack} | {labels_ms:.1} ms, {labels_gets:.0} GETs, {} | {series_ms:.1} ms, {series_gets:.0} GETs, {} |",
+            report::human_bytes(labels_bytes),
+            report::human_bytes(series_bytes),
+        ));
+        let merge_gets = q.metric("profiledb_bucket_get_requests_total")?;
+        let merge_bytes = q.metric("profiledb_bucket_read_bytes_total")?;
         let (cold, p50, total) = merge_p50(&q.url, t_end, 9)?;
         if total != single_total {
             bail!("the cluster with {writers} writer(s) answers {total}, the single node {single_total}");
         }
         // What the first (cold) query fetched: the bodies of the segments it read.
-        let gets = q.metric("profiledb_bucket_get_requests_total")? - ready_gets;
-        let down = q.metric("profiledb_bucket_read_bytes_total")? - ready_bytes;
+        let gets = q.metric("profiledb_bucket_get_requests_total")? - merge_gets;
+        let down = q.metric("profiledb_bucket_read_bytes_total")? - merge_bytes;
         let segments = q.metric("profiledb_mirror_live_segments")?;
         rows.push(format!(
             "| {writers} writer(s), --ack {ack} | {:.0} | {:.0} ms ({ready_gets:.0} GETs, {}) | {:.1} ms / {:.1} ms | {:.2} | {} | {gets:.0} GETs, {} ({segments:.0} segments) |",
@@ -343,6 +405,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "querier_ready_ms": ready_ms, "merge_first_ms": cold, "merge_p50_ms": p50,
             "querier_ready_get_requests": ready_gets, "querier_ready_bytes": ready_bytes,
             "first_query_get_requests": gets, "first_query_bytes": down, "live_segments": segments,
+            "cold_label_values_ms": labels_ms, "cold_label_values_get_requests": labels_gets,
+            "cold_label_values_bytes": labels_bytes, "cold_timeseries_ms": series_ms,
+            "cold_timeseries_get_requests": series_gets, "cold_timeseries_bytes": series_bytes,
         });
     }
     println!(
@@ -362,6 +427,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     for r in rows {
         println!("{r}");
     }
+    println!("\nA fresh querier's first label values and time series (a day, by service; segment summaries read with ranged GETs):");
+    println!("| setup | label values | time series |");
+    println!("|---|---|---|");
+    for r in summary_rows {
+        println!("{r}");
+    }
     let (block_rows, block_figures) = blocks::run(
         &bin,
         tmp.path(),
@@ -372,7 +443,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         cluster,
     )?;
     println!(
-        "a fresh querier's merge over {} whole past days, one push per host every 30 min, compacted with and without day blocks:",
+        "\nA fresh querier's merge over {} whole past days, one push per host every 30 min, compacted with and without day blocks:",
         args.block_days
     );
     println!("| layout | live segments | fresh querier ready | merge first / p50 | fetched: sync and 9 merges |");

@@ -139,9 +139,10 @@ pub fn parts(state: &AppState) -> Vec<(&'static str, u64, u64)> {
             g.head_bytes + g.flush_bytes,
             cfg.head_max_bytes as u64,
         ));
+        // The summary cache's budget is carved out of the segment cache's.
         out.push((
             "segment_cache",
-            g.segment_cache_bytes,
+            g.segment_cache_bytes + g.summary_cache_bytes,
             cfg.segment_cache_bytes,
         ));
         out.push((

@@ -235,6 +235,13 @@ pub fn render(
         );
         family(
             &mut out,
+            "profiledb_summary_cache_bytes",
+            "gauge",
+            "Approximate bytes of segment summaries (labels and per-step totals) held for label and time-series queries; a share of --segment-cache-mb.",
+            g.summary_cache_bytes,
+        );
+        family(
+            &mut out,
             "profiledb_segment_cache_warming",
             "gauge",
             "1 while the segment cache is being warmed after start (newest segments decoded in the background).",

@@ -337,6 +337,17 @@ fn decode_opt_id(v: u64, len: usize, what: &str) -> Result<Option<u32>> {
 }
 
 /// Decodes the five dictionary sections and checks every cross reference.
+/// The Strings section alone: what label names and values refer to.
+pub(crate) fn decode_strings(bytes: &[u8]) -> Result<Vec<String>> {
+    let mut r = Reader::new(bytes, "strings section");
+    let n = r.count(1)?;
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        out.push(r.str()?.to_owned());
+    }
+    Ok(out)
+}
+
 pub fn decode(
     strings: &[u8],
     mappings: &[u8],
@@ -344,14 +355,10 @@ pub fn decode(
     locations: &[u8],
     stacks: &[u8],
 ) -> Result<Dict> {
-    let mut d = Dict::default();
-
-    let mut r = Reader::new(strings, "strings section");
-    let n = r.count(1)?;
-    d.strings.reserve(n);
-    for _ in 0..n {
-        d.strings.push(r.str()?.to_owned());
-    }
+    let mut d = Dict {
+        strings: decode_strings(strings)?,
+        ..Dict::default()
+    };
     let ns = d.strings.len() as u64;
 
     let mut r = Reader::new(mappings, "mappings section");

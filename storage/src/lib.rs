@@ -115,11 +115,11 @@ pub use query::groupby::{GroupAcc, GroupByQuery, GroupKey};
 pub use query::merged::{flamegraph_diff_merged, Merged};
 pub use query::timeseries::SeriesPoints;
 pub use query::{CallTree, TimeRange, TreeNode};
-pub use segment::{encode_segment, SegmentFile, SegmentMeta};
+pub use segment::{encode_segment, SegmentFile, SegmentMeta, SegmentSummary};
 pub use selector::{MatchOp, Matcher, Selector};
 pub use stats::{Gauges, StoreStats};
 pub use store::{
-    now_ms, CompactProgress, CompactReport, CompactedPartition, Fetcher, RetentionReport,
+    now_ms, CompactProgress, CompactReport, CompactedPartition, Fetch, Fetcher, RetentionReport,
     SkippedPartition, Store,
 };
 pub use wal::ReplayProgress;

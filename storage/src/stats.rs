@@ -39,6 +39,8 @@ counters! {
     queries => "Queries executed.",
     segment_cache_hits => "Segment loads served from the decoded-segment cache.",
     segment_cache_misses => "Segment loads that read the file.",
+    summary_cache_hits => "Segment summary loads (labels and totals only) served from the summary cache.",
+    summary_cache_misses => "Segment summary loads that read the summary sections.",
     partitions_compacted => "Partitions rewritten by compaction or downsampling.",
     segments_compacted_away => "Source segments replaced by compaction.",
     compaction_bytes_read => "Bytes of source segments compacted.",
@@ -67,6 +69,8 @@ pub struct Gauges {
     pub segment_bytes: u64,
     /// Weight of the decoded-segment cache.
     pub segment_cache_bytes: u64,
+    /// Weight of the segment summary cache (a share of the segment-cache budget).
+    pub summary_cache_bytes: u64,
     /// 1 while the after-open warm-up is decoding segments into the cache.
     pub segment_cache_warming: u64,
     /// Bytes in the WAL files (what a replay after a crash would read).

@@ -286,6 +286,27 @@ impl Running {
             );
             family(
                 out,
+                "profiledb_mirror_summaries_total",
+                "counter",
+                "Segment summaries (labels and totals) a querier read with ranged GETs instead of downloading the object.",
+                s.summaries.load(Relaxed),
+            );
+            family(
+                out,
+                "profiledb_mirror_section_reads_total",
+                "counter",
+                "Ranged GETs of segment summary sections.",
+                s.section_reads.load(Relaxed),
+            );
+            family(
+                out,
+                "profiledb_mirror_section_bytes_total",
+                "counter",
+                "Bytes of segment summary sections read.",
+                s.section_bytes.load(Relaxed),
+            );
+            family(
+                out,
                 "profiledb_mirror_quarantined_total",
                 "counter",
                 "Objects this node found corrupt or missing and took out of service.",

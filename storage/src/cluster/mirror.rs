@@ -4,12 +4,18 @@
 //! (a conditional GET: an unchanged index costs one request and no body), reads
 //! the head, trailer and footer of each segment it lists that is not here yet with
 //! ranged GETs (two small requests), and swaps those in for the ones it no longer
-//! lists, in a single change of the live set. A segment's body is downloaded into
-//! `objects/` the first time a query needs it, checked, and kept while the disk
-//! budget allows (least recently fetched files go first; a query needing one again
-//! fetches it again). A corrupt object is quarantined in the index (every querier
-//! then skips it) and reported; a listed object that is missing is reported and
-//! quarantined too; everything else is still served.
+//! lists, in a single change of the live set.
+//!
+//! The store asks for a segment's bytes through [`Fetch`] in two sizes. A query
+//! needing only labels and per-step totals gets the segment's *summary*: its
+//! Strings, Series, LabelIndex and SeriesTotals sections, read with one ranged GET
+//! per run of nearby sections, checked, decoded and cached in memory by the store
+//! (never written here). A query needing rows gets the body: downloaded into
+//! `objects/` the first time, checked, and kept while the disk budget allows
+//! (least recently fetched files go first; a query needing one again fetches it
+//! again). A corrupt object (body or summary section) is quarantined in the index
+//! (every querier then skips it) and reported; a listed object that is missing is
+//! reported and quarantined too; everything else is still served.
 //!
 //! The download directory is a cache: a restarted querier keeps the files whose
 //! size matches and fetches the rest on demand.
@@ -27,8 +33,8 @@ use tracing::{error, info, warn};
 use super::Worker;
 use crate::bucket::{Bucket, BucketError, IndexView, SegmentEntry};
 use crate::error::{IoContext, Result, StorageError};
-use crate::segment::SegmentFile;
-use crate::store::{now_ms, Store};
+use crate::segment::{SegmentFile, SegmentSummary};
+use crate::store::{now_ms, Fetch as Fetcher, Store};
 
 /// How a querier follows the bucket.
 #[derive(Clone, Debug)]
@@ -53,6 +59,12 @@ pub struct MirrorStats {
     pub downloads: AtomicU64,
     /// Bytes downloaded.
     pub download_bytes: AtomicU64,
+    /// Segment summaries read from the bucket (labels and totals, no body).
+    pub summaries: AtomicU64,
+    /// Ranged GETs of summary sections.
+    pub section_reads: AtomicU64,
+    /// Bytes of summary sections read.
+    pub section_bytes: AtomicU64,
     /// Objects this node found corrupt or missing and took out of service
     /// (one another node quarantined first is not counted again).
     pub quarantined: AtomicU64,
@@ -112,10 +124,7 @@ impl Mirror {
             stats: MirrorStats::default(),
             disk: Mutex::new(()),
         });
-        let fetcher = shared.clone();
-        shared
-            .store
-            .set_fetcher(Arc::new(move |path: &Path| fetcher.fetch_body(path)));
+        shared.store.set_fetcher(shared.clone());
         let worker = {
             let shared = shared.clone();
             let objects = shared.objects.clone();
@@ -328,6 +337,39 @@ impl Shared {
         }
     }
 
+    /// Reads the summary sections of the segment at `file.path` with ranged GETs
+    /// (a label or totals query needs it, not the body). Each section's checksum
+    /// is verified; a damaged or missing object is quarantined as in
+    /// [`Shared::fetch_body`]. Nothing is written to disk: the store keeps the
+    /// decoded summary in memory.
+    fn fetch_summary(&self, file: &SegmentFile) -> Result<SegmentSummary> {
+        let Some((tenant, key)) = self.remote.lock().get(&file.path).cloned() else {
+            return Err(StorageError::io(
+                &file.path,
+                std::io::Error::new(std::io::ErrorKind::NotFound, "not a bucket segment"),
+            ));
+        };
+        let loaded = file.load_summary_with(|offset, len| {
+            let bytes = self.bucket.get_range(&key, offset..offset + len as u64)?;
+            self.stats.section_reads.fetch_add(1, Ordering::Relaxed);
+            self.stats
+                .section_bytes
+                .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+            Ok(bytes.to_vec())
+        });
+        match loaded.map_err(classify) {
+            Ok(summary) => {
+                self.stats.summaries.fetch_add(1, Ordering::Relaxed);
+                Ok(summary)
+            }
+            Err(Fetch::Bad(why)) => {
+                self.quarantine(&tenant, &key, &why)?;
+                Err(StorageError::Corrupt(format!("{key}: {why}")))
+            }
+            Err(Fetch::Failed(e)) => Err(e),
+        }
+    }
+
     /// Takes a damaged or missing object out of service in the index, for every
     /// querier; counts it only when this node was the one to do so.
     fn quarantine(&self, tenant: &str, key: &str, why: &str) -> Result<()> {
@@ -385,6 +427,16 @@ impl Shared {
             }
         }
         self.stats.disk_bytes.store(total, Ordering::Relaxed);
+    }
+}
+
+impl Fetcher for Shared {
+    fn body(&self, path: &Path) -> Result<Vec<u8>> {
+        self.fetch_body(path)
+    }
+
+    fn summary(&self, file: &SegmentFile) -> Result<SegmentSummary> {
+        self.fetch_summary(file)
     }
 }
 

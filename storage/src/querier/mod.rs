@@ -9,6 +9,9 @@
 //!
 //! The path of a query runs one way: querier → `Store::scan_scoped` (snapshot,
 //! parallel scan) → `crate::query` (per-source algorithms) → back up as a value.
+//! Queries answered from labels and per-step totals (label discovery, series,
+//! totals, time series, plans) scan with `scan_summaries` instead: a segment not
+//! decoded already is read as its summary, never as stacks and rows.
 //!
 //! Cached queries compute the immutable-segment part once per `segments_version()`
 //! and the head part live. The version is read before the segment scan and again
@@ -140,9 +143,11 @@ impl Querier {
         &self,
         tenant: &TenantId,
         range: TimeRange,
-        f: impl Fn(&mut BTreeSet<T>, &dyn query::Source) -> Result<()> + Sync,
+        f: impl Fn(&mut BTreeSet<T>, &dyn query::SummarySource) -> Result<()> + Sync,
     ) -> Result<Vec<T>> {
-        let sets = self.store.scan(tenant, range, BTreeSet::new, f)?;
+        let sets = self
+            .store
+            .scan_summaries(tenant, range, Scope::All, BTreeSet::new, f)?;
         Ok(sets
             .into_iter()
             .flatten()
@@ -158,9 +163,11 @@ impl Querier {
         sel: &Selector,
         range: TimeRange,
     ) -> Result<BTreeMap<Labels, BTreeMap<i64, i64>>> {
-        let maps = self.store.scan(tenant, range, BTreeMap::new, |o, src| {
-            query::step_totals_into(src, sel, range, o)
-        })?;
+        let maps =
+            self.store
+                .scan_summaries(tenant, range, Scope::All, BTreeMap::new, |o, src| {
+                    query::step_totals_into(src, sel, range, o)
+                })?;
         let mut out: BTreeMap<Labels, BTreeMap<i64, i64>> = BTreeMap::new();
         for m in maps {
             for (l, pts) in m {
@@ -183,9 +190,10 @@ impl Querier {
         step_ms: i64,
         limit: usize,
     ) -> Result<Vec<SeriesPoints>> {
-        let accs = self.store.scan(
+        let accs = self.store.scan_summaries(
             tenant,
             range,
+            Scope::All,
             || SeriesGroups::new(range, step_ms),
             |acc, src| acc.add_source(src, sel, range, group_by),
         )?;

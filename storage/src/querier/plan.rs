@@ -51,7 +51,7 @@ impl Querier {
         let tally = |scope| -> Result<Tally> {
             let parts =
                 self.store
-                    .scan_scoped(tenant, range, scope, Tally::default, |acc, src| {
+                    .scan_summaries(tenant, range, scope, Tally::default, |acc, src| {
                         acc.sources += 1;
                         acc.bytes += src.stored_bytes();
                         let (lo, hi) = query::steps(src, range);

@@ -26,7 +26,7 @@ use crate::error::Result;
 use crate::head::HeadPartition;
 use crate::index::LabelIndex;
 use crate::model::Labels;
-use crate::segment::LoadedSegment;
+use crate::segment::{LoadedSegment, SegmentMeta, SegmentSummary};
 use crate::selector::Selector;
 use frames::{FrameTree, GidMemo};
 
@@ -35,29 +35,21 @@ pub use tree::{CallTree, TreeNode};
 
 pub use profiledb_model::TimeRange;
 
-/// What queries need from a head partition or a segment.
-pub trait Source {
-    fn dict(&self) -> &Dict;
+/// What queries answered from labels and per-step totals alone need (label
+/// discovery, series totals, time series, plans): a head partition, a decoded
+/// segment, or a segment's summary (its label and totals sections only).
+/// Row access is on [`Source`], which a summary does not implement, so a query
+/// needing rows cannot be handed a summary and answer from nothing.
+pub trait SummarySource {
     fn index(&self) -> &LabelIndex;
     fn labels(&self, series: u32) -> Option<&Labels>;
     fn partition_start(&self) -> i64;
     fn step(&self) -> i64;
-    /// `f(step index, stack node, value)` for each row of `series`.
-    fn for_each_row(&self, series: u32, f: &mut dyn FnMut(u32, u32, i64)) -> Result<()>;
-    /// The stack and value columns of `series`' rows in steps `[lo, hi)`, for
-    /// sources that hold them decoded (segments); `None` means "use the callbacks".
-    fn row_slices(&self, _series: u32, _lo: u32, _hi: u32) -> Option<(&[u32], &[i64])> {
-        None
-    }
     /// `f(step index, total)` for each step of `series` with data.
     fn step_totals(&self, series: u32, f: &mut dyn FnMut(u32, i64)) -> Result<()>;
     /// The id of the immutable segment behind this source, `None` for the head.
     /// Lets per-segment derived data (function indexes) be cached by id.
     fn segment_id(&self) -> Option<u64> {
-        None
-    }
-    /// The persistent stack node → frame-tree id memo of an immutable source.
-    fn gid_memo(&self) -> Option<&GidMemo> {
         None
     }
     /// Steps in the whole partition (a range covering it selects `0..this`).
@@ -70,10 +62,31 @@ pub trait Source {
     }
 }
 
-impl Source for LoadedSegment {
-    fn dict(&self) -> &Dict {
-        &self.dict
+/// What queries need from a head partition or a decoded segment: the summary
+/// plus stacks and rows.
+pub trait Source: SummarySource {
+    fn dict(&self) -> &Dict;
+    /// `f(step index, stack node, value)` for each row of `series`.
+    fn for_each_row(&self, series: u32, f: &mut dyn FnMut(u32, u32, i64)) -> Result<()>;
+    /// The stack and value columns of `series`' rows in steps `[lo, hi)`, for
+    /// sources that hold them decoded (segments); `None` means "use the callbacks".
+    fn row_slices(&self, _series: u32, _lo: u32, _hi: u32) -> Option<(&[u32], &[i64])> {
+        None
     }
+    /// The persistent stack node → frame-tree id memo of an immutable source.
+    fn gid_memo(&self) -> Option<&GidMemo> {
+        None
+    }
+}
+
+/// The immutable-segment part of [`SummarySource`], shared by a decoded segment
+/// and a summary so they answer identically.
+fn segment_partition_steps(meta: &SegmentMeta) -> u32 {
+    let n = meta.partition_ms / meta.step_ms.max(1);
+    u32::try_from(n.max(0)).unwrap_or(u32::MAX)
+}
+
+impl SummarySource for LoadedSegment {
     fn index(&self) -> &LabelIndex {
         &self.index
     }
@@ -86,11 +99,50 @@ impl Source for LoadedSegment {
     fn step(&self) -> i64 {
         self.meta.step_ms
     }
+    fn step_totals(&self, series: u32, f: &mut dyn FnMut(u32, i64)) -> Result<()> {
+        for &(t, v) in self.series_totals(series) {
+            f(t, v);
+        }
+        Ok(())
+    }
+    fn segment_id(&self) -> Option<u64> {
+        Some(self.meta.id)
+    }
+    fn partition_steps(&self) -> u32 {
+        segment_partition_steps(&self.meta)
+    }
+    fn stored_bytes(&self) -> u64 {
+        self.meta.size_bytes
+    }
+}
+
+impl Source for LoadedSegment {
+    fn dict(&self) -> &Dict {
+        &self.dict
+    }
     fn for_each_row(&self, series: u32, f: &mut dyn FnMut(u32, u32, i64)) -> Result<()> {
         LoadedSegment::for_each_row(self, series, f)
     }
     fn row_slices(&self, series: u32, lo: u32, hi: u32) -> Option<(&[u32], &[i64])> {
         LoadedSegment::row_slices(self, series, lo, hi)
+    }
+    fn gid_memo(&self) -> Option<&GidMemo> {
+        Some(&self.gids)
+    }
+}
+
+impl SummarySource for SegmentSummary {
+    fn index(&self) -> &LabelIndex {
+        &self.index
+    }
+    fn labels(&self, series: u32) -> Option<&Labels> {
+        self.series.get(series as usize)
+    }
+    fn partition_start(&self) -> i64 {
+        self.meta.partition_start_ms
+    }
+    fn step(&self) -> i64 {
+        self.meta.step_ms
     }
     fn step_totals(&self, series: u32, f: &mut dyn FnMut(u32, i64)) -> Result<()> {
         for &(t, v) in self.series_totals(series) {
@@ -101,22 +153,15 @@ impl Source for LoadedSegment {
     fn segment_id(&self) -> Option<u64> {
         Some(self.meta.id)
     }
-    fn gid_memo(&self) -> Option<&GidMemo> {
-        Some(&self.gids)
-    }
     fn partition_steps(&self) -> u32 {
-        let n = self.meta.partition_ms / self.meta.step_ms.max(1);
-        u32::try_from(n.max(0)).unwrap_or(u32::MAX)
+        segment_partition_steps(&self.meta)
     }
     fn stored_bytes(&self) -> u64 {
         self.meta.size_bytes
     }
 }
 
-impl Source for HeadPartition {
-    fn dict(&self) -> &Dict {
-        HeadPartition::dict(self)
-    }
+impl SummarySource for HeadPartition {
     fn index(&self) -> &LabelIndex {
         HeadPartition::index(self)
     }
@@ -129,15 +174,21 @@ impl Source for HeadPartition {
     fn step(&self) -> i64 {
         HeadPartition::step(self)
     }
-    fn for_each_row(&self, series: u32, f: &mut dyn FnMut(u32, u32, i64)) -> Result<()> {
-        HeadPartition::for_each_row(self, series, f)
-    }
     fn step_totals(&self, series: u32, f: &mut dyn FnMut(u32, i64)) -> Result<()> {
         HeadPartition::step_totals(self, series, f)
     }
 }
 
-pub(crate) fn steps(src: &dyn Source, range: TimeRange) -> (u32, u32) {
+impl Source for HeadPartition {
+    fn dict(&self) -> &Dict {
+        HeadPartition::dict(self)
+    }
+    fn for_each_row(&self, series: u32, f: &mut dyn FnMut(u32, u32, i64)) -> Result<()> {
+        HeadPartition::for_each_row(self, series, f)
+    }
+}
+
+pub(crate) fn steps(src: &dyn SummarySource, range: TimeRange) -> (u32, u32) {
     crate::segment::step_range(
         src.partition_start(),
         src.step(),
@@ -223,7 +274,11 @@ pub(crate) fn node_values(
 }
 
 /// Series ids of `src` selected by `sel` that have data in `range`.
-fn selected_with_data(src: &dyn Source, sel: &Selector, range: TimeRange) -> Result<RoaringBitmap> {
+fn selected_with_data(
+    src: &dyn SummarySource,
+    sel: &Selector,
+    range: TimeRange,
+) -> Result<RoaringBitmap> {
     let mut series = src.index().select(&sel.matchers);
     let (lo, hi) = steps(src, range);
     if (lo == 0 && hi == u32::MAX) || series.is_empty() {
@@ -243,7 +298,7 @@ fn selected_with_data(src: &dyn Source, sel: &Selector, range: TimeRange) -> Res
 
 /// Label sets of the selected series with data in `range`.
 pub fn series_into(
-    src: &dyn Source,
+    src: &dyn SummarySource,
     sel: &Selector,
     range: TimeRange,
     out: &mut BTreeSet<Labels>,
@@ -258,7 +313,7 @@ pub fn series_into(
 
 /// Label names present on the selected series.
 pub fn label_names_into(
-    src: &dyn Source,
+    src: &dyn SummarySource,
     sel: &Selector,
     range: TimeRange,
     out: &mut BTreeSet<String>,
@@ -270,7 +325,7 @@ pub fn label_names_into(
 
 /// Values of `name` present on the selected series.
 pub fn label_values_into(
-    src: &dyn Source,
+    src: &dyn SummarySource,
     name: &str,
     sel: &Selector,
     range: TimeRange,
@@ -283,7 +338,7 @@ pub fn label_values_into(
 
 /// Per-series totals per step, from the precomputed totals (no row scan).
 pub fn step_totals_into(
-    src: &dyn Source,
+    src: &dyn SummarySource,
     sel: &Selector,
     range: TimeRange,
     out: &mut BTreeMap<Labels, BTreeMap<i64, i64>>,

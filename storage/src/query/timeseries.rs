@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use rustc_hash::FxHashMap;
 
-use super::{steps, Source, TimeRange};
+use super::{steps, SummarySource, TimeRange};
 use crate::error::Result;
 use crate::model::Labels;
 use crate::selector::Selector;
@@ -135,7 +135,7 @@ impl SeriesGroups {
     /// Adds the step totals of `src`'s series selected by `sel` within `range`.
     pub fn add_source(
         &mut self,
-        src: &dyn Source,
+        src: &dyn SummarySource,
         sel: &Selector,
         range: TimeRange,
         group_by: &[String],

@@ -6,12 +6,14 @@
 
 mod gid_memo;
 mod reader;
+mod summary;
 mod writer;
 
 pub use gid_memo::{GidMemo, GidSlots};
 
 pub(crate) use reader::step_range;
 pub use reader::{LoadedSegment, SegmentFile};
+pub use summary::SegmentSummary;
 pub use writer::encode_segment;
 pub use writer::{write_segment, Row, SegmentInput};
 
@@ -247,18 +249,24 @@ mod tests {
                 let root = b.location(LocationRec { function: None, mapping: None, address: 0xdead, line: 0 });
                 b.stack(&[root, l])
             }).collect();
+            // Two label values per name give the label index postings to compare.
+            let labels_of = |s: u8| Labels::new([
+                ("__profile_type__", "a:b:c:d:e"),
+                ("s", &*s.to_string()),
+                ("zone", if s.is_multiple_of(2) { "even" } else { "odd" }),
+            ]);
             let mut want: BTreeMap<(Labels, u32, u32), i64> = BTreeMap::new();
             let mut series: BTreeMap<u8, Vec<Row>> = BTreeMap::new();
             for (s, t, st, v) in &rows {
                 series.entry(*s).or_default().push(Row { t: *t, stack: stacks[*st as usize], value: *v });
-                let l = Labels::new([("__profile_type__", "a:b:c:d:e"), ("s", &*s.to_string())]);
+                let l = labels_of(*s);
                 *want.entry((l, *t, stacks[*st as usize])).or_default() += v;
             }
             want.retain(|_, v| *v != 0);
             let input = SegmentInput {
                 meta: meta(9),
                 dict: std::borrow::Cow::Owned(b.finish()),
-                series: series.into_iter().map(|(s, r)| (Labels::new([("__profile_type__", "a:b:c:d:e"), ("s", &*s.to_string())]), r)).collect(),
+                series: series.into_iter().map(|(s, r)| (labels_of(s), r)).collect(),
             };
             let dir = tempfile::tempdir().unwrap();
             let written = write_segment(dir.path(), input, 3).unwrap();
@@ -267,6 +275,14 @@ mod tests {
             prop_assert_eq!(file.meta.sources.clone(), vec![3, 4]);
             prop_assert_eq!(file.meta.max_lsn, 77);
             let seg = file.load().unwrap();
+            // The summary, from its four sections alone, answers exactly as the
+            // whole segment does.
+            let summary = file.load_summary().unwrap();
+            prop_assert_eq!(&summary.series, &seg.series);
+            prop_assert_eq!(&summary.index, &seg.index);
+            for sid in 0..seg.series.len() as u32 {
+                prop_assert_eq!(summary.series_totals(sid), seg.series_totals(sid));
+            }
             let mut got: BTreeMap<(Labels, u32, u32), i64> = BTreeMap::new();
             let mut totals: BTreeMap<(Labels, u32), i64> = BTreeMap::new();
             for (sid, labels) in seg.series.iter().enumerate() {

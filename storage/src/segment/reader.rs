@@ -4,6 +4,7 @@ use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
+use super::summary::{decode_series, decode_totals};
 use super::{
     SectionKind, SegmentMeta, CODEC_NONE, CODEC_ZSTD, FORMAT_VERSION, MAGIC_HEAD, MAGIC_TAIL,
     TRAILER_LEN,
@@ -15,11 +16,11 @@ use crate::index::LabelIndex;
 use crate::model::Labels;
 
 #[derive(Clone, Copy, Debug)]
-struct SectionEntry {
-    kind: SectionKind,
+pub(super) struct SectionEntry {
+    pub(super) kind: SectionKind,
     codec: u8,
-    offset: u64,
-    stored_len: u64,
+    pub(super) offset: u64,
+    pub(super) stored_len: u64,
     raw_len: u64,
     crc: u32,
 }
@@ -34,7 +35,7 @@ pub struct SegmentFile {
     sections: Vec<SectionEntry>,
 }
 
-fn corrupt(path: &Path, why: impl std::fmt::Display) -> StorageError {
+pub(super) fn corrupt(path: &Path, why: impl std::fmt::Display) -> StorageError {
     StorageError::Corrupt(format!("{}: {why}", path.display()))
 }
 
@@ -148,15 +149,25 @@ impl SegmentFile {
         })
     }
 
-    fn section(&self, file: &[u8], kind: SectionKind) -> Result<Vec<u8>> {
-        let e = self
-            .sections
+    pub(super) fn entry(&self, kind: SectionKind) -> Result<&SectionEntry> {
+        self.sections
             .iter()
             .find(|s| s.kind == kind)
-            .ok_or_else(|| corrupt(&self.path, format!("missing section {kind:?}")))?;
+            .ok_or_else(|| corrupt(&self.path, format!("missing section {kind:?}")))
+    }
+
+    fn section(&self, file: &[u8], kind: SectionKind) -> Result<Vec<u8>> {
+        let e = self.entry(kind)?;
         let stored = file
             .get(e.offset as usize..(e.offset + e.stored_len) as usize)
             .ok_or_else(|| corrupt(&self.path, format!("section {kind:?} outside the file")))?;
+        self.decode_section(e, stored)
+    }
+
+    /// Checks the stored bytes of a section against its checksum, then
+    /// decompresses them.
+    pub(super) fn decode_section(&self, e: &SectionEntry, stored: &[u8]) -> Result<Vec<u8>> {
+        let kind = e.kind;
         let computed = crc32fast::hash(stored);
         if computed != e.crc {
             return Err(StorageError::Checksum {
@@ -217,30 +228,8 @@ impl SegmentFile {
             &sec(SectionKind::Stacks)?,
         )?;
 
-        let series_raw = sec(SectionKind::Series)?;
-        let mut r = Reader::new(&series_raw, "series section");
-        let n = r.count(1)?;
-        if n as u64 != self.meta.series {
-            return Err(corrupt(
-                &self.path,
-                "series count disagrees with the footer",
-            ));
-        }
-        let mut series = Vec::with_capacity(n);
-        for _ in 0..n {
-            let nl = r.count(2)?;
-            let mut pairs = Vec::with_capacity(nl);
-            for _ in 0..nl {
-                let (k, v) = (r.u32v()?, r.u32v()?);
-                let (Some(k), Some(v)) =
-                    (dict.strings.get(k as usize), dict.strings.get(v as usize))
-                else {
-                    return Err(corrupt(&self.path, "series label refers to missing string"));
-                };
-                pairs.push((k.clone(), v.clone()));
-            }
-            series.push(Labels::new(pairs));
-        }
+        let series = decode_series(self, &sec(SectionKind::Series)?, &dict.strings)?;
+        let n = series.len();
         let index = LabelIndex::decode(&sec(SectionKind::LabelIndex)?, &dict.strings, n as u32)?;
 
         let times = sec(SectionKind::Times)?;
@@ -283,24 +272,7 @@ impl SegmentFile {
         )
         .map_err(|why| corrupt(&self.path, &why))?;
 
-        let totals_raw = sec(SectionKind::SeriesTotals)?;
-        let mut r = Reader::new(&totals_raw, "series totals section");
-        if r.count(1)? != n {
-            return Err(corrupt(&self.path, "series totals count disagrees"));
-        }
-        let mut totals = Vec::with_capacity(n);
-        for _ in 0..n {
-            let np = r.count(2)?;
-            let mut pts = Vec::with_capacity(np);
-            let mut t = 0u32;
-            for _ in 0..np {
-                t = t
-                    .checked_add(r.u32v()?)
-                    .ok_or_else(|| corrupt(&self.path, "series totals time overflow"))?;
-                pts.push((t, r.ivarint()?));
-            }
-            totals.push(pts);
-        }
+        let totals = decode_totals(self, &sec(SectionKind::SeriesTotals)?, n)?;
 
         Ok(LoadedSegment {
             meta: self.meta.clone(),

@@ -22,7 +22,7 @@ use super::state::SegmentHandle;
 use super::Store;
 use crate::durable::sync_dir;
 use crate::error::{IoContext, Result, StorageError};
-use crate::segment::SegmentFile;
+use crate::segment::{SegmentFile, SegmentSummary};
 
 /// The file holding the replay floor (decimal LSN).
 const FLOOR_FILE: &str = "REPLAY_FLOOR";
@@ -159,13 +159,23 @@ impl Store {
         Ok(ids)
     }
 
-    /// Sets what brings back an external segment's file when a load finds it
-    /// missing (evicted from a bounded disk cache): called with the file's path,
-    /// it returns the file's bytes (and may keep a copy there) or fails.
+    /// Sets what brings back an external segment's bytes when a load finds its
+    /// file missing (evicted from a bounded disk cache, or never downloaded).
     pub fn set_fetcher(&self, fetch: Fetcher) {
         let _ = self.inner.fetcher.set(fetch);
     }
 }
 
-/// Brings back the file at a path (see [`Store::set_fetcher`]).
-pub type Fetcher = Arc<dyn Fn(&Path) -> Result<Vec<u8>> + Send + Sync>;
+/// Reads external segments from where they live (see [`Store::set_fetcher`]).
+/// Both reads verify what they return (section checksums) and take a damaged
+/// object out of service at its source before failing with a corruption error.
+pub trait Fetch: Send + Sync {
+    /// The whole file at `path`: the fetcher may keep a copy there.
+    fn body(&self, path: &Path) -> Result<Vec<u8>>;
+    /// The summary of `file` (whose bytes would be at `file.path`), read with
+    /// ranged reads of the sections it needs (see `SegmentFile::summary_reads`).
+    fn summary(&self, file: &SegmentFile) -> Result<SegmentSummary>;
+}
+
+/// The store's fetcher, shared with its owner.
+pub type Fetcher = Arc<dyn Fetch>;

@@ -9,7 +9,7 @@
 //! | `recovery.rs` | caller of [`Store::open`]     | directory lock, catalog reconcile, WAL replay |
 //! | `writer.rs`   | `profiledb-writer`            | WAL appends and group commit, head apply, sealing |
 //! | `flusher.rs`  | `profiledb-flusher`           | segment writes from sealed partitions, WAL truncation |
-//! | `segments.rs` | `profiledb-warmup`, queries   | decoded-segment cache, quarantine, deferred deletes |
+//! | `segments.rs` | `profiledb-warmup`, queries   | decoded-segment and summary caches, quarantine, deferred deletes |
 //! | `lifecycle/`  | `profiledb-compactor`, admin  | compaction plan and merge, downsampling, retention |
 //! | `scan.rs`     | query threads                 | snapshots and parallel scans                  |
 //! | `external.rs` | cluster uploader and mirror   | replay floor, segments whose home is a bucket |
@@ -25,7 +25,7 @@
 //! applies a sample twice.
 
 mod external;
-pub use external::Fetcher;
+pub use external::{Fetch, Fetcher};
 mod flusher;
 mod lifecycle;
 mod recovery;
@@ -60,7 +60,7 @@ use crate::query::frames::Frames;
 use crate::segment::SegmentMeta;
 use crate::stats::{inc, Gauges, StoreStats};
 use crate::wal::{ReplayProgress, Wal};
-use segments::SegmentCache;
+use segments::{SegmentCache, SummaryCache};
 use state::{SegmentHandle, State};
 use writer::WriterMsg;
 
@@ -102,6 +102,8 @@ struct Inner {
     frames: Frames,
     /// Segments: the decoded-segment cache.
     cache: SegmentCache,
+    /// Segments: summaries (labels and totals) of segments not decoded whole.
+    summaries: SummaryCache,
     /// Segments: brings back external segment files evicted from disk.
     fetcher: std::sync::OnceLock<external::Fetcher>,
     stats: StoreStats,
@@ -158,6 +160,7 @@ impl Store {
             .partitions()
             .map(|p| p.read().approx_bytes() as u64)
             .sum();
+        let (cache, summaries) = segments::segment_caches(cfg.segment_cache_bytes);
         let inner = Inner {
             wal_bytes: AtomicU64::new(r.wal.retained_bytes()),
             wal_buffer_bytes: AtomicU64::new(0),
@@ -173,7 +176,8 @@ impl Store {
             next_segment_id: AtomicU64::new(r.next_segment_id),
             segments_version: AtomicU64::new(1),
             frames: Frames::new(cfg.frame_tree_max_nodes),
-            cache: segments::segment_cache(cfg.segment_cache_bytes),
+            cache,
+            summaries,
             fetcher: std::sync::OnceLock::new(),
             stats: r.stats,
             closed: AtomicBool::new(false),
@@ -342,6 +346,7 @@ impl Store {
             segments: st.segments.len() as u64,
             segment_bytes: st.segments.values().map(|h| h.meta.size_bytes).sum(),
             segment_cache_bytes: self.inner.cache.weight(),
+            summary_cache_bytes: self.inner.summaries.weight(),
             segment_cache_warming: u64::from(self.inner.warming.load(Ordering::Relaxed)),
             wal_bytes: self.inner.wal_bytes.load(Ordering::Relaxed),
             wal_buffer_bytes: self.inner.wal_buffer_bytes.load(Ordering::Relaxed),

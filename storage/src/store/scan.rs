@@ -1,6 +1,7 @@
 //! The read side of the store: a snapshot of the sources overlapping a query and a
 //! parallel scan over them. Every query (the querier, one layer up) is built on
-//! [`StoreReader::scan_scoped`].
+//! [`StoreReader::scan_scoped`], or on [`StoreReader::scan_summaries`] when labels
+//! and per-step totals answer it.
 //!
 //! A snapshot clones the head partitions' and segment handles' `Arc`s under the
 //! state read lock, so a flush, compaction or retention run that swaps the live set
@@ -14,7 +15,7 @@ use super::{Inner, Store};
 use crate::error::Result;
 use crate::model::TenantId;
 use crate::query::frames::Frames;
-use crate::query::{self, Source, TimeRange};
+use crate::query::{self, Source, SummarySource, TimeRange};
 use crate::stats::inc;
 
 /// Which sources a scan reads.
@@ -64,21 +65,10 @@ impl Store {
 pub(crate) struct StoreReader(pub(super) Arc<Inner>);
 
 impl StoreReader {
-    /// Runs `f` over every data source (head partitions and segments) of `tenant`
-    /// overlapping `range`, in parallel, each thread folding into its own
-    /// accumulator from `init`. The building block of every query.
-    pub fn scan<T: Send>(
-        &self,
-        tenant: &TenantId,
-        range: TimeRange,
-        init: impl Fn() -> T + Sync,
-        f: impl Fn(&mut T, &dyn Source) -> Result<()> + Sync,
-    ) -> Result<Vec<T>> {
-        self.scan_scoped(tenant, range, Scope::All, init, f)
-    }
-
-    /// [`StoreReader::scan`] restricted to the immutable segments or to the mutable head,
-    /// so a cache can keep the segment part and compute the head part live.
+    /// Runs `f` over every data source of `tenant` in `scope` (head partitions,
+    /// segments, or both) overlapping `range`, in parallel, each thread folding
+    /// into its own accumulator from `init`. The building block of every query;
+    /// the scopes let a cache keep the segment part and compute the head part live.
     pub fn scan_scoped<T: Send>(
         &self,
         tenant: &TenantId,
@@ -88,19 +78,34 @@ impl StoreReader {
         f: impl Fn(&mut T, &dyn Source) -> Result<()> + Sync,
     ) -> Result<Vec<T>> {
         inc(&self.0.stats.queries, 1);
-        let mut items = self.0.snapshot(tenant, range);
-        items.retain(|i| {
-            matches!(
-                (scope, i),
-                (Scope::All, _)
-                    | (Scope::Segments, Item::Segment(_))
-                    | (Scope::Head, Item::Head(_))
-            )
-        });
+        let items = self.0.snapshot(tenant, range, scope);
         query::par_fold(&items, self.0.cfg.threads(), init, |acc, item| match item {
             Item::Head(p) => f(acc, &*p.read()),
             Item::Segment(h) => match self.0.load(h)? {
                 Some(seg) => f(acc, &*seg),
+                None => Ok(()),
+            },
+        })
+    }
+
+    /// Like [`StoreReader::scan_scoped`], for queries answered from labels and
+    /// per-step totals alone: a segment is read as its summary (four small
+    /// sections) unless it is decoded in the cache anyway, so such a query never
+    /// decodes (nor, on a querier, downloads) a segment's stacks and rows.
+    pub fn scan_summaries<T: Send>(
+        &self,
+        tenant: &TenantId,
+        range: TimeRange,
+        scope: Scope,
+        init: impl Fn() -> T + Sync,
+        f: impl Fn(&mut T, &dyn SummarySource) -> Result<()> + Sync,
+    ) -> Result<Vec<T>> {
+        inc(&self.0.stats.queries, 1);
+        let items = self.0.snapshot(tenant, range, scope);
+        query::par_fold(&items, self.0.cfg.threads(), init, |acc, item| match item {
+            Item::Head(p) => f(acc, &*p.read()),
+            Item::Segment(h) => match self.0.summary(h)? {
+                Some(s) => f(acc, s.source()),
                 None => Ok(()),
             },
         })
@@ -118,7 +123,21 @@ impl StoreReader {
 }
 
 impl Inner {
-    fn snapshot(&self, tenant: &TenantId, range: TimeRange) -> Vec<Item> {
+    /// The sources of `tenant` in `scope` overlapping `range`.
+    fn snapshot(&self, tenant: &TenantId, range: TimeRange, scope: Scope) -> Vec<Item> {
+        let mut items = self.snapshot_all(tenant, range);
+        items.retain(|i| {
+            matches!(
+                (scope, i),
+                (Scope::All, _)
+                    | (Scope::Segments, Item::Segment(_))
+                    | (Scope::Head, Item::Head(_))
+            )
+        });
+        items
+    }
+
+    fn snapshot_all(&self, tenant: &TenantId, range: TimeRange) -> Vec<Item> {
         let st = self.state.read();
         let mut items = Vec::new();
         for p in st.partitions() {

@@ -1,9 +1,10 @@
-//! The segments role: the decoded-segment cache, its warm-up thread, quarantine
-//! of damaged files, and the deferred deletion of replaced ones.
+//! The segments role: the decoded-segment cache, its warm-up thread, the summary
+//! cache (labels and per-step totals, for queries needing nothing else),
+//! quarantine of damaged files, and the deferred deletion of replaced ones.
 //!
 //! The live set itself is shared state (`state.rs`); this role owns what is derived
-//! from it: decoded segments (by id), the list of retired handles whose files a
-//! query still reads, and the warm-up flag.
+//! from it: decoded segments and summaries (by id), the list of retired handles
+//! whose files a query still reads, and the warm-up flag.
 
 use std::fs;
 use std::sync::atomic::Ordering;
@@ -18,7 +19,8 @@ use super::{Inner, Store};
 use crate::cache::one_shard_cache;
 use crate::durable::sync_dir;
 use crate::error::{Result, StorageError};
-use crate::segment::LoadedSegment;
+use crate::query::SummarySource;
+use crate::segment::{LoadedSegment, SegmentSummary};
 use crate::stats::inc;
 
 #[derive(Clone)]
@@ -32,13 +34,52 @@ impl quick_cache::Weighter<u64, Arc<LoadedSegment>> for SegmentWeighter {
 
 pub(super) type SegmentCache = quick_cache::sync::Cache<u64, Arc<LoadedSegment>, SegmentWeighter>;
 
+#[derive(Clone)]
+pub(super) struct SummaryWeighter;
+
+impl quick_cache::Weighter<u64, Arc<SegmentSummary>> for SummaryWeighter {
+    fn weight(&self, _: &u64, v: &Arc<SegmentSummary>) -> u64 {
+        v.approx_bytes().max(1) as u64
+    }
+}
+
+pub(super) type SummaryCache = quick_cache::sync::Cache<u64, Arc<SegmentSummary>, SummaryWeighter>;
+
+/// The summary cache gets 1/this of the segment-cache budget, taken out of it so
+/// the two stay within the configured bound. A summary is a few percent of its
+/// decoded segment, so this share holds the labels and totals of many more
+/// segments than the decoded cache holds, and costs the decoded cache little.
+const SUMMARY_SHARE: u64 = 16;
+
 /// The decoded-segment cache: one shard. A decoded segment is tens to hundreds of
 /// MB, and a sharded cache gives each shard a fraction of the budget and refuses
 /// items larger than a shard's hot area: the biggest (newest, densest) segment was
 /// then read from disk on every query while the cache sat half empty. Lookups are
 /// one per segment per query, so a single lock costs nothing measurable.
-pub(super) fn segment_cache(bytes: u64) -> SegmentCache {
-    one_shard_cache(bytes, SegmentWeighter)
+///
+/// The summary cache beside it shares `bytes`.
+pub(super) fn segment_caches(bytes: u64) -> (SegmentCache, SummaryCache) {
+    let summaries = bytes / SUMMARY_SHARE;
+    (
+        one_shard_cache(bytes - summaries, SegmentWeighter),
+        one_shard_cache(summaries, SummaryWeighter),
+    )
+}
+
+/// What a query answered from labels and totals reads of a segment: the decoded
+/// segment when it is cached anyway, else its summary.
+pub(super) enum SummaryRef {
+    Full(Arc<LoadedSegment>),
+    Summary(Arc<SegmentSummary>),
+}
+
+impl SummaryRef {
+    pub(super) fn source(&self) -> &dyn SummarySource {
+        match self {
+            SummaryRef::Full(seg) => &**seg,
+            SummaryRef::Summary(s) => &**s,
+        }
+    }
 }
 
 impl Store {
@@ -71,7 +112,7 @@ impl Inner {
                     if source.kind() == std::io::ErrorKind::NotFound =>
                 {
                     // The fetched bytes, not the file: another fetch may evict it.
-                    h.file.load_from(fetch(&h.file.path)?).map(Arc::new)
+                    h.file.load_from(fetch.body(&h.file.path)?).map(Arc::new)
                 }
                 (loaded, _) => loaded.map(Arc::new),
             }
@@ -94,6 +135,45 @@ impl Inner {
         }
     }
 
+    /// What a query needing only labels and totals reads of `h` (see
+    /// [`SummaryRef`]): the summary comes from the summary cache, else from the
+    /// local file's summary sections, else from the fetcher's ranged reads.
+    /// `None` when the segment turned out to be damaged (it is quarantined).
+    pub(super) fn summary(&self, h: &SegmentHandle) -> Result<Option<SummaryRef>> {
+        if let Some(seg) = self.cache.get(&h.meta.id) {
+            inc(&self.stats.segment_cache_hits, 1);
+            return Ok(Some(SummaryRef::Full(seg)));
+        }
+        let mut read = false;
+        let loaded = self.summaries.get_or_insert_with(&h.meta.id, || {
+            read = true;
+            match (h.file.load_summary(), self.fetcher.get()) {
+                (Err(StorageError::Io { source, .. }), Some(fetch))
+                    if source.kind() == std::io::ErrorKind::NotFound =>
+                {
+                    fetch.summary(&h.file).map(Arc::new)
+                }
+                (loaded, _) => loaded.map(Arc::new),
+            }
+        });
+        inc(
+            if read {
+                &self.stats.summary_cache_misses
+            } else {
+                &self.stats.summary_cache_hits
+            },
+            1,
+        );
+        match loaded {
+            Ok(s) => Ok(Some(SummaryRef::Summary(s))),
+            Err(e) if e.is_corruption() => {
+                self.quarantine(h, &e);
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Takes a damaged segment out of service: out of the live set, the catalog and
     /// the cache, and its file into `quarantine/` for inspection.
     pub(super) fn quarantine(&self, h: &SegmentHandle, why: &StorageError) {
@@ -103,6 +183,7 @@ impl Inner {
         }
         self.segments_version.fetch_add(1, Ordering::SeqCst);
         self.cache.remove(&h.meta.id);
+        self.summaries.remove(&h.meta.id);
         inc(&self.stats.segments_quarantined, 1);
         error!(segment = h.meta.id, file = %h.file.path.display(), error = %why, "corrupt segment quarantined; its data is no longer served");
         if let Err(e) = self
@@ -169,6 +250,7 @@ impl Inner {
     pub(super) fn retire(&self, handles: Vec<Arc<SegmentHandle>>) -> Result<()> {
         for h in &handles {
             self.cache.remove(&h.meta.id);
+            self.summaries.remove(&h.meta.id);
             self.catalog.remove(h.meta.id)?;
         }
         self.catalog.flush()?;
@@ -221,6 +303,7 @@ impl Inner {
 
 fn delete_segment_file(inner: &Inner, h: &SegmentHandle) -> Result<()> {
     inner.cache.remove(&h.meta.id);
+    inner.summaries.remove(&h.meta.id);
     match fs::remove_file(&h.file.path) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

@@ -1,0 +1,334 @@
+//! A segment's summary: its series' labels, label index and per-step totals,
+//! decoded from the four sections that hold them (Strings, Series, LabelIndex,
+//! SeriesTotals) and nothing else.
+//!
+//! Label discovery, series totals and time series need no stack and no row, and
+//! those four sections are a small part of a segment (rows and stacks are the
+//! bulk). A querier whose segments live in a bucket reads them with a few ranged
+//! GETs instead of downloading the body; a local file is read with a few seeks.
+//! A summary has no row accessor at all (it implements only
+//! `query::SummarySource`), so a query needing rows cannot be handed one.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+
+use super::reader::{corrupt, SectionEntry};
+use super::{SectionKind, SegmentFile, SegmentMeta};
+use crate::codec::Reader;
+use crate::dict::decode_strings;
+use crate::error::{IoContext, Result};
+use crate::index::LabelIndex;
+use crate::model::Labels;
+
+/// The sections a summary is decoded from.
+const SUMMARY_SECTIONS: [SectionKind; 4] = [
+    SectionKind::Strings,
+    SectionKind::Series,
+    SectionKind::LabelIndex,
+    SectionKind::SeriesTotals,
+];
+
+/// Needed sections at most this far apart are read in one request: the bytes in
+/// between cost less than another round trip to an object store.
+const MAX_GAP: u64 = 16 << 10;
+
+/// The label and totals part of a decoded segment (see the module docs).
+#[derive(Debug)]
+pub struct SegmentSummary {
+    /// The segment's metadata, from the footer.
+    pub meta: SegmentMeta,
+    /// Labels of each series; the position is the series id.
+    pub(crate) series: Vec<Labels>,
+    pub(crate) index: LabelIndex,
+    /// Per series: `(step index, total)` for every step with data.
+    totals: Vec<Vec<(u32, i64)>>,
+}
+
+impl SegmentSummary {
+    /// Per-step totals of `series`.
+    pub fn series_totals(&self, series: u32) -> &[(u32, i64)] {
+        self.totals
+            .get(series as usize)
+            .map_or(&[], |v| v.as_slice())
+    }
+
+    /// Approximate bytes it holds in memory (its cache weight).
+    pub fn approx_bytes(&self) -> usize {
+        self.index.approx_bytes()
+            + self.series.iter().map(|l| 48 + l.len() * 64).sum::<usize>()
+            + self.totals.iter().map(|t| 24 + t.len() * 16).sum::<usize>()
+    }
+}
+
+/// One read covering one or more needed sections.
+#[derive(Debug)]
+pub(crate) struct ReadRun {
+    /// Where the read starts in the file.
+    pub offset: u64,
+    /// Bytes it reads.
+    pub len: u64,
+    sections: Vec<SectionEntry>,
+}
+
+impl SegmentFile {
+    /// The reads that fetch the summary sections: one per run of sections at most
+    /// [`MAX_GAP`] apart, in file order.
+    pub(crate) fn summary_reads(&self) -> Result<Vec<ReadRun>> {
+        let mut entries = SUMMARY_SECTIONS
+            .iter()
+            .map(|&k| self.entry(k).copied())
+            .collect::<Result<Vec<_>>>()?;
+        entries.sort_by_key(|e| e.offset);
+        let mut runs: Vec<ReadRun> = Vec::new();
+        for e in entries {
+            let end = e.offset + e.stored_len;
+            match runs.last_mut() {
+                Some(r) if e.offset <= (r.offset + r.len).saturating_add(MAX_GAP) => {
+                    r.len = r.len.max(end - r.offset);
+                    r.sections.push(e);
+                }
+                _ => runs.push(ReadRun {
+                    offset: e.offset,
+                    len: e.stored_len,
+                    sections: vec![e],
+                }),
+            }
+        }
+        Ok(runs)
+    }
+
+    /// Reads, verifies and decodes the summary sections of the local file.
+    pub fn load_summary(&self) -> Result<SegmentSummary> {
+        let mut f = File::open(&self.path).at(&self.path)?;
+        self.load_summary_with(|offset, len| {
+            let mut buf = vec![0u8; len];
+            f.seek(SeekFrom::Start(offset)).at(&self.path)?;
+            f.read_exact(&mut buf).at(&self.path)?;
+            Ok(buf)
+        })
+    }
+
+    /// Like [`SegmentFile::load_summary`], reading `len` bytes at `offset` through
+    /// `read_at` once per [`SegmentFile::summary_reads`] run (ranged reads of an
+    /// object). Every section's checksum is verified before it is decoded.
+    pub fn load_summary_with(
+        &self,
+        mut read_at: impl FnMut(u64, usize) -> Result<Vec<u8>>,
+    ) -> Result<SegmentSummary> {
+        let mut raw: Vec<(SectionKind, Vec<u8>)> = Vec::with_capacity(SUMMARY_SECTIONS.len());
+        for run in self.summary_reads()? {
+            let len =
+                usize::try_from(run.len).map_err(|_| corrupt(&self.path, "section too large"))?;
+            let bytes = read_at(run.offset, len)?;
+            if bytes.len() != len {
+                return Err(corrupt(&self.path, "short read of a section"));
+            }
+            for e in &run.sections {
+                let at = (e.offset - run.offset) as usize;
+                let stored = bytes
+                    .get(at..at + e.stored_len as usize)
+                    .ok_or_else(|| corrupt(&self.path, "section outside its read"))?;
+                raw.push((e.kind, self.decode_section(e, stored)?));
+            }
+        }
+        let take = |kind: SectionKind| -> Result<&[u8]> {
+            raw.iter()
+                .find(|(k, _)| *k == kind)
+                .map(|(_, b)| b.as_slice())
+                .ok_or_else(|| corrupt(&self.path, format!("missing section {kind:?}")))
+        };
+        let strings = decode_strings(take(SectionKind::Strings)?)?;
+        let series = decode_series(self, take(SectionKind::Series)?, &strings)?;
+        let n = series.len();
+        let index = LabelIndex::decode(take(SectionKind::LabelIndex)?, &strings, n as u32)?;
+        let totals = decode_totals(self, take(SectionKind::SeriesTotals)?, n)?;
+        Ok(SegmentSummary {
+            meta: self.meta.clone(),
+            series,
+            index,
+            totals,
+        })
+    }
+}
+
+/// The Series section: each series' labels, checked against the footer's count.
+pub(super) fn decode_series(
+    file: &SegmentFile,
+    bytes: &[u8],
+    strings: &[String],
+) -> Result<Vec<Labels>> {
+    let mut r = Reader::new(bytes, "series section");
+    let n = r.count(1)?;
+    if n as u64 != file.meta.series {
+        return Err(corrupt(
+            &file.path,
+            "series count disagrees with the footer",
+        ));
+    }
+    let mut series = Vec::with_capacity(n);
+    for _ in 0..n {
+        let nl = r.count(2)?;
+        let mut pairs = Vec::with_capacity(nl);
+        for _ in 0..nl {
+            let (k, v) = (r.u32v()?, r.u32v()?);
+            let (Some(k), Some(v)) = (strings.get(k as usize), strings.get(v as usize)) else {
+                return Err(corrupt(&file.path, "series label refers to missing string"));
+            };
+            pairs.push((k.clone(), v.clone()));
+        }
+        series.push(Labels::new(pairs));
+    }
+    Ok(series)
+}
+
+/// The SeriesTotals section: per series, its `(step, total)` points.
+pub(super) fn decode_totals(
+    file: &SegmentFile,
+    bytes: &[u8],
+    n: usize,
+) -> Result<Vec<Vec<(u32, i64)>>> {
+    let mut r = Reader::new(bytes, "series totals section");
+    if r.count(1)? != n {
+        return Err(corrupt(&file.path, "series totals count disagrees"));
+    }
+    let mut totals = Vec::with_capacity(n);
+    for _ in 0..n {
+        let np = r.count(2)?;
+        let mut pts = Vec::with_capacity(np);
+        let mut t = 0u32;
+        for _ in 0..np {
+            t = t
+                .checked_add(r.u32v()?)
+                .ok_or_else(|| corrupt(&file.path, "series totals time overflow"))?;
+            pts.push((t, r.ivarint()?));
+        }
+        totals.push(pts);
+    }
+    Ok(totals)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{write_segment, Row, SegmentInput};
+    use super::*;
+    use crate::dict::{DictBuilder, LocationRec};
+    use crate::error::StorageError;
+    use crate::model::TenantId;
+
+    /// A value in 1..=1_000_000 that compresses like real samples (badly).
+    fn noise(x: u64) -> i64 {
+        let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        ((z ^ (z >> 31)) % 1_000_000) as i64 + 1
+    }
+
+    /// A segment of 6 series × 300 steps × 20 stacks, so rows dwarf labels.
+    fn written(dir: &std::path::Path) -> SegmentFile {
+        let mut b = DictBuilder::new();
+        let stacks: Vec<u32> = (0..20u64)
+            .map(|i| {
+                let f = b.function(&format!("f{i}"), "x.go");
+                let l = b.location(LocationRec {
+                    function: Some(f),
+                    mapping: None,
+                    address: i,
+                    line: 1,
+                });
+                b.stack(&[l])
+            })
+            .collect();
+        let series = (0..6u32)
+            .map(|s| {
+                let rows = (0..300u32)
+                    .flat_map(|t| {
+                        stacks.iter().map(move |&stack| Row {
+                            t,
+                            stack,
+                            value: noise(u64::from(t) << 32 | u64::from(stack) << 8 | u64::from(s)),
+                        })
+                    })
+                    .collect();
+                (
+                    Labels::new([("__profile_type__", "a:b:c:d:e"), ("s", &*s.to_string())]),
+                    rows,
+                )
+            })
+            .collect();
+        let input = SegmentInput {
+            meta: SegmentMeta {
+                id: 1,
+                tenant: TenantId::new("t").unwrap(),
+                partition_start_ms: 0,
+                partition_ms: 3_600_000,
+                step_ms: 10_000,
+                min_time_ms: 0,
+                max_time_ms: 0,
+                level: 0,
+                max_lsn: 1,
+                series: 0,
+                rows: 0,
+                value_total: 0,
+                created_ms: 0,
+                sources: vec![],
+                file: String::new(),
+                size_bytes: 0,
+                checksum: 0,
+            },
+            dict: std::borrow::Cow::Owned(b.finish()),
+            series,
+        };
+        let meta = write_segment(dir, input, 3).unwrap();
+        SegmentFile::open(&dir.join(&meta.file)).unwrap()
+    }
+
+    /// Flips one byte in the middle of `kind`'s stored bytes.
+    fn damage(file: &SegmentFile, kind: SectionKind) {
+        let e = *file.entry(kind).unwrap();
+        let mut bytes = std::fs::read(&file.path).unwrap();
+        bytes[(e.offset + e.stored_len / 2) as usize] ^= 0x55;
+        std::fs::write(&file.path, bytes).unwrap();
+    }
+
+    #[test]
+    fn reads_only_the_summary_sections() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = written(dir.path());
+        let (mut reads, mut bytes) = (0, 0u64);
+        let summary = file
+            .load_summary_with(|offset, len| {
+                reads += 1;
+                bytes += len as u64;
+                let all = std::fs::read(&file.path).unwrap();
+                Ok(all[offset as usize..offset as usize + len].to_vec())
+            })
+            .unwrap();
+        assert_eq!(summary.series.len(), 6);
+        assert!(reads <= 3, "{reads} reads");
+        assert!(
+            bytes * 4 < file.meta.size_bytes,
+            "{bytes} of {} bytes read",
+            file.meta.size_bytes
+        );
+        // Rows are not read at all: damaging them leaves the summary intact
+        // (while the whole load fails).
+        damage(&file, SectionKind::Values);
+        assert!(file.load_summary().is_ok());
+        assert!(file.load().unwrap_err().is_corruption());
+    }
+
+    #[test]
+    fn a_damaged_summary_section_fails_its_checksum() {
+        for kind in SUMMARY_SECTIONS {
+            let dir = tempfile::tempdir().unwrap();
+            let file = written(dir.path());
+            damage(&file, kind);
+            match file.load_summary() {
+                Err(StorageError::Checksum { what, .. }) => {
+                    assert!(what.contains(&format!("{kind:?}")), "{what}")
+                }
+                other => panic!("{kind:?}: expected a checksum error, got {other:?}"),
+            }
+        }
+    }
+}
