@@ -85,7 +85,10 @@ impl SeriesGroups {
         let step_ms = step_ms.max(1);
         // Buckets sit on whole multiples of the step, as in Pyroscope and Prometheus,
         // so two queries over overlapping windows agree on every shared bucket.
-        let start_ms = range.start_ms.div_euclid(step_ms) * step_ms;
+        // A range from the beginning of time (`TimeRange::all()`) starts the grid
+        // at -2^62 ms instead, 146 million years back: a point's offset from it
+        // then fits an i64, and no stored time is earlier.
+        let start_ms = range.start_ms.max(-(1 << 62)).div_euclid(step_ms) * step_ms;
         let span = range.end_ms.saturating_sub(start_ms).max(0);
         SeriesGroups {
             start_ms,
@@ -226,6 +229,15 @@ mod tests {
 
     fn by(names: &[&str]) -> Vec<String> {
         names.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn all_of_time_is_a_valid_range() {
+        let mut all = SeriesGroups::new(TimeRange::all(), 60_000);
+        assert_eq!(all.start_ms % 60_000, 0);
+        all.add_points(&Labels::new([("host", "a")]), &[], &[(120_000, 5)]);
+        let got = SeriesGroups::finish(vec![all], 0);
+        assert_eq!(got[0].points, vec![(120_000, 5)]);
     }
 
     #[test]
