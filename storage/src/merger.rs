@@ -222,7 +222,6 @@ impl Merger {
 mod tests {
     use super::*;
     use crate::dict::DictBuilder;
-    use crate::model::TenantId;
     use crate::segment::{write_segment, SegmentFile};
 
     const HOUR: i64 = 3_600_000;
@@ -239,25 +238,7 @@ mod tests {
             line: 1,
         });
         let stack = b.stack(&[l]);
-        let meta = SegmentMeta {
-            id,
-            tenant: TenantId::new("t").unwrap(),
-            partition_start_ms: start,
-            partition_ms: HOUR,
-            step_ms: 10_000,
-            min_time_ms: 0,
-            max_time_ms: 0,
-            level: 0,
-            max_lsn: 0,
-            series: 0,
-            rows: 0,
-            value_total: 0,
-            created_ms: 0,
-            sources: vec![],
-            file: String::new(),
-            size_bytes: 0,
-            checksum: 0,
-        };
+        let meta = SegmentMeta::for_test(id, start, HOUR);
         let rows = rows
             .iter()
             .map(|&(t, value)| Row { t, stack, value })

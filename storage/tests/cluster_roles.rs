@@ -4,15 +4,18 @@
 //! write, and the same totals after the compactor merged the segments and
 //! downsampled them (the data is old enough for the 1-hour rule).
 
+mod support;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use object_store::memory::InMemory;
 use profiledb_storage::{
     Batch, Bucket, Compactor, CompactorConfig, DownsampleRule, Function, Labels, Location,
-    MergePolicy, Mirror, MirrorConfig, Querier, QueryLimits, Sample, Selector, SeriesSamples,
-    Store, StoreConfig, TenantId, TimeRange, Uploader, UploaderConfig, PROFILE_TYPE_LABEL,
+    MergePolicy, Querier, QueryLimits, Sample, Selector, SeriesSamples, Store, TenantId, TimeRange,
+    PROFILE_TYPE_LABEL,
 };
+use support::roles::{local, querier, uploader, wait};
 
 const T0: i64 = 1_700_000_000_000;
 
@@ -55,13 +58,6 @@ fn batch_at(at_ms: i64, i: i64, value: i64) -> Batch {
     b
 }
 
-fn local() -> StoreConfig {
-    StoreConfig {
-        background_compaction: false,
-        ..StoreConfig::default()
-    }
-}
-
 fn total(store: &Store) -> i64 {
     total_in(store, TimeRange::all())
 }
@@ -74,7 +70,7 @@ fn total_in(store: &Store, range: TimeRange) -> i64 {
         .total()
 }
 
-fn compactor(bucket: &Bucket, dir: &std::path::Path, downsample: Vec<DownsampleRule>) -> Compactor {
+fn compactor(bucket: &Bucket, downsample: Vec<DownsampleRule>) -> Compactor {
     Compactor::start(
         bucket.clone(),
         CompactorConfig {
@@ -89,40 +85,20 @@ fn compactor(bucket: &Bucket, dir: &std::path::Path, downsample: Vec<DownsampleR
             retention: None,
             downsample,
             zstd_level: 3,
-            work_dir: dir.join("c"),
             pause_before_swap: None,
         },
     )
     .unwrap()
 }
 
-fn wait(what: &str, mut f: impl FnMut() -> bool) {
-    for _ in 0..300 {
-        if f() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("timed out waiting for {what}");
-}
-
 #[test]
 fn writer_crash_uploads_once_and_mirror_and_compactor_keep_totals() {
     let bucket = Bucket::from_store(Arc::new(InMemory::new()), "c");
     let dir = tempfile::tempdir().unwrap();
-    let up_cfg = UploaderConfig {
-        writer_id: "w1".into(),
-        interval: Duration::from_secs(3600),
-    };
 
     // Uploaded: 1..=3. Then 4 and 5 are acknowledged (WAL) and the writer dies.
     let store = Arc::new(Store::open(dir.path().join("w"), local()).unwrap());
-    let up = Uploader::start(store.clone(), bucket.clone(), up_cfg.clone()).unwrap();
-    // The loop runs a pass as it starts, then sleeps for the interval (an hour): a
-    // late first pass would upload 4 and 5 below, before the simulated crash.
-    wait("the loop's first pass", || {
-        up.stats().passes.load(std::sync::atomic::Ordering::Relaxed) >= 1
-    });
+    let up = uploader(&store, &bucket);
     let mut last = 0;
     for i in 1..=3 {
         last = store.write(batch(i, i)).unwrap();
@@ -150,7 +126,7 @@ fn writer_crash_uploads_once_and_mirror_and_compactor_keep_totals() {
     // Reopened: replay skips 1..=3 (in the bucket), applies 4 and 5 once.
     let store = Arc::new(Store::open(dir.path().join("w"), local()).unwrap());
     assert_eq!(total(&store), 4 + 5);
-    let up = Uploader::start(store.clone(), bucket.clone(), up_cfg).unwrap();
+    let up = uploader(&store, &bucket);
     up.upload_now().unwrap();
     up.upload_now().unwrap();
     let n = bucket
@@ -162,18 +138,8 @@ fn writer_crash_uploads_once_and_mirror_and_compactor_keep_totals() {
         .len();
 
     // A querier mirrors the bucket: every write, once.
-    let qstore = Arc::new(Store::open(dir.path().join("q"), local()).unwrap());
-    let mirror = Mirror::start(
-        qstore.clone(),
-        bucket.clone(),
-        MirrorConfig {
-            interval: Duration::from_millis(20),
-            // Smaller than two segments: every query past the first refetches.
-            disk_budget_bytes: 1,
-        },
-    )
-    .unwrap();
-    wait("the first sync", || mirror.synced());
+    // A disk budget smaller than two segments: every query past the first refetches.
+    let (qstore, mirror) = querier(&bucket, &dir.path().join("q"), Duration::from_millis(20), 1);
     assert_eq!(total(&qstore), 1 + 2 + 3 + 4 + 5);
     assert_eq!(qstore.segments().len(), n);
     // The 1-byte disk budget keeps only the body fetched last: the others were
@@ -197,7 +163,7 @@ fn writer_crash_uploads_once_and_mirror_and_compactor_keep_totals() {
     // The compactor merges the partition's segments into one; same total. The
     // data is from 2023: past the 30-day rule, so the merge is also rewritten at
     // 1-hour steps, into the block of its day.
-    let compactor = compactor(&bucket, dir.path(), DownsampleRule::defaults());
+    let compactor = compactor(&bucket, DownsampleRule::defaults());
     wait("a merge", || {
         compactor
             .stats()
@@ -227,15 +193,7 @@ fn a_past_day_becomes_one_block_with_the_same_answers() {
     let bucket = Bucket::from_store(Arc::new(InMemory::new()), "b");
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(Store::open(dir.path().join("w"), local()).unwrap());
-    let up = Uploader::start(
-        store.clone(),
-        bucket.clone(),
-        UploaderConfig {
-            writer_id: "w1".into(),
-            interval: Duration::from_secs(3600),
-        },
-    )
-    .unwrap();
+    let up = uploader(&store, &bucket);
     // Three hours, two uploads in the first (two segments of one partition), and
     // the last step of the day.
     let writes = [
@@ -252,17 +210,12 @@ fn a_past_day_becomes_one_block_with_the_same_answers() {
     let before = bucket.load_index("anonymous", None).unwrap().unwrap().index;
     assert_eq!(before.segments.len(), 4);
 
-    let qstore = Arc::new(Store::open(dir.path().join("q"), local()).unwrap());
-    let mirror = Mirror::start(
-        qstore.clone(),
-        bucket.clone(),
-        MirrorConfig {
-            interval: Duration::from_millis(20),
-            disk_budget_bytes: 1 << 30,
-        },
-    )
-    .unwrap();
-    wait("the first sync", || mirror.synced());
+    let (qstore, _mirror) = querier(
+        &bucket,
+        &dir.path().join("q"),
+        Duration::from_millis(20),
+        1 << 30,
+    );
     let hours = [
         TimeRange::new(day, day + HOUR),
         TimeRange::new(day + 7 * HOUR, day + 8 * HOUR),
@@ -276,7 +229,7 @@ fn a_past_day_becomes_one_block_with_the_same_answers() {
     }
 
     // No downsampling: the block keeps the 10 s steps.
-    let c = compactor(&bucket, dir.path(), Vec::new());
+    let c = compactor(&bucket, Vec::new());
     wait("the block", || {
         let idx = bucket.load_index("anonymous", None).unwrap().unwrap().index;
         idx.segments.len() == 1 && idx.segments[0].width_ms == DAY

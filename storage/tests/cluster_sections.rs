@@ -3,6 +3,8 @@
 //! the objects' bodies (the disk budget here holds none). A merge still needs the
 //! rows, so it downloads the bodies, and answers exactly.
 
+mod support;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -10,10 +12,10 @@ use std::time::Duration;
 
 use object_store::memory::InMemory;
 use profiledb_storage::{
-    Batch, Bucket, Function, Labels, Location, Mirror, MirrorConfig, Querier, QueryLimits, Sample,
-    Selector, SeriesSamples, Store, StoreConfig, TenantId, TimeRange, Uploader, UploaderConfig,
-    PROFILE_TYPE_LABEL,
+    Batch, Bucket, Function, Labels, Location, Mirror, Querier, QueryLimits, Sample, Selector,
+    SeriesSamples, Store, TenantId, TimeRange, PROFILE_TYPE_LABEL,
 };
+use support::roles::{self, local, uploader};
 
 /// Half past an hour: the 50 minutes of samples span two partitions, so two
 /// segments, each well over the 64 KiB a querier reads to find a footer (a
@@ -85,34 +87,13 @@ fn batch(service: u64) -> (Batch, Vec<(i64, i64)>) {
     (b, points)
 }
 
-fn wait(what: &str, mut f: impl FnMut() -> bool) {
-    for _ in 0..300 {
-        if f() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("timed out waiting for {what}");
-}
-
 /// Expected answers: per service, its `(10 s step, total)` points.
 type Want = BTreeMap<String, Vec<(i64, i64)>>;
 
 /// Every service's samples uploaded to `bucket` by a writer in `dir`.
 fn upload(bucket: &Bucket, dir: &std::path::Path) -> Want {
     let store = Arc::new(Store::open(dir.join("w"), local()).unwrap());
-    let up = Uploader::start(
-        store.clone(),
-        bucket.clone(),
-        UploaderConfig {
-            writer_id: "w1".into(),
-            interval: Duration::from_secs(3600),
-        },
-    )
-    .unwrap();
-    wait("the uploader's first pass", || {
-        up.stats().passes.load(Relaxed) >= 1
-    });
+    let up = uploader(&store, bucket);
     let mut want = Want::new();
     let mut last = 0;
     for s in 0..SERVICES {
@@ -125,27 +106,9 @@ fn upload(bucket: &Bucket, dir: &std::path::Path) -> Want {
     want
 }
 
-fn local() -> StoreConfig {
-    StoreConfig {
-        background_compaction: false,
-        ..StoreConfig::default()
-    }
-}
-
 /// A querier in `dir` that keeps no body on disk and never syncs on its own.
 fn querier(bucket: &Bucket, dir: &std::path::Path) -> (Arc<Store>, Mirror) {
-    let qstore = Arc::new(Store::open(dir.join("q"), local()).unwrap());
-    let mirror = Mirror::start(
-        qstore.clone(),
-        bucket.clone(),
-        MirrorConfig {
-            interval: Duration::from_secs(3600),
-            disk_budget_bytes: 1,
-        },
-    )
-    .unwrap();
-    wait("the first sync", || mirror.synced());
-    (qstore, mirror)
+    roles::querier(bucket, &dir.join("q"), Duration::from_secs(3600), 1)
 }
 
 #[test]

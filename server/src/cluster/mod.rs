@@ -105,7 +105,6 @@ pub fn open(
                 retention: opts.retention,
                 downsample: base.downsample.clone(),
                 zstd_level: base.zstd_level,
-                work_dir: data_dir.join("compactor"),
                 pause_before_swap: opts.compactor_pause,
             },
         )?)

@@ -10,6 +10,7 @@
 //! index (a crash between upload and swap) are deleted after the same grace.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,7 +23,7 @@ use super::plan::{plan_merges, MergePlan, MergePolicy};
 use super::Worker;
 use crate::bucket::{segment_key, Bucket, BucketError, Lease, SegmentEntry};
 use crate::config::DownsampleRule;
-use crate::error::{IoContext, Result};
+use crate::error::{Result, StorageError};
 use crate::merger::{Merger, OutputFrame};
 use crate::segment::{encode_segment, LoadedSegment, SegmentFile};
 use crate::store::now_ms;
@@ -48,8 +49,6 @@ pub struct CompactorConfig {
     pub downsample: Vec<DownsampleRule>,
     /// zstd level of merged segments.
     pub zstd_level: i32,
-    /// Scratch directory for downloaded sources.
-    pub work_dir: std::path::PathBuf,
     /// Fault injection for tests: sleep this long between uploading a merged
     /// segment and swapping it into the index (a window to kill the process in).
     pub pause_before_swap: Option<Duration>,
@@ -93,7 +92,6 @@ pub struct Compactor {
 impl Compactor {
     /// Starts the compaction loop.
     pub fn start(bucket: Bucket, cfg: CompactorConfig) -> Result<Compactor> {
-        std::fs::create_dir_all(&cfg.work_dir).at(&cfg.work_dir)?;
         let shared = Arc::new(Shared {
             bucket,
             cfg,
@@ -103,7 +101,6 @@ impl Compactor {
         });
         let worker = {
             let shared = shared.clone();
-            let dir = shared.cfg.work_dir.clone();
             Worker::spawn("profiledb-bucket-compactor", shared.cfg.interval, move || {
                 match shared.pass() {
                     Ok(()) => *shared.last_error.lock() = None,
@@ -115,7 +112,8 @@ impl Compactor {
                 }
                 true
             })
-            .at(dir)?
+            // No file is involved: the error names the thread that failed to start.
+            .map_err(|e| StorageError::io("profiledb-bucket-compactor thread", e))?
         };
         Ok(Compactor {
             shared,
@@ -254,14 +252,12 @@ impl Shared {
             return Ok(());
         }
         meta.size_bytes = bytes.len() as u64;
-        // The merged segment is decoded once to summarise its labels, as writers do.
+        // The merged segment's summary sections give its labels, as writers do.
         let name = object_name(&format!("c-{}-{:x}", self.cfg.id, meta.created_ms), id);
         let key = segment_key(tenant, &name);
-        let scratch = self.cfg.work_dir.join(format!("{name}.seg"));
-        std::fs::write(&scratch, &bytes).at(&scratch)?;
-        let summary = SegmentFile::open(&scratch).and_then(|f| f.load());
-        let _ = std::fs::remove_file(&scratch);
-        let entry = entry_for(&key, &meta, &summary?, &self.cfg.id);
+        let summary =
+            open_in_memory(&key, &bytes)?.load_summary_with(|o, l| slice_at(&bytes, o, l))?;
+        let entry = entry_for(&key, &meta, &summary, &self.cfg.id);
         self.bucket.put(&key, bytes.into())?;
         self.stats.uploads.fetch_add(1, Ordering::Relaxed);
         if let Some(pause) = self.cfg.pause_before_swap {
@@ -330,19 +326,31 @@ impl Shared {
             }
             Err(e) => return Err(Load::Failed(e.into())),
         };
-        let n = self.seq.fetch_add(1, Ordering::Relaxed);
-        let path = self.cfg.work_dir.join(format!("src-{n}.seg"));
-        std::fs::write(&path, &bytes)
-            .at(&path)
-            .map_err(Load::Failed)?;
-        let loaded = SegmentFile::open(&path).and_then(|f| f.load());
-        let _ = std::fs::remove_file(&path);
+        let loaded = open_in_memory(key, &bytes).and_then(|f| f.load_from(bytes.to_vec()));
         match loaded {
             Ok(seg) => Ok(seg),
             Err(e) if e.is_corruption() => Err(Load::Bad(e.to_string())),
             Err(e) => Err(Load::Failed(e)),
         }
     }
+}
+
+/// A segment whose bytes are in memory (downloaded or just encoded), opened
+/// without a round trip through the disk; `key` names it in errors.
+fn open_in_memory(key: &str, bytes: &[u8]) -> Result<SegmentFile> {
+    SegmentFile::open_with(Path::new(key), bytes.len() as u64, |o, l| {
+        slice_at(bytes, o, l)
+    })
+}
+
+/// `len` bytes at `offset` of `bytes`; a range past the end is corruption (the
+/// footer pointed outside the object).
+fn slice_at(bytes: &[u8], offset: u64, len: usize) -> Result<Vec<u8>> {
+    usize::try_from(offset)
+        .ok()
+        .and_then(|o| bytes.get(o..o.checked_add(len)?))
+        .map(<[u8]>::to_vec)
+        .ok_or_else(|| StorageError::Corrupt("a section lies past the end of the object".into()))
 }
 
 /// Why a source could not be read.

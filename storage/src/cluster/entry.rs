@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 
 use crate::bucket::SegmentEntry;
 use crate::model::{PROFILE_TYPE_LABEL, SERVICE_NAME_LABEL};
-use crate::segment::{LoadedSegment, SegmentMeta};
+use crate::segment::{SegmentMeta, SegmentSummary};
 
 /// The entry for `seg` stored under `key`, written by `origin`. The label
 /// summary (profile types, services) lets a querier skip segments a selector
@@ -12,7 +12,7 @@ use crate::segment::{LoadedSegment, SegmentMeta};
 pub(super) fn entry_for(
     key: &str,
     meta: &SegmentMeta,
-    seg: &LoadedSegment,
+    seg: &SegmentSummary,
     origin: &str,
 ) -> SegmentEntry {
     let mut types = BTreeSet::new();

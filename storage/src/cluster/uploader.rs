@@ -208,7 +208,8 @@ impl Shared {
                 }
                 let path = store.dir().join(&meta.file);
                 let bytes = std::fs::read(&path).at(&path)?;
-                let seg = SegmentFile::open(&path)?.load()?;
+                // Labels are all the entry needs: the summary sections, not the rows.
+                let seg = SegmentFile::open(&path)?.load_summary()?;
                 let tenant = meta.tenant.as_str().to_string();
                 let key = segment_key(&tenant, &object_name(&self.cfg.writer_id, meta.id));
                 let len = bytes.len() as u64;

@@ -26,7 +26,7 @@ use crate::error::Result;
 use crate::head::HeadPartition;
 use crate::index::LabelIndex;
 use crate::model::Labels;
-use crate::segment::{LoadedSegment, SegmentMeta, SegmentSummary};
+use crate::segment::{LoadedSegment, SegmentSummary};
 use crate::selector::Selector;
 use frames::{FrameTree, GidMemo};
 
@@ -79,40 +79,32 @@ pub trait Source: SummarySource {
     }
 }
 
-/// The immutable-segment part of [`SummarySource`], shared by a decoded segment
-/// and a summary so they answer identically.
-fn segment_partition_steps(meta: &SegmentMeta) -> u32 {
-    let n = meta.partition_ms / meta.step_ms.max(1);
-    u32::try_from(n.max(0)).unwrap_or(u32::MAX)
-}
-
+/// A decoded segment answers summary questions from the summary it holds, so the
+/// two cannot answer differently.
 impl SummarySource for LoadedSegment {
     fn index(&self) -> &LabelIndex {
-        &self.index
+        self.summary.index()
     }
     fn labels(&self, series: u32) -> Option<&Labels> {
-        self.series.get(series as usize)
+        self.summary.labels(series)
     }
     fn partition_start(&self) -> i64 {
-        self.meta.partition_start_ms
+        self.summary.partition_start()
     }
     fn step(&self) -> i64 {
-        self.meta.step_ms
+        self.summary.step()
     }
     fn step_totals(&self, series: u32, f: &mut dyn FnMut(u32, i64)) -> Result<()> {
-        for &(t, v) in self.series_totals(series) {
-            f(t, v);
-        }
-        Ok(())
+        self.summary.step_totals(series, f)
     }
     fn segment_id(&self) -> Option<u64> {
-        Some(self.meta.id)
+        self.summary.segment_id()
     }
     fn partition_steps(&self) -> u32 {
-        segment_partition_steps(&self.meta)
+        self.summary.partition_steps()
     }
     fn stored_bytes(&self) -> u64 {
-        self.meta.size_bytes
+        self.summary.stored_bytes()
     }
 }
 
@@ -154,7 +146,8 @@ impl SummarySource for SegmentSummary {
         Some(self.meta.id)
     }
     fn partition_steps(&self) -> u32 {
-        segment_partition_steps(&self.meta)
+        let n = self.meta.partition_ms / self.meta.step_ms.max(1);
+        u32::try_from(n.max(0)).unwrap_or(u32::MAX)
     }
     fn stored_bytes(&self) -> u64 {
         self.meta.size_bytes

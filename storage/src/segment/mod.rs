@@ -192,6 +192,33 @@ impl SegmentMeta {
     }
 }
 
+#[cfg(test)]
+impl SegmentMeta {
+    /// The metadata a test writes a level-0 segment of tenant `t` with: the
+    /// counts and times are filled in when it is encoded.
+    pub(crate) fn for_test(id: u64, partition_start_ms: i64, partition_ms: i64) -> Self {
+        SegmentMeta {
+            id,
+            tenant: TenantId::new("t").expect("a valid tenant"),
+            partition_start_ms,
+            partition_ms,
+            step_ms: 10_000,
+            min_time_ms: 0,
+            max_time_ms: 0,
+            level: 0,
+            max_lsn: 0,
+            series: 0,
+            rows: 0,
+            value_total: 0,
+            created_ms: 0,
+            sources: vec![],
+            file: String::new(),
+            size_bytes: 0,
+            checksum: 0,
+        }
+    }
+}
+
 /// The file name of a segment: `<partition start>-<id as 16 hex digits>.seg`.
 pub fn file_name(partition_start_ms: i64, id: u64) -> String {
     format!("{partition_start_ms}-{id:016x}.seg")
@@ -214,23 +241,11 @@ mod tests {
 
     fn meta(id: u64) -> SegmentMeta {
         SegmentMeta {
-            id,
-            tenant: TenantId::new("t").unwrap(),
-            partition_start_ms: 3_600_000,
-            partition_ms: 3_600_000,
-            step_ms: 10_000,
-            min_time_ms: 0,
-            max_time_ms: 0,
             level: 2,
             max_lsn: 77,
-            series: 0,
-            rows: 0,
-            value_total: 0,
             created_ms: 5,
             sources: vec![3, 4],
-            file: String::new(),
-            size_bytes: 0,
-            checksum: 0,
+            ..SegmentMeta::for_test(id, 3_600_000, 3_600_000)
         }
     }
 

@@ -4,7 +4,7 @@ use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
-use super::summary::{decode_series, decode_totals};
+use super::summary::{decode_series, decode_totals, SegmentSummary};
 use super::{
     SectionKind, SegmentMeta, CODEC_NONE, CODEC_ZSTD, FORMAT_VERSION, MAGIC_HEAD, MAGIC_TAIL,
     TRAILER_LEN,
@@ -13,7 +13,6 @@ use crate::codec::Reader;
 use crate::dict::{self, Dict};
 use crate::error::{IoContext, Result, StorageError};
 use crate::index::LabelIndex;
-use crate::model::Labels;
 
 #[derive(Clone, Copy, Debug)]
 pub(super) struct SectionEntry {
@@ -275,12 +274,14 @@ impl SegmentFile {
         let totals = decode_totals(self, &sec(SectionKind::SeriesTotals)?, n)?;
 
         Ok(LoadedSegment {
-            meta: self.meta.clone(),
+            summary: SegmentSummary {
+                meta: self.meta.clone(),
+                series,
+                index,
+                totals,
+            },
             dict,
-            series,
-            index,
             rows,
-            totals,
             gids: Default::default(),
         })
     }
@@ -380,16 +381,21 @@ struct RowRange {
 /// A decoded segment, ready to answer queries.
 #[derive(Debug)]
 pub struct LoadedSegment {
-    pub meta: SegmentMeta,
+    /// Its labels and per-step totals, what a summary load gives alone; the
+    /// segment derefs to it (`seg.meta`, `seg.series`, `seg.series_totals`).
+    pub summary: SegmentSummary,
     pub dict: Dict,
-    /// Labels of each series; the position is the series id.
-    pub series: Vec<Labels>,
-    pub index: LabelIndex,
     rows: Rows,
-    /// Per series: `(step index, total)` for every step with data.
-    totals: Vec<Vec<(u32, i64)>>,
     /// Stack node → id in the store's frame tree, filled in by queries.
     pub gids: super::GidMemo,
+}
+
+impl std::ops::Deref for LoadedSegment {
+    type Target = SegmentSummary;
+
+    fn deref(&self) -> &SegmentSummary {
+        &self.summary
+    }
 }
 
 impl LoadedSegment {
@@ -439,13 +445,6 @@ impl LoadedSegment {
         Ok(())
     }
 
-    /// Per-step totals of `series` (precomputed at write time).
-    pub fn series_totals(&self, series: u32) -> &[(u32, i64)] {
-        self.totals
-            .get(series as usize)
-            .map_or(&[], |v| v.as_slice())
-    }
-
     /// Timestamp of a step index.
     pub fn time_of(&self, t: u32) -> i64 {
         self.meta.partition_start_ms + i64::from(t) * self.meta.step_ms
@@ -460,10 +459,8 @@ impl LoadedSegment {
         self.dict.approx_bytes()
             // The frame-tree memo queries add (4 bytes per stack node).
             + self.dict.node_count() * 4
-            + self.index.approx_bytes()
             + self.rows.approx_bytes()
-            + self.series.iter().map(|l| 48 + l.len() * 64).sum::<usize>()
-            + self.totals.iter().map(|t| 24 + t.len() * 16).sum::<usize>()
+            + self.summary.approx_bytes()
     }
 }
 

@@ -38,10 +38,11 @@ pub struct SegmentSummary {
     /// The segment's metadata, from the footer.
     pub meta: SegmentMeta,
     /// Labels of each series; the position is the series id.
-    pub(crate) series: Vec<Labels>,
-    pub(crate) index: LabelIndex,
+    pub series: Vec<Labels>,
+    /// Series ids by label, for selectors.
+    pub index: LabelIndex,
     /// Per series: `(step index, total)` for every step with data.
-    totals: Vec<Vec<(u32, i64)>>,
+    pub(super) totals: Vec<Vec<(u32, i64)>>,
 }
 
 impl SegmentSummary {
@@ -213,7 +214,6 @@ mod tests {
     use super::*;
     use crate::dict::{DictBuilder, LocationRec};
     use crate::error::StorageError;
-    use crate::model::TenantId;
 
     /// A value in 1..=1_000_000 that compresses like real samples (badly).
     fn noise(x: u64) -> i64 {
@@ -257,23 +257,8 @@ mod tests {
             .collect();
         let input = SegmentInput {
             meta: SegmentMeta {
-                id: 1,
-                tenant: TenantId::new("t").unwrap(),
-                partition_start_ms: 0,
-                partition_ms: 3_600_000,
-                step_ms: 10_000,
-                min_time_ms: 0,
-                max_time_ms: 0,
-                level: 0,
                 max_lsn: 1,
-                series: 0,
-                rows: 0,
-                value_total: 0,
-                created_ms: 0,
-                sources: vec![],
-                file: String::new(),
-                size_bytes: 0,
-                checksum: 0,
+                ..SegmentMeta::for_test(1, 0, 3_600_000)
             },
             dict: std::borrow::Cow::Owned(b.finish()),
             series,
