@@ -376,6 +376,7 @@ pub(crate) fn bytes_on_disk(
     rows_dir: &Path,
     segment_bytes: Option<u64>,
     values_ingested: Option<u64>,
+    same_rows_store: &Value,
     runs: &[EngineRun],
 ) -> Value {
     let load_of = |engine: Engine| runs.iter().find(|r| r.engine == engine)?.load.clone();
@@ -394,7 +395,8 @@ pub(crate) fn bytes_on_disk(
         _ => None,
     };
     let engine_bytes = |engine| count(&load_of(engine), "bytes");
-    let rows: [(&str, &str, Option<u64>, String); 4] = [
+    let same_rows_bytes = same_rows_store.get("bytes").and_then(Value::as_u64);
+    let rows: [(&str, &str, Option<u64>, String); 5] = [
         (
             "profiledb_segments",
             "profiledb segments",
@@ -402,6 +404,18 @@ pub(crate) fn bytes_on_disk(
             format!(
                 "every series pushed: {} values (CPU samples and nanoseconds, heap objects and bytes once a minute, replayed fixtures)",
                 values_ingested.map_or("?".to_string(), |v| v.to_string())
+            ),
+        ),
+        (
+            "profiledb_same_rows",
+            "profiledb segments, same rows",
+            same_rows_bytes,
+            format!(
+                "{} CPU-nanosecond sample rows, written like the pushes (stacks as frame trees)",
+                same_rows_store
+                    .get("rows")
+                    .and_then(Value::as_u64)
+                    .map_or("?".to_string(), |r| r.to_string())
             ),
         ),
         ("parquet", "Parquet (zstd)", parquet, same_rows.clone()),
@@ -424,6 +438,32 @@ pub(crate) fn bytes_on_disk(
         let Some(bytes) = bytes else { continue };
         println!("  {label:<28} {:>11}  {holds}", human_bytes(bytes as f64));
         out.insert(id.to_string(), json!({"bytes": bytes, "holds": holds}));
+    }
+    // The comparison #19 asks for: profiledb's bytes on the same rows as a
+    // fraction of each baseline's.
+    if let Some(ours) = same_rows_bytes {
+        let mut ratios = serde_json::Map::new();
+        for (id, label, bytes) in [
+            ("parquet", "Parquet", parquet),
+            (
+                "duckdb_native",
+                "DuckDB native",
+                engine_bytes(Engine::DuckdbNative),
+            ),
+            (
+                "clickhouse_mergetree",
+                "MergeTree",
+                engine_bytes(Engine::Clickhouse),
+            ),
+        ] {
+            let Some(b) = bytes.filter(|&b| b > 0) else {
+                continue;
+            };
+            let r = ours as f64 / b as f64;
+            println!("  same rows: profiledb = {r:.2} × {label}");
+            ratios.insert(id.to_string(), json!(r));
+        }
+        out.insert("same_rows_ratio".to_string(), Value::Object(ratios));
     }
     if let Some(tables) = load_of(Engine::Clickhouse).and_then(|l| l.get("tables").cloned()) {
         out.insert("clickhouse_tables".to_string(), tables);

@@ -14,6 +14,8 @@ mod ingest_suite;
 mod lifecycle_suite;
 mod query_suite;
 mod report;
+mod same_rows;
+mod sections;
 mod server;
 mod soak_suite;
 mod storage_suite;

@@ -24,6 +24,7 @@ use serde_json::{json, Value};
 use crate::baselines::{self, Installed, Sql, Total};
 use crate::fleet::{Fleet, FleetConfig, Replay, CPU_TYPE, FILTER_FUNCTION};
 use crate::report::{self, human_bytes};
+use crate::same_rows;
 use crate::server::Running;
 
 #[derive(clap::Args, Clone)]
@@ -434,25 +435,27 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
         None
     };
 
+    // Ticks: 23 h sparse, then 1 h dense.
+    let mut ticks: Vec<i64> = Vec::new();
+    let mut t = t_end - 24 * HOUR;
+    while t < t_end - HOUR {
+        ticks.push(t);
+        t += args.day_interval as i64 * 1000;
+    }
+    let mut t = t_end - HOUR;
+    while t < t_end {
+        ticks.push(t);
+        t += args.interval as i64 * 1000;
+    }
+    let ticks = Arc::new(ticks);
+
+    let reusing = reused.is_some();
     let ingest: Value = match reused {
         Some(m) => {
             println!("reusing the ingested fleet in {} (--reuse)", root.display());
             m
         }
         None => {
-            // Ticks: 23 h sparse, then 1 h dense.
-            let mut ticks: Vec<i64> = Vec::new();
-            let mut t = t_end - 24 * HOUR;
-            while t < t_end - HOUR {
-                ticks.push(t);
-                t += args.day_interval as i64 * 1000;
-            }
-            let mut t = t_end - HOUR;
-            while t < t_end {
-                ticks.push(t);
-                t += args.interval as i64 * 1000;
-            }
-            let ticks = Arc::new(ticks);
             let jobs = (ticks.len() * args.hosts) as u64;
             println!(
             "query suite: {} services × {} hosts; last hour every {} s, 23 h before every {} s; {} stacks/service, ~{} samples/profile; {} pushes (one per host per tick, all its services){}",
@@ -474,6 +477,7 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
                 .context("writing stacks.csv")?;
 
             // Ingest.
+            let peak_reset = report::reset_peak_rss();
             let server = Running::start(&server_dir, 0)?;
             let pb = ProgressBar::new(jobs).with_style(
                 ProgressStyle::with_template(
@@ -578,13 +582,15 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
             let t_flush = Instant::now();
             server.stop()?;
             let flush_secs = t_flush.elapsed().as_secs_f64();
+            let ingest_peak_rss = report::peak_rss_bytes();
             let stored = dir_bytes(&server_dir.join("segments"));
             let values = values.load(Ordering::Relaxed);
             println!(
-            "ingested {values} values ({} of push bodies) in {ingest_secs:.1} s = {:.0} values/s over HTTP; shutdown flush {flush_secs:.1} s; {} of segments",
+            "ingested {values} values ({} of push bodies) in {ingest_secs:.1} s = {:.0} values/s over HTTP; shutdown flush {flush_secs:.1} s; {} of segments; peak RSS {}",
             human_bytes(bytes_sent.load(Ordering::Relaxed) as f64),
             values as f64 / ingest_secs,
-            human_bytes(stored as f64)
+            human_bytes(stored as f64),
+            human_bytes(ingest_peak_rss as f64)
         );
 
             // Baseline data: CSV → Parquet (not timed as part of any query).
@@ -619,6 +625,10 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
                 "push_bytes": bytes_sent.load(Ordering::Relaxed),
                 "ingest_seconds": ingest_secs,
                 "ingest_values_per_second": values as f64 / ingest_secs,
+                // The server runs in this process: its peak, plus the push
+                // clients' buffers.
+                "ingest_peak_rss_bytes": ingest_peak_rss,
+                "ingest_peak_rss_since": if peak_reset { "ingest start" } else { "process start" },
                 "ingest_retries": retries.load(Ordering::Relaxed),
                 "shutdown_flush_seconds": flush_secs,
                 "segment_bytes": stored,
@@ -627,6 +637,28 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
             std::fs::write(&manifest_path, serde_json::to_vec_pretty(&m)?)
                 .with_context(|| format!("writing {}", manifest_path.display()))?;
             m
+        }
+    };
+
+    // The same rows as the baselines, in a store of their own (built once per
+    // data directory).
+    let same_rows_path = root.join("same-rows.json");
+    let same_rows: Value = match std::fs::read(&same_rows_path)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        .filter(|_| reusing)
+    {
+        Some(v) => v,
+        None => {
+            let dir = root.join("same-rows");
+            if dir.exists() {
+                std::fs::remove_dir_all(&dir)
+                    .with_context(|| format!("removing {}", dir.display()))?;
+            }
+            let v = same_rows::build(&fleet, &ticks, args.hosts, &dir)?;
+            std::fs::write(&same_rows_path, serde_json::to_vec_pretty(&v)?)
+                .with_context(|| format!("writing {}", same_rows_path.display()))?;
+            v
         }
     };
 
@@ -641,6 +673,7 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
         ProgressStyle::with_template("query [{bar:40}] {pos}/{len} requests {msg}")?
             .progress_chars("=> "),
     );
+    let query_peak_reset = report::reset_peak_rss();
     let mut results = Vec::new();
     let mut mismatches = Vec::new();
     let mut shift = 0i64;
@@ -690,12 +723,23 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
         results.push(r);
     }
     pb.finish_and_clear();
+    let query_peak_rss = report::peak_rss_bytes();
 
     print_table(&results);
+    println!(
+        "peak RSS of the server (in this process) while querying: {}{}",
+        human_bytes(query_peak_rss as f64),
+        if query_peak_reset {
+            ""
+        } else {
+            " (since the bench started)"
+        }
+    );
     let bytes = baselines::bytes_on_disk(
         &rows_dir,
         ingest.get("segment_bytes").and_then(Value::as_u64),
         ingest.get("values_ingested").and_then(Value::as_u64),
+        &same_rows,
         &runs,
     );
     let mut figures = json!({
@@ -712,6 +756,8 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
         "baseline_versions": installed.versions(),
         "baseline_loads": baselines::loads(&runs),
         "bytes_on_disk": bytes,
+        "same_rows": same_rows,
+        "query_peak_rss_bytes": query_peak_rss,
         "queries": results,
         "note": "HTTP latency from an in-process client on loopback; uncached = result-cache miss (start shifted by a few ms), segments already decoded; restart = first query after a server restart",
     });

@@ -64,3 +64,15 @@ pub fn human_bytes(b: f64) -> String {
     }
     format!("{v:.2} {}", UNITS[i])
 }
+
+/// Peak resident memory of this process (bytes) since it started or since the
+/// last [`reset_peak_rss`]; 0 where `/proc` cannot say.
+pub fn peak_rss_bytes() -> u64 {
+    crate::agent_suite::status_kib(std::process::id(), "VmHWM:").unwrap_or(0) * 1024
+}
+
+/// Starts a new peak-RSS measurement (Linux `clear_refs` 5); false where the
+/// kernel refuses, and then [`peak_rss_bytes`] is the peak since start.
+pub fn reset_peak_rss() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}

@@ -16,6 +16,7 @@ use profiledb_storage::{
 use serde_json::json;
 
 use crate::report::{self, human_bytes};
+use crate::sections::Breakdown;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -141,6 +142,7 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
     pb.finish_with_message("done");
 
     let seg_bytes = dir_bytes(&dir.join("segments"), "seg");
+    let breakdown = Breakdown::of_dir(&dir.join("segments"))?;
     let segments = store.segments().len();
     let values = values_per_profile * total_profiles;
     let pprof_total = gz_len * total_profiles;
@@ -183,6 +185,7 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
         "merge_all_cold_ms": cold_ms,
         "merge_all_warm_ms": warm_ms,
         "merged_total": tree.total(),
+        "sections": breakdown.to_json(),
     });
     println!();
     println!(
@@ -196,6 +199,7 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
         "  segments on disk       {} in {segments} segments",
         human_bytes(seg_bytes as f64)
     );
+    breakdown.print("    ", Some((values, "value")));
     println!(
         "  same data as pprof.gz  {}",
         human_bytes(pprof_total as f64)

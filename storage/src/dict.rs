@@ -303,10 +303,11 @@ pub fn encode_locations(d: &Dict) -> Vec<u8> {
 }
 
 /// Two columns: parent distances (`node - parent`, 0 for roots), then locations.
-pub fn encode_stacks(d: &Dict) -> Vec<u8> {
+/// `parents[i] < i` for every non-root `i`.
+pub fn encode_stacks(parents: &[u32], node_locations: &[u32]) -> Vec<u8> {
     let mut out = Vec::new();
-    put_uvarint(&mut out, d.parents.len() as u64);
-    for (i, &p) in d.parents.iter().enumerate() {
+    put_uvarint(&mut out, parents.len() as u64);
+    for (i, &p) in parents.iter().enumerate() {
         let dist = if p == NO_PARENT {
             0
         } else {
@@ -314,7 +315,7 @@ pub fn encode_stacks(d: &Dict) -> Vec<u8> {
         };
         put_uvarint(&mut out, dist);
     }
-    for &l in &d.node_locations {
+    for &l in node_locations {
         put_uvarint(&mut out, l.into());
     }
     out
@@ -442,7 +443,7 @@ mod tests {
             &encode_mappings(d),
             &encode_functions(d),
             &encode_locations(d),
-            &encode_stacks(d),
+            &encode_stacks(&d.parents, &d.node_locations),
         )
         .unwrap()
     }

@@ -115,7 +115,9 @@ pub use query::groupby::{GroupAcc, GroupByQuery, GroupKey};
 pub use query::merged::{flamegraph_diff_merged, Merged};
 pub use query::timeseries::SeriesPoints;
 pub use query::{CallTree, TimeRange, TreeNode};
-pub use segment::{encode_segment, SegmentFile, SegmentMeta, SegmentSummary};
+pub use segment::{
+    encode_segment, SectionKind, SectionSize, SegmentFile, SegmentMeta, SegmentSummary,
+};
 pub use selector::{MatchOp, Matcher, Selector};
 pub use stats::{Gauges, StoreStats};
 pub use store::{

@@ -7,12 +7,13 @@
 mod gid_memo;
 mod reader;
 mod summary;
+mod tree_order;
 mod writer;
 
 pub use gid_memo::{GidMemo, GidSlots};
 
 pub(crate) use reader::step_range;
-pub use reader::{LoadedSegment, SegmentFile};
+pub use reader::{LoadedSegment, SectionSize, SegmentFile};
 pub use summary::SegmentSummary;
 pub use writer::encode_segment;
 pub use writer::{write_segment, Row, SegmentInput};
@@ -27,8 +28,11 @@ use crate::model::TenantId;
 pub const MAGIC_HEAD: &[u8; 8] = b"PRFDBSEG";
 /// Last 8 bytes of every segment file.
 pub const MAGIC_TAIL: &[u8; 8] = b"PRFDBEND";
-/// Bumped on any incompatible layout change.
-pub const FORMAT_VERSION: u16 = 1;
+/// Bumped on any incompatible layout change. Version 2 added each series' value
+/// scale to SeriesRows (Values hold `value / scale`).
+pub const FORMAT_VERSION: u16 = 2;
+/// The oldest version this build still reads.
+pub const OLDEST_READABLE_VERSION: u16 = 1;
 /// Fixed-size trailer: footer offset (u64), footer length (u32), footer crc (u32),
 /// version (u16), flags (u16), tail magic (8 bytes).
 pub const TRAILER_LEN: usize = 8 + 4 + 4 + 2 + 2 + 8;
@@ -37,21 +41,35 @@ pub const TRAILER_LEN: usize = 8 + 4 + 4 + 2 + 2 + 8;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum SectionKind {
+    /// The string table (function names, file names, label names and values).
     Strings = 1,
+    /// Binaries and their build ids.
     Mappings = 2,
+    /// Function records: name and file.
     Functions = 3,
+    /// Location records: function, mapping, address, line.
     Locations = 4,
+    /// The stack tree: each node's parent and location.
     Stacks = 5,
+    /// Each series' label set.
     Series = 6,
+    /// Label name and value → series postings.
     LabelIndex = 7,
+    /// Each series' row count, its bytes in the three row columns and (since
+    /// version 2) the scale its values are stored divided by.
     SeriesRows = 8,
+    /// Row column: step deltas.
     Times = 9,
+    /// Row column: stack node ids.
     StackIds = 10,
+    /// Row column: values.
     Values = 11,
+    /// Each series' total per step.
     SeriesTotals = 12,
 }
 
 impl SectionKind {
+    /// Every kind, in file order.
     pub const ALL: [SectionKind; 12] = [
         SectionKind::Strings,
         SectionKind::Mappings,
@@ -67,6 +85,7 @@ impl SectionKind {
         SectionKind::SeriesTotals,
     ];
 
+    /// The kind a footer's kind byte names (`None` for kinds this build lacks).
     pub fn from_u8(v: u8) -> Option<Self> {
         Self::ALL.into_iter().find(|k| *k as u8 == v)
     }
@@ -275,7 +294,9 @@ mod tests {
             for (s, t, st, v) in &rows {
                 series.entry(*s).or_default().push(Row { t: *t, stack: stacks[*st as usize], value: *v });
                 let l = labels_of(*s);
-                *want.entry((l, *t, stacks[*st as usize])).or_default() += v;
+                // Keyed by the leaf's address (the stack's index): the writer
+                // renumbers stack nodes.
+                *want.entry((l, *t, u32::from(*st))).or_default() += v;
             }
             want.retain(|_, v| *v != 0);
             let input = SegmentInput {
@@ -290,6 +311,11 @@ mod tests {
             prop_assert_eq!(file.meta.sources.clone(), vec![3, 4]);
             prop_assert_eq!(file.meta.max_lsn, 77);
             let seg = file.load().unwrap();
+            // Rows name stacks by the leaf's address (the writer renumbers nodes).
+            let address = |st: u32| {
+                let leaf = seg.dict.node_locations[st as usize];
+                seg.dict.locations[leaf as usize].address as u32
+            };
             // The summary, from its four sections alone, answers exactly as the
             // whole segment does.
             let summary = file.load_summary().unwrap();
@@ -301,7 +327,7 @@ mod tests {
             let mut got: BTreeMap<(Labels, u32, u32), i64> = BTreeMap::new();
             let mut totals: BTreeMap<(Labels, u32), i64> = BTreeMap::new();
             for (sid, labels) in seg.series.iter().enumerate() {
-                seg.for_each_row(sid as u32, |t, st, v| { got.insert((labels.clone(), t, st), v); }).unwrap();
+                seg.for_each_row(sid as u32, |t, st, v| { got.insert((labels.clone(), t, address(st)), v); }).unwrap();
                 for &(t, v) in seg.series_totals(sid as u32) {
                     totals.insert((labels.clone(), t), v);
                 }
@@ -323,15 +349,122 @@ mod tests {
                     .map(|((_, t, st), v)| ((*t, *st), *v))
                     .collect();
                 let mut got_win = BTreeMap::new();
-                seg.for_each_row_in(sid as u32, lo, hi, |t, st, v| { got_win.insert((t, st), v); }).unwrap();
+                seg.for_each_row_in(sid as u32, lo, hi, |t, st, v| { got_win.insert((t, address(st)), v); }).unwrap();
                 prop_assert_eq!(&got_win, &want_win);
                 let (stacks, values) = seg.row_slices(sid as u32, lo, hi).unwrap();
-                let mut from_slices: Vec<(u32, i64)> = stacks.iter().copied().zip(values.iter().copied()).collect();
+                let mut from_slices: Vec<(u32, i64)> = stacks.iter().map(|&st| address(st)).zip(values.iter().copied()).collect();
                 let mut expected: Vec<(u32, i64)> = want_win.iter().map(|((_, st), v)| (*st, *v)).collect();
                 from_slices.sort_unstable();
                 expected.sort_unstable();
                 prop_assert_eq!(from_slices, expected);
             }
+        }
+    }
+
+    /// One series per value list, all on one stack, rows at steps 0, 1, 2, ...
+    fn scaled_input(values: &[&[i64]]) -> SegmentInput<'static> {
+        let mut b = DictBuilder::new();
+        let f = b.function("f", "x.go");
+        let l = b.location(LocationRec {
+            function: Some(f),
+            mapping: None,
+            address: 1,
+            line: 1,
+        });
+        let stack = b.stack(&[l]);
+        SegmentInput {
+            meta: meta(5),
+            dict: std::borrow::Cow::Owned(b.finish()),
+            series: values
+                .iter()
+                .enumerate()
+                .map(|(s, vs)| {
+                    let rows = vs
+                        .iter()
+                        .enumerate()
+                        .map(|(t, &value)| Row {
+                            t: t as u32,
+                            stack,
+                            value,
+                        })
+                        .collect();
+                    (
+                        Labels::new([("__profile_type__", "a:b:c:d:e"), ("s", &*s.to_string())]),
+                        rows,
+                    )
+                })
+                .collect(),
+        }
+    }
+
+    fn rows_of(file: &SegmentFile) -> Vec<Vec<i64>> {
+        let seg = file.load().unwrap();
+        (0..seg.series.len() as u32)
+            .map(|s| {
+                let mut out = Vec::new();
+                seg.for_each_row(s, |_, _, v| out.push(v)).unwrap();
+                out
+            })
+            .collect()
+    }
+
+    fn written_as(
+        dir: &std::path::Path,
+        name: &str,
+        input: SegmentInput<'_>,
+        version: u16,
+    ) -> SegmentFile {
+        let (bytes, _) = writer::encode_segment_as(input, 3, version).unwrap();
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).unwrap();
+        SegmentFile::open(&path).unwrap()
+    }
+
+    #[test]
+    fn values_are_stored_divided_by_their_series_scale_and_read_back_exact() {
+        let dir = tempfile::tempdir().unwrap();
+        // CPU nanoseconds at 100 Hz; a series with a negative value; one whose
+        // values share no factor; i64::MIN with a power of two (scale 2^40) and
+        // alone (its magnitude, 2^63, is no i64: scale 1).
+        let values: [&[i64]; 5] = [
+            &[10_000_000, 30_000_000, 2_550_000_000],
+            &[-6, 9, 300],
+            &[7, 10],
+            &[i64::MIN, 1 << 40],
+            &[i64::MIN],
+        ];
+        let v2 = written_as(dir.path(), "v2.seg", scaled_input(&values), FORMAT_VERSION);
+        assert_eq!(rows_of(&v2), values.map(<[i64]>::to_vec));
+        let v1 = written_as(dir.path(), "v1.seg", scaled_input(&values), 1);
+        assert_eq!(rows_of(&v1), values.map(<[i64]>::to_vec));
+        // Scaled, the nanoseconds need one byte each instead of four or five.
+        let values_bytes = |f: &SegmentFile| {
+            f.sections()
+                .iter()
+                .find(|s| s.kind == SectionKind::Values)
+                .unwrap()
+                .raw_bytes
+        };
+        assert!(
+            values_bytes(&v2) + 8 <= values_bytes(&v1),
+            "{} vs {}",
+            values_bytes(&v2),
+            values_bytes(&v1)
+        );
+    }
+
+    #[test]
+    fn a_version_this_build_does_not_know_is_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let input = scaled_input(&[&[1]]);
+        let (bytes, _) = writer::encode_segment_as(input, 3, FORMAT_VERSION + 1).unwrap();
+        let path = dir.path().join("future.seg");
+        std::fs::write(&path, bytes).unwrap();
+        match SegmentFile::open(&path) {
+            Err(crate::error::StorageError::Corrupt(why)) => {
+                assert!(why.contains("unsupported format version 3"), "{why}")
+            }
+            other => panic!("expected a version error, got {other:?}"),
         }
     }
 

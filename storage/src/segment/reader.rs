@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use super::summary::{decode_series, decode_totals, SegmentSummary};
 use super::{
     SectionKind, SegmentMeta, CODEC_NONE, CODEC_ZSTD, FORMAT_VERSION, MAGIC_HEAD, MAGIC_TAIL,
-    TRAILER_LEN,
+    OLDEST_READABLE_VERSION, TRAILER_LEN,
 };
 use crate::codec::Reader;
 use crate::dict::{self, Dict};
@@ -24,6 +24,17 @@ pub(super) struct SectionEntry {
     crc: u32,
 }
 
+/// One section's bytes: as stored (after compression) and decompressed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SectionSize {
+    /// Which section.
+    pub kind: SectionKind,
+    /// Bytes in the file.
+    pub stored_bytes: u64,
+    /// Bytes once decompressed.
+    pub raw_bytes: u64,
+}
+
 /// A segment whose trailer and footer have been read and verified.
 #[derive(Clone, Debug)]
 pub struct SegmentFile {
@@ -31,6 +42,8 @@ pub struct SegmentFile {
     pub path: PathBuf,
     /// Its metadata, from the footer.
     pub meta: SegmentMeta,
+    /// The trailer's format version (what SeriesRows holds depends on it).
+    version: u16,
     sections: Vec<SectionEntry>,
 }
 
@@ -80,10 +93,12 @@ impl SegmentFile {
         if t.bytes(8)? != MAGIC_TAIL {
             return Err(corrupt(path, "bad tail magic (truncated file?)"));
         }
-        if version != FORMAT_VERSION {
+        if !(OLDEST_READABLE_VERSION..=FORMAT_VERSION).contains(&version) {
             return Err(corrupt(
                 path,
-                format!("unsupported format version {version} (this build reads {FORMAT_VERSION})"),
+                format!(
+                    "unsupported format version {version} (this build reads {OLDEST_READABLE_VERSION} to {FORMAT_VERSION})"
+                ),
             ));
         }
         if footer_offset < MAGIC_HEAD.len() as u64
@@ -144,8 +159,22 @@ impl SegmentFile {
         Ok(SegmentFile {
             path: path.to_path_buf(),
             meta,
+            version,
             sections,
         })
+    }
+
+    /// Each section's size on disk and decompressed, in file order: what a
+    /// segment's bytes are spent on (`bench storage` prints it).
+    pub fn sections(&self) -> Vec<SectionSize> {
+        self.sections
+            .iter()
+            .map(|e| SectionSize {
+                kind: e.kind,
+                stored_bytes: e.stored_len,
+                raw_bytes: e.raw_len,
+            })
+            .collect()
     }
 
     pub(super) fn entry(&self, kind: SectionKind) -> Result<&SectionEntry> {
@@ -244,11 +273,20 @@ impl SegmentFile {
         for _ in 0..n {
             let rows = r.uvarint()?;
             let (tl, sl, vl) = (r.uvarint()?, r.uvarint()?, r.uvarint()?);
+            let scale = if self.version >= 2 {
+                i64::try_from(r.uvarint()?)
+                    .ok()
+                    .filter(|&s| s > 0)
+                    .ok_or_else(|| corrupt(&self.path, "a series' value scale is 0 or too large"))?
+            } else {
+                1
+            };
             ranges.push(RowRange {
                 rows,
                 times: t,
                 stacks: s,
                 values: v,
+                scale,
             });
             t = t.saturating_add(tl as usize);
             s = s.saturating_add(sl as usize);
@@ -334,7 +372,11 @@ impl Rows {
             for i in 0..range.rows {
                 let dt = tr.uvarint().map_err(err)?;
                 let ds = sr.uvarint().map_err(err)?;
-                let v = vr.ivarint().map_err(err)?;
+                let v = vr
+                    .ivarint()
+                    .map_err(err)?
+                    .checked_mul(range.scale)
+                    .ok_or("a row value overflows once scaled")?;
                 let same_step = i > 0 && dt == 0;
                 t = t.saturating_add(dt);
                 stack = if same_step {
@@ -376,6 +418,8 @@ struct RowRange {
     times: usize,
     stacks: usize,
     values: usize,
+    /// Stored values are the values divided by this.
+    scale: i64,
 }
 
 /// A decoded segment, ready to answer queries.

@@ -267,6 +267,25 @@ mod tests {
         SegmentFile::open(&dir.join(&meta.file)).unwrap()
     }
 
+    #[test]
+    fn sections_account_for_the_file_in_file_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = written(dir.path());
+        let sections = file.sections();
+        let kinds: Vec<SectionKind> = sections.iter().map(|s| s.kind).collect();
+        assert_eq!(kinds, SectionKind::ALL);
+        let stored: u64 = sections.iter().map(|s| s.stored_bytes).sum();
+        let size = std::fs::metadata(&file.path).unwrap().len();
+        // The rest is the head magic, the footer and the trailer.
+        let framing = (super::super::MAGIC_HEAD.len() + super::super::TRAILER_LEN) as u64;
+        assert!(stored + framing < size);
+        let of = |k| sections.iter().find(|s| s.kind == k).unwrap();
+        // 36,000 rows of noisy values: at least two bytes each, whatever zstd does;
+        // their steps repeat 20 times each and compress to almost nothing.
+        assert!(of(SectionKind::Values).raw_bytes >= 2 * 36_000);
+        assert!(of(SectionKind::Values).stored_bytes > 20 * of(SectionKind::Times).stored_bytes);
+    }
+
     /// Flips one byte in the middle of `kind`'s stored bytes.
     fn damage(file: &SegmentFile, kind: SectionKind) {
         let e = *file.entry(kind).unwrap();

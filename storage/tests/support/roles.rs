@@ -59,7 +59,14 @@ pub fn querier(
     interval: Duration,
     disk_budget_bytes: u64,
 ) -> (Arc<Store>, Mirror) {
-    let qstore = Arc::new(Store::open(dir, local()).unwrap());
+    // No warm-up: it starts with the store, empty, but a thread scheduled late on
+    // a loaded machine would see what the first sync attached and download bodies
+    // the tests count.
+    let cfg = StoreConfig {
+        warm_segment_cache: false,
+        ..local()
+    };
+    let qstore = Arc::new(Store::open(dir, cfg).unwrap());
     let mirror = Mirror::start(
         qstore.clone(),
         bucket.clone(),

@@ -1,0 +1,135 @@
+//! profiledb's bytes on exactly the rows the baselines hold.
+//!
+//! The query suite's server stores every profile type it is sent (CPU samples and
+//! nanoseconds, heap, replayed fixtures); the baselines' tables hold only the
+//! CPU-nanosecond rows. To compare bytes fairly, this writes a second store from
+//! the same fleet with only those rows: each host push is re-made with a CPU
+//! profile whose one sample type is `cpu/nanoseconds`, decoded by the same push
+//! decoder the server uses and written through the real write path (WAL, head,
+//! flush to segments). It then checks that the store holds as many rows and the
+//! same total as the baselines' CSV, and measures its segments.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+use indicatif::{ProgressBar, ProgressStyle};
+use profiledb_ingest::{decode_push, push_to_batch, Limits, PushEncoding};
+use profiledb_proto::push::v1::{PushRequest, RawProfileSeries, RawSample};
+use profiledb_storage::{Store, StoreConfig, TenantId};
+use prost::Message;
+use serde_json::{json, Value};
+
+use crate::fleet::Fleet;
+use crate::report::human_bytes;
+use crate::sections::Breakdown;
+
+/// CPU time per sample (100 Hz): the baselines' `value` is `count × this`.
+const CPU_PERIOD_NS: i64 = 10_000_000;
+
+/// The push of `host` at `ts_ms` with one CPU-nanosecond profile per service, the
+/// same draws as [`Fleet::host_push`]; returns it with its (rows, value total).
+fn cpu_only_push(fleet: &Fleet, host: usize, ts_ms: i64) -> (PushRequest, u64, i64) {
+    let (mut rows, mut total) = (0u64, 0i64);
+    let series = (0..fleet.cfg.services)
+        .map(|s| {
+            let d = fleet.draw(s, host, ts_ms, fleet.cfg.draws_per_profile);
+            rows += d.counts.len() as u64;
+            total += d
+                .counts
+                .iter()
+                .map(|&(_, c)| c * CPU_PERIOD_NS)
+                .sum::<i64>();
+            let cpu = fleet.pprof(
+                s,
+                &d,
+                ts_ms,
+                ("cpu", "nanoseconds", CPU_PERIOD_NS),
+                &[("cpu", "nanoseconds", CPU_PERIOD_NS)],
+            );
+            RawProfileSeries {
+                labels: fleet.labels("process_cpu", s, host, ts_ms),
+                samples: vec![RawSample {
+                    raw_profile: cpu,
+                    id: String::new(),
+                }],
+            }
+        })
+        .collect();
+    (PushRequest { series }, rows, total)
+}
+
+/// Writes the store into `dir` (which must not hold one yet) for every host at
+/// every tick, and returns its figures. Fails when the stored rows or total differ
+/// from the generated ones.
+pub fn build(fleet: &Arc<Fleet>, ticks: &[i64], hosts: usize, dir: &Path) -> anyhow::Result<Value> {
+    let store = Arc::new(Store::open(dir, StoreConfig::default())?);
+    let jobs = (ticks.len() * hosts) as u64;
+    let pb = ProgressBar::new(jobs).with_style(
+        ProgressStyle::with_template("same rows [{bar:40}] {pos}/{len} host pushes, eta {eta}")?
+            .progress_chars("=> "),
+    );
+    let next = AtomicU64::new(0);
+    let (rows, total) = (AtomicU64::new(0), AtomicU64::new(0));
+    std::thread::scope(|scope| -> anyhow::Result<()> {
+        let workers: Vec<_> = (0..2)
+            .map(|_| {
+                scope.spawn(|| -> anyhow::Result<()> {
+                    let limits = Limits::default();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        if i >= jobs {
+                            return Ok(());
+                        }
+                        let (tick, host) = ((i as usize) / hosts, (i as usize) % hosts);
+                        let Some(&ts) = ticks.get(tick) else {
+                            return Ok(());
+                        };
+                        let (req, r, t) = cpu_only_push(fleet, host, ts);
+                        let series =
+                            decode_push(&req.encode_to_vec(), PushEncoding::Proto, &limits)?;
+                        let batch = push_to_batch(&series, TenantId::default(), ts, &limits)?;
+                        store.write(batch)?;
+                        rows.fetch_add(r, Ordering::Relaxed);
+                        total.fetch_add(t as u64, Ordering::Relaxed);
+                        pb.inc(1);
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join()
+                .map_err(|_| anyhow::anyhow!("same-rows writer panicked"))??;
+        }
+        Ok(())
+    })?;
+    store.flush()?;
+    pb.finish_and_clear();
+    let segments = store.segments();
+    let stored_rows: u64 = segments.iter().map(|m| m.rows).sum();
+    let stored_total: i64 = segments.iter().map(|m| m.value_total).sum();
+    let (rows, total) = (rows.into_inner(), total.into_inner() as i64);
+    if stored_rows != rows || stored_total != total {
+        bail!(
+            "the same-rows store holds {stored_rows} rows totalling {stored_total}, but {rows} rows totalling {total} were written"
+        );
+    }
+    drop(store);
+    let breakdown =
+        Breakdown::of_dir(&dir.join("segments")).context("reading the same-rows segments")?;
+    println!(
+        "same rows: {rows} CPU-nanosecond rows in {} segments, {} ({:.2} B/row)",
+        breakdown.files,
+        human_bytes(breakdown.file_bytes as f64),
+        breakdown.file_bytes as f64 / rows.max(1) as f64
+    );
+    breakdown.print("    ", Some((rows, "row")));
+    Ok(json!({
+        "rows": rows,
+        "value_total": total,
+        "bytes": breakdown.file_bytes,
+        "bytes_per_row": breakdown.file_bytes as f64 / rows.max(1) as f64,
+        "sections": breakdown.to_json(),
+    }))
+}
