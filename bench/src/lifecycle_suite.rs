@@ -19,9 +19,9 @@ use anyhow::{bail, ensure, Context};
 use indicatif::{ProgressBar, ProgressStyle};
 use profiledb_storage::SegmentMeta;
 use profiledb_storage::{
-    Batch, CompactReport, Function, Labels, Location, Mapping, Querier, QueryLimits, Sample,
-    Selector, SeriesSamples, Store, StoreConfig, TenantId, TimeRange, NAME_LABEL,
-    PROFILE_TYPE_LABEL,
+    Batch, BlockPolicy, CompactReport, Function, GroupByQuery, GroupKey, Labels, Location, Mapping,
+    Querier, QueryLimits, Sample, Selector, SeriesSamples, Store, StoreConfig, TenantId, TimeRange,
+    NAME_LABEL, PROFILE_TYPE_LABEL,
 };
 use serde_json::{json, Value};
 
@@ -91,15 +91,90 @@ pub struct Args {
     data_dir: Option<PathBuf>,
 }
 
-fn config() -> StoreConfig {
+fn config(blocks: bool) -> StoreConfig {
     StoreConfig {
         // The suite decides when to flush (to get several segments per partition)
         // and compacts by hand; no background flusher or compactor. Everything else
         // — fsync always, 1 h partitions, 10 s steps, zstd 3, the 1 GiB compaction
-        // budget and the default downsampling rules — is the server's default.
+        // budget, the default downsampling rules and day blocks — is the server's
+        // default; the first compaction pass turns blocks off to measure hours.
         background_flush: false,
+        // The passes measure compaction's memory: no background warm-up filling
+        // the segment cache beside it.
+        warm_segment_cache: false,
+        blocks: if blocks {
+            BlockPolicy::default()
+        } else {
+            BlockPolicy::OFF
+        },
         ..StoreConfig::default()
     }
+}
+
+/// The CPU profile type the long-range queries read.
+const CPU_NS: &str = "process_cpu:cpu:nanoseconds:cpu:nanoseconds";
+
+/// Queries over the whole week on a freshly opened store: the first (which
+/// decodes the segments it reads) and the p50 of `runs` more, each a result-cache
+/// miss as in the query suite (the range starts a few ms earlier every run, where
+/// no data lives; per-segment parts such as function indexes stay cached). Each
+/// query: a merge of one service, a group-by of service and leaf function keeping
+/// stacks through `deflate`, per-series totals (a timeline).
+fn long_range(
+    dir: &Path,
+    start: i64,
+    end: i64,
+    service: &str,
+    runs: usize,
+) -> anyhow::Result<Value> {
+    let store = Store::open(dir, config(true))?;
+    let q = Querier::new(&store, 256 << 20, QueryLimits::default());
+    let t = TenantId::default();
+    let shift = std::cell::Cell::new(0i64);
+    let range = || TimeRange::new(start - shift.get(), end);
+    let one = Selector::parse(&format!("{CPU_NS}{{service_name=\"{service}\"}}"))?;
+    let all = Selector::parse(&format!("{CPU_NS}{{}}"))?;
+    let group = GroupByQuery {
+        keys: vec![GroupKey::Label("service_name".into()), GroupKey::Function],
+        include: Some(regex::Regex::new(crate::fleet::FILTER_FUNCTION)?),
+        exclude: None,
+        max_groups: 0,
+    };
+    let mut out = serde_json::Map::new();
+    let queries: [(&str, &dyn Fn() -> anyhow::Result<i64>); 3] = [
+        ("merge one service", &|| {
+            Ok(q.merge_tree(&t, &one, range())?.total())
+        }),
+        ("group-by service,function + deflate", &|| {
+            Ok(q.group_by(&t, &all, range(), &group)?.total)
+        }),
+        ("timeline per series", &|| {
+            Ok(q.series_totals(&t, &all, range())?
+                .values()
+                .flat_map(|m| m.values())
+                .sum())
+        }),
+    ];
+    for (name, run) in queries {
+        let c = Instant::now();
+        let total = run()?;
+        let first_ms = c.elapsed().as_secs_f64() * 1e3;
+        let mut times = Vec::with_capacity(runs);
+        for _ in 0..runs {
+            shift.set(shift.get() + 1);
+            let c = Instant::now();
+            ensure!(run()? == total, "{name}: the answer changed between runs");
+            times.push(c.elapsed().as_secs_f64() * 1e3);
+        }
+        times.sort_by(f64::total_cmp);
+        let p50 = crate::query_suite::percentile(&times, 50.0);
+        out.insert(
+            name.into(),
+            json!({"first_ms": first_ms, "p50_ms": p50, "total": total}),
+        );
+    }
+    store.shutdown()?;
+    Ok(Value::Object(out))
 }
 
 /// VmHWM / VmRSS of this process in bytes (Linux).
@@ -309,7 +384,7 @@ fn disk_json(d: &Disk) -> Value {
 /// Reopens the store and checks that the segment files on disk are exactly the live
 /// segments (no orphan left by the step), returning the `.seg` bytes on disk.
 fn reopen_checked(dir: &Path) -> anyhow::Result<(Store, u64)> {
-    let store = Store::open(dir, config())?;
+    let store = Store::open(dir, config(true))?;
     let live: u64 = store.segments().iter().map(|s| s.size_bytes).sum();
     let mut files = 0usize;
     let seg_dir = dir.join("segments");
@@ -379,6 +454,9 @@ pub struct StepArgs {
     /// Name of the pass in the report.
     #[arg(long)]
     name: String,
+    /// Merge past days into day blocks (the default policy) during the pass.
+    #[arg(long)]
+    blocks: bool,
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -393,7 +471,7 @@ struct StepOutcome {
 /// decoded), compact at `now_ms` with a progress bar on stderr, close it (flushing
 /// the catalog) and print the outcome as JSON on stdout.
 pub fn run_step(args: StepArgs) -> anyhow::Result<()> {
-    let store = Store::open(&args.data_dir, config())?;
+    let store = Store::open(&args.data_dir, config(args.blocks))?;
     let pb = ProgressBar::new(1).with_style(
         ProgressStyle::with_template(
             "{msg} [{bar:40}] {binary_bytes}/{binary_total_bytes} of segments, {binary_bytes_per_sec}, eta {eta}",
@@ -428,11 +506,16 @@ fn step(
     name: &'static str,
     now: i64,
     before: &Answers,
-    expect_step_ms: i64,
+    expect_steps: &[i64],
+    blocks: bool,
 ) -> anyhow::Result<Step> {
     let exe = std::env::current_exe().context("locating the bench binary")?;
-    let out = std::process::Command::new(exe)
-        .arg("lifecycle-step")
+    let mut cmd = std::process::Command::new(exe);
+    cmd.arg("lifecycle-step");
+    if blocks {
+        cmd.arg("--blocks");
+    }
+    let out = cmd
         .arg("--data-dir")
         .arg(dir)
         .arg("--now-ms")
@@ -463,8 +546,8 @@ fn step(
         d.max_per_partition
     );
     ensure!(
-        d.steps.keys().all(|&s| s == expect_step_ms),
-        "{name}: segment steps {:?}, expected {expect_step_ms} ms",
+        d.steps.keys().all(|s| expect_steps.contains(s)),
+        "{name}: segment steps {:?}, expected {expect_steps:?} ms",
         d.steps
     );
     let c = Instant::now();
@@ -529,7 +612,7 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
     }
 
     // ---- write: one batch per host per flush interval, flushed after each interval.
-    let store = Store::open(&dir, config())?;
+    let store = Store::open(&dir, config(true))?;
     let chunk_ms = HOUR / args.segments_per_partition;
     let chunks = args.days * DAY / chunk_ms;
     let pb = ProgressBar::new(chunks as u64).with_style(
@@ -615,19 +698,53 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
     // are simulated: "now" is the end of the data (nothing old enough to downsample),
     // then 8 days later (past the 7-day rule: 60 s), then 31 days later (past the
     // 30-day rule: 1 h).
-    let steps = [
-        ("compaction", t_end, STEP_MS),
-        ("downsample 60 s", t_end + 8 * DAY, 60_000),
-        ("downsample 1 h", t_end + 31 * DAY, HOUR),
+    //
+    // The first pass keeps hours (blocks off); the second, two hours after the
+    // last UTC day the data touches has ended, merges the hours into day blocks
+    // (the default policy, kept for the downsampling passes). After each of the
+    // first two, the week is queried on a freshly opened store.
+    let utc_days = (t_end - 1).div_euclid(DAY) - T0_MS.div_euclid(DAY) + 1;
+    let blocks_due = (t_end - 1).div_euclid(DAY) * DAY + DAY + 2 * HOUR;
+    // By then the oldest day may be past the 7-day rule: its block is written at
+    // 60 s.
+    let steps: [(&str, i64, &[i64], bool, usize); 4] = [
+        ("compaction", t_end, &[STEP_MS], false, partitions),
+        (
+            "day blocks",
+            blocks_due,
+            &[STEP_MS, 60_000],
+            true,
+            utc_days as usize,
+        ),
+        (
+            "downsample 60 s",
+            t_end + 8 * DAY,
+            &[60_000],
+            true,
+            utc_days as usize,
+        ),
+        (
+            "downsample 1 h",
+            t_end + 31 * DAY,
+            &[HOUR],
+            true,
+            utc_days as usize,
+        ),
     ];
     let mut done: Vec<Step> = Vec::new();
-    for (name, now, step_ms) in steps {
-        let s = step(&dir, name, now, &before, step_ms)?;
+    let mut week = serde_json::Map::new();
+    for (name, now, steps_ms, blocks, outputs) in steps {
+        let s = step(&dir, name, now, &before, steps_ms, blocks)?;
         ensure!(
-            s.report.compacted.len() == partitions,
-            "{name}: {} of {partitions} partitions rewritten",
+            s.disk.segments == outputs && !s.report.compacted.is_empty(),
+            "{name}: {} live segments ({} written), {outputs} expected",
+            s.disk.segments,
             s.report.compacted.len()
         );
+        if done.len() < 2 {
+            let service = fleet.service_name(0).to_string();
+            week.insert(name.into(), long_range(&dir, T0_MS, t_end, &service, 5)?);
+        }
         done.push(s);
     }
     let compaction = &done[0];
@@ -657,11 +774,14 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
         "flushed": disk_json(&flushed),
         "flushed_seg_file_bytes": flushed_disk,
         "compaction": compaction.json(),
-        "downsample_60s": done[1].json(),
-        "downsample_1h": done[2].json(),
+        "day_blocks": done[1].json(),
+        "downsample_60s": done[2].json(),
+        "downsample_1h": done[3].json(),
         "bytes_compacted_over_flushed": compaction.disk.bytes as f64 / flushed.bytes as f64,
-        "bytes_60s_over_flushed": done[1].disk.bytes as f64 / flushed.bytes as f64,
-        "bytes_1h_over_flushed": done[2].disk.bytes as f64 / flushed.bytes as f64,
+        "bytes_blocks_over_flushed": done[1].disk.bytes as f64 / flushed.bytes as f64,
+        "bytes_60s_over_flushed": done[2].disk.bytes as f64 / flushed.bytes as f64,
+        "bytes_1h_over_flushed": done[3].disk.bytes as f64 / flushed.bytes as f64,
+        "week_queries": week,
         "answers_checked": "merge total and per-stack values of each of the 4 profile types, after a reopen, identical after every step",
     });
     println!();
@@ -695,6 +815,17 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
         );
     }
     println!("  answers                merge totals and per-stack values of 4 profile types unchanged after every step (checked after reopen)");
+    println!("  the whole week, fresh store, result-cache misses (first / p50 of 5):");
+    for (layout, queries) in &week {
+        for (q, f) in queries.as_object().into_iter().flatten() {
+            let ms = |k: &str| f.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
+            println!(
+                "    {layout:<12} {q:<38} {:>9.1} / {:>7.1} ms",
+                ms("first_ms"),
+                ms("p50_ms")
+            );
+        }
+    }
     let path = report::write("lifecycle", figures)?;
     println!("  results                {}", path.display());
     Ok(())

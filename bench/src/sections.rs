@@ -73,6 +73,15 @@ impl Breakdown {
         Ok(())
     }
 
+    /// The given segment files.
+    pub fn of_files<'a>(paths: impl IntoIterator<Item = &'a Path>) -> anyhow::Result<Breakdown> {
+        let mut b = Breakdown::default();
+        for p in paths {
+            b.add_file(p)?;
+        }
+        Ok(b)
+    }
+
     fn add_file(&mut self, path: &Path) -> anyhow::Result<()> {
         let file = SegmentFile::open(path)?;
         self.files += 1;

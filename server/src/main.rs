@@ -216,8 +216,9 @@ enum Command {
     ///     --param from=now-1d --param price_per_core_hour=0.05
     #[command(verbatim_doc_comment)]
     Fleet(profiledb::fleet_cli::FleetArgs),
-    /// Compact (and downsample) the segments of a data directory offline. Refuses to
-    /// run while a server uses the directory.
+    /// Compact (and downsample) the segments of a data directory offline, merging
+    /// UTC days over for two hours into day blocks. Refuses to run while a server
+    /// uses the directory.
     Compact {
         /// Data directory of a stopped server.
         #[arg(long, default_value = "./data")]
@@ -532,6 +533,7 @@ fn main() -> anyhow::Result<()> {
             control_seed,
             control_max_agents,
         } => {
+            let blocks = cluster.block_policy()?;
             let cluster = cluster.resolve()?;
             let rules = match &rules {
                 None => Vec::new(),
@@ -572,6 +574,7 @@ fn main() -> anyhow::Result<()> {
                 open_merge_max_bytes: open_merge_max_mb.saturating_mul(1 << 20),
                 segment_cache_bytes: mib(segment_cache_mb, plan.segment_cache),
                 compaction_max_bytes: mib(compaction_memory_mb, plan.compaction),
+                blocks,
                 ..StoreConfig::default()
             };
             store.validate().context("invalid storage options")?;

@@ -121,7 +121,8 @@ fn admin_api_compacts_lists_and_applies_retention() {
         assert!(!seg0[k].is_null(), "segment info lacks {k}: {seg0}");
     }
 
-    // Compact one tenant's old range.
+    // Compact one tenant's old range: its three hours lie in one UTC day long
+    // over, so they become one day block.
     let r = s
         .client
         .post(format!("{}/api/v1/admin/compact", s.url))
@@ -131,11 +132,11 @@ fn admin_api_compacts_lists_and_applies_retention() {
         .unwrap();
     assert_eq!(r.status(), 200);
     let rep: Value = r.json().unwrap();
-    assert_eq!(rep["compacted"].as_array().unwrap().len(), 3, "{rep}");
+    assert_eq!(rep["compacted"].as_array().unwrap().len(), 1, "{rep}");
     assert_eq!(rep["segments_before"], 7);
-    assert_eq!(rep["segments_after"], 4);
+    assert_eq!(rep["segments_after"], 2);
     let after: Value = segments(&s, Some("s3cret")).json().unwrap();
-    assert_eq!(after["count"], 4);
+    assert_eq!(after["count"], 2);
     assert_eq!(value_total(&after), total);
     let lvl1 = s
         .client
@@ -148,7 +149,7 @@ fn admin_api_compacts_lists_and_applies_retention() {
         .unwrap()
         .json::<Value>()
         .unwrap();
-    assert_eq!(lvl1["count"], 3);
+    assert_eq!(lvl1["count"], 1);
 
     // Retention: a day keeps only the recent segment.
     let r = s
@@ -163,19 +164,19 @@ fn admin_api_compacts_lists_and_applies_retention() {
     assert_eq!(rep["max_age_ms"], 86_400_000);
     assert_eq!(
         rep["applied"]["deleted"].as_array().unwrap().len(),
-        3,
+        1,
         "{rep}"
     );
     let left: Value = segments(&s, Some("s3cret")).json().unwrap();
     assert_eq!(left["count"], 1);
     assert_eq!(value_total(&left), 5);
 
-    // Both runs are visible in /metrics (6 sources → 3 outputs; 3 segments expired).
+    // Both runs are visible in /metrics (6 sources → 1 block; the block expired).
     let metrics = s.get("/metrics").text().unwrap();
     for line in [
-        "profiledb_storage_partitions_compacted_total 3",
+        "profiledb_storage_partitions_compacted_total 1",
         "profiledb_storage_segments_compacted_away_total 6",
-        "profiledb_storage_retention_segments_deleted_total 3",
+        "profiledb_storage_retention_segments_deleted_total 1",
     ] {
         assert!(
             metrics.lines().any(|l| l == line),
@@ -238,7 +239,8 @@ fn offline_cli_commands() {
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout);
     eprintln!("{text}");
-    assert!(text.contains("segments: 7 -> 4"), "{text}");
+    // Six hour segments of one long-past day become one day block.
+    assert!(text.contains("segments: 7 -> 2"), "{text}");
     assert!(text.contains("bytes:"), "{text}");
 
     // A dry run lists what would go and changes nothing; a tenant with no data is
@@ -251,7 +253,7 @@ fn offline_cli_commands() {
     let out = retention(&["--tenant", "acme", "--dry-run"]);
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("would delete 3 segments"), "{text}");
+    assert!(text.contains("would delete 1 segments"), "{text}");
     assert!(text.contains("nothing changed"), "{text}");
     let out = retention(&["--tenant", "nosuchtenant", "--dry-run"]);
     assert!(out.status.success(), "{out:?}");
@@ -262,7 +264,7 @@ fn offline_cli_commands() {
     let out = retention(&["--tenant", "acme"]);
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("deleted 3 segments"), "{text}");
+    assert!(text.contains("deleted 1 segments"), "{text}");
     assert!(text.contains("max age 30d"), "{text}");
 
     let store = Store::open(dir.path(), StoreConfig::default()).unwrap();

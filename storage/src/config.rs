@@ -93,6 +93,56 @@ pub struct StoreConfig {
     /// Downsampling rules: partitions that ended more than `after` ago are rewritten
     /// at `step_ms` by compaction. Default: after 7 days 60 s, after 30 days 1 h.
     pub downsample: Vec<DownsampleRule>,
+    /// Wider blocks compaction merges old partitions into. Default: a UTC day, two
+    /// hours after it ends.
+    pub blocks: BlockPolicy,
+}
+
+/// When compaction merges a time range's partitions into one segment spanning it
+/// (a *block*): a week is then read as 7 segments instead of 168, and each block
+/// stores its strings and stack tree once instead of once an hour.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct BlockPolicy {
+    /// Width of a block, aligned to the epoch (UTC days for 24 h); 0 keeps
+    /// partitions apart. Partitions whose width does not divide it stay apart.
+    pub width_ms: i64,
+    /// How long after a block's end its partitions are merged into it, so late
+    /// writes land in their partitions first.
+    pub delay_ms: i64,
+}
+
+impl Default for BlockPolicy {
+    fn default() -> Self {
+        BlockPolicy {
+            width_ms: 86_400_000,
+            delay_ms: 2 * 3_600_000,
+        }
+    }
+}
+
+impl BlockPolicy {
+    /// No blocks: partitions are merged only with themselves.
+    pub const OFF: BlockPolicy = BlockPolicy {
+        width_ms: 0,
+        delay_ms: 0,
+    };
+
+    /// The start of the block the partition `[start, start + width)` belongs in,
+    /// if blocks are on, the partition fits one, and the block ended `delay_ms`
+    /// before `now_ms`. A block is its own block.
+    pub fn block_of(&self, start: i64, width: i64, now_ms: i64) -> Option<i64> {
+        if self.width_ms <= 0 || width <= 0 || self.width_ms % width != 0 {
+            return None;
+        }
+        let block = start.div_euclid(self.width_ms) * self.width_ms;
+        let inside = start.saturating_add(width) <= block.saturating_add(self.width_ms);
+        let due = block
+            .saturating_add(self.width_ms)
+            .saturating_add(self.delay_ms)
+            <= now_ms;
+        (inside && due).then_some(block)
+    }
 }
 
 /// Data older than `after` is rewritten at the coarser `step_ms`.
@@ -143,6 +193,7 @@ impl Default for StoreConfig {
             open_merge_segments: 4,
             open_merge_max_bytes: 64 << 20,
             downsample: DownsampleRule::defaults(),
+            blocks: BlockPolicy::default(),
         }
     }
 }
@@ -165,6 +216,9 @@ impl StoreConfig {
         }
         if self.downsample.iter().any(|r| r.step_ms <= 0) {
             return bad("downsample step_ms must be positive");
+        }
+        if self.blocks.width_ms < 0 || self.blocks.delay_ms < 0 {
+            return bad("block width and delay must not be negative");
         }
         Ok(())
     }

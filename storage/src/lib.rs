@@ -99,7 +99,7 @@ pub use cluster::{
     plan_merges, Compactor, CompactorConfig, CompactorStats, MergePlan, MergePolicy, Mirror,
     MirrorConfig, MirrorStats, Uploader, UploaderConfig, UploaderStats,
 };
-pub use config::{DownsampleRule, FsyncPolicy, StoreConfig};
+pub use config::{BlockPolicy, DownsampleRule, FsyncPolicy, StoreConfig};
 pub use error::{Budget, QueryError, Result, StorageError};
 pub use merger::{Merger, OutputFrame};
 pub use model::{

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use profiledb_storage::{BucketConfig, MergePolicy};
+use profiledb_storage::{BlockPolicy, BucketConfig, MergePolicy};
 
 /// Which roles a process runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,9 +114,10 @@ pub struct ClusterArgs {
     /// however few segments it has (the hour is over).
     #[arg(long, default_value_t = 60)]
     pub merge_settle_secs: u64,
-    /// Hours of the blocks a compactor merges old partitions into (a week is then
-    /// read as 7 objects, not 168); 0 keeps partitions apart. Must be a multiple
-    /// of the partition width to apply.
+    /// Hours of the blocks compaction merges old partitions into, on one node as
+    /// in a cluster's compactors (a week is then read as 7 segments, not 168, and
+    /// a block stores its stack tree once); 0 keeps partitions apart. Must be a
+    /// multiple of the partition width to apply.
     #[arg(long, default_value_t = 24)]
     pub block_hours: u64,
     /// Minutes after a block's end before its partitions are merged into it
@@ -159,7 +160,17 @@ pub struct ClusterOptions {
 
 impl ClusterArgs {
     /// `None` without --storage (the single-node default).
+    /// `--block-hours` and `--block-delay-minutes`, for a single node's store or
+    /// a compactor's merge policy.
+    pub fn block_policy(&self) -> anyhow::Result<BlockPolicy> {
+        Ok(BlockPolicy {
+            width_ms: to_ms(self.block_hours, 3_600_000, "block-hours")?,
+            delay_ms: to_ms(self.block_delay_minutes, 60_000, "block-delay-minutes")?,
+        })
+    }
+
     pub fn resolve(&self) -> anyhow::Result<Option<ClusterOptions>> {
+        let blocks = self.block_policy()?;
         let Some(url) = self.storage.as_deref() else {
             if self.role != "all" {
                 bail!(
@@ -204,8 +215,8 @@ impl ClusterArgs {
             merge: MergePolicy {
                 min_segments: self.merge_min_segments.max(2),
                 settle_ms: to_ms(self.merge_settle_secs, 1000, "merge-settle-secs")?,
-                block_ms: to_ms(self.block_hours, 3_600_000, "block-hours")?,
-                block_delay_ms: to_ms(self.block_delay_minutes, 60_000, "block-delay-minutes")?,
+                block_ms: blocks.width_ms,
+                block_delay_ms: blocks.delay_ms,
                 ..MergePolicy::default()
             },
             gc_grace: Duration::from_secs(self.gc_grace_secs),

@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 
 use crate::bucket::SegmentEntry;
-use crate::config::DownsampleRule;
+use crate::config::{BlockPolicy, DownsampleRule};
 use crate::store::output_step;
 
 /// When to merge.
@@ -51,16 +51,11 @@ impl Default for MergePolicy {
 impl MergePolicy {
     /// The start of the block `e` belongs in, if its time for blocking has come.
     fn block_of(&self, e: &SegmentEntry, now_ms: i64) -> Option<i64> {
-        if self.block_ms <= 0 || e.width_ms <= 0 || self.block_ms % e.width_ms != 0 {
-            return None;
+        BlockPolicy {
+            width_ms: self.block_ms,
+            delay_ms: self.block_delay_ms,
         }
-        let start = e.partition_ms.div_euclid(self.block_ms) * self.block_ms;
-        let inside = e.partition_ms + e.width_ms <= start + self.block_ms;
-        let due = start
-            .saturating_add(self.block_ms)
-            .saturating_add(self.block_delay_ms)
-            <= now_ms;
-        (inside && due).then_some(start)
+        .block_of(e.partition_ms, e.width_ms, now_ms)
     }
 }
 

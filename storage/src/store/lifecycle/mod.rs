@@ -29,6 +29,7 @@ use super::{now_ms, Inner, Store};
 use crate::catalog::TenantSettings;
 use crate::config::duration_ms;
 use crate::error::{Result, StorageError};
+use crate::merger::OutputFrame;
 use crate::model::TenantId;
 use crate::query::TimeRange;
 use crate::stats::inc;
@@ -165,12 +166,26 @@ impl Inner {
         background: bool,
         now_ms: i64,
     ) -> plan::Scope<'a> {
+        // Before the plan reads the live segments: a partition that finishes
+        // flushing in between is then a segment the plan sees.
+        let busy = self
+            .state
+            .read()
+            .partitions()
+            .map(|p| {
+                let p = p.read();
+                (p.tenant.clone(), p.start_ms, p.end_ms())
+            })
+            .collect();
         plan::Scope {
             tenant,
             range,
             background,
             grace_ms: duration_ms(self.cfg.flush_grace),
             now_ms,
+            blocks: self.cfg.blocks,
+            busy,
+            max_bytes: self.cfg.compaction_max_bytes,
         }
     }
 
@@ -249,7 +264,12 @@ impl Inner {
             }
             let bytes: u64 = p.sources.iter().map(|h| h.meta.size_bytes).sum();
             let (tenant, partition_start_ms) = (p.tenant.clone(), p.partition_start_ms);
-            match self.compact_partition(p.sources, p.step_ms)? {
+            let frame = OutputFrame {
+                start_ms: p.partition_start_ms,
+                width_ms: p.width_ms,
+                step_ms: p.step_ms,
+            };
+            match self.compact_partition(p.sources, frame)? {
                 Outcome::Compacted(done) => report.compacted.push(done),
                 Outcome::Skipped(reason) => report.skipped.push(SkippedPartition {
                     tenant,

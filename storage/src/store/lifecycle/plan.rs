@@ -9,6 +9,14 @@
 //! step differs from its segments' (downsampling: the oldest rule whose age the
 //! partition's end has passed coarsens the step).
 //!
+//! A partition whose block (`BlockPolicy`: a UTC day by default) ended long enough
+//! ago is merged into that block instead: the block's segment first, then its
+//! partitions oldest first, as many as the compaction memory budget holds, so a
+//! day too big for one merge still grows run by run. A block is not formed while a
+//! head partition inside it holds unflushed data: a block's `max_lsn` covers every
+//! partition in it when the WAL is replayed, and unflushed records below it would
+//! be skipped.
+//!
 //! An open partition (still within the flush grace) is not merged whole: every early
 //! flush would rewrite all of the hour again. It is merged in tiers instead
 //! ([`plan_open`]): once `min` segments of one level have gathered, they become one
@@ -18,7 +26,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::config::{duration_ms, DownsampleRule};
+use crate::config::{duration_ms, BlockPolicy, DownsampleRule};
 use crate::model::TenantId;
 use crate::query::TimeRange;
 use crate::segment::SegmentMeta;
@@ -35,6 +43,13 @@ pub(crate) struct Scope<'a> {
     pub background: bool,
     pub grace_ms: i64,
     pub now_ms: i64,
+    pub blocks: BlockPolicy,
+    /// Head partitions (open or being flushed) as (tenant, start, end): no block
+    /// that overlaps one is formed.
+    pub busy: Vec<(TenantId, i64, i64)>,
+    /// The compaction memory budget: a block merge takes sources while their
+    /// estimated decoded size fits it.
+    pub max_bytes: u64,
 }
 
 impl Scope<'_> {
@@ -42,30 +57,47 @@ impl Scope<'_> {
     fn is_open(&self, m: &SegmentMeta) -> bool {
         m.partition_end_ms().saturating_add(self.grace_ms) > self.now_ms
     }
+
+    /// The block `m` is merged into this run, if any.
+    fn block_of(&self, m: &SegmentMeta) -> Option<i64> {
+        let start = self
+            .blocks
+            .block_of(m.partition_start_ms, m.partition_ms, self.now_ms)?;
+        let end = start.saturating_add(self.blocks.width_ms);
+        let busy = self
+            .busy
+            .iter()
+            .any(|(t, s, e)| *t == m.tenant && *s < end && start < *e);
+        (!busy).then_some(start)
+    }
 }
 
-/// Live segments by (tenant, partition start, partition width), those `keep` takes.
-type ByPartition = BTreeMap<(TenantId, i64, i64), Vec<Arc<SegmentHandle>>>;
+/// Live segments by the (tenant, start, width) of the output they go into.
+type ByOutput = BTreeMap<(TenantId, i64, i64), Vec<Arc<SegmentHandle>>>;
 
-fn by_partition<'a>(
+fn by_output<'a>(
     live: impl Iterator<Item = &'a Arc<SegmentHandle>>,
-    keep: impl Fn(&SegmentMeta) -> bool,
-) -> ByPartition {
-    let mut groups = ByPartition::new();
-    for h in live.filter(|h| keep(&h.meta)) {
+    output: impl Fn(&SegmentMeta) -> Option<(i64, i64)>,
+) -> ByOutput {
+    let mut groups = ByOutput::new();
+    for h in live {
         let m = &h.meta;
-        groups
-            .entry((m.tenant.clone(), m.partition_start_ms, m.partition_ms))
-            .or_default()
-            .push(h.clone());
+        if let Some((start, width)) = output(m) {
+            groups
+                .entry((m.tenant.clone(), start, width))
+                .or_default()
+                .push(h.clone());
+        }
     }
     groups
 }
 
-/// One partition to rewrite: its live segments and the step of the output.
+/// One merge: the live segments, and the partition and step of the output.
 pub(crate) struct PlannedPartition {
     pub tenant: TenantId,
     pub partition_start_ms: i64,
+    /// The output's width: the sources' own, or their block's.
+    pub width_ms: i64,
     pub sources: Vec<Arc<SegmentHandle>>,
     pub step_ms: i64,
 }
@@ -84,15 +116,36 @@ pub(crate) fn plan<'a>(
     scope: &Scope<'_>,
     rules: &[DownsampleRule],
 ) -> Plan {
-    let groups = by_partition(live, |m| {
-        scope.tenant.is_none_or(|t| *t == m.tenant)
+    let groups = by_output(live, |m| {
+        let keep = scope.tenant.is_none_or(|t| *t == m.tenant)
             && scope
                 .range
                 .is_none_or(|r| r.overlaps(m.partition_start_ms, m.partition_end_ms()))
-            && !(scope.background && scope.is_open(m))
+            && !(scope.background && scope.is_open(m));
+        keep.then(|| match scope.block_of(m) {
+            Some(block) => (block, scope.blocks.width_ms),
+            None => (m.partition_start_ms, m.partition_ms),
+        })
     });
     let mut plan = Plan::default();
-    for ((tenant, start, width), sources) in groups {
+    for ((tenant, start, width), mut sources) in groups {
+        let all = sources.len();
+        if sources.iter().any(|h| h.meta.partition_ms != width) {
+            // Forming or growing a block: the block so far first, then oldest
+            // first, while the decoded estimate fits the budget.
+            sources.sort_by_key(|h| {
+                (
+                    std::cmp::Reverse(h.meta.partition_ms),
+                    h.meta.partition_start_ms,
+                    h.meta.id,
+                )
+            });
+            let mut bytes = 0u64;
+            sources.retain(|h| {
+                bytes = bytes.saturating_add(decoded_estimate(&h.meta));
+                bytes <= scope.max_bytes
+            });
+        }
         let steps: Vec<i64> = sources.iter().map(|h| h.meta.step_ms).collect();
         match output_step(start + width, width, &steps, rules, scope.now_ms) {
             None => plan.skipped.push(SkippedPartition {
@@ -100,11 +153,23 @@ pub(crate) fn plan<'a>(
                 partition_start_ms: start,
                 reason: format!("segments have incompatible steps {steps:?}"),
             }),
+            Some(_) if sources.is_empty() => plan.skipped.push(SkippedPartition {
+                tenant,
+                partition_start_ms: start,
+                reason: format!(
+                    "the block's first segment alone exceeds the compaction memory budget ({} bytes)",
+                    scope.max_bytes
+                ),
+            }),
             Some(step) => {
-                if sources.len() > 1 || steps.iter().any(|&s| s != step) {
+                // Downsampling rewrites a lone segment, but only a whole group:
+                // part of a block rewritten coarser would leave the rest finer.
+                let coarser = steps.iter().any(|&s| s != step) && sources.len() == all;
+                if sources.len() > 1 || coarser {
                     plan.partitions.push(PlannedPartition {
                         tenant,
                         partition_start_ms: start,
+                        width_ms: width,
                         sources,
                         step_ms: step,
                     });
@@ -139,10 +204,11 @@ pub(crate) fn plan_open<'a>(
     if min < 2 {
         return plan;
     }
-    let groups = by_partition(live, |m| {
-        scope.is_open(m) && scope.tenant.is_none_or(|t| *t == m.tenant)
+    let groups = by_output(live, |m| {
+        (scope.is_open(m) && scope.tenant.is_none_or(|t| *t == m.tenant))
+            .then_some((m.partition_start_ms, m.partition_ms))
     });
-    for ((tenant, start, _), segments) in groups {
+    for ((tenant, start, width), segments) in groups {
         let mut levels: BTreeMap<u32, Vec<Arc<SegmentHandle>>> = BTreeMap::new();
         for h in segments {
             levels.entry(h.meta.level).or_default().push(h);
@@ -166,6 +232,7 @@ pub(crate) fn plan_open<'a>(
         plan.partitions.push(PlannedPartition {
             tenant,
             partition_start_ms: start,
+            width_ms: width,
             sources,
             step_ms: step,
         });
