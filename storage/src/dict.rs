@@ -125,6 +125,24 @@ pub struct DictBuilder {
     string_bytes: usize,
 }
 
+#[cfg(test)]
+impl DictBuilder {
+    /// A builder holding one stack: function `f` of `x.go` at address 1, line 1.
+    /// Returns it and the stack's leaf node.
+    pub(crate) fn with_one_stack() -> (DictBuilder, u32) {
+        let mut b = DictBuilder::new();
+        let f = b.function("f", "x.go");
+        let l = b.location(LocationRec {
+            function: Some(f),
+            mapping: None,
+            address: 1,
+            line: 1,
+        });
+        let stack = b.stack(&[l]);
+        (b, stack)
+    }
+}
+
 impl DictBuilder {
     pub fn new() -> Self {
         let mut b = DictBuilder::default();

@@ -229,15 +229,7 @@ mod tests {
     /// A one-series segment of the hour at `start` with 10 s steps: `rows` as
     /// (step, value), all on one stack.
     fn hour(dir: &std::path::Path, id: u64, start: i64, rows: &[(u32, i64)]) -> LoadedSegment {
-        let mut b = DictBuilder::new();
-        let f = b.function("f", "f.go");
-        let l = b.location(LocationRec {
-            function: Some(f),
-            mapping: None,
-            address: 1,
-            line: 1,
-        });
-        let stack = b.stack(&[l]);
+        let (b, stack) = DictBuilder::with_one_stack();
         let meta = SegmentMeta::for_test(id, start, HOUR);
         let rows = rows
             .iter()

@@ -6,7 +6,9 @@
 mod common;
 
 use common::*;
-use profiledb_storage::{SegmentMeta, Selector, Store, StoreConfig, TenantId, TimeRange};
+use profiledb_storage::{
+    BlockPolicy, SegmentMeta, Selector, Store, StoreConfig, TenantId, TimeRange,
+};
 
 const HOUR: i64 = 3_600_000;
 const DAY: i64 = 24 * HOUR;
@@ -164,11 +166,12 @@ fn a_past_day_becomes_one_block_and_a_replay_does_not_apply_it_again() {
     check(&store, &reference, "reopened after the late merge");
 }
 
-#[test]
-fn no_block_forms_over_a_head_partition_of_its_day() {
+/// A store with `blocks` holding one segment in each of hours 1 and 2 of day `D`.
+fn two_hours(blocks: BlockPolicy) -> (tempfile::TempDir, Store, Reference) {
     let dir = tempfile::tempdir().unwrap();
     let cfg = StoreConfig {
         downsample: Vec::new(),
+        blocks,
         ..test_config()
     };
     let store = Store::open(dir.path(), cfg).unwrap();
@@ -177,6 +180,12 @@ fn no_block_forms_over_a_head_partition_of_its_day() {
     store.flush().unwrap();
     write(&store, &mut reference, &[sample(D + 2 * HOUR, "a", "y", 2)]);
     store.flush().unwrap();
+    (dir, store, reference)
+}
+
+#[test]
+fn no_block_forms_over_a_head_partition_of_its_day() {
+    let (_dir, store, mut reference) = two_hours(BlockPolicy::default());
     // Unflushed data in hour 9 of the day: its records may have LSNs below the
     // block's, so the block waits.
     write(&store, &mut reference, &[sample(D + 9 * HOUR, "a", "z", 4)]);
@@ -191,18 +200,7 @@ fn no_block_forms_over_a_head_partition_of_its_day() {
 
 #[test]
 fn blocks_can_be_turned_off() {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = StoreConfig {
-        downsample: Vec::new(),
-        blocks: profiledb_storage::BlockPolicy::OFF,
-        ..test_config()
-    };
-    let store = Store::open(dir.path(), cfg).unwrap();
-    let mut reference = Reference::default();
-    write(&store, &mut reference, &[sample(D + HOUR, "a", "x", 1)]);
-    store.flush().unwrap();
-    write(&store, &mut reference, &[sample(D + 2 * HOUR, "a", "y", 2)]);
-    store.flush().unwrap();
+    let (_dir, store, reference) = two_hours(BlockPolicy::OFF);
     compact(&store, DUE + DAY);
     assert_eq!(segments(&store), [(D + HOUR, HOUR), (D + 2 * HOUR, HOUR)]);
     check(&store, &reference, "no blocks");

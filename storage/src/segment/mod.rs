@@ -363,15 +363,7 @@ mod tests {
 
     /// One series per value list, all on one stack, rows at steps 0, 1, 2, ...
     fn scaled_input(values: &[&[i64]]) -> SegmentInput<'static> {
-        let mut b = DictBuilder::new();
-        let f = b.function("f", "x.go");
-        let l = b.location(LocationRec {
-            function: Some(f),
-            mapping: None,
-            address: 1,
-            line: 1,
-        });
-        let stack = b.stack(&[l]);
+        let (b, stack) = DictBuilder::with_one_stack();
         SegmentInput {
             meta: meta(5),
             dict: std::borrow::Cow::Owned(b.finish()),
