@@ -27,6 +27,14 @@ impl Running {
         let server = rt.block_on(Server::bind(ServeOptions {
             listen: "127.0.0.1:0".parse()?,
             data_dir: dir.to_path_buf(),
+            // The suites replay a day of a fleet in minutes: the per-tenant rate
+            // limits (1,000 profiles/s by default, what a fleet sends in real time
+            // with room to spare) would measure the limiter, not the engine. They
+            // capped the query suite's ingest at ~54 host pushes/s.
+            tenancy: profiledb::tenancy::TenancyOptions {
+                limits: profiledb::tenancy::Limits::unlimited(),
+                ..Default::default()
+            },
             ..Default::default()
         }))?;
         let url = format!("http://{}", server.local_addr());
