@@ -34,18 +34,6 @@ pub struct Args {
     quick: bool,
 }
 
-fn rss_kib(field: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(field))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
 pub fn run(mut args: Args) -> anyhow::Result<()> {
     if args.quick {
         args.decode_iterations = 10;
@@ -139,7 +127,7 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
     }
     let hsecs = t.elapsed().as_secs_f64();
     pb.finish();
-    let rss_peak = rss_kib("VmHWM:");
+    let rss_peak = crate::report::peak_rss_bytes();
     server.stop()?;
 
     let http_samples = pprof_samples * u64::from(args.requests);
@@ -157,7 +145,7 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
         "http_samples_per_second": http_samples as f64 / hsecs,
         "http_mb_per_second": http_bytes as f64 / 1e6 / hsecs,
         "http_retries_429": retries.load(Ordering::Relaxed),
-        "process_peak_rss_bytes": rss_peak * 1024,
+        "process_peak_rss_bytes": rss_peak,
         "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
     });
     println!();
@@ -177,7 +165,7 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
         http_samples as f64 / hsecs, http_bytes as f64 / 1e6 / hsecs, args.requests, args.clients, retries.load(Ordering::Relaxed));
     println!(
         "  peak RSS (server+clients) {}",
-        human_bytes((rss_peak * 1024) as f64)
+        human_bytes(rss_peak as f64)
     );
     let path = report::write("ingest", figures)?;
     println!("  results                {}", path.display());

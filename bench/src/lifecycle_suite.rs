@@ -177,20 +177,6 @@ fn long_range(
     Ok(Value::Object(out))
 }
 
-/// VmHWM / VmRSS of this process in bytes (Linux).
-fn proc_status_kib(field: &str) -> Option<u64> {
-    let s = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = s.lines().find(|l| l.starts_with(field))?;
-    let kib: u64 = line
-        .trim_start_matches(field)
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()?;
-    Some(kib * 1024)
-}
-
 /// One batch: one host's CPU (and heap) profiles of every service over `[from, to)`.
 fn host_batch(fleet: &Fleet, host: usize, from: i64, to: i64, draws: usize) -> (Batch, [i64; 4]) {
     let mut b = Batch::new(TenantId::default());
@@ -479,7 +465,7 @@ pub fn run_step(args: StepArgs) -> anyhow::Result<()> {
         .progress_chars("=> "),
     );
     pb.set_message(args.name);
-    let rss_before = proc_status_kib("VmRSS:");
+    let rss_before = report::own_status_bytes("VmRSS:");
     let started = Instant::now();
     let report = store.compact_at(None, None, args.now_ms, &|p| {
         pb.set_length(p.bytes_total.max(1));
@@ -493,7 +479,7 @@ pub fn run_step(args: StepArgs) -> anyhow::Result<()> {
         report,
         seconds,
         rss_before,
-        peak_rss: proc_status_kib("VmHWM:"),
+        peak_rss: report::own_status_bytes("VmHWM:"),
     };
     println!("{}", serde_json::to_string(&out)?);
     Ok(())

@@ -65,10 +65,16 @@ pub fn human_bytes(b: f64) -> String {
     format!("{v:.2} {}", UNITS[i])
 }
 
+/// A memory field of this process's `/proc/self/status` (`"VmRSS:"`,
+/// `"VmHWM:"`) in bytes; `None` where `/proc` cannot say.
+pub fn own_status_bytes(field: &str) -> Option<u64> {
+    crate::agent_suite::status_kib(std::process::id(), field).map(|kib| kib * 1024)
+}
+
 /// Peak resident memory of this process (bytes) since it started or since the
 /// last [`reset_peak_rss`]; 0 where `/proc` cannot say.
 pub fn peak_rss_bytes() -> u64 {
-    crate::agent_suite::status_kib(std::process::id(), "VmHWM:").unwrap_or(0) * 1024
+    own_status_bytes("VmHWM:").unwrap_or(0)
 }
 
 /// Starts a new peak-RSS measurement (Linux `clear_refs` 5); false where the

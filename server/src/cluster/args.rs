@@ -215,8 +215,7 @@ impl ClusterArgs {
             merge: MergePolicy {
                 min_segments: self.merge_min_segments.max(2),
                 settle_ms: to_ms(self.merge_settle_secs, 1000, "merge-settle-secs")?,
-                block_ms: blocks.width_ms,
-                block_delay_ms: blocks.delay_ms,
+                blocks,
                 ..MergePolicy::default()
             },
             gc_grace: Duration::from_secs(self.gc_grace_secs),

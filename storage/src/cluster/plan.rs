@@ -8,7 +8,7 @@
 //! even when it is one segment already (the same rules and step arithmetic as a
 //! single node's compaction: `store/lifecycle/plan.rs`).
 //!
-//! Once a whole block (a day by default) has been over for `block_delay_ms`, its
+//! Once a whole block (a day by default) has been over for its delay (`BlockPolicy`), its
 //! segments are merged into one block spanning the day instead: a week is then 7
 //! objects to list, fetch and decode instead of 168, and the index shrinks by as
 //! much. The delay lets late writes land in their hours first; a segment arriving
@@ -29,11 +29,9 @@ pub struct MergePolicy {
     pub settle_ms: i64,
     /// Upper bound on the sources' bytes in one merge (the compactor's memory).
     pub max_bytes: u64,
-    /// Width of the blocks old partitions are merged into; 0 keeps partitions
-    /// apart. Partitions whose width does not divide it are never blocked.
-    pub block_ms: i64,
-    /// How long after a block's end its partitions are merged into it.
-    pub block_delay_ms: i64,
+    /// The blocks old partitions are merged into (the same policy as a single
+    /// node's compaction).
+    pub blocks: BlockPolicy,
 }
 
 impl Default for MergePolicy {
@@ -42,20 +40,8 @@ impl Default for MergePolicy {
             min_segments: 8,
             settle_ms: 60_000,
             max_bytes: 256 << 20,
-            block_ms: 86_400_000,
-            block_delay_ms: 2 * 3_600_000,
+            blocks: BlockPolicy::default(),
         }
-    }
-}
-
-impl MergePolicy {
-    /// The start of the block `e` belongs in, if its time for blocking has come.
-    fn block_of(&self, e: &SegmentEntry, now_ms: i64) -> Option<i64> {
-        BlockPolicy {
-            width_ms: self.block_ms,
-            delay_ms: self.block_delay_ms,
-        }
-        .block_of(e.partition_ms, e.width_ms, now_ms)
     }
 }
 
@@ -84,8 +70,8 @@ pub fn plan_merges(
     // the same instant are different outputs.
     let mut groups: BTreeMap<(i64, i64), Vec<&SegmentEntry>> = BTreeMap::new();
     for e in live {
-        let key = match policy.block_of(e, now_ms) {
-            Some(start) => (start, policy.block_ms),
+        let key = match policy.blocks.block_of(e.partition_ms, e.width_ms, now_ms) {
+            Some(start) => (start, policy.blocks.width_ms),
             None => (e.partition_ms, e.width_ms),
         };
         groups.entry(key).or_default().push(e);
@@ -176,8 +162,7 @@ mod tests {
             min_segments: 3,
             settle_ms: 100,
             max_bytes: 1000,
-            block_ms: 0,
-            block_delay_ms: 0,
+            blocks: BlockPolicy::OFF,
         }
     }
 
@@ -186,8 +171,10 @@ mod tests {
 
     fn blocks() -> MergePolicy {
         MergePolicy {
-            block_ms: DAY,
-            block_delay_ms: 2 * HOUR,
+            blocks: BlockPolicy {
+                width_ms: DAY,
+                delay_ms: 2 * HOUR,
+            },
             ..policy()
         }
     }

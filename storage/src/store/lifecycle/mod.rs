@@ -29,7 +29,6 @@ use super::{now_ms, Inner, Store};
 use crate::catalog::TenantSettings;
 use crate::config::duration_ms;
 use crate::error::{Result, StorageError};
-use crate::merger::OutputFrame;
 use crate::model::TenantId;
 use crate::query::TimeRange;
 use crate::stats::inc;
@@ -159,24 +158,26 @@ impl Inner {
         }
     }
 
-    fn scope<'a>(
-        &self,
-        tenant: Option<&'a TenantId>,
-        range: Option<TimeRange>,
-        background: bool,
-        now_ms: i64,
-    ) -> plan::Scope<'a> {
-        // Before the plan reads the live segments: a partition that finishes
-        // flushing in between is then a segment the plan sees.
-        let busy = self
-            .state
+    /// (tenant, start, end) of every head partition, open or being flushed.
+    fn head_ranges(&self) -> Vec<(TenantId, i64, i64)> {
+        self.state
             .read()
             .partitions()
             .map(|p| {
                 let p = p.read();
                 (p.tenant.clone(), p.start_ms, p.end_ms())
             })
-            .collect();
+            .collect()
+    }
+
+    fn scope<'a>(
+        &self,
+        tenant: Option<&'a TenantId>,
+        range: Option<TimeRange>,
+        background: bool,
+        now_ms: i64,
+        busy: Vec<(TenantId, i64, i64)>,
+    ) -> plan::Scope<'a> {
         plan::Scope {
             tenant,
             range,
@@ -197,7 +198,9 @@ impl Inner {
         now: i64,
         progress: &dyn Fn(&CompactProgress),
     ) -> Result<CompactReport> {
-        let scope = self.scope(tenant, range, background, now);
+        // Taken before the plan reads the live segments: a partition that finishes
+        // flushing in between is then a segment the plan sees.
+        let scope = self.scope(tenant, range, background, now, self.head_ranges());
         self.run_plan(progress, |live| {
             plan::plan(live, &scope, &self.cfg.downsample)
         })
@@ -206,7 +209,8 @@ impl Inner {
     /// Tier merges of the open partitions, repeated while a merge completes a tier
     /// of the next level; one report for all of them.
     fn merge_open(&self, now: i64) -> Result<CompactReport> {
-        let scope = self.scope(None, None, true, now);
+        // Tier merges stay within their partition: no block, no head ranges needed.
+        let scope = self.scope(None, None, true, now, Vec::new());
         let (min, max_bytes) = (self.cfg.open_merge_segments, self.cfg.open_merge_max_bytes);
         let mut total = CompactReport::default();
         // Each round lifts at least `min` segments a level up, so the levels bound it.
@@ -263,13 +267,8 @@ impl Inner {
                 break;
             }
             let bytes: u64 = p.sources.iter().map(|h| h.meta.size_bytes).sum();
-            let (tenant, partition_start_ms) = (p.tenant.clone(), p.partition_start_ms);
-            let frame = OutputFrame {
-                start_ms: p.partition_start_ms,
-                width_ms: p.width_ms,
-                step_ms: p.step_ms,
-            };
-            match self.compact_partition(p.sources, frame)? {
+            let (tenant, partition_start_ms) = (p.tenant.clone(), p.frame.start_ms);
+            match self.compact_partition(p.sources, p.frame)? {
                 Outcome::Compacted(done) => report.compacted.push(done),
                 Outcome::Skipped(reason) => report.skipped.push(SkippedPartition {
                     tenant,

@@ -27,6 +27,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::config::{duration_ms, BlockPolicy, DownsampleRule};
+use crate::merger::OutputFrame;
 use crate::model::TenantId;
 use crate::query::TimeRange;
 use crate::segment::SegmentMeta;
@@ -92,14 +93,12 @@ fn by_output<'a>(
     groups
 }
 
-/// One merge: the live segments, and the partition and step of the output.
+/// One merge: the live segments, and the frame of the output (the sources' own
+/// partition, or their block) at its step.
 pub(crate) struct PlannedPartition {
     pub tenant: TenantId,
-    pub partition_start_ms: i64,
-    /// The output's width: the sources' own, or their block's.
-    pub width_ms: i64,
+    pub frame: OutputFrame,
     pub sources: Vec<Arc<SegmentHandle>>,
-    pub step_ms: i64,
 }
 
 /// The partitions to rewrite, and those that need work but cannot be merged.
@@ -168,10 +167,12 @@ pub(crate) fn plan<'a>(
                 if sources.len() > 1 || coarser {
                     plan.partitions.push(PlannedPartition {
                         tenant,
-                        partition_start_ms: start,
-                        width_ms: width,
+                        frame: OutputFrame {
+                            start_ms: start,
+                            width_ms: width,
+                            step_ms: step,
+                        },
                         sources,
-                        step_ms: step,
                     });
                 }
             }
@@ -231,10 +232,12 @@ pub(crate) fn plan_open<'a>(
         }
         plan.partitions.push(PlannedPartition {
             tenant,
-            partition_start_ms: start,
-            width_ms: width,
+            frame: OutputFrame {
+                start_ms: start,
+                width_ms: width,
+                step_ms: step,
+            },
             sources,
-            step_ms: step,
         });
     }
     plan
