@@ -141,3 +141,108 @@ fn limits_refuse_large_queries() {
     let e = quick.merge_tree(&t, &sel, range).unwrap_err();
     assert!(e.to_string().contains("timed out"), "{e}");
 }
+
+mod filters {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    const NAMES: [&str; 5] = ["main", "serve", "hash", "idle", "compact"];
+
+    /// `^(a|b)$` of the chosen names, `None` when none is chosen.
+    fn regex_of(chosen: &[bool]) -> Option<Regex> {
+        let names: Vec<&str> = NAMES
+            .iter()
+            .zip(chosen)
+            .filter(|p| *p.1)
+            .map(|p| *p.0)
+            .collect();
+        (!names.is_empty()).then(|| Regex::new(&format!("^({})$", names.join("|"))).unwrap())
+    }
+
+    /// The group-by computed from the samples themselves.
+    fn expected(
+        stacks: &[(bool, Vec<usize>, i64)],
+        inc: &Option<Regex>,
+        exc: &Option<Regex>,
+        total_keys: bool,
+    ) -> (Vec<(Vec<String>, i64)>, i64) {
+        let mut rows: BTreeMap<Vec<String>, i64> = BTreeMap::new();
+        let mut total = 0;
+        for (db, stack, v) in stacks {
+            let frames: Vec<&str> = stack.iter().map(|&i| NAMES[i]).collect();
+            let any =
+                |re: &Option<Regex>| re.as_ref().map(|r| frames.iter().any(|f| r.is_match(f)));
+            if any(inc) == Some(false) || any(exc) == Some(true) {
+                continue;
+            }
+            total += v;
+            let svc = if *db { "db" } else { "api" }.to_string();
+            let mut keyed: Vec<&str> = if total_keys {
+                frames.clone()
+            } else {
+                frames.last().copied().into_iter().collect()
+            };
+            keyed.sort_unstable();
+            keyed.dedup();
+            for f in keyed {
+                *rows.entry(vec![svc.clone(), f.to_string()]).or_insert(0) += v;
+            }
+        }
+        let mut rows: Vec<(Vec<String>, i64)> = rows.into_iter().collect();
+        rows.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        (rows, total)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+
+        /// Function filters give the same rows from the head (flags per node) and
+        /// from a segment (depth-first ranges), and both equal the rows computed
+        /// from the samples.
+        #[test]
+        fn head_and_segment_filters_equal_the_samples(
+            stacks in prop::collection::vec(
+                (any::<bool>(), prop::collection::vec(0usize..5, 1..5), 1i64..9), 1..25),
+            include in prop::collection::vec(any::<bool>(), 5),
+            exclude in prop::collection::vec(any::<bool>(), 5),
+            total_keys in any::<bool>(),
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let store = Store::open(dir.path(), test_config()).unwrap();
+            let t = TenantId::default();
+            let samples: Vec<TSample> = stacks
+                .iter()
+                .map(|(db, s, v)| {
+                    let frames: Vec<&str> = s.iter().map(|&i| NAMES[i]).collect();
+                    sample(if *db { "db" } else { "api" }, &frames, *v)
+                })
+                .collect();
+            store.write(build_batch(&t, &samples)).unwrap();
+            let (inc, exc) = (regex_of(&include), regex_of(&exclude));
+            let q = GroupByQuery {
+                keys: vec![
+                    GroupKey::Label("service_name".into()),
+                    if total_keys { GroupKey::FunctionTotal } else { GroupKey::Function },
+                ],
+                include: inc.clone(),
+                exclude: exc.clone(),
+                max_groups: 0,
+            };
+            let sel = Selector::parse(&format!("{CPU}{{}}")).unwrap();
+            let range = TimeRange::new(0, 10_000);
+            let (want, total) = expected(&stacks, &inc, &exc, total_keys);
+            let head = Querier::new(&store, 64 << 20, QueryLimits::default())
+                .group_by(&t, &sel, range, &q)
+                .unwrap();
+            prop_assert_eq!(rows(&head), want.clone());
+            prop_assert_eq!(head.total, total);
+            store.flush().unwrap();
+            let seg = Querier::new(&store, 64 << 20, QueryLimits::default())
+                .group_by(&t, &sel, range, &q)
+                .unwrap();
+            prop_assert_eq!(rows(&seg), want);
+            prop_assert_eq!(seg.total, total);
+        }
+    }
+}

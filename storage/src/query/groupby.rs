@@ -16,10 +16,13 @@ use rustc_hash::FxHashMap;
 use super::frames::frame_name;
 use super::frames::{FrameTree, ROOT_GID};
 use super::interner::Interner;
-use super::scratch::{Memo, Scratch};
-use super::{node_values, selection, Source, TimeRange};
+use super::node_filter::NodeFilter;
+use super::scratch::Scratch;
+use super::{selection, Source, TimeRange};
 use crate::dict::{Dict, NO_PARENT};
 use crate::error::{QueryError, Result, StorageError};
+use crate::index::LabelIndex;
+use crate::model::Labels;
 use crate::selector::Selector;
 
 /// Group-by key: the leaf function of a stack (self value).
@@ -134,136 +137,77 @@ impl GroupAcc {
     }
 }
 
-/// Bit set in a filter memo entry when some frame on the path root..=node matches
-/// the include set.
-const HAS_INCLUDED: u32 = 1;
-/// Likewise for the exclude set.
-const HAS_EXCLUDED: u32 = 2;
-
-/// The function filters of one source, resolved to flags per function id.
-struct NodeFilter {
-    /// `HAS_INCLUDED` / `HAS_EXCLUDED` per function id of the source's dictionary
-    /// (a flat array: the climb checks every ancestor of every stack it sees).
-    functions: Vec<u8>,
-    include: bool,
-    exclude: bool,
-    /// The flags of every stack node, once the query has seen enough of them (see
-    /// [`NodeFilter::observe`]); empty until then.
-    dense: Vec<u8>,
-    /// Stack nodes looked up so far in this source.
-    seen: usize,
-}
-
-/// Past one looked-up node for this many nodes of the dictionary, one forward pass
-/// over the whole stack tree costs less than climbing from each node: the climb's
-/// memo and parent lookups land at random in arrays of the tree's size (cache
-/// misses), the pass reads them in order into a byte per node.
-const DENSE_AFTER: usize = 128;
-
-impl NodeFilter {
-    fn new(
-        src: &dyn Source,
-        q: &GroupByQuery,
-        resolve: &dyn Fn(&dyn Source, &Regex) -> Result<RoaringBitmap>,
-    ) -> Result<NodeFilter> {
-        let mut f = NodeFilter {
-            functions: Vec::new(),
-            include: q.include.is_some(),
-            exclude: q.exclude.is_some(),
-            dense: Vec::new(),
-            seen: 0,
-        };
-        if f.is_noop() {
-            return Ok(f);
-        }
-        f.functions = vec![0; src.dict().functions.len()];
-        for (re, flag) in [(&q.include, HAS_INCLUDED), (&q.exclude, HAS_EXCLUDED)] {
-            let Some(re) = re else { continue };
-            for id in resolve(src, re)?.iter() {
-                if let Some(slot) = f.functions.get_mut(id as usize) {
-                    *slot |= flag as u8;
-                }
-            }
-        }
-        Ok(f)
-    }
-
-    fn is_noop(&self) -> bool {
-        !self.include && !self.exclude
-    }
-
-    /// Counts `nodes` more lookups to come; once they pass 1/[`DENSE_AFTER`] of the
-    /// stack tree, computes every node's flags in one pass (parents come before
-    /// their children, so each node ORs its own function's flags into its parent's).
-    fn observe(&mut self, dict: &Dict, nodes: usize) {
-        if self.is_noop() || !self.dense.is_empty() {
-            return;
-        }
-        self.seen = self.seen.saturating_add(nodes);
-        let n = dict.node_count();
-        if self.seen.saturating_mul(DENSE_AFTER) < n {
-            return;
-        }
-        let own: Vec<u8> = dict
-            .locations
-            .iter()
-            .map(|l| {
-                l.function
-                    .and_then(|f| self.functions.get(f as usize))
-                    .copied()
-                    .unwrap_or(0)
-            })
-            .collect();
-        let mut dense: Vec<u8> = Vec::with_capacity(n);
-        for (&loc, &p) in dict.node_locations.iter().zip(&dict.parents) {
-            let mine = own.get(loc as usize).copied().unwrap_or(0);
-            // A parent id is below its child's (checked on decode), so it is set.
-            let inherited = dense.get(p as usize).copied().unwrap_or(0);
-            dense.push(mine | inherited);
-        }
-        dense.resize(n, 0);
-        self.dense = dense;
-    }
-
-    /// Whether samples of stack node `node` pass. Before the dense pass, visits only
-    /// `node`'s ancestors not yet memoised in `memo`, so a query pays for the stacks
-    /// it touches.
-    fn keeps(&self, dict: &Dict, node: u32, memo: &mut Memo, path: &mut Vec<u32>) -> bool {
-        let flags = match self.dense.get(node as usize) {
-            Some(&f) => u32::from(f),
-            None => self.flags(dict, node, memo, path),
-        };
-        (!self.include || flags & HAS_INCLUDED != 0) && flags & HAS_EXCLUDED == 0
-    }
-
-    fn flags(&self, dict: &Dict, node: u32, memo: &mut Memo, path: &mut Vec<u32>) -> u32 {
-        let mut flags = dict.climb_until(node, path, |n| memo.get(n)).unwrap_or(0);
-        for &n in path.iter().rev() {
-            let f = dict
-                .node_locations
-                .get(n as usize)
-                .and_then(|&l| dict.locations.get(l as usize))
-                .and_then(|l| l.function);
-            if let Some(&bits) = f.and_then(|f| self.functions.get(f as usize)) {
-                flags |= u32::from(bits);
-            }
-            memo.set(n, flags);
-        }
-        flags
-    }
-}
-
 /// The selected series of `src` grouped by their values of the label keys (an empty
-/// string where a series lacks a key), in order of first appearance.
+/// string where a series lacks a key).
+///
+/// Split key by key through the label index (a bitmap intersection per group and
+/// value) rather than by looking up every series' labels: a segment holds a
+/// thousand series of a fleet but a key has a few values. A key with more values
+/// than there are selected series is looked up per series instead.
 fn by_label_values(
     src: &dyn Source,
+    series: &RoaringBitmap,
+    label_keys: &[&str],
+) -> Vec<(Vec<String>, RoaringBitmap)> {
+    split_by_index(src.index(), series, label_keys)
+        .unwrap_or_else(|| split_per_series(|s| src.labels(s), series, label_keys))
+}
+
+/// `None` when a key has more values than `series` has members.
+fn split_by_index(
+    index: &LabelIndex,
+    series: &RoaringBitmap,
+    label_keys: &[&str],
+) -> Option<Vec<(Vec<String>, RoaringBitmap)>> {
+    let mut groups = Vec::new();
+    if !series.is_empty() {
+        groups.push((Vec::new(), series.clone()));
+    }
+    for name in label_keys {
+        let values: Vec<(&str, &RoaringBitmap)> = index.values(name).collect();
+        if values.len() as u64 > series.len() {
+            return None;
+        }
+        let mut next = Vec::with_capacity(groups.len() * (values.len() + 1));
+        for (key, set) in groups {
+            let mut rest = set.clone();
+            let mut blank: Option<RoaringBitmap> = None;
+            for &(value, postings) in &values {
+                let part = &set & postings;
+                if part.is_empty() {
+                    continue;
+                }
+                rest -= &part;
+                if value.is_empty() {
+                    blank = Some(part);
+                    continue;
+                }
+                let mut k = key.clone();
+                k.push(value.to_string());
+                next.push((k, part));
+            }
+            // A series without the key groups with those whose value is empty.
+            let blank = blank.map_or(rest.clone(), |b| b | rest);
+            if !blank.is_empty() {
+                let mut k = key;
+                k.push(String::new());
+                next.push((k, blank));
+            }
+        }
+        groups = next;
+    }
+    Some(groups)
+}
+
+fn split_per_series<'a>(
+    labels: impl Fn(u32) -> Option<&'a Labels>,
     series: &RoaringBitmap,
     label_keys: &[&str],
 ) -> Vec<(Vec<String>, RoaringBitmap)> {
     let mut groups: Vec<(Vec<String>, RoaringBitmap)> = Vec::new();
     let mut ids: FxHashMap<Vec<String>, usize> = FxHashMap::default();
     for sid in series.iter() {
-        let labels = src.labels(sid);
+        let labels = labels(sid);
         let lv: Vec<String> = label_keys
             .iter()
             .map(|name| labels.and_then(|l| l.get(name)).unwrap_or("").to_string())
@@ -304,11 +248,13 @@ pub fn group_into(
     let dict = src.dict();
     let label_keys = q.label_keys();
     let stack_keys = q.keys.iter().any(GroupKey::is_stack_derived);
-    let mut filter = NodeFilter::new(src, q, resolve)?;
+    let mut filter = NodeFilter::new(src, q.include.as_ref(), q.exclude.as_ref(), resolve)?;
+    if filter.passes_nothing() {
+        return Ok(());
+    }
 
     let groups = by_label_values(src, &series, &label_keys);
 
-    scratch.keep.prepare(dict.node_count());
     scratch.names.prepare(dict.locations.len());
     scratch.nodes.prepare(dict.locations.len());
     // Strings of this source's stack-derived key values, each interned once.
@@ -317,18 +263,13 @@ pub fn group_into(
     // the group.
     let mut rows: FxHashMap<(usize, Vec<u32>), i64> = FxHashMap::default();
     let mut pairs = std::mem::take(&mut scratch.pairs);
-    let mut path = std::mem::take(&mut scratch.path);
     let mut choices: Vec<Vec<u32>> = Vec::with_capacity(q.keys.len());
     let mut frames: Vec<u32> = Vec::new();
     let result = (|| -> Result<()> {
         for (g, (_, members)) in groups.iter().enumerate() {
-            node_values(src, members, lo, hi, scratch)?;
+            filter.node_values(src, members, lo, hi, scratch)?;
             std::mem::swap(&mut pairs, &mut scratch.pairs);
-            filter.observe(dict, pairs.len());
             for &(node, v) in &pairs {
-                if !filter.is_noop() && !filter.keeps(dict, node, &mut scratch.keep, &mut path) {
-                    continue;
-                }
                 acc.total = acc.total.saturating_add(v);
                 if !stack_keys {
                     let e = rows.entry((g, Vec::new())).or_insert(0);
@@ -401,7 +342,6 @@ pub fn group_into(
         Ok(())
     })();
     scratch.pairs = pairs;
-    scratch.path = path;
     scratch.end_source();
     result?;
 
@@ -609,34 +549,25 @@ pub fn group_frames(
     // The function filters are applied to this source's stack nodes before they
     // are resolved to frame ids: only the stacks a filtered query keeps are added to
     // the frame tree (the first query after a restart resolves far fewer).
-    let mut filter = NodeFilter::new(src, q, resolve)?;
+    let mut filter = NodeFilter::new(src, q.include.as_ref(), q.exclude.as_ref(), resolve)?;
+    if filter.passes_nothing() {
+        return Ok(());
+    }
     let generation = tree.read().generation();
     let slots = src
         .gid_memo()
         .map(|m| m.slots(generation, dict.node_count()));
     let mut per_group: Vec<(u32, Vec<(u32, i64)>)> = Vec::with_capacity(members.len());
     let mut gid_pairs = Vec::new();
-    let mut path = std::mem::take(&mut scratch.path);
-    scratch.keep.prepare(dict.node_count());
     let result = (|| -> Result<()> {
         for (g, set) in &members {
-            node_values(src, set, lo, hi, scratch)?;
-            if !filter.is_noop() {
-                filter.observe(dict, scratch.pairs.len());
-                let keep = &mut scratch.keep;
-                scratch
-                    .pairs
-                    .retain(|&(node, _)| filter.keeps(dict, node, keep, &mut path));
-            }
-            scratch.path = std::mem::take(&mut path);
+            filter.node_values(src, set, lo, hi, scratch)?;
             scratch.pairs_to_frames(tree, dict, slots.as_deref());
-            path = std::mem::take(&mut scratch.path);
             scratch.gids.drain(&mut gid_pairs);
             per_group.push((*g, std::mem::take(&mut gid_pairs)));
         }
         Ok(())
     })();
-    scratch.path = path;
     scratch.end_source();
     result?;
 
@@ -657,59 +588,49 @@ pub fn group_frames(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dict::{DictBuilder, LocationRec};
     use proptest::prelude::*;
 
     proptest! {
-        /// The dense pass gives every node the flags the memoised climb gives it.
+        /// Splitting through the label index gives the groups the per-series
+        /// lookup gives (series lacking a key, or with an empty value, together).
         #[test]
-        fn dense_flags_equal_the_climb(
-            stacks in prop::collection::vec(prop::collection::vec(0u32..12, 1..8), 1..40),
-            included in prop::collection::vec(any::<bool>(), 12),
-            excluded in prop::collection::vec(any::<bool>(), 12),
+        fn index_split_equals_per_series(
+            sets in prop::collection::vec(prop::collection::vec((0u8..3, 0u8..4), 0..4), 1..30),
+            keys in prop::collection::vec(0u8..4, 0..3),
+            selected in prop::collection::vec(any::<bool>(), 30),
         ) {
-            let mut b = DictBuilder::new();
-            let locs: Vec<u32> = (0..12)
-                .map(|i| {
-                    let f = b.function(&format!("f{i}"), "file.c");
-                    b.location(LocationRec { function: Some(f), mapping: None, address: 0, line: 0 })
-                })
-                .collect();
-            for s in &stacks {
-                let path: Vec<u32> = s.iter().map(|&i| locs[i as usize]).collect();
-                b.stack(&path);
+            let name = |n: u8| format!("k{n}");
+            // Value 0 is the empty string.
+            let value = |v: u8| if v == 0 { String::new() } else { format!("v{v}") };
+            let mut index = LabelIndex::default();
+            let mut labels = Vec::new();
+            for (sid, set) in sets.iter().enumerate() {
+                let pairs: std::collections::BTreeMap<String, String> =
+                    set.iter().map(|&(n, v)| (name(n), value(v))).collect();
+                index.add_series(sid as u32);
+                for (n, v) in &pairs {
+                    index.add(sid as u32, n, v);
+                }
+                labels.push(Labels::new(pairs));
             }
-            let dict = b.finish();
-            let functions: Vec<u8> = (0..dict.functions.len())
-                .map(|i| {
-                    (if included[i] { HAS_INCLUDED as u8 } else { 0 })
-                        | (if excluded[i] { HAS_EXCLUDED as u8 } else { 0 })
-                })
+            let series: RoaringBitmap = (0..sets.len() as u32)
+                .filter(|&s| selected[s as usize])
                 .collect();
-            let filter = || NodeFilter {
-                functions: functions.clone(),
-                include: true,
-                exclude: true,
-                dense: Vec::new(),
-                seen: 0,
+            let keys: Vec<String> = keys.iter().map(|&k| name(k)).collect();
+            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+            let canon = |g: Vec<(Vec<String>, RoaringBitmap)>| {
+                let mut m: std::collections::BTreeMap<Vec<String>, Vec<u32>> = Default::default();
+                for (k, set) in g {
+                    m.entry(k).or_default().extend(set.iter());
+                }
+                for v in m.values_mut() {
+                    v.sort_unstable();
+                }
+                m
             };
-            let (mut dense, mut climbing) = (filter(), filter());
-            dense.observe(&dict, dict.node_count());
-            prop_assert_eq!(dense.dense.len(), dict.node_count());
-            climbing.observe(&dict, 0);
-            prop_assert!(climbing.dense.is_empty());
-            let (mut memo, mut path) = (Memo::default(), Vec::new());
-            memo.prepare(dict.node_count());
-            for node in 0..dict.node_count() as u32 {
-                prop_assert_eq!(
-                    u32::from(dense.dense[node as usize]),
-                    climbing.flags(&dict, node, &mut memo, &mut path),
-                    "node {}", node
-                );
-                prop_assert_eq!(
-                    dense.keeps(&dict, node, &mut memo, &mut path),
-                    climbing.keeps(&dict, node, &mut memo, &mut path)
-                );
+            let want = canon(split_per_series(|s| labels.get(s as usize), &series, &keys));
+            if let Some(got) = split_by_index(&index, &series, &keys) {
+                prop_assert_eq!(canon(got), want);
             }
         }
     }

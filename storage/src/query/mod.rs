@@ -11,6 +11,7 @@ pub mod frames;
 pub mod groupby;
 pub mod interner;
 pub mod merged;
+mod node_filter;
 pub mod scratch;
 pub mod timeseries;
 pub mod tree;
@@ -26,7 +27,7 @@ use crate::error::Result;
 use crate::head::HeadPartition;
 use crate::index::LabelIndex;
 use crate::model::Labels;
-use crate::segment::{LoadedSegment, SegmentSummary};
+use crate::segment::{LoadedSegment, SegmentSummary, StackIndex};
 use crate::selector::Selector;
 use frames::{FrameTree, GidMemo};
 
@@ -77,6 +78,11 @@ pub trait Source: SummarySource {
     fn gid_memo(&self) -> Option<&GidMemo> {
         None
     }
+    /// Subtree ranges and nodes by function, for sources whose stack tree is in
+    /// depth-first order (segments).
+    fn stack_index(&self) -> Option<&StackIndex> {
+        None
+    }
 }
 
 /// A decoded segment answers summary questions from the summary it holds, so the
@@ -120,6 +126,9 @@ impl Source for LoadedSegment {
     }
     fn gid_memo(&self) -> Option<&GidMemo> {
         Some(&self.gids)
+    }
+    fn stack_index(&self) -> Option<&StackIndex> {
+        LoadedSegment::stack_index(self)
     }
 }
 
@@ -246,17 +255,31 @@ pub(crate) fn node_values(
     hi: u32,
     scratch: &mut Scratch,
 ) -> Result<()> {
+    node_values_where(src, series, lo, hi, scratch, |_| true)
+}
+
+/// [`node_values`] of the rows whose stack node `keep` accepts.
+pub(crate) fn node_values_where(
+    src: &dyn Source,
+    series: &RoaringBitmap,
+    lo: u32,
+    hi: u32,
+    scratch: &mut Scratch,
+    keep: impl Fn(u32) -> bool,
+) -> Result<()> {
     let vals = &mut scratch.values;
     vals.prepare(src.dict().node_count());
     for sid in series.iter() {
         match src.row_slices(sid, lo, hi) {
             Some((stacks, values)) => {
                 for (&stack, &v) in stacks.iter().zip(values) {
-                    vals.add(stack, v);
+                    if keep(stack) {
+                        vals.add(stack, v);
+                    }
                 }
             }
             None => src.for_each_row(sid, &mut |t, stack, v| {
-                if t >= lo && t < hi {
+                if t >= lo && t < hi && keep(stack) {
                     vals.add(stack, v);
                 }
             })?,

@@ -6,6 +6,7 @@
 
 mod gid_memo;
 mod reader;
+mod stack_index;
 mod summary;
 mod tree_order;
 mod writer;
@@ -14,7 +15,10 @@ pub use gid_memo::{GidMemo, GidSlots};
 
 pub(crate) use reader::step_range;
 pub use reader::{LoadedSegment, SectionSize, SegmentFile};
+pub use stack_index::{subtract as subtract_ranges, StackIndex};
 pub use summary::SegmentSummary;
+#[cfg(test)]
+pub(crate) use tree_order::depth_first_for_tests;
 pub use writer::encode_segment;
 pub use writer::{write_segment, Row, SegmentInput};
 

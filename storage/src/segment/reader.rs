@@ -321,6 +321,7 @@ impl SegmentFile {
             dict,
             rows,
             gids: Default::default(),
+            stacks: Default::default(),
         })
     }
 }
@@ -432,6 +433,9 @@ pub struct LoadedSegment {
     rows: Rows,
     /// Stack node → id in the store's frame tree, filled in by queries.
     pub gids: super::GidMemo,
+    /// Built by the first query with a function filter (`None` inside: the tree
+    /// is not depth first).
+    stacks: std::sync::OnceLock<Option<super::StackIndex>>,
 }
 
 impl std::ops::Deref for LoadedSegment {
@@ -455,8 +459,16 @@ impl LoadedSegment {
     fn rows_in(&self, series: u32, lo: u32, hi: u32) -> Option<std::ops::Range<usize>> {
         let range = self.rows.series(series)?;
         let steps = self.rows.steps.get(range.clone())?;
-        let a = steps.partition_point(|&t| t < lo);
-        let b = steps.partition_point(|&t| t < hi).max(a);
+        // Most windows cover a series' rows whole: two reads, not two searches.
+        let a = match steps.first() {
+            Some(&t) if t >= lo => 0,
+            _ => steps.partition_point(|&t| t < lo),
+        };
+        let b = match steps.last() {
+            Some(&t) if t < hi => steps.len(),
+            _ => steps.partition_point(|&t| t < hi),
+        }
+        .max(a);
         Some(range.start + a..range.start + b)
     }
 
@@ -499,10 +511,19 @@ impl LoadedSegment {
         step_range(self.meta.partition_start_ms, self.meta.step_ms, start, end)
     }
 
+    /// The stack index of this segment's tree, built on first use.
+    pub fn stack_index(&self) -> Option<&super::StackIndex> {
+        self.stacks
+            .get_or_init(|| super::StackIndex::build(&self.dict))
+            .as_ref()
+    }
+
     pub fn approx_bytes(&self) -> usize {
         self.dict.approx_bytes()
-            // The frame-tree memo queries add (4 bytes per stack node).
-            + self.dict.node_count() * 4
+            // What queries add: the frame-tree memo (4 bytes per stack node) and
+            // the stack index.
+            + self.dict.node_count() * (4 + super::StackIndex::BYTES_PER_NODE)
+            + self.dict.functions.len() * super::StackIndex::BYTES_PER_FUNCTION
             + self.rows.approx_bytes()
             + self.summary.approx_bytes()
     }

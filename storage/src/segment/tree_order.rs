@@ -113,6 +113,25 @@ pub(super) fn preorder(dict: &Dict, series: &mut [(Labels, Vec<Row>)]) -> Result
     })
 }
 
+/// `dict` with every node kept and renumbered depth first, as a segment stores it.
+#[cfg(test)]
+pub(crate) fn depth_first_for_tests(dict: &Dict) -> Dict {
+    let rows = (0..dict.node_count() as u32)
+        .map(|stack| Row {
+            t: 0,
+            stack,
+            value: 1,
+        })
+        .collect();
+    let mut series = vec![(Labels::default(), rows)];
+    let t = preorder(dict, &mut series).expect("every row names a node");
+    Dict {
+        parents: t.parents,
+        node_locations: t.node_locations,
+        ..dict.clone()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
