@@ -228,7 +228,9 @@ impl StoreConfig {
         if self.query_threads > 0 {
             self.query_threads
         } else {
-            std::thread::available_parallelism().map_or(2, |n| n.get())
+            // Asked once: the answer reads cgroup files, 2 % of a flame graph query.
+            static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+            *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
         }
     }
 

@@ -195,8 +195,8 @@ impl Nodes for FrameNodes<'_> {
 }
 
 /// Copies the ancestors of every gid in `sides` into a [`FrameNodes`], with each
-/// side's self values per local node. Dense scratch maps, no hashing; the nodes are
-/// found first so the value rows are allocated once, at their final size.
+/// side's self values per local node. Dense scratch maps, no hashing; each pair
+/// looks its gid up once, and a node's value row is pushed with the node.
 pub(crate) fn compact<'t, const K: usize>(
     tree: &'t FrameTree,
     sides: [&[(u32, i64)]; K],
@@ -211,27 +211,31 @@ pub(crate) fn compact<'t, const K: usize>(
     parents.clear();
     gids.push(ROOT_GID);
     parents.push(0);
+    let mut selfs: Vec<[i64; K]> = Vec::with_capacity(sides.iter().map(|s| s.len()).sum());
+    selfs.push([0; K]);
     s.keep.prepare(tree.len());
     s.keep.set(ROOT_GID, 0);
-    for side in sides.iter() {
-        for &(g, v) in side.iter() {
-            if v == 0 || s.keep.get(g).is_some() {
-                continue;
-            }
-            let keep = &s.keep;
-            let mut parent = tree.climb_until(g, &mut path, |x| keep.get(x)).unwrap_or(0);
-            for &x in path.iter().rev() {
-                gids.push(x);
-                parents.push(parent);
-                parent = (gids.len() - 1) as u32;
-                s.keep.set(x, parent);
-            }
-        }
-    }
-    let mut selfs: Vec<[i64; K]> = vec![[0; K]; gids.len()];
     for (k, side) in sides.iter().enumerate() {
         for &(g, v) in side.iter() {
-            if let Some(row) = s.keep.get(g).and_then(|l| selfs.get_mut(l as usize)) {
+            if v == 0 {
+                continue;
+            }
+            let local = match s.keep.get(g) {
+                Some(local) => local,
+                None => {
+                    let keep = &s.keep;
+                    let mut parent = tree.climb_until(g, &mut path, |x| keep.get(x)).unwrap_or(0);
+                    for &x in path.iter().rev() {
+                        gids.push(x);
+                        parents.push(parent);
+                        selfs.push([0; K]);
+                        parent = (gids.len() - 1) as u32;
+                        s.keep.set(x, parent);
+                    }
+                    parent
+                }
+            };
+            if let Some(row) = selfs.get_mut(local as usize) {
                 row[k] = row[k].saturating_add(v);
             }
         }
