@@ -288,7 +288,7 @@ pub fn add_sorted(a: &[(u32, i64)], b: &[(u32, i64)]) -> Vec<(u32, i64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dict::{DictBuilder, LocationRec};
+    use crate::dict::DictBuilder;
     use crate::query::diff::diff_stats;
     use crate::query::flamegraph::flamegraph;
     use crate::query::frames::{add_pairs, Frames, GidMemo};
@@ -303,19 +303,7 @@ mod tests {
         let mut b = DictBuilder::new();
         let mut pairs = Vec::new();
         for (names, line, v) in stacks {
-            let locs: Vec<u32> = names
-                .iter()
-                .map(|&n| {
-                    let function = Some(b.function(&((b'a' + n) as char).to_string(), "x.rs"));
-                    b.location(LocationRec {
-                        function,
-                        mapping: None,
-                        address: 0,
-                        line: *line,
-                    })
-                })
-                .collect();
-            pairs.push((b.stack(&locs), *v));
+            pairs.push((b.letter_stack(names, *line), *v));
         }
         let dict = b.finish();
         let memo = GidMemo::default();

@@ -165,19 +165,7 @@ mod tests {
     fn depth_first(stacks: &[Vec<u8>]) -> Dict {
         let mut b = DictBuilder::new();
         for names in stacks {
-            let locs: Vec<u32> = names
-                .iter()
-                .map(|&n| {
-                    let function = Some(b.function(&((b'a' + n) as char).to_string(), "x.rs"));
-                    b.location(LocationRec {
-                        function,
-                        mapping: None,
-                        address: 0,
-                        line: 0,
-                    })
-                })
-                .collect();
-            b.stack(&locs);
+            b.letter_stack(names, 0);
         }
         crate::segment::depth_first_for_tests(&b.finish())
     }
