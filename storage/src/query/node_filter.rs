@@ -37,11 +37,10 @@ const DENSE_AFTER: usize = 128;
 pub(super) enum NodeFilter {
     /// No function filter: every node passes.
     All,
-    /// The nodes that pass: sorted disjoint ranges of node ids, and as bits.
-    Ranges {
-        ranges: Vec<Range<u32>>,
-        bits: NodeBits,
-    },
+    /// No stack of the source passes (an include set that matches nothing there).
+    Nothing,
+    /// The nodes that pass, a bit each (from ranges of a depth-first tree).
+    Ranges(NodeBits),
     Flags(Flags),
 }
 
@@ -61,8 +60,7 @@ impl NodeFilter {
         let (inc, exc) = (resolved(include)?, resolved(exclude)?);
         if let Some(index) = src.stack_index() {
             let ranges = ranges(index, inc.as_ref(), exc.as_ref());
-            let bits = NodeBits::of(&ranges, index.node_count());
-            return Ok(NodeFilter::Ranges { ranges, bits });
+            return Ok(NodeFilter::of_ranges(&ranges, index.node_count()));
         }
         Ok(NodeFilter::Flags(Flags::new(
             src.dict(),
@@ -71,10 +69,17 @@ impl NodeFilter {
         )))
     }
 
-    /// Whether no stack can pass (an include set that matches nothing here): the
-    /// source's rows need not be read at all.
+    fn of_ranges(ranges: &[Range<u32>], nodes: u32) -> NodeFilter {
+        if ranges.is_empty() {
+            NodeFilter::Nothing
+        } else {
+            NodeFilter::Ranges(NodeBits::of(ranges, nodes))
+        }
+    }
+
+    /// Whether no stack can pass: the source's rows need not be read at all.
     pub(super) fn passes_nothing(&self) -> bool {
-        matches!(self, NodeFilter::Ranges { ranges, .. } if ranges.is_empty())
+        matches!(self, NodeFilter::Nothing)
     }
 
     /// Sums the rows of `series` in steps `[lo, hi)` whose stack passes, per stack
@@ -91,7 +96,11 @@ impl NodeFilter {
     ) -> Result<()> {
         match self {
             NodeFilter::All => node_values(src, series, lo, hi, scratch),
-            NodeFilter::Ranges { bits, .. } => {
+            NodeFilter::Nothing => {
+                scratch.pairs.clear();
+                Ok(())
+            }
+            NodeFilter::Ranges(bits) => {
                 node_values_where(src, series, lo, hi, scratch, |n| bits.contains(n))
             }
             NodeFilter::Flags(flags) => {
@@ -346,7 +355,7 @@ mod tests {
                 prop_assert_eq!(bits.contains(node), want, "node {}", node);
                 kept += usize::from(want);
             }
-            let filter = NodeFilter::Ranges { ranges, bits };
+            let filter = NodeFilter::of_ranges(&ranges, index.node_count());
             prop_assert_eq!(filter.passes_nothing(), kept == 0);
         }
 
