@@ -5,9 +5,12 @@
 
 mod common;
 
+use std::sync::atomic::Ordering;
+
 use common::*;
 use profiledb_storage::{
-    BlockPolicy, SegmentMeta, Selector, Store, StoreConfig, TenantId, TimeRange,
+    BlockPolicy, GroupByQuery, GroupKey, Querier, QueryLimits, SegmentMeta, Selector, Store,
+    StoreConfig, TenantId, TimeRange,
 };
 
 const HOUR: i64 = 3_600_000;
@@ -204,4 +207,79 @@ fn blocks_can_be_turned_off() {
     compact(&store, DUE + DAY);
     assert_eq!(segments(&store), [(D + HOUR, HOUR), (D + 2 * HOUR, HOUR)]);
     check(&store, &reference, "no blocks");
+}
+
+/// A window sliding through a day block reads the block's whole hours from the
+/// result cache and computes only the ragged hour at its start: merges and
+/// group-bys equal the reference at every position, and the second query of the
+/// day finds its hours cached.
+#[test]
+fn windows_cutting_into_a_block_reuse_its_hours() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), test_config()).unwrap();
+    let mut reference = Reference::default();
+    for h in 0..24 {
+        let leaf = ["read", "parse", "write"][h as usize % 3];
+        let samples = [
+            sample(D + h * HOUR + 10_000, "a", leaf, h + 1),
+            sample(D + h * HOUR + 40 * 60_000, "b", "parse", 100 * (h + 1)),
+        ];
+        write(&store, &mut reference, &samples);
+    }
+    store.flush().unwrap();
+    compact(&store, DUE);
+    assert_eq!(segments(&store), [(D, DAY)]);
+
+    let q = Querier::new(&store, 64 << 20, QueryLimits::default());
+    let t = TenantId::default();
+    let sel = Selector::default();
+    let by_leaf = GroupByQuery {
+        keys: vec![GroupKey::Label("service_name".into()), GroupKey::Function],
+        ..Default::default()
+    };
+    let hits = || q.stats().partial_hits.load(Ordering::Relaxed);
+    let misses = || q.stats().partial_misses.load(Ordering::Relaxed);
+    for (i, start) in [
+        D + 2 * HOUR,
+        D + 2 * HOUR + 1_000,
+        D + 2 * HOUR + 39 * 60_000,
+        D + 2 * HOUR + 41 * 60_000,
+        D + 3 * HOUR,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let end = D + 20 * HOUR + 30 * 60_000;
+        let range = TimeRange::new(start, end);
+        let (h0, m0) = (hits(), misses());
+        let tree = q.merge_tree(&t, &sel, range).expect("merge");
+        assert_eq!(tree.folded(), reference.folded(|_| true, start, end), "{i}");
+        // Hours 3..20 are whole in every window; hour 2 only in the first.
+        let whole_hours = if i == 0 { 18 } else { 17 };
+        if i == 0 {
+            assert_eq!((hits() - h0, misses() - m0), (0, whole_hours));
+        } else {
+            assert_eq!((hits() - h0, misses() - m0), (whole_hours, 0), "{i}");
+        }
+
+        let groups = q.group_by(&t, &sel, range, &by_leaf).expect("group-by");
+        // The samples lie on step starts, so a step is in the window when its
+        // sample is.
+        let mut want: std::collections::BTreeMap<Vec<String>, i64> = Default::default();
+        for h in 0..24i64 {
+            let leaf = ["read", "parse", "write"][h as usize % 3];
+            for (ts, svc, leaf, v) in [
+                (D + h * HOUR + 10_000, "a", leaf, h + 1),
+                (D + h * HOUR + 40 * 60_000, "b", "parse", 100 * (h + 1)),
+            ] {
+                if ts >= start && ts < end {
+                    *want
+                        .entry(vec![svc.to_string(), leaf.to_string()])
+                        .or_default() += v;
+                }
+            }
+        }
+        let got: std::collections::BTreeMap<Vec<String>, i64> = groups.rows.into_iter().collect();
+        assert_eq!(got, want, "{i}");
+    }
 }

@@ -15,7 +15,7 @@ use crate::error::Result;
 use crate::fnindex::FnIndex;
 use crate::model::TenantId;
 use crate::query::groupby::{FrameGroups, GroupAcc, GroupByQuery, GroupKey};
-use crate::query::TimeRange;
+use crate::query::{Share, TimeRange};
 use crate::selector::Selector;
 
 /// What a query asked for: tenant, selector (in its canonical text) and range.
@@ -80,17 +80,17 @@ pub(crate) enum CacheKey {
         spec: GroupSpec,
         version: u64,
     },
-    /// One segment's share of a merge whose range covers its whole partition: valid
-    /// as long as the segment lives, whatever the range (see `query::partial_key`).
+    /// One segment's share of a merge: its whole partition, or one hour of a block
+    /// (see `query::shares`). Valid as long as the segment lives, whatever the range.
     SegmentMerge {
-        segment: u64,
+        share: Share,
         generation: u64,
         tenant: TenantId,
         selector: String,
     },
     /// One segment's share of a group-by over frame ids, like [`CacheKey::SegmentMerge`].
     SegmentGroupBy {
-        segment: u64,
+        share: Share,
         generation: u64,
         tenant: TenantId,
         selector: String,

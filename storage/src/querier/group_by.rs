@@ -14,9 +14,9 @@ use crate::error::{QueryError, Result};
 use crate::fnindex::scan_functions;
 use crate::model::TenantId;
 use crate::query::groupby::{
-    frames_can_group, group_frames, group_into, FrameGroups, GroupAcc, GroupByQuery,
+    frames_can_group, group_into, FrameGroups, GroupAcc, GroupByQuery, SourceGroups,
 };
-use crate::query::{partial_key, Scratch, Source, TimeRange};
+use crate::query::{shares, steps, Scratch, Source, TimeRange};
 use crate::selector::Selector;
 use crate::store::Scope;
 
@@ -82,24 +82,39 @@ impl Querier {
                 || (FrameGroups::default(), Scratch::take()),
                 |(acc, s), src| {
                     deadline.check()?;
-                    let Some(segment) = partial_key(src, range) else {
-                        return group_frames(src, sel, range, q, &resolve, &frames, acc, s);
+                    let shares = shares(src, range);
+                    // Built on the first piece that has to be computed.
+                    let mut plan: Option<Option<SourceGroups>> = None;
+                    let mut add = |sub: TimeRange, acc: &mut FrameGroups, s: &mut Scratch| {
+                        let plan = match &mut plan {
+                            Some(p) => p,
+                            None => plan.insert(SourceGroups::new(src, sel, q, &resolve)?),
+                        };
+                        match plan {
+                            Some(p) => p.add(src, steps(src, sub), q.max_groups, &frames, acc, s),
+                            None => Ok(()),
+                        }
                     };
-                    let key = CacheKey::SegmentGroupBy {
-                        segment,
-                        generation,
-                        tenant: tenant.clone(),
-                        selector: query.selector.clone(),
-                        spec: spec.clone(),
-                    };
-                    let c = self.cache.partial(key, || {
-                        let mut own = FrameGroups::default();
-                        group_frames(src, sel, range, q, &resolve, &frames, &mut own, s)?;
-                        own.shrink_for_cache();
-                        Ok(Cached::GroupPart(Arc::new(own)))
-                    })?;
-                    if let Cached::GroupPart(g) = &*c {
-                        acc.add(g);
+                    for &sub in &shares.fresh {
+                        add(sub, acc, s)?;
+                    }
+                    for &(share, sub) in &shares.cached {
+                        let key = CacheKey::SegmentGroupBy {
+                            share,
+                            generation,
+                            tenant: tenant.clone(),
+                            selector: query.selector.clone(),
+                            spec: spec.clone(),
+                        };
+                        let c = self.cache.partial(key, || {
+                            let mut own = FrameGroups::default();
+                            add(sub, &mut own, s)?;
+                            own.shrink_for_cache();
+                            Ok(Cached::GroupPart(Arc::new(own)))
+                        })?;
+                        if let Cached::GroupPart(g) = &*c {
+                            acc.add(g);
+                        }
                     }
                     Ok(())
                 },

@@ -3,7 +3,8 @@
 //!
 //! A merge sums values by frame-tree id on the scan threads (see
 //! `crate::query::frames`), caching each segment's share when the range covers its
-//! whole partition, and the query's whole segment part per segments version.
+//! whole partition (each hour of a block's, when the range cuts into the block), and
+//! the query's whole segment part per segments version.
 
 use std::sync::Arc;
 
@@ -17,7 +18,7 @@ use crate::query::diff::{DiffEntry, DiffStats};
 use crate::query::flamegraph::FlameGraphDiff;
 use crate::query::frames::FrameTree;
 use crate::query::merged::{add_sorted, diff_stats_merged, flamegraph_diff_merged, Merged};
-use crate::query::{merge_frames, partial_key, CallTree, Scratch, TimeRange};
+use crate::query::{merge_frames, shares, CallTree, Scratch, TimeRange};
 use crate::selector::Selector;
 use crate::store::Scope;
 
@@ -161,28 +162,31 @@ impl Querier {
             self.store
                 .scan_scoped(&query.tenant, range, scope, Scratch::take, |s, src| {
                     check()?;
-                    let Some(segment) = partial_key(src, range) else {
-                        return merge_frames(src, sel, range, frames, s);
-                    };
-                    let key = CacheKey::SegmentMerge {
-                        segment,
-                        generation,
-                        tenant: query.tenant.clone(),
-                        selector: query.selector.clone(),
-                    };
-                    let c = self.cache.partial(key, || {
-                        // This source alone, in the spare accumulator.
-                        std::mem::swap(&mut s.gids, &mut s.spare);
-                        let r = merge_frames(src, sel, range, frames, s);
-                        let mut pairs = Vec::new();
-                        s.gids.drain(&mut pairs);
-                        std::mem::swap(&mut s.gids, &mut s.spare);
-                        r.map(|()| Cached::MergePart(Arc::new(pairs)))
-                    })?;
-                    if let Cached::MergePart(pairs) = &*c {
-                        s.gids.prepare(frames.read().len());
-                        for &(g, v) in pairs.iter() {
-                            s.gids.add(g, v);
+                    let shares = shares(src, range);
+                    for &sub in &shares.fresh {
+                        merge_frames(src, sel, sub, frames, s)?;
+                    }
+                    for &(share, sub) in &shares.cached {
+                        let key = CacheKey::SegmentMerge {
+                            share,
+                            generation,
+                            tenant: query.tenant.clone(),
+                            selector: query.selector.clone(),
+                        };
+                        let c = self.cache.partial(key, || {
+                            // This share alone, in the spare accumulator.
+                            std::mem::swap(&mut s.gids, &mut s.spare);
+                            let r = merge_frames(src, sel, sub, frames, s);
+                            let mut pairs = Vec::new();
+                            s.gids.drain(&mut pairs);
+                            std::mem::swap(&mut s.gids, &mut s.spare);
+                            r.map(|()| Cached::MergePart(Arc::new(pairs)))
+                        })?;
+                        if let Cached::MergePart(pairs) = &*c {
+                            s.gids.prepare(frames.read().len());
+                            for &(g, v) in pairs.iter() {
+                                s.gids.add(g, v);
+                            }
                         }
                     }
                     Ok(())

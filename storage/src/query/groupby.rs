@@ -524,68 +524,91 @@ impl FrameGroups {
     }
 }
 
-/// Adds `src`'s selected samples to `acc` by (label group, frame id).
-#[allow(clippy::too_many_arguments)]
-pub fn group_frames(
-    src: &dyn Source,
-    sel: &Selector,
-    range: TimeRange,
-    q: &GroupByQuery,
-    resolve: &dyn Fn(&dyn Source, &Regex) -> Result<RoaringBitmap>,
-    tree: &RwLock<FrameTree>,
-    acc: &mut FrameGroups,
-    scratch: &mut Scratch,
-) -> Result<()> {
-    let Some((series, lo, hi)) = selection(src, sel, range) else {
-        return Ok(());
-    };
-    let dict = src.dict();
-    let label_keys = q.label_keys();
-    let stack_keys = q.keys.iter().any(GroupKey::is_stack_derived);
+/// What grouping one source needs whatever step range is read: its selected
+/// series split by label group, and the function filter over its stack nodes.
+/// Built once per source and query, so a block read as several hours (see
+/// `query::shares`) resolves its filter and splits its series once.
+pub struct SourceGroups {
+    /// Label values of each group and its series.
+    members: Vec<(Vec<String>, RoaringBitmap)>,
+    filter: NodeFilter,
+    stack_keys: bool,
+}
 
-    // Series grouped by their values of the label keys, as the accumulator's ids.
-    let members: Vec<(u32, RoaringBitmap)> = by_label_values(src, &series, &label_keys)
-        .into_iter()
-        .map(|(lv, set)| (acc.group_id(&lv), set))
-        .collect();
-
-    // The function filters are applied to this source's stack nodes before they
-    // are resolved to frame ids: only the stacks a filtered query keeps are added to
-    // the frame tree (the first query after a restart resolves far fewer).
-    let mut filter = NodeFilter::new(src, q.include.as_ref(), q.exclude.as_ref(), resolve)?;
-    if filter.passes_nothing() {
-        return Ok(());
+impl SourceGroups {
+    /// `None` when `sel` selects no series of `src` or the filter keeps none of
+    /// its stacks.
+    pub fn new(
+        src: &dyn Source,
+        sel: &Selector,
+        q: &GroupByQuery,
+        resolve: &dyn Fn(&dyn Source, &Regex) -> Result<RoaringBitmap>,
+    ) -> Result<Option<SourceGroups>> {
+        let series = src.index().select(&sel.matchers);
+        if series.is_empty() {
+            return Ok(None);
+        }
+        // The function filters are applied to this source's stack nodes before
+        // they are resolved to frame ids: only the stacks a filtered query keeps
+        // are added to the frame tree (the first query after a restart resolves
+        // far fewer).
+        let filter = NodeFilter::new(src, q.include.as_ref(), q.exclude.as_ref(), resolve)?;
+        if filter.passes_nothing() {
+            return Ok(None);
+        }
+        Ok(Some(SourceGroups {
+            members: by_label_values(src, &series, &q.label_keys()),
+            filter,
+            stack_keys: q.keys.iter().any(GroupKey::is_stack_derived),
+        }))
     }
-    let generation = tree.read().generation();
-    let slots = src
-        .gid_memo()
-        .map(|m| m.slots(generation, dict.node_count()));
-    let mut per_group: Vec<(u32, Vec<(u32, i64)>)> = Vec::with_capacity(members.len());
-    let mut gid_pairs = Vec::new();
-    let result = (|| -> Result<()> {
-        for (g, set) in &members {
-            filter.node_values(src, set, lo, hi, scratch)?;
-            scratch.pairs_to_frames(tree, dict, slots.as_deref());
-            scratch.gids.drain(&mut gid_pairs);
-            per_group.push((*g, std::mem::take(&mut gid_pairs)));
+
+    /// Adds the samples of `src` in steps `[lo, hi)` to `acc` by (label group,
+    /// frame id).
+    pub fn add(
+        &mut self,
+        src: &dyn Source,
+        (lo, hi): (u32, u32),
+        max_groups: usize,
+        tree: &RwLock<FrameTree>,
+        acc: &mut FrameGroups,
+        scratch: &mut Scratch,
+    ) -> Result<()> {
+        if lo >= hi {
+            return Ok(());
+        }
+        let dict = src.dict();
+        let generation = tree.read().generation();
+        let slots = src
+            .gid_memo()
+            .map(|m| m.slots(generation, dict.node_count()));
+        let mut per_group: Vec<(u32, Vec<(u32, i64)>)> = Vec::with_capacity(self.members.len());
+        let mut gid_pairs = Vec::new();
+        let result = (|| -> Result<()> {
+            for (values, set) in &self.members {
+                self.filter.node_values(src, set, lo, hi, scratch)?;
+                scratch.pairs_to_frames(tree, dict, slots.as_deref());
+                scratch.gids.drain(&mut gid_pairs);
+                per_group.push((acc.group_id(values), std::mem::take(&mut gid_pairs)));
+            }
+            Ok(())
+        })();
+        scratch.end_source();
+        result?;
+
+        for (g, pairs) in per_group {
+            for (gid, v) in pairs {
+                acc.total = acc.total.saturating_add(v);
+                let key = (g, if self.stack_keys { gid } else { ROOT_GID });
+                let e = acc.values.entry(key).or_insert(0);
+                *e = e.saturating_add(v);
+            }
+        }
+        if max_groups > 0 && acc.values.len() > max_groups.saturating_mul(64) {
+            return Err(too_many_groups(max_groups));
         }
         Ok(())
-    })();
-    scratch.end_source();
-    result?;
-
-    for (g, pairs) in per_group {
-        for (gid, v) in pairs {
-            acc.total = acc.total.saturating_add(v);
-            let key = (g, if stack_keys { gid } else { ROOT_GID });
-            let e = acc.values.entry(key).or_insert(0);
-            *e = e.saturating_add(v);
-        }
     }
-    if q.max_groups > 0 && acc.values.len() > q.max_groups.saturating_mul(64) {
-        return Err(too_many_groups(q.max_groups));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

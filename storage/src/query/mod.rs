@@ -13,6 +13,7 @@ pub mod interner;
 pub mod merged;
 mod node_filter;
 pub mod scratch;
+mod shares;
 pub mod timeseries;
 pub mod tree;
 
@@ -32,6 +33,7 @@ use crate::selector::Selector;
 use frames::{FrameTree, GidMemo};
 
 pub use scratch::Scratch;
+pub(crate) use shares::{shares, Share};
 pub use tree::{CallTree, TreeNode};
 
 pub use profiledb_model::TimeRange;
@@ -221,17 +223,6 @@ pub fn merge_frames(
     scratch.pairs_to_frames(tree, dict, slots.as_deref());
     scratch.end_source();
     Ok(())
-}
-
-/// The key part naming `src`'s share of a query over `range`, when that share can
-/// be cached: `src` is an immutable segment and `range` covers its whole partition
-/// (then every such range gives the same share). A range cutting into the partition,
-/// as the oldest one of a sliding window does, would make a new entry on every
-/// query, so it is computed instead.
-pub(crate) fn partial_key(src: &dyn Source, range: TimeRange) -> Option<u64> {
-    let id = src.segment_id()?;
-    let (lo, hi) = steps(src, range);
-    (lo == 0 && hi >= src.partition_steps()).then_some(id)
 }
 
 /// The series of `src` selected by `sel` and the step range `[lo, hi)` of `range`,
