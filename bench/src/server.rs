@@ -6,7 +6,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use profiledb::{ServeOptions, Server};
+use profiledb::{memory, ServeOptions, Server};
 
 pub struct Running {
     rt: tokio::runtime::Runtime,
@@ -24,7 +24,7 @@ impl Running {
             b.worker_threads(workers);
         }
         let rt = b.enable_all().build()?;
-        let server = rt.block_on(Server::bind(ServeOptions {
+        let mut opts = ServeOptions {
             listen: "127.0.0.1:0".parse()?,
             data_dir: dir.to_path_buf(),
             // The suites replay a day of a fleet in minutes: the per-tenant rate
@@ -36,7 +36,11 @@ impl Running {
                 ..Default::default()
             },
             ..Default::default()
-        }))?;
+        };
+        // Sized like `profiledb serve` without flags: the memory budget is half the
+        // machine's memory, split among the caches, the head and the queries.
+        memory::MemoryPlan::split(memory::default_total()).apply(&mut opts);
+        let server = rt.block_on(Server::bind(opts))?;
         let url = format!("http://{}", server.local_addr());
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let handle = rt.spawn(server.run(async move {

@@ -546,14 +546,20 @@ fn main() -> anyhow::Result<()> {
                 }
             };
             let nonempty = |s: Option<String>| s.filter(|s| !s.trim().is_empty());
-            let plan = MemoryPlan::split(memory_mb.map_or_else(memory::default_total, |m| m << 20));
+            let mut plan =
+                MemoryPlan::split(memory_mb.map_or_else(memory::default_total, |m| m << 20));
+            // A part's own flag wins over its share.
             let mib = |flag: Option<u64>, share: u64| flag.map_or(share, |m| m << 20);
-            let head_bytes = mib(head_max_mb, plan.head);
-            let query_memory = mib(query_memory_mb, plan.query);
+            plan.head = mib(head_max_mb, plan.head);
+            plan.query = mib(query_memory_mb, plan.query);
+            plan.segment_cache = mib(segment_cache_mb, plan.segment_cache);
+            plan.compaction = mib(compaction_memory_mb, plan.compaction);
+            plan.ingest = mib(ingest_memory_mb, plan.ingest);
+            plan.result_cache = mib(query_cache_mb, plan.result_cache);
             tracing::info!(
                 total_mb = plan.total >> 20,
-                head_mb = head_bytes >> 20,
-                query_memory_mb = query_memory >> 20,
+                head_mb = plan.head >> 20,
+                query_memory_mb = plan.query >> 20,
                 "memory budget"
             );
             let store = StoreConfig {
@@ -562,9 +568,6 @@ fn main() -> anyhow::Result<()> {
                     Fsync::Interval => FsyncPolicy::Interval { ms: 100 },
                     Fsync::Never => FsyncPolicy::Never,
                 },
-                head_max_bytes: usize::try_from(head_bytes).unwrap_or(usize::MAX),
-                wal_buffer_bytes: usize::try_from(plan.wal_buffer).unwrap_or(usize::MAX),
-                frame_tree_max_nodes: MemoryPlan::frame_tree_nodes(query_memory),
                 partition_ms: partition_minutes * 60_000,
                 background_compaction: compaction_interval_minutes > 0,
                 compaction_interval: Duration::from_secs(
@@ -572,14 +575,11 @@ fn main() -> anyhow::Result<()> {
                 ),
                 open_merge_segments,
                 open_merge_max_bytes: open_merge_max_mb.saturating_mul(1 << 20),
-                segment_cache_bytes: mib(segment_cache_mb, plan.segment_cache),
-                compaction_max_bytes: mib(compaction_memory_mb, plan.compaction),
                 blocks,
                 ..StoreConfig::default()
             };
-            store.validate().context("invalid storage options")?;
             let defaults = ServeOptions::default();
-            let opts = ServeOptions {
+            let mut opts = ServeOptions {
                 listen,
                 data_dir,
                 store,
@@ -587,17 +587,16 @@ fn main() -> anyhow::Result<()> {
                     queue: ingest_queue,
                     max_future_skew_ms: max_future_skew_secs.saturating_mul(1000),
                     max_age_ms: ingestion_window_secs.map(|s| s.saturating_mul(1000)),
-                    memory_bytes: mib(ingest_memory_mb, plan.ingest),
                     ..defaults.ingest
                 },
                 max_body_bytes: max_body_mb << 20,
-                query_cache_bytes: mib(query_cache_mb, plan.result_cache),
+                // Sized with the rest of the budget below.
+                query_cache_bytes: 0,
+                query_memory_bytes: 0,
                 query_limits: profiledb_storage::QueryLimits {
                     timeout: std::time::Duration::from_secs(query_timeout_secs),
-                    max_tree_nodes: MemoryPlan::max_tree_nodes(query_memory),
                     ..defaults.query_limits
                 },
-                query_memory_bytes: query_memory,
                 query_queue_wait: defaults.query_queue_wait,
                 admin_token: admin_token.filter(|t| !t.is_empty()),
                 alerts: profiledb::alerts::AlertOptions {
@@ -614,6 +613,8 @@ fn main() -> anyhow::Result<()> {
                     max_agents: control_max_agents.max(1),
                 },
             };
+            plan.apply(&mut opts);
+            opts.store.validate().context("invalid storage options")?;
             let rt = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
             rt.block_on(async {
                 let server = Server::bind(opts).await?;

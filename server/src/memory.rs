@@ -89,6 +89,23 @@ impl MemoryPlan {
     }
 }
 
+impl MemoryPlan {
+    /// Sizes every bounded part of `opts` by this plan: what `profiledb serve` runs
+    /// with, so an in-process server (the bench's) is sized like the binary.
+    pub fn apply(&self, opts: &mut crate::ServeOptions) {
+        let bytes = |b: u64| usize::try_from(b).unwrap_or(usize::MAX);
+        opts.store.head_max_bytes = bytes(self.head);
+        opts.store.wal_buffer_bytes = bytes(self.wal_buffer);
+        opts.store.frame_tree_max_nodes = Self::frame_tree_nodes(self.query);
+        opts.store.segment_cache_bytes = self.segment_cache;
+        opts.store.compaction_max_bytes = self.compaction;
+        opts.ingest.memory_bytes = self.ingest;
+        opts.query_cache_bytes = self.result_cache;
+        opts.query_limits.max_tree_nodes = Self::max_tree_nodes(self.query);
+        opts.query_memory_bytes = self.query;
+    }
+}
+
 /// The default total: [`DEFAULT_FRACTION`] of the machine's memory.
 pub fn default_total() -> u64 {
     let meminfo = std::fs::read_to_string("/proc/meminfo")
@@ -236,6 +253,22 @@ fn render_sizing(g: &profiledb_storage::Gauges, out: &mut String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_plan_sizes_every_bounded_part_of_the_options() {
+        let p = MemoryPlan::split(1000 << 20);
+        let mut o = crate::ServeOptions::default();
+        p.apply(&mut o);
+        assert_eq!(o.store.head_max_bytes, 250 << 20);
+        assert_eq!(o.store.segment_cache_bytes, 250 << 20);
+        assert_eq!(o.store.compaction_max_bytes, 100 << 20);
+        assert_eq!(o.store.wal_buffer_bytes, 20 << 20);
+        assert_eq!(o.store.frame_tree_max_nodes, (50 << 20) / 32);
+        assert_eq!(o.ingest.memory_bytes, 80 << 20);
+        assert_eq!(o.query_cache_bytes, 100 << 20);
+        assert_eq!(o.query_memory_bytes, 200 << 20);
+        assert_eq!(o.query_limits.max_tree_nodes, (150 << 20) / 4 / 64);
+    }
 
     #[test]
     fn the_split_follows_the_documented_rule() {
