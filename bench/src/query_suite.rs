@@ -1,15 +1,19 @@
 //! The `query` and `baseline` suites: a generated fleet pushed through a real
 //! in-process server, then merge, 2-key group-by with a function filter, time series
-//! and diff over 1 hour and 1 day, timed over HTTP (first query after a restart,
+//! and diff over 1 hour and 1 day (merge, group-by and time series also over 7 and 30
+//! days), timed over HTTP (first query after a restart,
 //! result-cache misses, cache hits); and the same queries over the same rows in the
 //! baseline engines of `baselines.rs` (DuckDB over Parquet, DuckDB's native tables,
 //! ClickHouse through chdb), from the bench virtualenv (`bench/setup.sh`) in the same
 //! invocation.
 //!
-//! Data layout: the fleet covers 24 h ending at `t_end` (the last whole hour before
-//! now, minus one hour). The final hour is at full density (one push per process per
-//! `--interval` s); the 23 hours before it at `--day-interval` s, so the 1-day queries
-//! stay affordable on a small machine. Both densities are printed and recorded.
+//! Data layout: the fleet covers `--days` days ending at `t_end` (the last whole hour
+//! before now, minus one hour). The final hour is at full density (one push per
+//! process per `--interval` s); the 23 hours before it at `--day-interval` s, and the
+//! days before those at `--old-interval` s, so the long queries stay affordable on a
+//! small machine (and the baselines' CSV within a few GB). Every density is printed
+//! and recorded. After the ingest the server's compactor is run once (the admin
+//! API), so past UTC days are day blocks as a long-running server keeps them.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -50,6 +54,12 @@ pub struct Args {
     /// Seconds between pushes in the 23 hours before it.
     #[arg(long, default_value_t = 300)]
     day_interval: u64,
+    /// Days of fleet data (the 7- and 30-day queries read what exists).
+    #[arg(long, default_value_t = 30)]
+    days: u64,
+    /// Seconds between pushes before the last day.
+    #[arg(long, default_value_t = 10_800)]
+    old_interval: u64,
     /// Hosts replaying the real fixture profiles (own profile name `fixture`, pushed
     /// every 5 minutes in the last hour; 0 = none).
     #[arg(long, default_value_t = 10)]
@@ -84,6 +94,7 @@ pub struct Args {
 }
 
 const HOUR: i64 = 3_600_000;
+const DAY: i64 = 24 * HOUR;
 
 #[derive(Clone)]
 enum Req {
@@ -152,7 +163,15 @@ fn percent_encode(s: &str) -> String {
 
 fn specs(t_end: i64, service: &str) -> Vec<QuerySpec> {
     let mut out = Vec::new();
-    for (window, len, step_s) in [("1h", HOUR, 60i64), ("1d", 24 * HOUR, 900)] {
+    // The time-series step keeps each answer to 60–120 points per series, as a
+    // dashboard would ask; the diff is asked over the two short windows only.
+    for (window, len, step_s) in [
+        ("1h", HOUR, 60i64),
+        ("1d", DAY, 900),
+        ("7d", 7 * DAY, 7200),
+        ("30d", 30 * DAY, 21_600),
+    ] {
+        let long = len > DAY;
         let start = t_end - len;
         let mid = t_end - len / 2;
         let svc_sel = format!("{{service_name=\"{service}\"}}");
@@ -249,6 +268,9 @@ fn specs(t_end: i64, service: &str) -> Vec<QuerySpec> {
             },
         });
 
+        if long {
+            continue;
+        }
         let sel = svc_sel.clone();
         out.push(QuerySpec {
             name: "diff (two halves, top 20)",
@@ -303,6 +325,43 @@ fn diff_sql(service: &str, time: &str, mid: i64) -> Sql {
     }
 }
 
+/// Runs the server's compactor once, as its background clock would after the
+/// ingest: past UTC days become day blocks. Prints and returns what it did.
+fn compact(url: &str) -> anyhow::Result<Value> {
+    let client = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(3600))
+        .build()?;
+    let t = Instant::now();
+    let r = send(&client, url, &Req::Post("/api/v1/admin/compact", json!({})))
+        .context("compacting after the ingest")?;
+    let seconds = t.elapsed().as_secs_f64();
+    let n = |k: &str| r.get(k).and_then(Value::as_u64).unwrap_or(0);
+    let skipped = r
+        .get("skipped")
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len);
+    println!(
+        "compaction: {} → {} segments, {} → {} in {seconds:.1} s{}",
+        n("segments_before"),
+        n("segments_after"),
+        human_bytes(n("bytes_before") as f64),
+        human_bytes(n("bytes_after") as f64),
+        if skipped > 0 {
+            format!(" ({skipped} partitions skipped)")
+        } else {
+            String::new()
+        }
+    );
+    Ok(json!({
+        "seconds": seconds,
+        "segments_before": n("segments_before"),
+        "segments_after": n("segments_after"),
+        "bytes_before": n("bytes_before"),
+        "bytes_after": n("bytes_after"),
+        "skipped": r.get("skipped").cloned().unwrap_or(Value::Null),
+    }))
+}
+
 /// Waits until the server's segment-cache warm-up is over (its metric reads 0).
 fn wait_warm(client: &reqwest::blocking::Client, url: &str) -> anyhow::Result<()> {
     let t = Instant::now();
@@ -344,12 +403,20 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
         args.services = args.services.min(3);
         args.stacks = args.stacks.min(1000);
         args.day_interval = args.day_interval.max(1800);
+        args.days = args.days.min(2);
+        args.old_interval = args.old_interval.max(21_600);
         args.replay_hosts = args.replay_hosts.min(2);
         args.iterations = args.iterations.min(5);
         args.cached_iterations = args.cached_iterations.min(30);
     }
-    if args.interval == 0 || args.day_interval == 0 || args.hosts == 0 || args.services == 0 {
-        bail!("--interval, --day-interval, --hosts and --services must be positive");
+    if args.interval == 0
+        || args.day_interval == 0
+        || args.old_interval == 0
+        || args.days == 0
+        || args.hosts == 0
+        || args.services == 0
+    {
+        bail!("--interval, --day-interval, --old-interval, --days, --hosts and --services must be positive");
     }
     let installed = Installed::detect(args.no_baseline, require_baseline && !args.quick)?;
 
@@ -373,6 +440,7 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
         "seed": args.seed, "hosts": args.hosts, "services": args.services,
         "stacks": args.stacks, "draws": args.draws, "interval": args.interval,
         "day_interval": args.day_interval, "replay_hosts": args.replay_hosts,
+        "days": args.days, "old_interval": args.old_interval,
     });
     let manifest_path = root.join("manifest.json");
     let reused: Option<Value> = if args.reuse {
@@ -435,9 +503,14 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
         None
     };
 
-    // Ticks: 23 h sparse, then 1 h dense.
+    // Ticks: the days before the last at the old density, 23 h sparse, 1 h dense.
     let mut ticks: Vec<i64> = Vec::new();
-    let mut t = t_end - 24 * HOUR;
+    let mut t = t_end - args.days as i64 * DAY;
+    while t < t_end - DAY {
+        ticks.push(t);
+        t += args.old_interval as i64 * 1000;
+    }
+    let mut t = t_end - DAY;
     while t < t_end - HOUR {
         ticks.push(t);
         t += args.day_interval as i64 * 1000;
@@ -458,11 +531,13 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
         None => {
             let jobs = (ticks.len() * args.hosts) as u64;
             println!(
-            "query suite: {} services × {} hosts; last hour every {} s, 23 h before every {} s; {} stacks/service, ~{} samples/profile; {} pushes (one per host per tick, all its services){}",
+            "query suite: {} services × {} hosts; last hour every {} s, 23 h before every {} s, {} days before every {} s; {} stacks/service, ~{} samples/profile; {} pushes (one per host per tick, all its services){}",
             args.services,
             args.hosts,
             args.interval,
             args.day_interval,
+            args.days - 1,
+            args.old_interval,
             args.stacks,
             args.draws,
             jobs,
@@ -579,10 +654,11 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
             }
             let ingest_secs = t_ingest.elapsed().as_secs_f64();
             pb.finish();
+            let ingest_peak_rss = report::peak_rss_bytes();
+            let compaction = compact(&server.url)?;
             let t_flush = Instant::now();
             server.stop()?;
             let flush_secs = t_flush.elapsed().as_secs_f64();
-            let ingest_peak_rss = report::peak_rss_bytes();
             let stored = dir_bytes(&server_dir.join("segments"));
             let values = values.load(Ordering::Relaxed);
             println!(
@@ -631,6 +707,7 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
                 "ingest_peak_rss_since": if peak_reset { "ingest start" } else { "process start" },
                 "ingest_retries": retries.load(Ordering::Relaxed),
                 "shutdown_flush_seconds": flush_secs,
+                "compaction": compaction,
                 "segment_bytes": stored,
                 "duckdb_convert": convert,
             });
