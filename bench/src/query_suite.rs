@@ -655,10 +655,14 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
             let ingest_secs = t_ingest.elapsed().as_secs_f64();
             pb.finish();
             let ingest_peak_rss = report::peak_rss_bytes();
-            let compaction = compact(&server.url)?;
             let t_flush = Instant::now();
             server.stop()?;
             let flush_secs = t_flush.elapsed().as_secs_f64();
+            // The stop flushed the head, so every past hour is a segment the
+            // compactor can merge.
+            let server = Running::start(&server_dir, 0)?;
+            let compaction = compact(&server.url)?;
+            server.stop()?;
             let stored = dir_bytes(&server_dir.join("segments"));
             let values = values.load(Ordering::Relaxed);
             println!(

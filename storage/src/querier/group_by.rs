@@ -86,12 +86,16 @@ impl Querier {
                     // Built on the first piece that has to be computed.
                     let mut plan: Option<Option<SourceGroups>> = None;
                     let mut add = |sub: TimeRange, acc: &mut FrameGroups, s: &mut Scratch| {
+                        let (lo, hi) = steps(src, sub);
+                        if lo >= hi {
+                            return Ok(());
+                        }
                         let plan = match &mut plan {
                             Some(p) => p,
                             None => plan.insert(SourceGroups::new(src, sel, q, &resolve)?),
                         };
                         match plan {
-                            Some(p) => p.add(src, steps(src, sub), q.max_groups, &frames, acc, s),
+                            Some(p) => p.add(src, (lo, hi), q.max_groups, &frames, acc, s),
                             None => Ok(()),
                         }
                     };
