@@ -1,8 +1,8 @@
 //! The `query` and `baseline` suites: a generated fleet pushed through a real
 //! in-process server, then merge, 2-key group-by with a function filter, time series
-//! and diff over 1 hour and 1 day (merge, group-by and time series also over 7 and 30
-//! days), timed over HTTP (first query after a restart,
-//! result-cache misses, cache hits); and the same queries over the same rows in the
+//! and diff over 1 hour and 1 day (merge, group-by and time series also over 7 and
+//! 30 days), timed over HTTP (first query after a restart, result-cache misses,
+//! cache hits); and the same queries over the same rows in the
 //! baseline engines of `baselines.rs` (DuckDB over Parquet, DuckDB's native tables,
 //! ClickHouse through chdb), from the bench virtualenv (`bench/setup.sh`) in the same
 //! invocation.
@@ -334,32 +334,30 @@ fn compact(url: &str) -> anyhow::Result<Value> {
     let t = Instant::now();
     let r = send(&client, url, &Req::Post("/api/v1/admin/compact", json!({})))
         .context("compacting after the ingest")?;
-    let seconds = t.elapsed().as_secs_f64();
     let n = |k: &str| r.get(k).and_then(Value::as_u64).unwrap_or(0);
-    let skipped = r
-        .get("skipped")
-        .and_then(Value::as_array)
-        .map_or(0, Vec::len);
+    let out = json!({
+        "seconds": t.elapsed().as_secs_f64(),
+        "segments_before": n("segments_before"),
+        "segments_after": n("segments_after"),
+        "bytes_before": n("bytes_before"),
+        "bytes_after": n("bytes_after"),
+        "skipped": r.get("skipped").cloned().unwrap_or(Value::Null),
+    });
+    let skipped = out["skipped"].as_array().map_or(0, Vec::len);
     println!(
-        "compaction: {} → {} segments, {} → {} in {seconds:.1} s{}",
-        n("segments_before"),
-        n("segments_after"),
+        "compaction: {} → {} segments, {} → {} in {:.1} s{}",
+        out["segments_before"],
+        out["segments_after"],
         human_bytes(n("bytes_before") as f64),
         human_bytes(n("bytes_after") as f64),
+        out["seconds"].as_f64().unwrap_or(0.0),
         if skipped > 0 {
             format!(" ({skipped} partitions skipped)")
         } else {
             String::new()
         }
     );
-    Ok(json!({
-        "seconds": seconds,
-        "segments_before": n("segments_before"),
-        "segments_after": n("segments_after"),
-        "bytes_before": n("bytes_before"),
-        "bytes_after": n("bytes_after"),
-        "skipped": r.get("skipped").cloned().unwrap_or(Value::Null),
-    }))
+    Ok(out)
 }
 
 /// Waits until the server's segment-cache warm-up is over (its metric reads 0).
@@ -831,6 +829,8 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
         "draws_per_profile": args.draws,
         "interval_s_last_hour": args.interval,
         "interval_s_day": args.day_interval,
+        "days": args.days,
+        "interval_s_before_the_day": args.old_interval,
         "replay_hosts": if replay.is_some() { args.replay_hosts } else { 0 },
         "iterations_uncached": args.iterations,
         "iterations_cached": args.cached_iterations,

@@ -95,7 +95,7 @@ impl Querier {
                             None => plan.insert(SourceGroups::new(src, sel, q, &resolve)?),
                         };
                         match plan {
-                            Some(p) => p.add(src, (lo, hi), q.max_groups, &frames, acc, s),
+                            Some(p) => p.add(src, (lo, hi), &frames, acc, s),
                             None => Ok(()),
                         }
                     };

@@ -533,6 +533,7 @@ pub struct SourceGroups {
     members: Vec<(Vec<String>, RoaringBitmap)>,
     filter: NodeFilter,
     stack_keys: bool,
+    max_groups: usize,
 }
 
 impl SourceGroups {
@@ -560,6 +561,7 @@ impl SourceGroups {
             members: by_label_values(src, &series, &q.label_keys()),
             filter,
             stack_keys: q.keys.iter().any(GroupKey::is_stack_derived),
+            max_groups: q.max_groups,
         }))
     }
 
@@ -569,7 +571,6 @@ impl SourceGroups {
         &mut self,
         src: &dyn Source,
         (lo, hi): (u32, u32),
-        max_groups: usize,
         tree: &RwLock<FrameTree>,
         acc: &mut FrameGroups,
         scratch: &mut Scratch,
@@ -604,8 +605,8 @@ impl SourceGroups {
                 *e = e.saturating_add(v);
             }
         }
-        if max_groups > 0 && acc.values.len() > max_groups.saturating_mul(64) {
-            return Err(too_many_groups(max_groups));
+        if self.max_groups > 0 && acc.values.len() > self.max_groups.saturating_mul(64) {
+            return Err(too_many_groups(self.max_groups));
         }
         Ok(())
     }
