@@ -24,6 +24,7 @@ use profiledb_proto::pprof;
 use profiledb_proto::push::v1::{PushRequest, RawProfileSeries, RawSample};
 use profiledb_proto::types::v1::LabelPair;
 use prost::Message;
+use rustc_hash::FxHashMap;
 
 /// The profile type the query suites read.
 pub const CPU_TYPE: &str = "process_cpu:cpu:nanoseconds:cpu:nanoseconds";
@@ -155,6 +156,9 @@ pub struct Fleet {
     pub cfg: FleetConfig,
     /// Function names; id = index.
     pub functions: Vec<String>,
+    /// The same names as shared bytes: a profile's string table refers to them
+    /// instead of copying every name into every push.
+    function_bytes: Vec<Bytes>,
     services: Vec<Service>,
 }
 
@@ -253,9 +257,14 @@ impl Fleet {
                 compression,
             });
         }
+        let function_bytes = functions
+            .iter()
+            .map(|f| Bytes::copy_from_slice(f.as_bytes()))
+            .collect();
         Fleet {
             cfg,
             functions,
+            function_bytes,
             services,
         }
     }
@@ -309,7 +318,8 @@ impl Fleet {
         let n = ((draws as f64) * (0.7 + 0.6 * rng.unit())).max(1.0) as usize;
         let total = svc.cdf.last().copied().unwrap_or(1.0);
         let regress = ts_ms >= self.cfg.deploy_ms && !svc.compression.is_empty();
-        let mut counts: HashMap<u32, i64> = HashMap::with_capacity(n);
+        let mut counts: FxHashMap<u32, i64> =
+            FxHashMap::with_capacity_and_hasher(n, Default::default());
         for _ in 0..n {
             let idx = if regress && rng.below(8) == 0 {
                 svc.compression[rng.below(svc.compression.len())]
@@ -362,7 +372,7 @@ impl Fleet {
             unit: s(period.1, &mut strings),
         });
         // One function and one location per distinct function used.
-        let mut loc_of: HashMap<u32, u64> = HashMap::new();
+        let mut loc_of: FxHashMap<u32, u64> = FxHashMap::default();
         let mut functions = Vec::new();
         let mut locations = Vec::new();
         let mut samples = Vec::with_capacity(drawn.counts.len());
@@ -374,9 +384,13 @@ impl Fleet {
             for &f in st.iter().rev() {
                 let id = *loc_of.entry(f).or_insert_with(|| {
                     let id = locations.len() as u64 + 1;
-                    let name = self.functions.get(f as usize).map_or("?", |x| x.as_str());
                     let name_i = strings.len() as i64;
-                    strings.push(Bytes::copy_from_slice(name.as_bytes()));
+                    strings.push(
+                        self.function_bytes
+                            .get(f as usize)
+                            .cloned()
+                            .unwrap_or_else(|| Bytes::from_static(b"?")),
+                    );
                     functions.push(pprof::Function {
                         id,
                         name: name_i,

@@ -19,6 +19,7 @@ mod sections;
 mod server;
 mod soak_suite;
 mod storage_suite;
+mod thread_cpu;
 mod ui_suite;
 
 use clap::{Parser, Subcommand};

@@ -30,6 +30,7 @@ use crate::fleet::{Fleet, FleetConfig, Replay, CPU_TYPE, FILTER_FUNCTION};
 use crate::report::{self, human_bytes};
 use crate::same_rows;
 use crate::server::Running;
+use crate::thread_cpu;
 
 #[derive(clap::Args, Clone)]
 pub struct Args {
@@ -67,8 +68,9 @@ pub struct Args {
     /// Real pprof profiles the replay hosts push.
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures/pprof"))]
     fixtures: PathBuf,
-    /// Concurrent push clients.
-    #[arg(long, default_value_t = 2)]
+    /// Concurrent push clients. A fleet pushes from every host at once; with 2
+    /// clients at most two pushes were ever inside the server.
+    #[arg(long, default_value_t = 6)]
     clients: usize,
     /// Timed runs per query for cache misses (and for each baseline).
     #[arg(long, default_value_t = 20)]
@@ -563,6 +565,7 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
             let bytes_sent = Arc::new(AtomicU64::new(0));
             let retries = Arc::new(AtomicU64::new(0));
             let write_rows = installed.any();
+            let cpu_before = thread_cpu::Snapshot::now();
             let t_ingest = Instant::now();
             let workers: Vec<_> = (0..args.clients.max(1))
                 .map(|w| {
@@ -615,7 +618,8 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
                             if let Some(f) = rows_file.as_mut() {
                                 std::io::Write::write_all(f, &rows)?;
                             }
-                            let body = req.encode_to_vec();
+                            // Shared bytes: a retry re-sends without copying the body.
+                            let body = bytes::Bytes::from(req.encode_to_vec());
                             bytes_sent.fetch_add(body.len() as u64, Ordering::Relaxed);
                             loop {
                                 let r = client
@@ -653,6 +657,7 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
             let ingest_secs = t_ingest.elapsed().as_secs_f64();
             pb.finish();
             let ingest_peak_rss = report::peak_rss_bytes();
+            let ingest_cpu = thread_cpu::Snapshot::now().since(&cpu_before);
             let t_flush = Instant::now();
             server.stop()?;
             let flush_secs = t_flush.elapsed().as_secs_f64();
@@ -670,6 +675,7 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
             human_bytes(stored as f64),
             human_bytes(ingest_peak_rss as f64)
         );
+            println!("ingest CPU: {}", ingest_cpu.describe(values));
 
             // Baseline data: CSV → Parquet (not timed as part of any query).
             let mut convert: Option<Value> = None;
@@ -708,6 +714,7 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
                 "ingest_peak_rss_bytes": ingest_peak_rss,
                 "ingest_peak_rss_since": if peak_reset { "ingest start" } else { "process start" },
                 "ingest_retries": retries.load(Ordering::Relaxed),
+                "ingest_cpu": ingest_cpu.to_json(values),
                 "shutdown_flush_seconds": flush_secs,
                 "compaction": compaction,
                 "segment_bytes": stored,

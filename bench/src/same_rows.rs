@@ -125,17 +125,30 @@ pub fn build(fleet: &Arc<Fleet>, ticks: &[i64], hosts: usize, dir: &Path) -> any
     let last = ticks.iter().copied().max().unwrap_or(0);
     let now = last.div_euclid(DAY) * DAY + DAY + 2 * 3_600_000;
     let report = store.compact_at(None, None, now, &|_| {})?;
-    if !report.skipped.is_empty() {
-        bail!(
-            "same-rows compaction skipped partitions: {:?}",
-            report.skipped
-        );
+    // A day whose decoded rows exceed the compaction budget stays in hours: the
+    // engine's memory bound, so a figure to report (the full-density fleet's
+    // last day is one), not a failed run.
+    let skipped: Vec<String> = report
+        .skipped
+        .iter()
+        .map(|s| format!("{} ms: {}", s.partition_start_ms, s.reason))
+        .collect();
+    for s in &skipped {
+        println!("same rows: a day left in hours, starting at {s}");
     }
     let stored: i64 = store.segments().iter().map(|m| m.value_total).sum();
     if stored != total {
         bail!("the same-rows store totals {stored} after compaction, {total} before");
     }
-    let blocks = measure(&store, dir, rows, "compacted into day blocks")?;
+    let layout = if skipped.is_empty() {
+        "compacted into day blocks".to_string()
+    } else {
+        format!(
+            "compacted into day blocks ({} day(s) left in hours)",
+            skipped.len()
+        )
+    };
+    let blocks = measure(&store, dir, rows, &layout)?;
     drop(store);
     Ok(json!({
         "rows": rows,
@@ -144,6 +157,7 @@ pub fn build(fleet: &Arc<Fleet>, ticks: &[i64], hosts: usize, dir: &Path) -> any
         "bytes": blocks.file_bytes,
         "bytes_per_row": blocks.file_bytes as f64 / rows.max(1) as f64,
         "sections": blocks.to_json(),
+        "days_left_in_hours": skipped,
         "hours": {
             "bytes": hours.file_bytes,
             "bytes_per_row": hours.file_bytes as f64 / rows.max(1) as f64,

@@ -258,7 +258,10 @@ impl Store {
             return Err(StorageError::Closed);
         }
         batch.validate().map_err(StorageError::Invalid)?;
-        let payload = postcard::to_allocvec(&batch)
+        // Sized first: a push's record is hundreds of KB, and growing the buffer
+        // by doubling copied it again and again (3 % of ingest CPU in `perf`).
+        let payload = postcard::experimental::serialized_size(&batch)
+            .and_then(|n| postcard::to_extend(&batch, Vec::with_capacity(n)))
             .map_err(|e| StorageError::Invalid(format!("batch cannot be encoded: {e}")))?;
         let (reply, rx) = channel::bounded(1);
         Ok((

@@ -1,0 +1,210 @@
+//! CPU time of this process's threads, by role.
+//!
+//! The suites run the server and its load generator in one process on the same
+//! two cores, so "values per second" alone hides how much of the machine the
+//! generator took. Each thread's user + system time from `/proc/self/task` is
+//! sampled before and after a phase; the server's threads carry the names it gives
+//! them (`profiledb-*`, tokio's `tokio-rt-worker`, tantivy's); the rest of the
+//! process's time (`/proc/self/stat`, which keeps the time of threads that have
+//! ended, such as the push clients) is the suite's own.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Value};
+
+/// CPU seconds per thread id, with the thread's name.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    threads: BTreeMap<u32, (String, f64)>,
+    /// The whole process, ended threads included.
+    process: f64,
+}
+
+/// The kernel's clock tick (`USER_HZ`), which `/proc/*/stat` times are counted in.
+fn ticks_per_second() -> f64 {
+    // SAFETY: sysconf has no preconditions; it returns -1 for an unknown name.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as f64
+    } else {
+        100.0
+    }
+}
+
+/// `(name, utime + stime ticks)` from one `/proc/.../stat` line. The name is in
+/// parentheses and may itself hold spaces or parentheses, so fields are counted
+/// from the last `)`.
+fn parse_stat(line: &str) -> Option<(String, u64)> {
+    let open = line.find('(')?;
+    let close = line.rfind(')')?;
+    let name = line.get(open + 1..close)?.to_string();
+    let rest: Vec<&str> = line.get(close + 1..)?.split_whitespace().collect();
+    // After the name: state is field 3, utime field 14, stime field 15.
+    let utime: u64 = rest.get(11)?.parse().ok()?;
+    let stime: u64 = rest.get(12)?.parse().ok()?;
+    Some((name, utime + stime))
+}
+
+impl Snapshot {
+    /// The threads alive now; empty where `/proc` cannot say.
+    pub fn now() -> Snapshot {
+        let hz = ticks_per_second();
+        let mut threads = BTreeMap::new();
+        let process = std::fs::read_to_string("/proc/self/stat")
+            .ok()
+            .and_then(|l| parse_stat(&l))
+            .map_or(0.0, |(_, t)| t as f64 / hz);
+        let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+            return Snapshot::default();
+        };
+        for e in dir.flatten() {
+            let Some(tid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                continue;
+            };
+            let Ok(line) = std::fs::read_to_string(e.path().join("stat")) else {
+                continue;
+            };
+            if let Some((name, ticks)) = parse_stat(&line) {
+                threads.insert(tid, (name, ticks as f64 / hz));
+            }
+        }
+        Snapshot { threads, process }
+    }
+
+    /// CPU seconds each role spent since `before`, threads started since included
+    /// (threads that ended in between are not seen).
+    pub fn since(&self, before: &Snapshot) -> Usage {
+        let mut by_role: BTreeMap<&'static str, f64> = BTreeMap::new();
+        for (tid, (name, secs)) in &self.threads {
+            let start = before.threads.get(tid).map_or(0.0, |t| t.1);
+            let r = role(name);
+            if r != CLIENT {
+                *by_role.entry(r).or_default() += (secs - start).max(0.0);
+            }
+        }
+        let server: f64 = by_role.values().sum();
+        by_role.insert(CLIENT, (self.process - before.process - server).max(0.0));
+        Usage { by_role }
+    }
+}
+
+/// Which part of the suite a thread belongs to, by its name.
+fn role(name: &str) -> &'static str {
+    match name {
+        "profiledb-write" => "server writer (WAL, head)",
+        "profiledb-inges" => "server decoders",
+        "profiledb-flush" => "server flusher",
+        "tokio-rt-worker" => "server HTTP",
+        n if n.starts_with("profiledb") || n.starts_with("thrd-tantivy") => "server other",
+        _ => CLIENT,
+    }
+}
+
+/// Everything in the process that is not the server.
+const CLIENT: &str = "push clients and bench";
+
+/// CPU seconds by role over one phase.
+#[derive(Clone, Debug, Default)]
+pub struct Usage {
+    by_role: BTreeMap<&'static str, f64>,
+}
+
+impl Usage {
+    /// CPU seconds of the server's threads.
+    pub fn server_secs(&self) -> f64 {
+        self.by_role
+            .iter()
+            .filter(|(r, _)| r.starts_with("server"))
+            .map(|(_, s)| s)
+            .sum()
+    }
+
+    /// CPU seconds of everything else in the process (the load generator).
+    pub fn client_secs(&self) -> f64 {
+        self.by_role
+            .iter()
+            .filter(|(r, _)| !r.starts_with("server"))
+            .map(|(_, s)| s)
+            .sum()
+    }
+
+    /// One line: the server's CPU per value, then each role's seconds.
+    pub fn describe(&self, values: u64) -> String {
+        let per = |s: f64| s * 1e6 / values.max(1) as f64;
+        let roles: Vec<String> = self
+            .by_role
+            .iter()
+            .map(|(r, s)| format!("{r} {s:.1} s"))
+            .collect();
+        format!(
+            "server CPU {:.1} s = {:.2} µs/value, load generator {:.1} s = {:.2} µs/value ({})",
+            self.server_secs(),
+            per(self.server_secs()),
+            self.client_secs(),
+            per(self.client_secs()),
+            roles.join(", ")
+        )
+    }
+
+    pub fn to_json(&self, values: u64) -> Value {
+        let per = |s: f64| s * 1e6 / values.max(1) as f64;
+        json!({
+            "server_cpu_seconds": self.server_secs(),
+            "server_cpu_us_per_value": per(self.server_secs()),
+            "client_cpu_seconds": self.client_secs(),
+            "client_cpu_us_per_value": per(self.client_secs()),
+            "by_role_seconds": self.by_role,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_lines_with_odd_names() {
+        let line = "42 (tokio-rt-worker) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0 20 0";
+        assert_eq!(parse_stat(line), Some(("tokio-rt-worker".to_string(), 300)));
+        let odd = "7 (a) b (c) R 1 2 3 4 5 6 7 8 9 10 11 12 0 0 20 0";
+        assert_eq!(parse_stat(odd), Some(("a) b (c".to_string(), 23)));
+        assert_eq!(parse_stat("7 (x) R 1 2"), None);
+    }
+
+    #[test]
+    fn roles_split_server_from_clients() {
+        let before = Snapshot {
+            threads: BTreeMap::from([(1, ("profiledb-write".into(), 1.0))]),
+            process: 1.0,
+        };
+        let after = Snapshot {
+            threads: BTreeMap::from([
+                (1, ("profiledb-write".into(), 4.0)),
+                (2, ("tokio-rt-worker".into(), 2.0)),
+                (3, ("bench".into(), 5.0)),
+            ]),
+            // Thread 3 plus 2 s of threads that have ended.
+            process: 14.0,
+        };
+        let u = after.since(&before);
+        assert_eq!(u.server_secs(), 5.0);
+        assert_eq!(u.client_secs(), 8.0);
+        assert!(u
+            .describe(1_000_000)
+            .starts_with("server CPU 5.0 s = 5.00 µs/value"));
+    }
+
+    #[test]
+    fn own_threads_are_seen() {
+        let s = Snapshot::now();
+        if std::path::Path::new("/proc/self/task").exists() {
+            assert!(!s.threads.is_empty());
+            let t = std::time::Instant::now();
+            while t.elapsed() < std::time::Duration::from_millis(200) {
+                std::hint::black_box(0u64);
+            }
+            // The spin above is this (unnamed, so client) thread's time.
+            assert!(Snapshot::now().since(&s).client_secs() > 0.0);
+        }
+    }
+}
