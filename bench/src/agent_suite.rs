@@ -191,9 +191,7 @@ pub(crate) fn status_kib(pid: u32, field: &str) -> Option<u64> {
 pub(crate) fn cpu_seconds(pid: u32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let ticks = profiledb_agent::guard::parse_cpu_ticks(&stat)?;
-    // SAFETY: sysconf has no memory-safety preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    Some(ticks as f64 / if hz > 0 { hz as f64 } else { 100.0 })
+    Some(ticks as f64 / crate::thread_cpu::ticks_per_second())
 }
 
 fn fd_count(pid: u32) -> Option<u64> {

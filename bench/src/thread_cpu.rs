@@ -21,7 +21,7 @@ pub struct Snapshot {
 }
 
 /// The kernel's clock tick (`USER_HZ`), which `/proc/*/stat` times are counted in.
-fn ticks_per_second() -> f64 {
+pub(crate) fn ticks_per_second() -> f64 {
     // SAFETY: sysconf has no preconditions; it returns -1 for an unknown name.
     let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     if t > 0 {
@@ -32,17 +32,10 @@ fn ticks_per_second() -> f64 {
 }
 
 /// `(name, utime + stime ticks)` from one `/proc/.../stat` line. The name is in
-/// parentheses and may itself hold spaces or parentheses, so fields are counted
-/// from the last `)`.
+/// parentheses and may itself hold spaces or parentheses, so it ends at the last `)`.
 fn parse_stat(line: &str) -> Option<(String, u64)> {
-    let open = line.find('(')?;
-    let close = line.rfind(')')?;
-    let name = line.get(open + 1..close)?.to_string();
-    let rest: Vec<&str> = line.get(close + 1..)?.split_whitespace().collect();
-    // After the name: state is field 3, utime field 14, stime field 15.
-    let utime: u64 = rest.get(11)?.parse().ok()?;
-    let stime: u64 = rest.get(12)?.parse().ok()?;
-    Some((name, utime + stime))
+    let name = line.get(line.find('(')? + 1..line.rfind(')')?)?.to_string();
+    Some((name, profiledb_agent::guard::parse_cpu_ticks(line)?))
 }
 
 impl Snapshot {
@@ -50,10 +43,7 @@ impl Snapshot {
     pub fn now() -> Snapshot {
         let hz = ticks_per_second();
         let mut threads = BTreeMap::new();
-        let process = std::fs::read_to_string("/proc/self/stat")
-            .ok()
-            .and_then(|l| parse_stat(&l))
-            .map_or(0.0, |(_, t)| t as f64 / hz);
+        let process = crate::agent_suite::cpu_seconds(std::process::id()).unwrap_or(0.0);
         let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
             return Snapshot::default();
         };
