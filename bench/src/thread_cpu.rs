@@ -61,8 +61,10 @@ impl Snapshot {
         Snapshot { threads, process }
     }
 
-    /// CPU seconds each role spent since `before`, threads started since included
-    /// (threads that ended in between are not seen).
+    /// CPU seconds each role spent since `before`, threads started since included.
+    /// A thread that ended in between is only in the process total, so it counts
+    /// as the client's: right for the push clients, wrong for a server thread that
+    /// ended (the server's long-lived writer, decoders, flusher and runtime do not).
     pub fn since(&self, before: &Snapshot) -> Usage {
         let mut by_role: BTreeMap<&'static str, f64> = BTreeMap::new();
         for (tid, (name, secs)) in &self.threads {
@@ -104,18 +106,14 @@ impl Usage {
     pub fn server_secs(&self) -> f64 {
         self.by_role
             .iter()
-            .filter(|(r, _)| r.starts_with("server"))
+            .filter(|(r, _)| **r != CLIENT)
             .map(|(_, s)| s)
             .sum()
     }
 
     /// CPU seconds of everything else in the process (the load generator).
     pub fn client_secs(&self) -> f64 {
-        self.by_role
-            .iter()
-            .filter(|(r, _)| !r.starts_with("server"))
-            .map(|(_, s)| s)
-            .sum()
+        self.by_role.get(CLIENT).copied().unwrap_or(0.0)
     }
 
     /// One line: the server's CPU per value, then each role's seconds.
