@@ -282,7 +282,7 @@ pub fn add_pairs(
             out.prepare(tree.read().len());
             for &(node, v) in pairs {
                 match s.get(node) {
-                    Some(g) => out.add(g, v),
+                    Some(g) => out.add_growing(g, v, || tree.read().len()),
                     None => missing.push((node, v)),
                 }
             }
@@ -391,6 +391,73 @@ mod tests {
         let mut t = CallTree::from_frames(&tree.read(), &pairs);
         t.finalize();
         t
+    }
+
+    /// Threads merging the same segment at once into one tree (the two sides of a
+    /// diff, the scan threads) read frame ids that other threads put in the
+    /// segment's memo while they ran, beyond the size their accumulator was
+    /// prepared for: no value may be dropped. (It once was: a cold diff came out
+    /// short by a few samples.)
+    #[test]
+    fn concurrent_merges_of_one_segment_lose_no_value() {
+        let names: Vec<String> = (0..64).map(|i| format!("f{i}")).collect();
+        let stacks: Vec<Vec<(&str, u32)>> = (0..3000u32)
+            .map(|i| {
+                (0..6)
+                    .map(|d| {
+                        (
+                            names[((i >> (d * 2)) as usize + d as usize) % 64].as_str(),
+                            d,
+                        )
+                    })
+                    .collect()
+            })
+            .collect();
+        let refs: Vec<&[(&str, u32)]> = stacks.iter().map(Vec::as_slice).collect();
+        let (d, leaves) = dict(&refs);
+        let pairs: Vec<(u32, i64)> = leaves.iter().map(|&l| (l, 1)).collect();
+        let want: i64 = leaves.len() as i64;
+        for round in 0..20 {
+            // A fresh memo and tree every round: every node is resolved while the
+            // other threads read the memo.
+            let (memo, frames) = (GidMemo::default(), Frames::default());
+            let tree = frames.for_query();
+            let totals: Vec<i64> = std::thread::scope(|scope| {
+                let handles: Vec<_> = (0..4)
+                    .map(|t| {
+                        let (tree, d, memo) = (&tree, &d, &memo);
+                        // Two threads walk the stacks from each of two starting
+                        // points: each reads the memo where the other is resolving.
+                        let mut mine = pairs.clone();
+                        mine.rotate_left(t % 2 * pairs.len() / 2);
+                        scope.spawn(move || {
+                            let mut out = NodeValues::default();
+                            let (mut nodes, mut names, mut path) =
+                                (Memo::default(), Memo::default(), Vec::new());
+                            let gen = tree.read().generation();
+                            let slots = memo.slots(gen, d.node_count());
+                            for chunk in mine.chunks(256) {
+                                add_pairs(
+                                    tree,
+                                    d,
+                                    Some(&slots),
+                                    chunk,
+                                    &mut out,
+                                    &mut nodes,
+                                    &mut names,
+                                    &mut path,
+                                );
+                            }
+                            let mut got = Vec::new();
+                            out.drain(&mut got);
+                            got.iter().map(|p| p.1).sum::<i64>()
+                        })
+                    })
+                    .collect();
+                handles.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            assert_eq!(totals, vec![want; 4], "round {round}");
+        }
     }
 
     #[test]

@@ -48,6 +48,18 @@ impl NodeValues {
         }
     }
 
+    /// [`NodeValues::add`] of a frame id read from a segment's shared memo: another
+    /// query thread may have added that frame to the tree (and the memo) after this
+    /// accumulator was prepared, so the slots grow to `len()` first instead of the
+    /// value being dropped as out of range.
+    #[inline]
+    pub fn add_growing(&mut self, node: u32, v: i64, len: impl FnOnce() -> usize) {
+        if node as usize >= self.values.len() {
+            grow_zeroed(&mut self.values, len());
+        }
+        self.add(node, v);
+    }
+
     /// The non-zero `(node, sum)` pairs in node order (parents before children), and
     /// every slot back to zero.
     pub fn drain(&mut self, out: &mut Vec<(u32, i64)>) {
