@@ -186,25 +186,45 @@ fn moving_windows_reuse_segment_parts() {
     let (h0, m0) = (hits(), misses());
     let first = group_rows(&s, t - 10, t + hour + 10);
     assert_eq!(first["total"], 4 * SCALE);
+    // A function filter asked for the first time: the partition's unfiltered sums
+    // are computed and kept, the filtered part is not.
     assert_eq!((hits(), misses()), (h0, m0 + 1));
-    // Moved by a few ms: a new answer and segment-part key... but the same part.
+    // Moved by a few ms: a new answer key, the same partition. The filter's second
+    // run reads the kept sums and keeps its own part...
     let second = group_rows(&s, t - 20, t + hour + 20);
     assert_eq!(second, first);
-    assert_eq!((hits(), misses()), (h0 + 1, m0 + 1));
+    assert_eq!((hits(), misses()), (h0 + 1, m0 + 2));
+    // ...which the third finds.
+    let third = group_rows(&s, t - 30, t + hour + 30);
+    assert_eq!(third, first);
+    assert_eq!((hits(), misses()), (h0 + 2, m0 + 2));
 
-    // Merges likewise, and a window cutting into the partition is computed.
+    // Merges likewise.
     let (v1, _) = flamegraph_between(&s, t - 10, t + hour + 10);
     let (v2, _) = flamegraph_between(&s, t - 30, t + hour + 30);
     assert_eq!(v1, v2);
     assert_eq!(v1["total"], 9 * SCALE);
-    assert_eq!(hits(), h0 + 2);
-    let (v3, _) = flamegraph_between(&s, t + 30 * 60_000, t + hour);
-    assert_eq!(v3["total"], 0, "the samples are in the first minute");
-    assert_eq!(hits(), h0 + 2, "a partial window is not a cached part");
-    // Nor is one cached: asked again (moved by a ms, so the answer cache misses), it
-    // is computed again, not found.
-    let (m_before, h_before) = (misses(), hits());
-    let (v4, _) = flamegraph_between(&s, t + 30 * 60_000 - 1, t + hour);
-    assert_eq!(v4["total"], 0);
-    assert_eq!((hits(), misses()), (h_before, m_before));
+    assert_eq!((hits(), misses()), (h0 + 3, m0 + 3));
+    // A window cutting into the partition on the ten-minute grid: three chunks,
+    // computed once and kept...
+    let (v3, _) = flamegraph_between(&s, t, t + 30 * 60_000);
+    assert_eq!(
+        v3["total"],
+        9 * SCALE,
+        "the samples are in the first minute"
+    );
+    assert_eq!((hits(), misses()), (h0 + 3, m0 + 6));
+    // ...then found when asked again (moved by a ms, so the answer cache misses).
+    let (v4, _) = flamegraph_between(&s, t - 1, t + 30 * 60_000);
+    assert_eq!(v4, v3);
+    assert_eq!((hits(), misses()), (h0 + 6, m0 + 6));
+    // Off the grid, only the ragged ends are read from rows: [30 s, 25 min) is the
+    // kept chunk [10, 20) min plus two ends, which are not kept.
+    let (v5, _) = flamegraph_between(&s, t + 30_000, t + 25 * 60_000);
+    assert_eq!(v5, v3);
+    assert_eq!((hits(), misses()), (h0 + 7, m0 + 6));
+    // A window holding none of the partition's data does not read it.
+    let (v6, _) = flamegraph_between(&s, t + 30 * 60_000, t + hour);
+    assert_eq!(v6["total"], 0);
+    assert_eq!((hits(), misses()), (h0 + 7, m0 + 6));
 }

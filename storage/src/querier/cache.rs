@@ -14,7 +14,7 @@ use crate::dict::Dict;
 use crate::error::Result;
 use crate::fnindex::FnIndex;
 use crate::model::TenantId;
-use crate::query::groupby::{FrameGroups, GroupAcc, GroupByQuery, GroupKey};
+use crate::query::groupby::{FrameGroups, GroupAcc, GroupByQuery, GroupKey, GroupNodes};
 use crate::query::{Share, TimeRange};
 use crate::selector::Selector;
 
@@ -96,6 +96,15 @@ pub(crate) enum CacheKey {
         selector: String,
         spec: GroupSpec,
     },
+    /// One segment share's sums per label group and stack node, before any
+    /// function filter (see `GroupNodes`): shared by the filtered group-bys of
+    /// every filter with the same selector and label keys.
+    SegmentGroupNodes {
+        share: Share,
+        tenant: TenantId,
+        selector: String,
+        label_keys: Vec<String>,
+    },
 }
 
 impl CacheKey {
@@ -112,6 +121,16 @@ impl CacheKey {
                 spec,
                 ..
             } => tenant.as_str().len() + selector.len() + spec.approx_bytes(),
+            CacheKey::SegmentGroupNodes {
+                tenant,
+                selector,
+                label_keys,
+                ..
+            } => {
+                tenant.as_str().len()
+                    + selector.len()
+                    + label_keys.iter().map(|k| k.len() + 24).sum::<usize>()
+            }
         }
     }
 }
@@ -125,6 +144,8 @@ pub(crate) enum Cached {
     MergePart(Arc<Vec<(u32, i64)>>),
     /// One segment's part of a group-by over frame ids.
     GroupPart(Arc<FrameGroups>),
+    /// One segment share's unfiltered sums by label group and stack node.
+    GroupNodes(Arc<GroupNodes>),
 }
 
 impl Cached {
@@ -133,6 +154,7 @@ impl Cached {
             Cached::Groups(g) => g.approx_bytes(),
             Cached::MergePart(p) => p.len() * 16 + 64,
             Cached::GroupPart(g) => g.approx_bytes(),
+            Cached::GroupNodes(g) => g.approx_bytes(),
         }
     }
 }
@@ -170,6 +192,9 @@ pub struct CacheStats {
     pub partial_misses: AtomicU64,
 }
 
+/// How many filtered queries [`QueryCache::asked_before`] remembers.
+const ASKED_REMEMBERED: usize = 4096;
+
 /// The result cache and the function indexes.
 pub(crate) struct QueryCache {
     results: quick_cache::sync::Cache<CacheKey, Arc<Cached>, ResultWeight>,
@@ -177,6 +202,8 @@ pub(crate) struct QueryCache {
     pub stats: Arc<CacheStats>,
     /// `cache_bytes == 0`: every query is computed (cold benchmarks, debugging).
     results_enabled: bool,
+    /// Hashes of the filtered group-bys asked recently (see [`QueryCache::asked_before`]).
+    asked: quick_cache::sync::Cache<u64, ()>,
 }
 
 impl QueryCache {
@@ -193,7 +220,21 @@ impl QueryCache {
             fn_indexes: one_shard_cache((bytes / 4).max(1 << 20), IndexWeight),
             stats,
             results_enabled: cache_bytes > 0,
+            asked: quick_cache::sync::Cache::new(ASKED_REMEMBERED),
         }
+    }
+
+    /// Whether a query with this hash was asked recently, remembering it. The
+    /// admission rule of per-segment parts that depend on a function filter: a
+    /// filter typed once while exploring would fill the cache with parts no later
+    /// query reads (and evict parts that are read); a filter asked again, as by a
+    /// dashboard, gets its parts cached from its second run on.
+    pub fn asked_before(&self, hash: u64) -> bool {
+        if self.asked.get(&hash).is_some() {
+            return true;
+        }
+        self.asked.insert(hash, ());
+        false
     }
 
     /// A query's cached segment part, counted as a hit or a miss.

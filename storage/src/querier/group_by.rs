@@ -2,6 +2,7 @@
 //! others, sum, and return rows (see `crate::query::groupby` for the per-source
 //! algorithms).
 
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use regex::Regex;
@@ -16,7 +17,7 @@ use crate::model::TenantId;
 use crate::query::groupby::{
     frames_can_group, group_into, FrameGroups, GroupAcc, GroupByQuery, SourceGroups,
 };
-use crate::query::{shares, steps, Scratch, Source, TimeRange};
+use crate::query::{shares, steps, Scratch, Share, Source, TimeRange};
 use crate::selector::Selector;
 use crate::store::Scope;
 
@@ -75,6 +76,14 @@ impl Querier {
         if frames_can_group(q) {
             let frames = self.store.frames().for_query();
             let generation = frames.read().generation();
+            let label_keys: Vec<String> = q.label_keys().into_iter().map(str::to_owned).collect();
+            // A function filter's per-segment parts are kept from its second run on.
+            let filtered = q.include.is_some() || q.exclude.is_some();
+            let keep_parts = !filtered || {
+                let mut h = rustc_hash::FxHasher::default();
+                (tenant, &query.selector, spec).hash(&mut h);
+                self.cache.asked_before(h.finish())
+            };
             let accs = self.store.scan_scoped(
                 tenant,
                 range,
@@ -85,7 +94,12 @@ impl Querier {
                     let shares = shares(src, range);
                     // Built on the first piece that has to be computed.
                     let mut plan: Option<Option<SourceGroups>> = None;
-                    let mut add = |sub: TimeRange, acc: &mut FrameGroups, s: &mut Scratch| {
+                    // `share`: the piece is a cached share, so a filtered query
+                    // reads its unfiltered sums (cached too) instead of its rows.
+                    let mut add = |sub: TimeRange,
+                                   share: Option<Share>,
+                                   acc: &mut FrameGroups,
+                                   s: &mut Scratch| {
                         let (lo, hi) = steps(src, sub);
                         if lo >= hi {
                             return Ok(());
@@ -94,15 +108,34 @@ impl Querier {
                             Some(p) => p,
                             None => plan.insert(SourceGroups::new(src, sel, q, &resolve)?),
                         };
-                        match plan {
-                            Some(p) => p.add(src, (lo, hi), &frames, acc, s),
-                            None => Ok(()),
+                        let Some(p) = plan else {
+                            return Ok(());
+                        };
+                        let Some(share) = share.filter(|_| p.filtered()) else {
+                            return p.add(src, (lo, hi), &frames, acc, s);
+                        };
+                        let key = CacheKey::SegmentGroupNodes {
+                            share,
+                            tenant: tenant.clone(),
+                            selector: query.selector.clone(),
+                            label_keys: label_keys.clone(),
+                        };
+                        let c = self.cache.partial(key, || {
+                            Ok(Cached::GroupNodes(Arc::new(p.nodes(src, (lo, hi), s)?)))
+                        })?;
+                        match &*c {
+                            Cached::GroupNodes(nodes) => p.add_nodes(src, nodes, &frames, acc, s),
+                            _ => p.add(src, (lo, hi), &frames, acc, s),
                         }
                     };
                     for &sub in &shares.fresh {
-                        add(sub, acc, s)?;
+                        add(sub, None, acc, s)?;
                     }
                     for &(share, sub) in &shares.cached {
+                        if !keep_parts {
+                            add(sub, Some(share), acc, s)?;
+                            continue;
+                        }
                         let key = CacheKey::SegmentGroupBy {
                             share,
                             generation,
@@ -112,7 +145,7 @@ impl Querier {
                         };
                         let c = self.cache.partial(key, || {
                             let mut own = FrameGroups::default();
-                            add(sub, &mut own, s)?;
+                            add(sub, Some(share), &mut own, s)?;
                             own.shrink_for_cache();
                             Ok(Cached::GroupPart(Arc::new(own)))
                         })?;

@@ -3,8 +3,9 @@
 //!
 //! A merge sums values by frame-tree id on the scan threads (see
 //! `crate::query::frames`), caching each segment's share when the range covers its
-//! whole partition (each hour of a block's, when the range cuts into the block), and
-//! the query's whole segment part per segments version.
+//! whole partition (each whole hour of a block and each whole ten-minute chunk of a
+//! partition the range cuts into, see `crate::query::shares`), and the query's whole
+//! segment part per segments version.
 
 use std::sync::Arc;
 

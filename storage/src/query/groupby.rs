@@ -14,11 +14,11 @@ use roaring::RoaringBitmap;
 use rustc_hash::FxHashMap;
 
 use super::frames::frame_name;
-use super::frames::{FrameTree, ROOT_GID};
+use super::frames::{FrameTree, GidSlots, ROOT_GID};
 use super::interner::Interner;
 use super::node_filter::NodeFilter;
 use super::scratch::Scratch;
-use super::{selection, Source, TimeRange};
+use super::{node_values, selection, Source, TimeRange};
 use crate::dict::{Dict, NO_PARENT};
 use crate::error::{QueryError, Result, StorageError};
 use crate::index::LabelIndex;
@@ -86,7 +86,7 @@ pub struct GroupByQuery {
 
 impl GroupByQuery {
     /// The label-name keys, in key order.
-    fn label_keys(&self) -> Vec<&str> {
+    pub(crate) fn label_keys(&self) -> Vec<&str> {
         self.keys
             .iter()
             .filter_map(|k| match k {
@@ -565,6 +565,35 @@ impl SourceGroups {
         }))
     }
 
+    /// Whether a function filter is set: only then is [`SourceGroups::nodes`] worth
+    /// caching apart from the filtered part.
+    pub fn filtered(&self) -> bool {
+        !matches!(self.filter, NodeFilter::All)
+    }
+
+    /// The samples of `src` in steps `[lo, hi)` per label group and stack node,
+    /// without the function filter (see [`GroupNodes`]).
+    pub fn nodes(
+        &self,
+        src: &dyn Source,
+        (lo, hi): (u32, u32),
+        scratch: &mut Scratch,
+    ) -> Result<GroupNodes> {
+        let mut groups = Vec::with_capacity(self.members.len());
+        let result = (|| -> Result<()> {
+            for (values, set) in &self.members {
+                node_values(src, set, lo, hi, scratch)?;
+                if !scratch.pairs.is_empty() {
+                    groups.push((values.clone(), scratch.pairs.clone()));
+                }
+            }
+            Ok(())
+        })();
+        scratch.end_source();
+        result?;
+        Ok(GroupNodes { groups })
+    }
+
     /// Adds the samples of `src` in steps `[lo, hi)` to `acc` by (label group,
     /// frame id).
     pub fn add(
@@ -578,37 +607,111 @@ impl SourceGroups {
         if lo >= hi {
             return Ok(());
         }
-        let dict = src.dict();
-        let generation = tree.read().generation();
-        let slots = src
-            .gid_memo()
-            .map(|m| m.slots(generation, dict.node_count()));
-        let mut per_group: Vec<(u32, Vec<(u32, i64)>)> = Vec::with_capacity(self.members.len());
-        let mut gid_pairs = Vec::new();
+        let to_frames = ToFrames::new(src, tree);
         let result = (|| -> Result<()> {
             for (values, set) in &self.members {
                 self.filter.node_values(src, set, lo, hi, scratch)?;
-                scratch.pairs_to_frames(tree, dict, slots.as_deref());
-                scratch.gids.drain(&mut gid_pairs);
-                per_group.push((acc.group_id(values), std::mem::take(&mut gid_pairs)));
+                let g = acc.group_id(values);
+                self.sum_frames(g, &to_frames, tree, acc, scratch);
             }
             Ok(())
         })();
         scratch.end_source();
         result?;
+        self.check_groups(acc)
+    }
 
-        for (g, pairs) in per_group {
-            for (gid, v) in pairs {
-                acc.total = acc.total.saturating_add(v);
-                let key = (g, if self.stack_keys { gid } else { ROOT_GID });
-                let e = acc.values.entry(key).or_insert(0);
-                *e = e.saturating_add(v);
-            }
+    /// Adds a share's unfiltered sums to `acc` through this query's function
+    /// filter: the same sums [`SourceGroups::add`] gives for the share's steps.
+    pub fn add_nodes(
+        &mut self,
+        src: &dyn Source,
+        nodes: &GroupNodes,
+        tree: &RwLock<FrameTree>,
+        acc: &mut FrameGroups,
+        scratch: &mut Scratch,
+    ) -> Result<()> {
+        let to_frames = ToFrames::new(src, tree);
+        for (values, pairs) in &nodes.groups {
+            scratch.pairs.clear();
+            scratch.pairs.extend_from_slice(pairs);
+            self.filter.retain_pairs(src, scratch);
+            let g = acc.group_id(values);
+            self.sum_frames(g, &to_frames, tree, acc, scratch);
         }
+        scratch.end_source();
+        self.check_groups(acc)
+    }
+
+    /// Adds `scratch.pairs` (stack node sums of group `g`) to `acc` by frame id.
+    fn sum_frames(
+        &self,
+        g: u32,
+        to_frames: &ToFrames<'_>,
+        tree: &RwLock<FrameTree>,
+        acc: &mut FrameGroups,
+        scratch: &mut Scratch,
+    ) {
+        scratch.pairs_to_frames(tree, to_frames.dict, to_frames.slots.as_deref());
+        // The node pairs are spent: their buffer takes the frame pairs.
+        scratch.gids.drain(&mut scratch.pairs);
+        acc.values.reserve(scratch.pairs.len());
+        for &(gid, v) in &scratch.pairs {
+            acc.total = acc.total.saturating_add(v);
+            let key = (g, if self.stack_keys { gid } else { ROOT_GID });
+            let e = acc.values.entry(key).or_insert(0);
+            *e = e.saturating_add(v);
+        }
+    }
+
+    fn check_groups(&self, acc: &FrameGroups) -> Result<()> {
         if self.max_groups > 0 && acc.values.len() > self.max_groups.saturating_mul(64) {
             return Err(too_many_groups(self.max_groups));
         }
         Ok(())
+    }
+}
+
+/// What turns one source's `(stack node, value)` sums into frame ids.
+struct ToFrames<'s> {
+    dict: &'s Dict,
+    slots: Option<std::sync::Arc<GidSlots>>,
+}
+
+impl<'s> ToFrames<'s> {
+    fn new(src: &'s dyn Source, tree: &RwLock<FrameTree>) -> Self {
+        let dict = src.dict();
+        let generation = tree.read().generation();
+        ToFrames {
+            dict,
+            slots: src
+                .gid_memo()
+                .map(|m| m.slots(generation, dict.node_count())),
+        }
+    }
+}
+
+/// One source's samples in a step range, summed per stack node for each label group
+/// of a selection, with no function filter. A filtered group-by caches this per
+/// segment share beside its own filtered part: a filter never asked before is then
+/// applied to each distinct stack of the share (thousands) instead of to each row
+/// (millions), and only the first filter after a segment appears reads its rows.
+#[derive(Debug, Default)]
+pub struct GroupNodes {
+    /// Label values, and `(stack node, value)` sorted by node, without zeros.
+    groups: Vec<(Vec<String>, NodeSums)>,
+}
+
+/// `(stack node, value)` pairs of one source.
+type NodeSums = Vec<(u32, i64)>;
+
+impl GroupNodes {
+    pub fn approx_bytes(&self) -> usize {
+        self.groups
+            .iter()
+            .map(|(lv, p)| 64 + lv.iter().map(|s| s.len() + 24).sum::<usize>() + p.len() * 16)
+            .sum::<usize>()
+            + 64
     }
 }
 

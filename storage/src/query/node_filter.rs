@@ -103,8 +103,23 @@ impl NodeFilter {
             NodeFilter::Ranges(bits) => {
                 node_values_where(src, series, lo, hi, scratch, |n| bits.contains(n))
             }
-            NodeFilter::Flags(flags) => {
+            NodeFilter::Flags(_) => {
                 node_values(src, series, lo, hi, scratch)?;
+                self.retain_pairs(src, scratch);
+                Ok(())
+            }
+        }
+    }
+
+    /// Keeps the `(node, value)` pairs in `scratch.pairs` whose stack passes: the
+    /// filter applied to sums computed without it (a cached unfiltered share, see
+    /// `GroupNodes`), which costs a test per distinct stack instead of one per row.
+    pub(super) fn retain_pairs(&mut self, src: &dyn Source, scratch: &mut Scratch) {
+        match self {
+            NodeFilter::All => {}
+            NodeFilter::Nothing => scratch.pairs.clear(),
+            NodeFilter::Ranges(bits) => scratch.pairs.retain(|&(n, _)| bits.contains(n)),
+            NodeFilter::Flags(flags) => {
                 let dict = src.dict();
                 flags.observe(dict, scratch.pairs.len());
                 let (memo, path) = (&mut scratch.keep, &mut scratch.path);
@@ -112,7 +127,6 @@ impl NodeFilter {
                 scratch
                     .pairs
                     .retain(|&(node, _)| flags.keeps(dict, node, memo, path));
-                Ok(())
             }
         }
     }

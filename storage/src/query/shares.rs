@@ -3,16 +3,21 @@
 //! A segment's share of a merge or group-by is cached when the query covers its
 //! whole partition: every such query asks the same share. A sliding window cuts
 //! into its oldest segment, and a diff's midpoint into another; those shares change
-//! with every query, so they are computed from the rows. For an hour segment that is
-//! an hour of rows at most, but a day block would be recomputed whole on every
-//! query of a window starting inside the day. So the part of a block a range covers
-//! is split at hour boundaries: each whole hour is a share of its own, cached like a
-//! segment's, and only the ragged ends (less than an hour each) are computed.
+//! with every query. Computed from rows, they cost up to an hour of rows for an hour
+//! segment and a whole day for a day block, on every refresh. So the part of a
+//! partition a range covers is split on a fixed grid: each whole hour of a block is
+//! a share of its own, cached like a segment's; what is left at either end (or the
+//! part of an hour segment a range covers) is split into whole ten-minute chunks,
+//! cached too; only the ragged ends (less than ten minutes each) are computed from
+//! rows. A window sliding over the data, or a diff halving an hour, then reads at
+//! most twenty minutes of rows per query, and adds a cache entry per ten minutes of
+//! data, not per refresh.
 
 use super::{steps, Source, TimeRange};
 
-/// Width of the cached pieces of a block that a range cuts into.
-pub(crate) const CHUNK_MS: i64 = 3_600_000;
+/// Widths of the cached pieces of a partition that a range cuts into, coarse to
+/// fine: a coarser chunk is used wherever it fits, so a long range is few shares.
+pub(crate) const CHUNKS_MS: [i64; 2] = [3_600_000, 600_000];
 
 /// Steps `[lo, hi)` of one segment: the cache key part of a share.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -77,44 +82,58 @@ impl Layout {
                 fresh: Vec::new(),
             };
         }
-        let fresh = Shares {
-            cached: Vec::new(),
-            fresh: vec![range],
-        };
         let hi = hi.min(self.steps);
-        // Only blocks (partitions wider than a chunk, on a grid that divides it)
-        // are split.
-        let chunk = if self.step_ms > 0 && CHUNK_MS % self.step_ms == 0 {
-            u32::try_from(CHUNK_MS / self.step_ms).unwrap_or(0)
-        } else {
-            0
-        };
-        if chunk == 0 || chunk >= self.steps || lo >= hi {
-            return fresh;
-        }
-        let first = lo.div_ceil(chunk) * chunk;
-        let end = hi / chunk * chunk;
-        if first >= end {
-            return fresh;
-        }
         let mut out = Shares::default();
-        if lo < first {
-            out.fresh.push(self.range(lo, first));
+        if lo >= hi {
+            out.fresh.push(range);
+            return out;
         }
-        let mut c = first;
-        while c < end {
-            let share = Share {
-                segment,
-                lo: c,
-                hi: c + chunk,
-            };
-            out.cached.push((share, self.range(c, c + chunk)));
-            c += chunk;
-        }
-        if end < hi {
-            out.fresh.push(self.range(end, hi));
-        }
+        self.split_at(segment, lo, hi, 0, &mut out);
         out
+    }
+
+    /// Steps of a chunk of `ms`, when the grid divides it and the partition is
+    /// wider (a chunk as wide as the partition is the whole share above).
+    fn chunk_steps(&self, ms: i64) -> Option<u32> {
+        if self.step_ms <= 0 || ms % self.step_ms != 0 {
+            return None;
+        }
+        u32::try_from(ms / self.step_ms)
+            .ok()
+            .filter(|&c| c > 0 && c < self.steps)
+    }
+
+    /// Splits steps `[lo, hi)` into whole chunks of `CHUNKS_MS[level]` where they
+    /// fit, and the ends into finer chunks; what no chunk fits is fresh.
+    fn split_at(&self, segment: u64, lo: u32, hi: u32, level: usize, out: &mut Shares) {
+        for (i, &ms) in CHUNKS_MS.iter().enumerate().skip(level) {
+            let Some(chunk) = self.chunk_steps(ms) else {
+                continue;
+            };
+            let first = lo.div_ceil(chunk) * chunk;
+            let end = hi / chunk * chunk;
+            if first >= end {
+                continue;
+            }
+            if lo < first {
+                self.split_at(segment, lo, first, i + 1, out);
+            }
+            let mut c = first;
+            while c < end {
+                let share = Share {
+                    segment,
+                    lo: c,
+                    hi: c + chunk,
+                };
+                out.cached.push((share, self.range(c, c + chunk)));
+                c += chunk;
+            }
+            if end < hi {
+                self.split_at(segment, end, hi, i + 1, out);
+            }
+            return;
+        }
+        out.fresh.push(self.range(lo, hi));
     }
 }
 
@@ -143,13 +162,23 @@ mod tests {
             steps: 8640,
         };
         let s = split(day, 1000 * HOUR + 2 * HOUR + HOUR / 2, 1030 * HOUR);
+        assert!(s.fresh.is_empty());
+        // Three ten-minute chunks up to the next hour, then 21 whole hours.
+        assert_eq!(s.cached.len(), 3 + 21);
+        let ten = |lo: u32, start: i64| {
+            (
+                Share {
+                    segment: 7,
+                    lo,
+                    hi: lo + 60,
+                },
+                TimeRange::new(start, start + HOUR / 6),
+            )
+        };
+        assert_eq!(s.cached[0], ten(900, 1002 * HOUR + HOUR / 2));
+        assert_eq!(s.cached[2], ten(1020, 1002 * HOUR + 5 * HOUR / 6));
         assert_eq!(
-            s.fresh,
-            vec![TimeRange::new(1002 * HOUR + HOUR / 2, 1003 * HOUR)]
-        );
-        assert_eq!(s.cached.len(), 21);
-        assert_eq!(
-            s.cached[0],
+            s.cached[3],
             (
                 Share {
                     segment: 7,
@@ -159,11 +188,21 @@ mod tests {
                 TimeRange::new(1003 * HOUR, 1004 * HOUR)
             )
         );
-        assert_eq!(s.cached[20].0.hi, 8640);
+        assert_eq!(s.cached[23].0.hi, 8640);
+        // Inside an hour and off the ten-minute grid: the ragged ends are fresh.
+        let s = split(day, 1000 * HOUR + 25 * 60_000, 1000 * HOUR + 47 * 60_000);
+        assert_eq!(
+            s.fresh,
+            vec![
+                TimeRange::new(1000 * HOUR + 25 * 60_000, 1000 * HOUR + 30 * 60_000),
+                TimeRange::new(1000 * HOUR + 40 * 60_000, 1000 * HOUR + 47 * 60_000),
+            ]
+        );
+        assert_eq!(s.cached, vec![ten(180, 1000 * HOUR + HOUR / 2)]);
     }
 
     #[test]
-    fn whole_partitions_are_one_share_and_hours_are_not_split() {
+    fn whole_partitions_are_one_share_and_cut_hours_are_split_by_ten_minutes() {
         let hour = Layout {
             start_ms: 5 * HOUR,
             step_ms: 10_000,
@@ -173,14 +212,25 @@ mod tests {
         assert_eq!(whole.cached.len(), 1);
         assert_eq!((whole.cached[0].0.lo, whole.cached[0].0.hi), (0, 360));
         assert!(whole.fresh.is_empty());
-        let cut = split(hour, 5 * HOUR + 1, 10 * HOUR);
-        assert!(cut.cached.is_empty());
-        assert_eq!(cut.fresh, vec![TimeRange::new(5 * HOUR + 1, 10 * HOUR)]);
+        // An hour segment cut one step in: five cached ten-minute chunks, and
+        // only the first chunk's steps from the rows.
+        let cut = split(hour, 5 * HOUR + 10_000, 10 * HOUR);
+        assert_eq!(
+            cut.cached
+                .iter()
+                .map(|(s, _)| (s.lo, s.hi))
+                .collect::<Vec<_>>(),
+            vec![(60, 120), (120, 180), (180, 240), (240, 300), (300, 360)]
+        );
+        assert_eq!(
+            cut.fresh,
+            vec![TimeRange::new(5 * HOUR + 10_000, 5 * HOUR + HOUR / 6)]
+        );
     }
 
     proptest! {
         /// The shares and the fresh ranges select each step of the query exactly
-        /// once, and every cached share but a whole partition is one aligned hour.
+        /// once, and every cached share but a whole partition is one aligned chunk.
         #[test]
         fn shares_tile_the_selected_steps(
             step_ms in prop::sample::select(vec![10_000i64, 60_000, 3_600_000, 7_000]),
@@ -197,9 +247,11 @@ mod tests {
             for (share, r) in &s.cached {
                 prop_assert_eq!(steps_of(layout, *r), (share.lo, share.hi));
                 let whole = share.lo == 0 && share.hi == steps;
-                let hour = i64::from(share.hi - share.lo) * step_ms == CHUNK_MS
-                    && (i64::from(share.lo) * step_ms) % CHUNK_MS == 0;
-                prop_assert!(whole || hour, "{:?}", share);
+                let chunk = CHUNKS_MS.iter().any(|&c| {
+                    i64::from(share.hi - share.lo) * step_ms == c
+                        && (i64::from(share.lo) * step_ms) % c == 0
+                });
+                prop_assert!(whole || chunk, "{:?}", share);
                 for t in share.lo..share.hi {
                     covered[t as usize] += 1;
                 }
