@@ -148,9 +148,7 @@ impl FnIndex {
             None => Ok(scan_functions(dict, re)),
         }
     }
-}
 
-impl FnIndex {
     /// The names containing `lit`: all of its trigrams (`None` under three chars).
     fn trigram_query(&self, lit: &str) -> Option<Box<dyn Query>> {
         let chars: Vec<char> = lit.chars().collect();
