@@ -137,6 +137,13 @@ pub fn render(
     );
     family(
         &mut out,
+        "profiledb_query_skeleton_builds_total",
+        "counter",
+        "Skeletons of merged frames built or grown (a selector's first flame graph, or new stacks).",
+        querier.map_or(0, |q| c(&q.stats().skeleton_builds)),
+    );
+    family(
+        &mut out,
         "profiledb_query_function_index_builds_total",
         "counter",
         "Per-segment function-name indexes built.",

@@ -109,7 +109,8 @@ pub use model::{
 pub use querier::{CacheStats, DiffResult, Querier, QueryLimits, QueryPlan, ScopePlan};
 pub use query::diff::{diff_stats, flat, DiffEntry, DiffStats};
 pub use query::flamegraph::{
-    flamegraph, tree_bytes, tree_from_bytes, tree_from_levels, FlameGraph, FlameGraphDiff,
+    flamegraph, flamegraph_diff, tree_bytes, tree_from_bytes, tree_from_levels, FlameGraph,
+    FlameGraphDiff,
 };
 pub use query::groupby::{GroupAcc, GroupByQuery, GroupKey};
 pub use query::merged::{flamegraph_diff_merged, Merged};

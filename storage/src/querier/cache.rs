@@ -14,7 +14,9 @@ use crate::dict::Dict;
 use crate::error::Result;
 use crate::fnindex::FnIndex;
 use crate::model::TenantId;
+use crate::query::frames::FrameTree;
 use crate::query::groupby::{FrameGroups, GroupAcc, GroupByQuery, GroupKey, GroupNodes};
+use crate::query::skeleton::Skeleton;
 use crate::query::{Share, TimeRange};
 use crate::selector::Selector;
 
@@ -105,6 +107,13 @@ pub(crate) enum CacheKey {
         selector: String,
         label_keys: Vec<String>,
     },
+    /// The frames a selector's merges touched in frame-tree `generation`, whatever
+    /// their range (see `query::skeleton`).
+    Skeleton {
+        tenant: TenantId,
+        selector: String,
+        generation: u64,
+    },
 }
 
 impl CacheKey {
@@ -131,6 +140,9 @@ impl CacheKey {
                     + selector.len()
                     + label_keys.iter().map(|k| k.len() + 24).sum::<usize>()
             }
+            CacheKey::Skeleton {
+                tenant, selector, ..
+            } => tenant.as_str().len() + selector.len(),
         }
     }
 }
@@ -146,6 +158,8 @@ pub(crate) enum Cached {
     GroupPart(Arc<FrameGroups>),
     /// One segment share's unfiltered sums by label group and stack node.
     GroupNodes(Arc<GroupNodes>),
+    /// The frames a selector's merges touched, in drawing order.
+    Skeleton(Arc<Skeleton>),
 }
 
 impl Cached {
@@ -155,6 +169,7 @@ impl Cached {
             Cached::MergePart(p) => p.len() * 16 + 64,
             Cached::GroupPart(g) => g.approx_bytes(),
             Cached::GroupNodes(g) => g.approx_bytes(),
+            Cached::Skeleton(s) => s.approx_bytes(),
         }
     }
 }
@@ -190,6 +205,8 @@ pub struct CacheStats {
     pub partial_hits: AtomicU64,
     /// Per-segment parts of merges and group-bys computed.
     pub partial_misses: AtomicU64,
+    /// Skeletons of merged frames built or grown (see `query::skeleton`).
+    pub skeleton_builds: AtomicU64,
 }
 
 /// How many filtered queries [`QueryCache::asked_before`] remembers.
@@ -283,6 +300,30 @@ impl QueryCache {
             self.results.insert(key, v.clone());
         }
         Ok(v)
+    }
+
+    /// The skeleton kept under `key` when it holds every frame summed in `sides`;
+    /// else one grown from it for them, and kept in its place.
+    pub fn skeleton(
+        &self,
+        key: CacheKey,
+        tree: &FrameTree,
+        sides: &[&[(u32, i64)]],
+    ) -> Arc<Skeleton> {
+        let old = match self.results.get(&key).as_deref() {
+            Some(Cached::Skeleton(s)) if s.generation() == tree.generation() => Some(s.clone()),
+            _ => None,
+        };
+        if let Some(s) = old.as_ref().filter(|s| sides.iter().all(|p| s.covers(p))) {
+            return s.clone();
+        }
+        self.stats.skeleton_builds.fetch_add(1, Ordering::Relaxed);
+        let s = Arc::new(Skeleton::build(tree, old.as_deref(), sides));
+        if self.results_enabled {
+            self.results
+                .insert(key, Arc::new(Cached::Skeleton(s.clone())));
+        }
+        s
     }
 
     /// Bytes held by cached results.

@@ -13,13 +13,14 @@ use parking_lot::RwLock;
 
 use super::cache::{CacheKey, Cached, Selection};
 use super::Querier;
-use crate::error::{QueryError, Result, StorageError};
+use crate::error::{QueryError, Result};
 use crate::model::TenantId;
 use crate::query::diff::{DiffEntry, DiffStats};
 use crate::query::flamegraph::FlameGraphDiff;
 use crate::query::frames::FrameTree;
 use crate::query::merged::{add_sorted, diff_stats_merged, flamegraph_diff_merged, Merged};
-use crate::query::{merge_frames, shares, CallTree, Scratch, TimeRange};
+use crate::query::skeleton::Skeleton;
+use crate::query::{join, merge_frames, shares, CallTree, Scratch, TimeRange};
 use crate::selector::Selector;
 use crate::store::Scope;
 
@@ -48,7 +49,9 @@ impl Querier {
         range: TimeRange,
     ) -> Result<Merged> {
         let frames = self.store.frames().for_query();
-        self.merge_in(tenant, sel, range, &frames)
+        let m = self.merge_in(tenant, sel, range, &frames)?;
+        let skel = self.skeleton(tenant, sel, &frames, &[m.pairs()]);
+        Ok(m.with_skeleton(skel))
     }
 
     /// The merge of `sel` over `range` as a whole call tree (pprof, folded text,
@@ -72,17 +75,37 @@ impl Querier {
         compare: (&Selector, TimeRange),
     ) -> Result<(Merged, Merged)> {
         let frames = self.store.frames().for_query();
-        let (b, c) = std::thread::scope(|scope| {
-            let other = scope.spawn(|| self.merge_in(tenant, base.0, base.1, &frames));
-            let c = self.merge_in(tenant, compare.0, compare.1, &frames);
-            let b = other.join().unwrap_or_else(|_| {
-                Err(StorageError::Invalid(
-                    "the base side of the diff panicked".into(),
-                ))
-            });
-            (b, c)
-        });
-        Ok((b?, c?))
+        let (b, c) = join(
+            || self.merge_in(tenant, base.0, base.1, &frames),
+            || self.merge_in(tenant, compare.0, compare.1, &frames),
+        );
+        let (b, c) = (b?, c?);
+        // Two sides of one selector (a diff of two ranges) share one skeleton.
+        if base.0 == compare.0 {
+            let skel = self.skeleton(tenant, base.0, &frames, &[b.pairs(), c.pairs()]);
+            return Ok((b.with_skeleton(skel.clone()), c.with_skeleton(skel)));
+        }
+        let sb = self.skeleton(tenant, base.0, &frames, &[b.pairs()]);
+        let sc = self.skeleton(tenant, compare.0, &frames, &[c.pairs()]);
+        Ok((b.with_skeleton(sb), c.with_skeleton(sc)))
+    }
+
+    /// The cached skeleton of `sel`'s merges, grown to hold `sides` when it
+    /// lacks some of their frames (see `crate::query::skeleton`).
+    fn skeleton(
+        &self,
+        tenant: &TenantId,
+        sel: &Selector,
+        frames: &RwLock<FrameTree>,
+        sides: &[&[(u32, i64)]],
+    ) -> Arc<Skeleton> {
+        let tree = frames.read();
+        let key = CacheKey::Skeleton {
+            tenant: tenant.clone(),
+            selector: sel.to_string(),
+            generation: tree.generation(),
+        };
+        self.cache.skeleton(key, &tree, sides)
     }
 
     /// Diff of two selections: diff flame graph (at most `max_nodes` drawn), the

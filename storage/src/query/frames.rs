@@ -21,6 +21,7 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 use rustc_hash::FxHashMap;
 
+use super::drawn::Names;
 use super::interner::Interner;
 use super::scratch::Memo;
 use crate::dict::Dict;
@@ -151,6 +152,14 @@ impl FrameTree {
         gid
     }
 
+    /// The child of `parent` named `name`, created when missing (tests build
+    /// trees by name with it).
+    #[cfg(test)]
+    pub(crate) fn child_named(&mut self, parent: u32, name: &str) -> u32 {
+        let id = self.name_strs.intern(name);
+        self.child(parent, id)
+    }
+
     /// The gid of `dict`'s stack node `node`, creating it and any missing ancestors.
     /// `memo` maps already-resolved nodes of this dictionary to their gids.
     fn resolve(
@@ -193,6 +202,12 @@ impl FrameTree {
             memo.set(n, gid);
         }
         gid
+    }
+}
+
+impl Names for FrameTree {
+    fn name_of_id(&self, id: u32) -> &str {
+        self.name(id)
     }
 }
 

@@ -4,8 +4,9 @@
 //! [`CallTree`] costs a hash insert per node of the merged tree, 150 k for one service
 //! of the bench fleet, although a flame graph draws about `max_nodes` of them. The
 //! flame graph, the diff flame graph and the diff statistics are therefore computed
-//! straight from the gid sums: the touched part of the frame tree is copied into a
-//! compact parent array with dense scratch maps, and only drawn nodes get child lists.
+//! straight from the gid sums, laid onto the selection's [`Skeleton`] (the touched
+//! part of the frame tree, cut into chains), where the drawn nodes are decided per
+//! chain (see [`super::skeleton_shape`]) and only they get child lists.
 //! Outputs that need every stack (pprof, folded text, trees) still convert with
 //! [`Merged::to_tree`].
 
@@ -15,9 +16,12 @@ use parking_lot::RwLock;
 use rustc_hash::FxHashMap;
 
 use super::diff::{diff_stats_by_name, DiffEntry, DiffStats};
-use super::flamegraph::{flamegraph_diff, FlameGraph, FlameGraphDiff, Nodes, Shape};
+use super::drawn::Drawn;
+use super::flamegraph::{flamegraph_diff, FlameGraph, FlameGraphDiff};
 use super::frames::{FrameTree, ROOT_GID};
-use super::scratch::Scratch;
+use super::shape::Shape;
+use super::skeleton::Skeleton;
+use super::skeleton_shape;
 use super::tree::CallTree;
 use crate::error::{QueryError, Result};
 
@@ -29,6 +33,8 @@ pub struct Merged {
     /// Most call-tree nodes [`Merged::to_tree_checked`] builds (0 = unbounded): the
     /// query's memory budget, set by the engine that ran the merge.
     max_tree_nodes: usize,
+    /// The frames to draw on (see [`super::skeleton`]); built per drawing when unset.
+    skeleton: Option<Arc<Skeleton>>,
 }
 
 impl std::fmt::Debug for Merged {
@@ -50,6 +56,7 @@ impl Merged {
             frames,
             pairs,
             max_tree_nodes: 0,
+            skeleton: None,
         }
     }
 
@@ -87,20 +94,27 @@ impl Merged {
     /// The flame graph, truncated to about `max_nodes` nodes (0 = all); the same
     /// layout as [`flamegraph`] of [`Merged::to_tree`].
     pub fn flamegraph(&self, max_nodes: usize) -> FlameGraph {
-        self.with_shape(|shape| shape.flamegraph(max_nodes))
+        let tree = self.frames.read();
+        drawn(&tree, self.skeleton.as_ref(), [&self.pairs[..]], max_nodes).flamegraph(&*tree)
     }
 
     /// Pyroscope's serialized tree (`PROFILE_FORMAT_TREE`), truncated like the flame
     /// graph.
     pub fn tree_bytes(&self, max_nodes: usize) -> Vec<u8> {
-        self.with_shape(|shape| shape.tree_bytes(max_nodes))
+        let tree = self.frames.read();
+        drawn(&tree, self.skeleton.as_ref(), [&self.pairs[..]], max_nodes).tree_bytes(&*tree)
     }
 
-    /// `f` of the touched part of the frame tree with this merge's values.
-    fn with_shape<R>(&self, f: impl FnOnce(&Shape<'_, FrameNodes<'_>, 1>) -> R) -> R {
-        let tree = self.frames.read();
-        let (view, selfs) = compact(&tree, [&self.pairs[..]]);
-        f(&Shape::new(&view, selfs))
+    /// Draws on `skeleton` (a cached one of this selection; grown for this
+    /// drawing only if it lacks some frame).
+    pub(crate) fn with_skeleton(mut self, skeleton: Arc<Skeleton>) -> Self {
+        self.skeleton = Some(skeleton);
+        self
+    }
+
+    /// The gid sums, sorted by gid.
+    pub(crate) fn pairs(&self) -> &[(u32, i64)] {
+        &self.pairs
     }
 
     /// Self value per function name (what [`super::diff::flat`] gives for the tree).
@@ -135,8 +149,14 @@ pub fn flamegraph_diff_merged(base: &Merged, compare: &Merged, max_nodes: usize)
         return flamegraph_diff(&base.to_tree(), &compare.to_tree(), max_nodes);
     }
     let tree = base.frames.read();
-    let (view, selfs) = compact(&tree, [&base.pairs[..], &compare.pairs[..]]);
-    Shape::new(&view, selfs).flamegraph_diff(max_nodes)
+    let given = base.skeleton.as_ref().or(compare.skeleton.as_ref());
+    drawn(
+        &tree,
+        given,
+        [&base.pairs[..], &compare.pairs[..]],
+        max_nodes,
+    )
+    .flamegraph_diff(&*tree)
 }
 
 /// Top movers and GWP statistics of a diff (see [`super::diff::diff_stats`]).
@@ -153,104 +173,31 @@ pub fn diff_stats_merged(base: &Merged, compare: &Merged, k: usize) -> (Vec<Diff
     )
 }
 
-/// The part of a frame tree that `K` pair lists touch, as a parent array with every
-/// parent before its children (local id 0 is the root). Its buffers come from the
-/// scratch pool and go back when it is dropped: fresh multi-megabyte vectors cost
-/// page faults on every query.
-pub(crate) struct FrameNodes<'t> {
-    tree: &'t FrameTree,
-    scratch: Option<Scratch>,
-}
-
-impl FrameNodes<'_> {
-    fn gids(&self) -> &[u32] {
-        self.scratch.as_ref().map_or(&[], |s| &s.local_gids)
-    }
-    fn parents(&self) -> &[u32] {
-        self.scratch.as_ref().map_or(&[], |s| &s.local_parents)
-    }
-}
-
-impl Drop for FrameNodes<'_> {
-    fn drop(&mut self) {
-        if let Some(s) = self.scratch.take() {
-            s.give_back();
-        }
-    }
-}
-
-impl Nodes for FrameNodes<'_> {
-    fn len(&self) -> usize {
-        self.gids().len()
-    }
-    fn parent(&self, node: usize) -> usize {
-        self.parents()[node] as usize
-    }
-    fn name_id(&self, node: usize) -> u32 {
-        self.tree.name_of(self.gids()[node])
-    }
-    fn name_of_id(&self, id: u32) -> &str {
-        self.tree.name(id)
-    }
-}
-
-/// Copies the ancestors of every gid in `sides` into a [`FrameNodes`], with each
-/// side's self values per local node. Dense scratch maps, no hashing; each pair
-/// looks its gid up once, and a node's value row is pushed with the node.
-pub(crate) fn compact<'t, const K: usize>(
-    tree: &'t FrameTree,
+/// The nodes drawn of `sides` under `max_nodes`, decided on the chains of `given`
+/// when it holds every frame they sum, else of a skeleton grown from it (or built)
+/// for them; per node when a value is negative.
+fn drawn<const K: usize>(
+    tree: &FrameTree,
+    given: Option<&Arc<Skeleton>>,
     sides: [&[(u32, i64)]; K],
-) -> (FrameNodes<'t>, Vec<[i64; K]>) {
-    let mut s = Scratch::take();
-    let mut path = std::mem::take(&mut s.path);
-    let (mut gids, mut parents) = (
-        std::mem::take(&mut s.local_gids),
-        std::mem::take(&mut s.local_parents),
-    );
-    gids.clear();
-    parents.clear();
-    gids.push(ROOT_GID);
-    parents.push(0);
-    let mut selfs: Vec<[i64; K]> = Vec::with_capacity(sides.iter().map(|s| s.len()).sum());
-    selfs.push([0; K]);
-    s.keep.prepare(tree.len());
-    s.keep.set(ROOT_GID, 0);
-    for (k, side) in sides.iter().enumerate() {
-        for &(g, v) in side.iter() {
-            if v == 0 {
-                continue;
-            }
-            let local = match s.keep.get(g) {
-                Some(local) => local,
-                None => {
-                    let keep = &s.keep;
-                    let mut parent = tree.climb_until(g, &mut path, |x| keep.get(x)).unwrap_or(0);
-                    for &x in path.iter().rev() {
-                        gids.push(x);
-                        parents.push(parent);
-                        selfs.push([0; K]);
-                        parent = (gids.len() - 1) as u32;
-                        s.keep.set(x, parent);
-                    }
-                    parent
-                }
-            };
-            if let Some(row) = selfs.get_mut(local as usize) {
-                row[k] = row[k].saturating_add(v);
-            }
-        }
+    max_nodes: usize,
+) -> Drawn<K> {
+    let given = given.filter(|s| s.generation() == tree.generation());
+    if let Some(d) = given.and_then(|s| skeleton_shape::drawn(s, tree, sides, max_nodes)) {
+        return d;
     }
-    s.keep.reset();
-    s.path = path;
-    s.local_gids = gids;
-    s.local_parents = parents;
-    (
-        FrameNodes {
-            tree,
-            scratch: Some(s),
-        },
-        selfs,
-    )
+    let skel = match given {
+        Some(s) if sides.iter().all(|p| s.covers(p)) => s.clone(),
+        _ => Arc::new(Skeleton::build(tree, given.map(|s| &**s), &sides)),
+    };
+    if let Some(d) = skeleton_shape::drawn(&skel, tree, sides, max_nodes) {
+        return d;
+    }
+    let mut selfs = vec![[0; K]; skel.len()];
+    for (k, side) in sides.iter().enumerate() {
+        skel.add(side, k, &mut selfs);
+    }
+    Shape::new(&skel.view(tree), selfs).drawn(max_nodes)
 }
 
 /// Sums two gid-sorted pair lists (a merge-join; zeros dropped).
@@ -389,6 +336,26 @@ mod tests {
             );
             prop_assert_eq!(
                 flamegraph_diff_merged(&ma, &mb, mn),
+                flamegraph_diff(&ta, &tb, mn)
+            );
+            // Drawn on a skeleton holding more frames than one side touches, and
+            // on one lacking the other side's frames (grown for the drawing).
+            let both = Arc::new(Skeleton::build(&frames.read(), None, &[&mb.pairs, &ma.pairs]));
+            prop_assert_eq!(
+                ma.clone().with_skeleton(both.clone()).flamegraph(mn),
+                flamegraph(&reference(&a), mn)
+            );
+            let only_a = Arc::new(Skeleton::build(&frames.read(), None, &[&ma.pairs]));
+            prop_assert_eq!(
+                mb.clone().with_skeleton(only_a.clone()).tree_bytes(mn),
+                crate::query::flamegraph::tree_bytes(&reference(&b), mn)
+            );
+            prop_assert_eq!(
+                flamegraph_diff_merged(
+                    &ma.clone().with_skeleton(only_a),
+                    &mb.clone().with_skeleton(both),
+                    mn
+                ),
                 flamegraph_diff(&ta, &tb, mn)
             );
             let (top, stats) = diff_stats_merged(&ma, &mb, 3);

@@ -3,22 +3,26 @@
 //! Every data source (a head partition or a loaded segment) answers the same small
 //! [`Source`] interface; each query resolves matchers on the source's roaring index,
 //! scans only the selected series' rows, and folds the result into a per-thread
-//! accumulator. Sources are scanned in parallel with crossbeam scoped threads.
+//! accumulator. Sources are scanned in parallel on the query pool ([`par_fold`]).
 
 pub mod diff;
+mod drawn;
 pub mod flamegraph;
 pub mod frames;
 pub mod groupby;
 pub mod interner;
 pub mod merged;
 mod node_filter;
+mod pool;
 pub mod scratch;
+mod shape;
 mod shares;
+pub(crate) mod skeleton;
+mod skeleton_shape;
 pub mod timeseries;
 pub mod tree;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::RwLock;
 use roaring::RoaringBitmap;
@@ -32,6 +36,7 @@ use crate::segment::{LoadedSegment, SegmentSummary, StackIndex};
 use crate::selector::Selector;
 use frames::{FrameTree, GidMemo};
 
+pub use pool::{join, par_fold};
 pub use scratch::Scratch;
 pub(crate) use shares::{shares, Share};
 pub use tree::{CallTree, TreeNode};
@@ -371,52 +376,4 @@ pub fn step_totals_into(
         }
     }
     Ok(())
-}
-
-/// Runs `f` over `items` on up to `threads` scoped threads, each folding into its own
-/// accumulator from `init`; returns the accumulators. The first error wins.
-pub fn par_fold<I: Sync, T: Send>(
-    items: &[I],
-    threads: usize,
-    init: impl Fn() -> T + Sync,
-    f: impl Fn(&mut T, &I) -> Result<()> + Sync,
-) -> Result<Vec<T>> {
-    let threads = threads.clamp(1, items.len().max(1));
-    if threads == 1 {
-        let mut acc = init();
-        for it in items {
-            f(&mut acc, it)?;
-        }
-        return Ok(vec![acc]);
-    }
-    let next = AtomicUsize::new(0);
-    let results: Vec<Result<T>> = crossbeam::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|_| {
-                s.spawn(|_| {
-                    let mut acc = init();
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(it) = items.get(i) else { break };
-                        f(&mut acc, it)?;
-                    }
-                    Ok(acc)
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join().unwrap_or_else(|_| {
-                    Err(crate::StorageError::Corrupt("query worker panicked".into()))
-                })
-            })
-            .collect()
-    })
-    .unwrap_or_else(|_| {
-        vec![Err(crate::StorageError::Corrupt(
-            "query scope panicked".into(),
-        ))]
-    });
-    results.into_iter().collect()
 }

@@ -140,9 +140,6 @@ pub struct Scratch {
     pub keep: Memo,
     pub pairs: Vec<(u32, i64)>,
     pub path: Vec<u32>,
-    /// Frame-tree ids and parents of a compact tree view (`merged::compact`).
-    pub local_gids: Vec<u32>,
-    pub local_parents: Vec<u32>,
 }
 
 /// Scratch spaces of finished queries, kept so the next query's threads start with

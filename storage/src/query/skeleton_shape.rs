@@ -1,0 +1,290 @@
+//! Which nodes of a merge a flame graph draws, decided per chain of its
+//! [`Skeleton`] instead of per node.
+//!
+//! Along a chain a node's total is the chain's total less the self values above
+//! it, so the totals of a chain are a few runs of equal values, one per self value
+//! on it. The `max_nodes`-th largest total (the threshold) is found among those
+//! runs, counted with their lengths; then the drawn nodes are walked from the root.
+//! A query costs its pairs and the skeleton's chains, not its nodes; the result is
+//! the same [`Drawn`] as the per-node decision of [`super::shape`], which a
+//! property test checks.
+//!
+//! Totals only fall along a chain when no value is negative; a merge with a
+//! negative value (a diff of pprof deltas, say) is decided per node.
+
+use super::drawn::{Drawn, DrawnNode, Names};
+use super::skeleton::Skeleton;
+
+/// The drawn nodes of `sides` (each sorted by gid) on `skel` under `max_nodes`
+/// (0 = all). `None` when a frame is not in the skeleton or a value is negative.
+pub(crate) fn drawn<const K: usize>(
+    skel: &Skeleton,
+    names: &impl Names,
+    sides: [&[(u32, i64)]; K],
+    max_nodes: usize,
+) -> Option<Drawn<K>> {
+    let ch = skel.chains();
+    // (slot, value per side), sorted by slot: chain by chain, top to bottom.
+    let mut at: Vec<(u32, [i64; K])> = Vec::with_capacity(sides.iter().map(|s| s.len()).sum());
+    for (k, side) in sides.iter().enumerate() {
+        let mut from = 0;
+        for &(g, v) in side.iter() {
+            if v < 0 {
+                return None;
+            }
+            if v == 0 {
+                continue;
+            }
+            let local = skel.find_from(g, from).ok()?;
+            from = local;
+            let mut row = [0; K];
+            row[k] = v;
+            at.push((*ch.slot.get(local)?, row));
+        }
+    }
+    at.sort_unstable_by_key(|e| e.0);
+    at.dedup_by(|b, a| {
+        if a.0 != b.0 {
+            return false;
+        }
+        for (x, y) in a.1.iter_mut().zip(b.1) {
+            *x += y;
+        }
+        true
+    });
+    // Each chain's total: its self values, then its child chains' totals.
+    let chains = ch.len();
+    let mut total = vec![[0i64; K]; chains];
+    // `first[c]`: where chain c's values start in `at`.
+    let mut first = vec![0u32; chains + 1];
+    let mut e = 0;
+    for c in 0..chains {
+        first[c] = e as u32;
+        while e < at.len() && at[e].0 < ch.start[c + 1] {
+            add(&mut total[c], at[e].1);
+            e += 1;
+        }
+    }
+    first[chains] = e as u32;
+    for c in (1..chains).rev() {
+        let t = total[c];
+        add(&mut total[ch.parent[c] as usize], t);
+    }
+    let weight = |v: [i64; K]| v.iter().sum::<i64>();
+    let min_value = if max_nodes == 0 || skel.len() <= max_nodes {
+        0
+    } else {
+        // Runs of equal totals, with their lengths.
+        let mut runs: Vec<(i64, u32)> = Vec::new();
+        let mut nonzero = 0u64;
+        for c in 0..chains {
+            let mut w = weight(total[c]);
+            let (start, len) = (ch.start[c], ch.chain_len(c));
+            let mut pos = 0;
+            for &(slot, v) in &at[first[c] as usize..first[c + 1] as usize] {
+                if w == 0 {
+                    break;
+                }
+                let upto = slot - start + 1;
+                runs.push((w, upto - pos));
+                nonzero += u64::from(upto - pos);
+                pos = upto;
+                w -= weight(v);
+            }
+            if w != 0 && pos < len {
+                runs.push((w, len - pos));
+                nonzero += u64::from(len - pos);
+            }
+        }
+        if nonzero < max_nodes as u64 {
+            0
+        } else {
+            kth_largest(&mut runs, max_nodes as u64)
+        }
+    };
+    // The drawn nodes, from the root down. A node is (chain, place in it) with
+    // its total and self value.
+    let self_at = |slot: u32| -> [i64; K] {
+        at.binary_search_by_key(&slot, |e| e.0)
+            .map_or([0; K], |i| at[i].1)
+    };
+    let mut d = Drawn {
+        nodes: vec![DrawnNode::new(total[0], self_at(0), 0)],
+    };
+    let mut stack: Vec<(u32, usize, u32)> = vec![(0, 0, 0)];
+    while let Some((idx, c, pos)) = stack.pop() {
+        let node = &d.nodes[idx as usize];
+        let (t, s) = (node.total, node.selfv);
+        let mut below: Vec<(usize, u32, [i64; K])> = Vec::new();
+        if pos + 1 < ch.chain_len(c) {
+            let mut t2 = t;
+            for (x, y) in t2.iter_mut().zip(s) {
+                *x -= y;
+            }
+            below.push((c, pos + 1, t2));
+        } else {
+            below.extend(
+                ch.children(c)
+                    .iter()
+                    .map(|&c2| (c2 as usize, 0, total[c2 as usize])),
+            );
+        }
+        for (c2, pos2, t2) in below {
+            let w = weight(t2);
+            if w == 0 {
+                continue;
+            }
+            if w < min_value {
+                d.nodes[idx as usize].add_other(t2);
+                continue;
+            }
+            let slot = ch.start[c2] + pos2;
+            let name = skel.name_id(ch.nodes[slot as usize]);
+            let child = d.nodes.len() as u32;
+            d.nodes.push(DrawnNode::new(t2, self_at(slot), name));
+            d.nodes[idx as usize].children.push(child);
+            stack.push((child, c2, pos2));
+        }
+    }
+    d.sort_children(names);
+    Some(d)
+}
+
+fn add<const K: usize>(to: &mut [i64; K], v: [i64; K]) {
+    for (x, y) in to.iter_mut().zip(v) {
+        *x = x.saturating_add(y);
+    }
+}
+
+/// The `k`-th largest value of `runs` counting each `(value, count)` `count`
+/// times (`k` ≥ 1, at most the counts' sum). A quickselect: expected linear time.
+fn kth_largest(runs: &mut [(i64, u32)], mut k: u64) -> i64 {
+    let mut s = runs;
+    loop {
+        if s.len() <= 16 {
+            s.sort_unstable_by_key(|r| std::cmp::Reverse(r.0));
+            for &(w, c) in s.iter() {
+                if k <= u64::from(c) {
+                    return w;
+                }
+                k -= u64::from(c);
+            }
+            return s.last().map_or(0, |r| r.0);
+        }
+        let mut three = [s[0].0, s[s.len() / 2].0, s[s.len() - 1].0];
+        three.sort_unstable();
+        let pivot = three[1];
+        // Three-way partition: greater, equal, smaller.
+        let (mut lt, mut i, mut gt) = (0, 0, s.len());
+        while i < gt {
+            if s[i].0 > pivot {
+                s.swap(i, lt);
+                lt += 1;
+                i += 1;
+            } else if s[i].0 < pivot {
+                gt -= 1;
+                s.swap(i, gt);
+            } else {
+                i += 1;
+            }
+        }
+        let count = |r: &[(i64, u32)]| r.iter().map(|x| u64::from(x.1)).sum::<u64>();
+        let greater = count(&s[..lt]);
+        if k <= greater {
+            s = &mut s[..lt];
+            continue;
+        }
+        let equal = count(&s[lt..gt]);
+        if k <= greater + equal {
+            return pivot;
+        }
+        k -= greater + equal;
+        s = &mut s[gt..];
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::query::frames::{Frames, ROOT_GID};
+    use crate::query::shape::Shape;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+
+        #[test]
+        fn kth_largest_counts_runs(
+            runs in prop::collection::vec((0i64..40, 1u32..5), 1..60),
+            pick in any::<prop::sample::Index>(),
+        ) {
+            let mut all: Vec<i64> = runs
+                .iter()
+                .flat_map(|&(w, c)| std::iter::repeat_n(w, c as usize))
+                .collect();
+            all.sort_unstable_by(|a, b| b.cmp(a));
+            let k = pick.index(all.len()) + 1;
+            let mut r = runs.clone();
+            prop_assert_eq!(kth_largest(&mut r, k as u64), all[k - 1]);
+        }
+
+        /// Deciding per chain draws exactly what deciding per node draws, on
+        /// skeletons holding more frames than the values touch, for one side and
+        /// for two.
+        #[test]
+        fn chains_draw_what_nodes_draw(
+            paths in prop::collection::vec(prop::collection::vec(0u8..3, 1..7), 1..25),
+            a in prop::collection::vec((any::<prop::sample::Index>(), 0i64..20), 0..15),
+            b in prop::collection::vec((any::<prop::sample::Index>(), 0i64..20), 0..15),
+            extra in prop::collection::vec(any::<prop::sample::Index>(), 0..6),
+            max_nodes in 0usize..14,
+        ) {
+            let frames = Frames::new(1 << 20).for_query();
+            {
+                let mut t = frames.write();
+                for p in &paths {
+                    let mut g = ROOT_GID;
+                    for &n in p {
+                        g = t.child_named(g, &((b'a' + n) as char).to_string());
+                    }
+                }
+            }
+            let t = frames.read();
+            let side = |v: &[(prop::sample::Index, i64)]| {
+                let mut m = std::collections::BTreeMap::new();
+                for (i, x) in v {
+                    *m.entry(i.index(t.len()) as u32).or_insert(0) += x;
+                }
+                m.into_iter().filter(|e| e.1 != 0).collect::<Vec<(u32, i64)>>()
+            };
+            let (sa, sb) = (side(&a), side(&b));
+            let more: Vec<(u32, i64)> = {
+                let mut g: Vec<u32> = extra.iter().map(|i| i.index(t.len()) as u32).collect();
+                g.sort_unstable();
+                g.dedup();
+                g.into_iter().map(|g| (g, 1)).collect()
+            };
+            let skel = Skeleton::build(&t, None, &[&sa, &sb, &more]);
+            let view = skel.view(&t);
+            let per_node = |selfs| Shape::new(&view, selfs);
+            let mut one = vec![[0i64; 1]; skel.len()];
+            prop_assert!(skel.add(&sa, 0, &mut one));
+            prop_assert_eq!(
+                drawn(&skel, &view, [&sa[..]], max_nodes).map(|d| d.flamegraph(&view)),
+                Some(per_node(one).drawn(max_nodes).flamegraph(&view))
+            );
+            let mut two = vec![[0i64; 2]; skel.len()];
+            prop_assert!(skel.add(&sa, 0, &mut two) && skel.add(&sb, 1, &mut two));
+            prop_assert_eq!(
+                drawn(&skel, &view, [&sa[..], &sb[..]], max_nodes).map(|d| d.flamegraph_diff(&view)),
+                Some(Shape::new(&view, two).drawn(max_nodes).flamegraph_diff(&view))
+            );
+            // A frame the skeleton lacks, or a negative value: not decided here.
+            let lacking = Skeleton::build(&t, None, &[]);
+            prop_assert!(sa.iter().all(|p| p.0 == ROOT_GID) || drawn(&lacking, &view, [&sa[..]], max_nodes).is_none());
+            if let Some(&(g, _)) = sa.first() {
+                prop_assert!(drawn(&skel, &view, [&[(g, -1)][..]], max_nodes).is_none());
+            }
+        }
+    }
+}
