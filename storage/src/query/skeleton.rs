@@ -11,8 +11,9 @@
 //! never drawn.
 //!
 //! The nodes are held in gid order. A frame's parent has a smaller gid, so that
-//! order has every parent before its children, and a query's sums, sorted by gid,
-//! are found by galloping through it.
+//! order has every parent before its children. Membership is a bitset over the
+//! tree's gids, and a node's local id is its gid's rank in it: a query finds each
+//! of its frames in constant time.
 //!
 //! The skeleton also holds its *chains*: maximal paths whose nodes, but the last,
 //! have one child. Stacks are deep and mostly unshared below a few branch points
@@ -28,8 +29,10 @@ use super::shape::Nodes;
 #[derive(Debug)]
 pub struct Skeleton {
     generation: u64,
-    /// Frame-tree ids, increasing.
-    gids: Vec<u32>,
+    /// Bit `g` is set when frame `g` is a node.
+    members: Vec<u64>,
+    /// Nodes before each word of `members`: with it, a gid's rank (its local id).
+    before: Vec<u32>,
     /// Local id of each node's parent (the root's is 0).
     parents: Vec<u32>,
     /// Frame-name id of each node, read once here instead of from the big tree on
@@ -136,8 +139,9 @@ impl Skeleton {
         let is_set = |bits: &[u64], g: u32| bits[g as usize / 64] & (1 << (g % 64)) != 0;
         bits[0] |= 1; // The root.
         if let Some(b) = base.filter(|b| b.generation == tree.generation()) {
-            for &g in b.gids.iter().filter(|&&g| (g as usize) < n) {
-                bits[g as usize / 64] |= 1 << (g % 64);
+            // The tree only grows within a generation: the old bits are a prefix.
+            for (w, &word) in bits.iter_mut().zip(&b.members) {
+                *w |= word;
             }
         }
         for side in sides {
@@ -166,29 +170,24 @@ impl Skeleton {
                 x &= x - 1;
             }
         }
-        let rank = |g: u32| {
-            let (w, b) = (g as usize / 64, g % 64);
-            before[w] + (bits[w] & ((1u64 << b) - 1)).count_ones()
+        let mut skel = Skeleton {
+            generation: tree.generation(),
+            members: bits,
+            before,
+            parents: Vec::new(),
+            names: Vec::new(),
+            chains: Chains::default(),
         };
-        let parents: Vec<u32> = gids
+        skel.parents = gids
             .iter()
-            .map(|&g| {
-                if g == ROOT_GID {
-                    0
-                } else {
-                    rank(tree.parent(g))
-                }
+            .map(|&g| match g {
+                ROOT_GID => 0,
+                g => skel.local(tree.parent(g)).unwrap_or(0) as u32,
             })
             .collect();
-        let names = gids.iter().map(|&g| tree.name_of(g)).collect();
-        let chains = Chains::of(&parents);
-        Skeleton {
-            generation: tree.generation(),
-            gids,
-            parents,
-            names,
-            chains,
-        }
+        skel.names = gids.iter().map(|&g| tree.name_of(g)).collect();
+        skel.chains = Chains::of(&skel.parents);
+        skel
     }
 
     /// The frame-tree generation whose gids these are.
@@ -198,12 +197,12 @@ impl Skeleton {
 
     /// Nodes held.
     pub fn len(&self) -> usize {
-        self.gids.len()
+        self.parents.len()
     }
 
     /// What the skeleton costs in memory (the cache's weight).
     pub fn approx_bytes(&self) -> usize {
-        self.gids.len() * 20 + self.chains.len() * 16 + 64
+        self.members.len() * 12 + self.len() * 16 + self.chains.len() * 16 + 64
     }
 
     pub(crate) fn chains(&self) -> &Chains {
@@ -215,31 +214,24 @@ impl Skeleton {
         self.names.get(local as usize).copied().unwrap_or(0)
     }
 
-    /// The local id of frame `gid`, searching from local id `from` on (the pairs of
-    /// a merge are sorted, so each search starts where the last one ended):
-    /// `Err(next from)` when it is not a node.
-    pub(crate) fn find_from(&self, gid: u32, from: usize) -> Result<usize, usize> {
-        let g = &self.gids;
-        // Gallop to a window that holds `gid`, then search it.
-        let (mut lo, mut step) = (from, 1);
-        while lo + step < g.len() && g[lo + step] < gid {
-            lo += step;
-            step *= 2;
+    /// The local id of frame `gid`, if it is a node.
+    #[inline]
+    pub(crate) fn local(&self, gid: u32) -> Option<usize> {
+        let (w, b) = (gid as usize / 64, gid % 64);
+        let word = *self.members.get(w)?;
+        if word & (1 << b) == 0 {
+            return None;
         }
-        let hi = (lo + step + 1).min(g.len());
-        match g.get(lo..hi).map(|w| w.binary_search(&gid)) {
-            Some(Ok(i)) => Ok(lo + i),
-            Some(Err(i)) => Err(lo + i),
-            None => Err(g.len()),
-        }
+        let below = (word & ((1u64 << b) - 1)).count_ones();
+        Some((self.before[w] + below) as usize)
     }
 
-    /// Whether every frame summed in `pairs` (sorted by gid) is a node.
+    /// Whether every frame summed in `pairs` is a node.
     pub fn covers(&self, pairs: &[(u32, i64)]) -> bool {
         self.walk(pairs, |_, _| {})
     }
 
-    /// Adds `pairs` (sorted by gid) to column `k` of `selfs` (one row per node).
+    /// Adds `pairs` to column `k` of `selfs` (one row per node).
     /// `false` when some frame is not a node (its value is left out).
     pub fn add<const K: usize>(
         &self,
@@ -254,27 +246,30 @@ impl Skeleton {
         })
     }
 
-    /// `f(local id, value)` for each pair (sorted by gid): `false` when some frame
-    /// is not a node.
+    /// `f(local id, value)` for each pair: `false` when some frame is not a node.
     fn walk(&self, pairs: &[(u32, i64)], mut f: impl FnMut(usize, i64)) -> bool {
         let mut all = true;
-        let mut from = 0;
-        for &(g, v) in pairs {
-            if v == 0 {
-                continue;
-            }
-            match self.find_from(g, from) {
-                Ok(i) => {
-                    f(i, v);
-                    from = i;
-                }
-                Err(i) => {
-                    all = false;
-                    from = i;
-                }
+        for &(g, v) in pairs.iter().filter(|p| p.1 != 0) {
+            match self.local(g) {
+                Some(i) => f(i, v),
+                None => all = false,
             }
         }
         all
+    }
+
+    /// Frame-tree ids of the nodes, by local id.
+    #[cfg(test)]
+    fn gids(&self) -> Vec<u32> {
+        let mut out = Vec::with_capacity(self.len());
+        for (w, &word) in self.members.iter().enumerate() {
+            let mut x = word;
+            while x != 0 {
+                out.push(w as u32 * 64 + x.trailing_zeros());
+                x &= x - 1;
+            }
+        }
+        out
     }
 
     /// The skeleton read with the names of `tree` (the tree it was built from).
@@ -297,7 +292,7 @@ impl Names for SkeletonNodes<'_> {
 
 impl Nodes for SkeletonNodes<'_> {
     fn len(&self) -> usize {
-        self.skel.gids.len()
+        self.skel.len()
     }
     fn parent(&self, node: usize) -> usize {
         self.skel.parents[node] as usize
@@ -349,7 +344,7 @@ mod tests {
         let t = frames.read();
         // gids: a=1, b=2, c=3, d=4, e=5. Sum only c and e.
         let sk = Skeleton::build(&t, None, &[&[(leaves[0], 5), (leaves[2], 1)]]);
-        assert_eq!(sk.gids, vec![0, 1, 2, 3, 5]);
+        assert_eq!(sk.gids(), vec![0, 1, 2, 3, 5]);
         assert_eq!(sk.parents, vec![0, 0, 1, 2, 0]);
         let v = sk.view(&t);
         let names: Vec<&str> = (0..v.len()).map(|i| v.name_of_id(v.name_id(i))).collect();
@@ -357,7 +352,7 @@ mod tests {
         // d is not a node; growing the skeleton by it keeps the others.
         assert!(!sk.covers(&[(leaves[1], 2)]));
         let grown = Skeleton::build(&t, Some(&sk), &[&[(leaves[1], 2)]]);
-        assert_eq!(grown.gids, vec![0, 1, 2, 3, 4, 5]);
+        assert_eq!(grown.gids(), vec![0, 1, 2, 3, 4, 5]);
         assert_eq!(grown.parents, vec![0, 0, 1, 2, 1, 0]);
         let mut selfs = vec![[0i64; 2]; grown.len()];
         assert!(grown.add(&[(2, 7), (4, 2)], 0, &mut selfs));
@@ -386,14 +381,15 @@ mod tests {
             let (a, b) = (pick(&first), pick(&second));
             let pairs = |g: &[u32]| g.iter().map(|&g| (g, 1i64)).collect::<Vec<_>>();
             let sk = Skeleton::build(&t, None, &[&pairs(&a)]);
-            prop_assert_eq!(&sk.gids, &closure(&t, &a));
+            prop_assert_eq!(&sk.gids(), &closure(&t, &a));
             let grown = Skeleton::build(&t, Some(&sk), &[&pairs(&b)]);
             let both: Vec<u32> = a.iter().chain(&b).copied().collect();
-            prop_assert_eq!(&grown.gids, &closure(&t, &both));
-            for (i, &g) in grown.gids.iter().enumerate().skip(1) {
-                prop_assert_eq!(grown.gids[grown.parents[i] as usize], t.parent(g));
+            let grown_gids = grown.gids();
+            prop_assert_eq!(&grown_gids, &closure(&t, &both));
+            for (i, &g) in grown_gids.iter().enumerate().skip(1) {
+                prop_assert_eq!(grown_gids[grown.parents[i] as usize], t.parent(g));
             }
-            let held = b.iter().all(|g| sk.gids.binary_search(g).is_ok());
+            let held = b.iter().all(|g| sk.gids().binary_search(g).is_ok());
             prop_assert_eq!(sk.covers(&pairs(&b)), held);
         }
     }

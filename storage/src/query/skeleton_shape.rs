@@ -15,7 +15,7 @@
 use super::drawn::{Drawn, DrawnNode, Names};
 use super::skeleton::Skeleton;
 
-/// The drawn nodes of `sides` (each sorted by gid) on `skel` under `max_nodes`
+/// The drawn nodes of `sides` on `skel` under `max_nodes`
 /// (0 = all). `None` when a frame is not in the skeleton or a value is negative.
 pub(crate) fn drawn<const K: usize>(
     skel: &Skeleton,
@@ -27,7 +27,6 @@ pub(crate) fn drawn<const K: usize>(
     // (slot, value per side), sorted by slot: chain by chain, top to bottom.
     let mut at: Vec<(u32, [i64; K])> = Vec::with_capacity(sides.iter().map(|s| s.len()).sum());
     for (k, side) in sides.iter().enumerate() {
-        let mut from = 0;
         for &(g, v) in side.iter() {
             if v < 0 {
                 return None;
@@ -35,8 +34,7 @@ pub(crate) fn drawn<const K: usize>(
             if v == 0 {
                 continue;
             }
-            let local = skel.find_from(g, from).ok()?;
-            from = local;
+            let local = skel.local(g)?;
             let mut row = [0; K];
             row[k] = v;
             at.push((*ch.slot.get(local)?, row));
