@@ -25,7 +25,10 @@ pub(crate) fn drawn<const K: usize>(
 ) -> Option<Drawn<K>> {
     let ch = skel.chains();
     // (slot, value per side), sorted by slot: chain by chain, top to bottom.
-    let mut at: Vec<(u32, [i64; K])> = Vec::with_capacity(sides.iter().map(|s| s.len()).sum());
+    // Sorted as packed `slot << 32 | value index` keys: a sort of plain integers,
+    // not of the wider rows.
+    let n: usize = sides.iter().map(|s| s.len()).sum();
+    let (mut keys, mut vals) = (Vec::with_capacity(n), Vec::with_capacity(n));
     for (k, side) in sides.iter().enumerate() {
         for &(g, v) in side.iter() {
             if v < 0 {
@@ -34,22 +37,24 @@ pub(crate) fn drawn<const K: usize>(
             if v == 0 {
                 continue;
             }
-            let local = skel.local(g)?;
-            let mut row = [0; K];
-            row[k] = v;
-            at.push((*ch.slot.get(local)?, row));
+            let slot = *ch.slot.get(skel.local(g)?)?;
+            keys.push(u64::from(slot) << 32 | vals.len() as u64);
+            vals.push((k, v));
         }
     }
-    at.sort_unstable_by_key(|e| e.0);
-    at.dedup_by(|b, a| {
-        if a.0 != b.0 {
-            return false;
+    keys.sort_unstable();
+    let mut at: Vec<(u32, [i64; K])> = Vec::with_capacity(keys.len());
+    for key in keys {
+        let (slot, (k, v)) = ((key >> 32) as u32, vals[(key & 0xffff_ffff) as usize]);
+        match at.last_mut() {
+            Some(last) if last.0 == slot => last.1[k] += v,
+            _ => {
+                let mut row = [0; K];
+                row[k] = v;
+                at.push((slot, row));
+            }
         }
-        for (x, y) in a.1.iter_mut().zip(b.1) {
-            *x += y;
-        }
-        true
-    });
+    }
     // Each chain's total: its self values, then its child chains' totals.
     let chains = ch.len();
     let mut total = vec![[0i64; K]; chains];
