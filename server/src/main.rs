@@ -217,8 +217,9 @@ enum Command {
     #[command(verbatim_doc_comment)]
     Fleet(profiledb::fleet_cli::FleetArgs),
     /// Compact (and downsample) the segments of a data directory offline, merging
-    /// UTC days over for two hours into day blocks. Refuses to run while a server
-    /// uses the directory.
+    /// UTC days over for two hours into day blocks, and the 6-hour parts of a day
+    /// not yet over into part blocks. Refuses to run while a server uses the
+    /// directory.
     Compact {
         /// Data directory of a stopped server.
         #[arg(long, default_value = "./data")]
@@ -240,6 +241,11 @@ enum Command {
         /// Do not downsample old data (merge only).
         #[arg(long)]
         no_downsample: bool,
+        /// Plan blocks and downsampling as if the clock read this (milliseconds
+        /// since the epoch), e.g. to lay out a copy of a directory as a server
+        /// would have at that time.
+        #[arg(long)]
+        as_of_ms: Option<i64>,
     },
     /// List the segments of a data directory offline (times in UTC).
     Segments {
@@ -324,6 +330,7 @@ fn cmd_compact(
     range: Option<TimeRange>,
     partition_minutes: i64,
     downsample: bool,
+    as_of_ms: Option<i64>,
 ) -> anyhow::Result<()> {
     let started = Instant::now();
     let tenant = tenant_arg(tenant)?;
@@ -338,7 +345,8 @@ fn cmd_compact(
         .unwrap_or_else(|_| ProgressStyle::default_bar())
         .progress_chars("=> "),
     );
-    let report = store.compact(tenant.as_ref(), range, &|p| {
+    let now = as_of_ms.unwrap_or_else(profiledb_storage::now_ms);
+    let report = store.compact_at(tenant.as_ref(), range, now, &|p| {
         bar.set_length(p.partitions_total as u64);
         bar.set_position(p.partitions_done as u64);
         bar.set_message(format!("{} / {}", mib(p.bytes_done), mib(p.bytes_total)));
@@ -629,6 +637,7 @@ fn main() -> anyhow::Result<()> {
             end_ms,
             partition_minutes,
             no_downsample,
+            as_of_ms,
         } => {
             let range = (start_ms.is_some() || end_ms.is_some())
                 .then(|| TimeRange::new(start_ms.unwrap_or(i64::MIN), end_ms.unwrap_or(i64::MAX)));
@@ -638,6 +647,7 @@ fn main() -> anyhow::Result<()> {
                 range,
                 partition_minutes,
                 !no_downsample,
+                as_of_ms,
             )
         }
         Command::Segments {

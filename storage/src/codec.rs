@@ -44,6 +44,7 @@ impl<'a> Reader<'a> {
         Reader { buf, pos: 0, what }
     }
 
+    #[cold]
     fn corrupt(&self, why: &str) -> StorageError {
         StorageError::Corrupt(format!("{}: {why} at byte {}", self.what, self.pos))
     }
@@ -61,7 +62,22 @@ impl<'a> Reader<'a> {
         Ok(())
     }
 
+    // Inlined: decoding a segment's rows and stack tree is a loop of these, and a
+    // call per varint cost a quarter of a first query after a restart.
+    #[inline]
     pub fn uvarint(&mut self) -> Result<u64> {
+        // Most varints are one byte: stack-tree distances, step and stack deltas.
+        if let Some(&b) = self.buf.get(self.pos) {
+            if b < 0x80 {
+                self.pos += 1;
+                return Ok(u64::from(b));
+            }
+        }
+        self.uvarint_slow()
+    }
+
+    #[inline(never)]
+    fn uvarint_slow(&mut self) -> Result<u64> {
         let mut v: u64 = 0;
         let mut shift = 0u32;
         loop {
@@ -83,11 +99,13 @@ impl<'a> Reader<'a> {
         }
     }
 
+    #[inline]
     pub fn ivarint(&mut self) -> Result<i64> {
         Ok(unzigzag(self.uvarint()?))
     }
 
     /// A varint that must fit in u32 (ids and counts).
+    #[inline]
     pub fn u32v(&mut self) -> Result<u32> {
         let v = self.uvarint()?;
         u32::try_from(v).map_err(|_| self.corrupt("value does not fit in u32"))

@@ -94,22 +94,29 @@ pub struct StoreConfig {
     /// at `step_ms` by compaction. Default: after 7 days 60 s, after 30 days 1 h.
     pub downsample: Vec<DownsampleRule>,
     /// Wider blocks compaction merges old partitions into. Default: a UTC day, two
-    /// hours after it ends.
+    /// hours after it ends; meanwhile 6-hour part blocks, two hours after each ends.
     pub blocks: BlockPolicy,
 }
 
 /// When compaction merges a time range's partitions into one segment spanning it
 /// (a *block*): a week is then read as 7 segments instead of 168, and each block
 /// stores its strings and stack tree once instead of once an hour.
+///
+/// Until a block is due, its partitions are merged into *part blocks* (6 hours by
+/// default) as each of those ends: a day of hour partitions would otherwise be
+/// read as 24 segments, each with its own stack tree to decode and resolve, by
+/// every query over the last day (and by the first one after a restart).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct BlockPolicy {
     /// Width of a block, aligned to the epoch (UTC days for 24 h); 0 keeps
     /// partitions apart. Partitions whose width does not divide it stay apart.
     pub width_ms: i64,
-    /// How long after a block's end its partitions are merged into it, so late
-    /// writes land in their partitions first.
+    /// How long after a block's (or part block's) end its partitions are merged
+    /// into it, so late writes land in their partitions first.
     pub delay_ms: i64,
+    /// Width of a part block; 0 for none. Must divide `width_ms`.
+    pub part_width_ms: i64,
 }
 
 impl Default for BlockPolicy {
@@ -117,6 +124,7 @@ impl Default for BlockPolicy {
         BlockPolicy {
             width_ms: 86_400_000,
             delay_ms: 2 * 3_600_000,
+            part_width_ms: 6 * 3_600_000,
         }
     }
 }
@@ -126,22 +134,44 @@ impl BlockPolicy {
     pub const OFF: BlockPolicy = BlockPolicy {
         width_ms: 0,
         delay_ms: 0,
+        part_width_ms: 0,
     };
 
-    /// The start of the block the partition `[start, start + width)` belongs in,
-    /// if blocks are on, the partition fits one, and the block ended `delay_ms`
-    /// before `now_ms`. A block is its own block.
-    pub fn block_of(&self, start: i64, width: i64, now_ms: i64) -> Option<i64> {
-        if self.width_ms <= 0 || width <= 0 || self.width_ms % width != 0 {
+    /// The `(start, width)` of the block the partition `[start, start + width)`
+    /// is merged into now: its block if that ended `delay_ms` before `now_ms`,
+    /// else its part block if that did; `None` when neither is due, blocks are
+    /// off or the partition fits neither. A block is its own block.
+    pub fn block_of(&self, start: i64, width: i64, now_ms: i64) -> Option<(i64, i64)> {
+        [self.width_ms, self.part_width_ms]
+            .into_iter()
+            .find_map(|w| self.due_block(w, start, width, now_ms).map(|b| (b, w)))
+    }
+
+    fn due_block(&self, block_width: i64, start: i64, width: i64, now_ms: i64) -> Option<i64> {
+        if block_width <= 0 || width <= 0 || block_width % width != 0 {
             return None;
         }
-        let block = start.div_euclid(self.width_ms) * self.width_ms;
-        let inside = start.saturating_add(width) <= block.saturating_add(self.width_ms);
+        let block = start.div_euclid(block_width) * block_width;
+        let inside = start.saturating_add(width) <= block.saturating_add(block_width);
         let due = block
-            .saturating_add(self.width_ms)
+            .saturating_add(block_width)
             .saturating_add(self.delay_ms)
             <= now_ms;
         (inside && due).then_some(block)
+    }
+
+    /// Refuses negative widths or delay and part blocks that do not divide blocks.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        if self.width_ms < 0 || self.delay_ms < 0 || self.part_width_ms < 0 {
+            return Err("block width, part width and delay must not be negative".into());
+        }
+        if self.part_width_ms > 0 && self.width_ms > 0 && self.width_ms % self.part_width_ms != 0 {
+            return Err(format!(
+                "the part block width ({} ms) must divide the block width ({} ms)",
+                self.part_width_ms, self.width_ms
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -217,8 +247,8 @@ impl StoreConfig {
         if self.downsample.iter().any(|r| r.step_ms <= 0) {
             return bad("downsample step_ms must be positive");
         }
-        if self.blocks.width_ms < 0 || self.blocks.delay_ms < 0 {
-            return bad("block width and delay must not be negative");
+        if let Err(why) = self.blocks.validate() {
+            return bad(&why);
         }
         Ok(())
     }
@@ -257,4 +287,58 @@ impl StoreConfig {
 /// A duration in whole milliseconds, saturating.
 pub(crate) fn duration_ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const H: i64 = 3_600_000;
+    const DAY: i64 = 24 * H;
+
+    /// A partition goes into its day once the day is due, else into its six-hour
+    /// part once that is due, else nowhere; blocks and part blocks are their own.
+    #[test]
+    fn a_partition_goes_into_the_widest_due_block() {
+        let p = BlockPolicy::default();
+        let d = 100 * DAY;
+        // Hour 7 of day d: its part (6..12) is due at d + 14 h, the day at d + 26 h.
+        assert_eq!(p.block_of(d + 7 * H, H, d + 14 * H - 1), None);
+        assert_eq!(
+            p.block_of(d + 7 * H, H, d + 14 * H),
+            Some((d + 6 * H, 6 * H))
+        );
+        assert_eq!(p.block_of(d + 7 * H, H, d + 26 * H), Some((d, DAY)));
+        assert_eq!(
+            p.block_of(d + 6 * H, 6 * H, d + 14 * H),
+            Some((d + 6 * H, 6 * H))
+        );
+        assert_eq!(p.block_of(d + 6 * H, 6 * H, d + 26 * H), Some((d, DAY)));
+        assert_eq!(p.block_of(d, DAY, d + 26 * H), Some((d, DAY)));
+        // A partition wider than a part, or not dividing it, goes only into days.
+        assert_eq!(p.block_of(d, 12 * H, d + 25 * H), None);
+        assert_eq!(p.block_of(d + 7 * H, 7 * H, d + 25 * H), None);
+        let no_parts = BlockPolicy {
+            part_width_ms: 0,
+            ..p
+        };
+        assert_eq!(no_parts.block_of(d + 7 * H, H, d + 25 * H), None);
+        assert_eq!(BlockPolicy::OFF.block_of(d + 7 * H, H, d + 100 * DAY), None);
+    }
+
+    #[test]
+    fn part_blocks_must_divide_blocks() {
+        assert!(BlockPolicy::default().validate().is_ok());
+        let bad = BlockPolicy {
+            part_width_ms: 7 * H,
+            ..BlockPolicy::default()
+        };
+        assert!(bad.validate().unwrap_err().contains("must divide"));
+        assert!(BlockPolicy {
+            delay_ms: -1,
+            ..BlockPolicy::OFF
+        }
+        .validate()
+        .is_err());
+    }
 }

@@ -130,12 +130,11 @@ fn a_past_day_becomes_one_block_and_a_replay_does_not_apply_it_again() {
         store.flush().unwrap();
         check(&store, &reference, "hours");
 
-        // Before the delay: hour 5's two segments merge, the day stays in hours.
+        // Before the day's delay: its first six hours are a part block (due
+        // since D + 8 h); the last six hours' part is not due yet either.
         compact(&store, DUE - 1);
-        assert_eq!(
-            segments(&store),
-            [(D, HOUR), (D + 5 * HOUR, HOUR), (D + 23 * HOUR, HOUR)]
-        );
+        assert_eq!(segments(&store), [(D, 6 * HOUR), (D + 23 * HOUR, HOUR)]);
+        check(&store, &reference, "part block");
         compact(&store, DUE);
         assert_eq!(segments(&store), [(D, DAY)]);
         let block = &store.segments()[0];
@@ -200,6 +199,63 @@ fn no_block_forms_over_a_head_partition_of_its_day() {
     compact(&store, DUE);
     assert_eq!(segments(&store), [(D, DAY)]);
     check(&store, &reference, "after the flush");
+}
+
+/// Until the day is due, its six-hour parts become part blocks as each has been
+/// over for the delay; a late hour merges into its part block, and the day block
+/// takes the part blocks and hours alike.
+#[test]
+fn the_parts_of_a_day_become_part_blocks_before_the_day_block() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = StoreConfig {
+        downsample: Vec::new(),
+        ..test_config()
+    };
+    let store = Store::open(dir.path(), cfg.clone()).unwrap();
+    let mut reference = Reference::default();
+    for (h, leaf) in [(1, "a1"), (2, "a2"), (7, "a7"), (13, "a13")] {
+        write(
+            &store,
+            &mut reference,
+            &[sample(D + h * HOUR + 5_000, "a", leaf, h + 1)],
+        );
+        store.flush().unwrap();
+    }
+    let hours = [
+        (D + HOUR, HOUR),
+        (D + 2 * HOUR, HOUR),
+        (D + 7 * HOUR, HOUR),
+        (D + 13 * HOUR, HOUR),
+    ];
+    compact(&store, D + 8 * HOUR - 1);
+    assert_eq!(segments(&store), hours);
+    compact(&store, D + 8 * HOUR);
+    assert_eq!(
+        segments(&store),
+        [(D, 6 * HOUR), (D + 7 * HOUR, HOUR), (D + 13 * HOUR, HOUR)]
+    );
+    check(&store, &reference, "first part block");
+    // A late hour of the first part merges into its part block.
+    write(
+        &store,
+        &mut reference,
+        &[sample(D + 3 * HOUR, "b", "late", 17)],
+    );
+    store.flush().unwrap();
+    assert_eq!(segments(&store).len(), 4);
+    // Hour 7's part is due too, but a lone hour is not rewritten into one.
+    compact(&store, D + 14 * HOUR);
+    assert_eq!(
+        segments(&store),
+        [(D, 6 * HOUR), (D + 7 * HOUR, HOUR), (D + 13 * HOUR, HOUR)]
+    );
+    check(&store, &reference, "late hour in its part block");
+    drop(store);
+    let store = Store::open(dir.path(), cfg).unwrap();
+    check(&store, &reference, "reopened");
+    compact(&store, DUE);
+    assert_eq!(segments(&store), [(D, DAY)]);
+    check(&store, &reference, "day block from parts");
 }
 
 #[test]

@@ -124,6 +124,11 @@ pub struct ClusterArgs {
     /// (late writes land in their hours first).
     #[arg(long, default_value_t = 120)]
     pub block_delay_minutes: u64,
+    /// Until a block is due, its partitions are merged into part blocks of this
+    /// many hours as each ends (after the same delay), so the last day is read as
+    /// a few segments, not one per hour; 0 for none. Must divide --block-hours.
+    #[arg(long, default_value_t = 6)]
+    pub part_block_hours: u64,
     /// Seconds a replaced or orphaned object stays in the bucket before deletion
     /// (longer than any query and any querier's sync interval).
     #[arg(long, default_value_t = 300)]
@@ -160,13 +165,16 @@ pub struct ClusterOptions {
 
 impl ClusterArgs {
     /// `None` without --storage (the single-node default).
-    /// `--block-hours` and `--block-delay-minutes`, for a single node's store or
+    /// `--block-hours`, `--block-delay-minutes` and `--part-block-hours`, for a single node's store or
     /// a compactor's merge policy.
     pub fn block_policy(&self) -> anyhow::Result<BlockPolicy> {
-        Ok(BlockPolicy {
+        let policy = BlockPolicy {
             width_ms: to_ms(self.block_hours, 3_600_000, "block-hours")?,
             delay_ms: to_ms(self.block_delay_minutes, 60_000, "block-delay-minutes")?,
-        })
+            part_width_ms: to_ms(self.part_block_hours, 3_600_000, "part-block-hours")?,
+        };
+        policy.validate().map_err(anyhow::Error::msg)?;
+        Ok(policy)
     }
 
     pub fn resolve(&self) -> anyhow::Result<Option<ClusterOptions>> {

@@ -71,7 +71,7 @@ pub fn plan_merges(
     let mut groups: BTreeMap<(i64, i64), Vec<&SegmentEntry>> = BTreeMap::new();
     for e in live {
         let key = match policy.blocks.block_of(e.partition_ms, e.width_ms, now_ms) {
-            Some(start) => (start, policy.blocks.width_ms),
+            Some(block) => block,
             None => (e.partition_ms, e.width_ms),
         };
         groups.entry(key).or_default().push(e);
@@ -174,6 +174,7 @@ mod tests {
             blocks: BlockPolicy {
                 width_ms: DAY,
                 delay_ms: 2 * HOUR,
+                part_width_ms: 0,
             },
             ..policy()
         }

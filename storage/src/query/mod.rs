@@ -78,8 +78,8 @@ pub trait Source: SummarySource {
     fn for_each_row(&self, series: u32, f: &mut dyn FnMut(u32, u32, i64)) -> Result<()>;
     /// The stack and value columns of `series`' rows in steps `[lo, hi)`, for
     /// sources that hold them decoded (segments); `None` means "use the callbacks".
-    fn row_slices(&self, _series: u32, _lo: u32, _hi: u32) -> Option<(&[u32], &[i64])> {
-        None
+    fn row_slices(&self, _series: u32, _lo: u32, _hi: u32) -> Result<Option<(&[u32], &[i64])>> {
+        Ok(None)
     }
     /// The persistent stack node → frame-tree id memo of an immutable source.
     fn gid_memo(&self) -> Option<&GidMemo> {
@@ -128,7 +128,7 @@ impl Source for LoadedSegment {
     fn for_each_row(&self, series: u32, f: &mut dyn FnMut(u32, u32, i64)) -> Result<()> {
         LoadedSegment::for_each_row(self, series, f)
     }
-    fn row_slices(&self, series: u32, lo: u32, hi: u32) -> Option<(&[u32], &[i64])> {
+    fn row_slices(&self, series: u32, lo: u32, hi: u32) -> Result<Option<(&[u32], &[i64])>> {
         LoadedSegment::row_slices(self, series, lo, hi)
     }
     fn gid_memo(&self) -> Option<&GidMemo> {
@@ -266,7 +266,7 @@ pub(crate) fn node_values_where(
     let vals = &mut scratch.values;
     vals.prepare(src.dict().node_count());
     for sid in series.iter() {
-        match src.row_slices(sid, lo, hi) {
+        match src.row_slices(sid, lo, hi)? {
             Some((stacks, values)) => {
                 for (&stack, &v) in stacks.iter().zip(values) {
                     if keep(stack) {

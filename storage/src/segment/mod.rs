@@ -6,6 +6,7 @@
 
 mod gid_memo;
 mod reader;
+mod rows;
 mod stack_index;
 mod summary;
 mod tree_order;
@@ -277,7 +278,7 @@ mod tests {
         /// dropping zeros), with the precomputed totals and footer agreeing.
         #[test]
         fn segment_round_trips(
-            rows in prop::collection::vec((0u8..4, 0u32..360, 0u8..10, -5i64..1000), 0..200),
+            rows in prop::collection::vec((0u8..40, 0u32..360, 0u8..10, -5i64..1000), 0..400),
             window in (0u32..400, 0u32..400),
         ) {
             let mut b = DictBuilder::new();
@@ -355,7 +356,7 @@ mod tests {
                 let mut got_win = BTreeMap::new();
                 seg.for_each_row_in(sid as u32, lo, hi, |t, st, v| { got_win.insert((t, address(st)), v); }).unwrap();
                 prop_assert_eq!(&got_win, &want_win);
-                let (stacks, values) = seg.row_slices(sid as u32, lo, hi).unwrap();
+                let (stacks, values) = seg.row_slices(sid as u32, lo, hi).unwrap().unwrap();
                 let mut from_slices: Vec<(u32, i64)> = stacks.iter().map(|&st| address(st)).zip(values.iter().copied()).collect();
                 let mut expected: Vec<(u32, i64)> = want_win.iter().map(|((_, st), v)| (*st, *v)).collect();
                 from_slices.sort_unstable();
@@ -447,6 +448,32 @@ mod tests {
             values_bytes(&v2),
             values_bytes(&v1)
         );
+    }
+
+    /// Series are written by profile type, then service, then the rest of their
+    /// labels, so a selector's series are neighbours (and share chunks of rows).
+    #[test]
+    fn series_are_ordered_by_profile_type_then_service() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut input = scaled_input(&[&[1], &[2], &[3], &[4]]);
+        let labels = [
+            ("b:b:b:b:b", Some("api"), "h1"),
+            ("a:a:a:a:a", Some("web"), "h0"),
+            ("a:a:a:a:a", Some("api"), "h9"),
+            ("a:a:a:a:a", None, "h5"),
+        ];
+        for ((l, _), (ty, svc, host)) in input.series.iter_mut().zip(labels) {
+            *l = Labels::new([("__profile_type__", ty), ("host", host)]);
+            if let Some(svc) = svc {
+                l.set("service_name", svc);
+            }
+        }
+        let file = written_as(dir.path(), "o.seg", input, FORMAT_VERSION);
+        let seg = file.load().unwrap();
+        let hosts: Vec<&str> = seg.series.iter().map(|l| l.get("host").unwrap()).collect();
+        // Without a service first, then api before web; the other type last.
+        assert_eq!(hosts, ["h5", "h9", "h0", "h1"]);
+        assert_eq!(rows_of(&file), [vec![4], vec![3], vec![2], vec![1]]);
     }
 
     #[test]

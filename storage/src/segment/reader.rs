@@ -4,6 +4,7 @@ use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
+use super::rows::{RowRange, Rows, SeriesRows};
 use super::summary::{decode_series, decode_totals, SegmentSummary};
 use super::{
     SectionKind, SegmentMeta, CODEC_NONE, CODEC_ZSTD, FORMAT_VERSION, MAGIC_HEAD, MAGIC_TAIL,
@@ -269,10 +270,14 @@ impl SegmentFile {
             return Err(corrupt(&self.path, "series rows count disagrees"));
         }
         let mut ranges = Vec::with_capacity(n);
-        let (mut t, mut s, mut v, mut total_rows) = (0usize, 0usize, 0usize, 0u64);
+        let mut at = [0usize; 3];
         for _ in 0..n {
             let rows = r.uvarint()?;
-            let (tl, sl, vl) = (r.uvarint()?, r.uvarint()?, r.uvarint()?);
+            let mut len = [0usize; 3];
+            for l in &mut len {
+                *l = usize::try_from(r.uvarint()?)
+                    .map_err(|_| corrupt(&self.path, "a series' column is too large"))?;
+            }
             let scale = if self.version >= 2 {
                 i64::try_from(r.uvarint()?)
                     .ok()
@@ -283,31 +288,24 @@ impl SegmentFile {
             };
             ranges.push(RowRange {
                 rows,
-                times: t,
-                stacks: s,
-                values: v,
+                start: at,
+                len,
                 scale,
             });
-            t = t.saturating_add(tl as usize);
-            s = s.saturating_add(sl as usize);
-            v = v.saturating_add(vl as usize);
-            total_rows = total_rows.saturating_add(rows);
+            for (a, l) in at.iter_mut().zip(len) {
+                *a = a.saturating_add(l);
+            }
         }
-        if t != times.len() || s != stacks.len() || v != values.len() {
-            return Err(corrupt(&self.path, "row ranges do not cover the columns"));
-        }
-        if total_rows != self.meta.rows {
-            return Err(corrupt(&self.path, "row count disagrees with the footer"));
-        }
-        let rows = Rows::decode(
-            &ranges,
-            &times,
-            &stacks,
-            &values,
+        let rows = Rows::new(
+            self.meta.id,
+            ranges,
+            [times, stacks, values],
             dict.node_count() as u64,
-            total_rows,
         )
         .map_err(|why| corrupt(&self.path, &why))?;
+        if rows.total_rows() != self.meta.rows {
+            return Err(corrupt(&self.path, "row count disagrees with the footer"));
+        }
 
         let totals = decode_totals(self, &sec(SectionKind::SeriesTotals)?, n)?;
 
@@ -324,103 +322,6 @@ impl SegmentFile {
             stacks: Default::default(),
         })
     }
-}
-
-/// Every row of a segment decoded into flat columns, series after series, each
-/// series in `(time, stack)` order. Decoding once at load (and checking every stack
-/// id there) makes a scan a walk over three slices instead of three varint streams
-/// per query; it costs 16 bytes per row in the decoded-segment cache.
-#[derive(Debug, Default)]
-struct Rows {
-    /// Row `starts[s]..starts[s + 1]` belong to series `s`.
-    starts: Vec<usize>,
-    steps: Vec<u32>,
-    stacks: Vec<u32>,
-    values: Vec<i64>,
-}
-
-impl Rows {
-    fn decode(
-        ranges: &[RowRange],
-        times: &[u8],
-        stacks: &[u8],
-        values: &[u8],
-        nodes: u64,
-        total_rows: u64,
-    ) -> std::result::Result<Rows, String> {
-        // The footer's row count was checked against the ranges, but a corrupt count
-        // must not size an allocation: every row takes at least one byte per column.
-        if total_rows > times.len() as u64 {
-            return Err("more rows than bytes in the times column".into());
-        }
-        let cap = total_rows as usize;
-        let mut out = Rows {
-            starts: Vec::with_capacity(ranges.len() + 1),
-            steps: Vec::with_capacity(cap),
-            stacks: Vec::with_capacity(cap),
-            values: Vec::with_capacity(cap),
-        };
-        let err = |e: StorageError| e.to_string();
-        let mut tr = Reader::new(times, "times column");
-        let mut sr = Reader::new(stacks, "stack ids column");
-        let mut vr = Reader::new(values, "values column");
-        for range in ranges {
-            out.starts.push(out.steps.len());
-            tr.seek(range.times).map_err(err)?;
-            sr.seek(range.stacks).map_err(err)?;
-            vr.seek(range.values).map_err(err)?;
-            let (mut t, mut stack) = (0u64, 0u64);
-            for i in 0..range.rows {
-                let dt = tr.uvarint().map_err(err)?;
-                let ds = sr.uvarint().map_err(err)?;
-                let v = vr
-                    .ivarint()
-                    .map_err(err)?
-                    .checked_mul(range.scale)
-                    .ok_or("a row value overflows once scaled")?;
-                let same_step = i > 0 && dt == 0;
-                t = t.saturating_add(dt);
-                stack = if same_step {
-                    stack.saturating_add(ds)
-                } else {
-                    ds
-                };
-                if stack >= nodes {
-                    return Err(format!("row refers to stack node {stack} of {nodes}"));
-                }
-                if t > u64::from(u32::MAX) {
-                    return Err(format!("row step {t} out of range"));
-                }
-                out.steps.push(t as u32);
-                out.stacks.push(stack as u32);
-                out.values.push(v);
-            }
-        }
-        out.starts.push(out.steps.len());
-        Ok(out)
-    }
-
-    fn series(&self, s: u32) -> Option<std::ops::Range<usize>> {
-        let (&a, &b) = (
-            self.starts.get(s as usize)?,
-            self.starts.get(s as usize + 1)?,
-        );
-        Some(a..b)
-    }
-
-    fn approx_bytes(&self) -> usize {
-        self.starts.len() * 8 + self.steps.len() * 16
-    }
-}
-
-#[derive(Clone, Copy, Debug)]
-struct RowRange {
-    rows: u64,
-    times: usize,
-    stacks: usize,
-    values: usize,
-    /// Stored values are the values divided by this.
-    scale: i64,
 }
 
 /// A decoded segment, ready to answer queries.
@@ -453,12 +354,15 @@ impl LoadedSegment {
         self.for_each_row_in(series, 0, u32::MAX, f)
     }
 
-    /// Row indices of `series` in steps `[lo, hi)`: the series' rows are in time
-    /// order, so the bounds are found by binary search and a window cutting into the
-    /// partition reads only its own rows.
-    fn rows_in(&self, series: u32, lo: u32, hi: u32) -> Option<std::ops::Range<usize>> {
-        let range = self.rows.series(series)?;
-        let steps = self.rows.steps.get(range.clone())?;
+    /// The rows of `series` in steps `[lo, hi)`: the series' rows are in time
+    /// order, so the bounds are found by binary search and a window cutting into
+    /// the partition reads only its own rows. Decodes the series' chunk on first
+    /// use; `None` for a series the segment lacks.
+    fn rows_in(&self, series: u32, lo: u32, hi: u32) -> Result<Option<SeriesRows<'_>>> {
+        let Some(rows) = self.rows.series(series)? else {
+            return Ok(None);
+        };
+        let steps = rows.steps;
         // Most windows cover a series' rows whole: two reads, not two searches.
         let a = match steps.first() {
             Some(&t) if t >= lo => 0,
@@ -469,13 +373,16 @@ impl LoadedSegment {
             _ => steps.partition_point(|&t| t < hi),
         }
         .max(a);
-        Some(range.start + a..range.start + b)
+        Ok(Some(SeriesRows {
+            steps: &steps[a..b],
+            stacks: &rows.stacks[a..b],
+            values: &rows.values[a..b],
+        }))
     }
 
     /// Stack nodes and values of the rows of `series` in steps `[lo, hi)`.
-    pub fn row_slices(&self, series: u32, lo: u32, hi: u32) -> Option<(&[u32], &[i64])> {
-        let r = self.rows_in(series, lo, hi)?;
-        Some((self.rows.stacks.get(r.clone())?, self.rows.values.get(r)?))
+    pub fn row_slices(&self, series: u32, lo: u32, hi: u32) -> Result<Option<(&[u32], &[i64])>> {
+        Ok(self.rows_in(series, lo, hi)?.map(|r| (r.stacks, r.values)))
     }
 
     /// [`LoadedSegment::for_each_row`] for the rows in steps `[lo, hi)` only.
@@ -486,16 +393,12 @@ impl LoadedSegment {
         hi: u32,
         mut f: impl FnMut(u32, u32, i64),
     ) -> Result<()> {
-        let Some(r) = self.rows_in(series, lo, hi) else {
+        let Some(r) = self.rows_in(series, lo, hi)? else {
             return Err(StorageError::Invalid(format!(
                 "no series {series} in segment"
             )));
         };
-        for ((&t, &stack), &v) in self.rows.steps[r.clone()]
-            .iter()
-            .zip(&self.rows.stacks[r.clone()])
-            .zip(&self.rows.values[r])
-        {
+        for ((&t, &stack), &v) in r.steps.iter().zip(r.stacks).zip(r.values) {
             f(t, stack, v);
         }
         Ok(())

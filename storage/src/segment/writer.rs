@@ -17,7 +17,7 @@ use crate::dict::{self, Dict};
 use crate::durable::sync_dir;
 use crate::error::{IoContext, Result, StorageError};
 use crate::index::LabelIndex;
-use crate::model::Labels;
+use crate::model::{Labels, SERVICE_NAME_LABEL};
 
 /// One aggregated sample: at step index `t` (relative to the partition start) the
 /// stack-tree node `stack` accumulated `value`.
@@ -73,7 +73,9 @@ pub(super) fn encode_segment_as(
         rows.retain(|r| r.value != 0);
     }
     series.retain(|(_, rows)| !rows.is_empty());
-    series.sort_by(|a, b| a.0.cmp(&b.0));
+    // Profile type and service first: what selectors pick, so a selection's
+    // series are neighbours and a query decodes few chunks of rows.
+    series.sort_by(|a, b| series_order(&a.0).cmp(&series_order(&b.0)));
     // Two inputs with the same labels (possible after compaction) become one series.
     let mut merged: Vec<(Labels, Vec<Row>)> = Vec::with_capacity(series.len());
     for (labels, rows) in series {
@@ -258,6 +260,11 @@ const LONG_SECTION_BYTES: usize = 1 << 20;
 
 /// zstd's largest window a decoder accepts without being told to (2^27).
 const MAX_WINDOW_LOG: u32 = 27;
+
+/// The order series are written in (see `rows.rs`): equal labels stay adjacent.
+fn series_order(l: &Labels) -> (Option<&str>, Option<&str>, &Labels) {
+    (l.profile_type(), l.get(SERVICE_NAME_LABEL), l)
+}
 
 /// Compresses one section. Row columns are laid out series after series, and what
 /// repeats is the same steps in other series: in a day block those lie tens of

@@ -37,7 +37,7 @@ mod writer;
 use std::collections::BTreeSet;
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -110,6 +110,9 @@ struct Inner {
     closed: AtomicBool,
     /// Segments: the after-open warm-up of the cache is still decoding.
     warming: AtomicBool,
+    /// Queries: scans running now; the warm-up waits while any runs, so a query
+    /// right after a restart has the CPUs (and the memory bandwidth) to itself.
+    scans: AtomicUsize,
     /// Lifecycle: serializes compaction, downsampling and retention.
     lifecycle: Mutex<()>,
     /// Flusher → lifecycle: a segment landed (at most one pending), so the
@@ -182,6 +185,7 @@ impl Store {
             stats: r.stats,
             closed: AtomicBool::new(false),
             warming: AtomicBool::new(cfg.warm_segment_cache),
+            scans: AtomicUsize::new(0),
             lifecycle: Mutex::new(()),
             flushed: channel::bounded(1),
             retired: Mutex::new(Vec::new()),

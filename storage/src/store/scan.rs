@@ -7,7 +7,7 @@
 //! state read lock, so a flush, compaction or retention run that swaps the live set
 //! meanwhile neither blocks the scan nor deletes a file it still reads.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use super::state::{PartitionRef, SegmentHandle};
@@ -79,6 +79,7 @@ impl StoreReader {
     ) -> Result<Vec<T>> {
         inc(&self.0.stats.queries, 1);
         let items = self.0.snapshot(tenant, range, scope);
+        let _running = Running::new(&self.0.scans);
         query::par_fold(&items, self.0.cfg.threads(), init, |acc, item| match item {
             Item::Head(p) => f(acc, &*p.read()),
             Item::Segment(h) => match self.0.load(h)? {
@@ -102,6 +103,7 @@ impl StoreReader {
     ) -> Result<Vec<T>> {
         inc(&self.0.stats.queries, 1);
         let items = self.0.snapshot(tenant, range, scope);
+        let _running = Running::new(&self.0.scans);
         query::par_fold(&items, self.0.cfg.threads(), init, |acc, item| match item {
             Item::Head(p) => f(acc, &*p.read()),
             Item::Segment(h) => match self.0.summary(h)? {
@@ -119,6 +121,22 @@ impl StoreReader {
     /// The store's shared frame tree (see [`crate::query::frames`]).
     pub fn frames(&self) -> &Frames {
         &self.0.frames
+    }
+}
+
+/// Counts a scan as running for as long as it lives (see `Inner::scans`).
+struct Running<'a>(&'a AtomicUsize);
+
+impl<'a> Running<'a> {
+    fn new(n: &'a AtomicUsize) -> Self {
+        n.fetch_add(1, Ordering::SeqCst);
+        Running(n)
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

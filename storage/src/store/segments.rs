@@ -199,8 +199,8 @@ impl Inner {
     }
 
     /// Decodes the newest segments into the cache after open, up to half its budget,
-    /// so the first queries after a restart find recent data ready. Stops early when
-    /// the store closes.
+    /// so the first queries after a restart find recent data ready. Pauses between
+    /// segments while a query scans; stops early when the store closes.
     pub(super) fn warm_up(&self) {
         // Ids, not handles: a segment compacted away meanwhile is skipped, and its
         // file is not kept alive by this thread.
@@ -215,6 +215,11 @@ impl Inner {
         let t = std::time::Instant::now();
         let mut loaded = 0usize;
         for (_, id) in ids {
+            // Queries first: a query right after a restart decodes what it needs
+            // itself, and shares the CPUs with no one.
+            while self.scans.load(Ordering::SeqCst) > 0 && !self.closed.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
             if self.closed.load(Ordering::SeqCst)
                 || self.cache.weight() >= self.cfg.segment_cache_bytes / 2
             {

@@ -59,17 +59,17 @@ impl Scope<'_> {
         m.partition_end_ms().saturating_add(self.grace_ms) > self.now_ms
     }
 
-    /// The block `m` is merged into this run, if any.
-    fn block_of(&self, m: &SegmentMeta) -> Option<i64> {
-        let start = self
-            .blocks
-            .block_of(m.partition_start_ms, m.partition_ms, self.now_ms)?;
-        let end = start.saturating_add(self.blocks.width_ms);
+    /// The `(start, width)` of the block `m` is merged into this run, if any.
+    fn block_of(&self, m: &SegmentMeta) -> Option<(i64, i64)> {
+        let (start, width) =
+            self.blocks
+                .block_of(m.partition_start_ms, m.partition_ms, self.now_ms)?;
+        let end = start.saturating_add(width);
         let busy = self
             .busy
             .iter()
             .any(|(t, s, e)| *t == m.tenant && *s < end && start < *e);
-        (!busy).then_some(start)
+        (!busy).then_some((start, width))
     }
 }
 
@@ -121,9 +121,10 @@ pub(crate) fn plan<'a>(
                 .range
                 .is_none_or(|r| r.overlaps(m.partition_start_ms, m.partition_end_ms()))
             && !(scope.background && scope.is_open(m));
-        keep.then(|| match scope.block_of(m) {
-            Some(block) => (block, scope.blocks.width_ms),
-            None => (m.partition_start_ms, m.partition_ms),
+        keep.then(|| {
+            scope
+                .block_of(m)
+                .unwrap_or((m.partition_start_ms, m.partition_ms))
         })
     });
     let mut plan = Plan::default();
