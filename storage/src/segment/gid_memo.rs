@@ -6,37 +6,61 @@
 //! nothing from above it.
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 
+/// Slots per page: 4 KiB of memo.
+const PAGE: usize = 1024;
+
+type Page = Box<[AtomicU32; PAGE]>;
+
 /// The persistent node → gid memo of an immutable segment, for one generation of
 /// the frame tree. Slots hold `gid + 1`; zero means "not resolved yet".
+///
+/// Slots come in pages allocated when a node in them is first set: a segment
+/// holds the stacks of every service while a query resolves one service's, whose
+/// nodes are neighbours (the stack tree is depth first), so most pages are never
+/// allocated. Zeroing a slot per node up front was a tenth of a first query after
+/// a restart, most of it the kernel handing out fresh pages.
 pub struct GidSlots {
     generation: u64,
-    slots: Box<[AtomicU32]>,
+    nodes: usize,
+    pages: Box<[OnceLock<Page>]>,
 }
 
 impl GidSlots {
+    fn new(generation: u64, nodes: usize) -> Self {
+        GidSlots {
+            generation,
+            nodes,
+            pages: (0..nodes.div_ceil(PAGE)).map(|_| OnceLock::new()).collect(),
+        }
+    }
+
     /// The gid memoized for stack node `node`, if any.
     #[inline]
     pub fn get(&self, node: u32) -> Option<u32> {
-        match self
-            .slots
-            .get(node as usize)
-            .map(|s| s.load(Ordering::Relaxed))
-        {
-            Some(v) if v != 0 => Some(v - 1),
-            _ => None,
+        let n = node as usize;
+        let page = self.pages.get(n / PAGE)?.get()?;
+        match page[n % PAGE].load(Ordering::Relaxed) {
+            0 => None,
+            v => Some(v - 1),
         }
     }
 
     /// Remembers `gid` for stack node `node` (ignored when out of range).
     #[inline]
     pub fn set(&self, node: u32, gid: u32) {
-        if let (Some(s), Some(v)) = (self.slots.get(node as usize), gid.checked_add(1)) {
-            s.store(v, Ordering::Relaxed);
+        let n = node as usize;
+        let (Some(cell), Some(v)) = (self.pages.get(n / PAGE), gid.checked_add(1)) else {
+            return;
+        };
+        if n >= self.nodes {
+            return;
         }
+        let page = cell.get_or_init(|| Box::new(std::array::from_fn(|_| AtomicU32::new(0))));
+        page[n % PAGE].store(v, Ordering::Relaxed);
     }
 }
 
@@ -57,15 +81,41 @@ impl GidMemo {
     pub fn slots(&self, generation: u64, nodes: usize) -> Arc<GidSlots> {
         let mut cur = self.current.lock();
         match &*cur {
-            Some(s) if s.generation == generation && s.slots.len() == nodes => s.clone(),
+            Some(s) if s.generation == generation && s.nodes == nodes => s.clone(),
             _ => {
-                let s = Arc::new(GidSlots {
-                    generation,
-                    slots: (0..nodes).map(|_| AtomicU32::new(0)).collect(),
-                });
+                let s = Arc::new(GidSlots::new(generation, nodes));
                 *cur = Some(s.clone());
                 s
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Slots read back what was set, across pages; unset and out-of-range nodes
+    /// read as unresolved, and only the pages set into are allocated.
+    #[test]
+    fn slots_remember_gids_in_pages_allocated_on_first_set() {
+        let memo = GidMemo::default();
+        let nodes = PAGE * 3 + 5;
+        let s = memo.slots(7, nodes);
+        assert_eq!(s.get(0), None);
+        s.set(0, 0);
+        s.set(PAGE as u32 * 3 + 4, 41);
+        s.set(nodes as u32, 9);
+        s.set(5, u32::MAX);
+        assert_eq!(s.get(0), Some(0));
+        assert_eq!(s.get(PAGE as u32 * 3 + 4), Some(41));
+        assert_eq!(s.get(1), None);
+        assert_eq!(s.get(nodes as u32), None);
+        assert_eq!(s.get(5), None);
+        let allocated = s.pages.iter().filter(|p| p.get().is_some()).count();
+        assert_eq!(allocated, 2);
+        // The same generation and size share the slots; another generation starts over.
+        assert_eq!(memo.slots(7, nodes).get(0), Some(0));
+        assert_eq!(memo.slots(8, nodes).get(0), None);
     }
 }
