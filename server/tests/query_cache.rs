@@ -79,6 +79,9 @@ fn cache_hit_then_invalidation() {
     );
     assert_eq!(total(&s, t), 3 * SCALE);
     assert_eq!(metric(&s, "profiledb_query_cache_misses_total"), m0 + 1);
+    // A part keyed by the exact range is kept from its second ask on.
+    assert_eq!(total(&s, t), 3 * SCALE);
+    assert_eq!(metric(&s, "profiledb_query_cache_misses_total"), m0 + 2);
     assert_eq!(total(&s, t), 3 * SCALE);
     assert_eq!(metric(&s, "profiledb_query_cache_hits_total"), h0 + 1);
 
@@ -129,12 +132,20 @@ fn answers_are_cached_only_while_segments_alone_answer() {
     let (v1, body1) = flamegraph_between(&s, t, t + 59);
     assert_eq!(v1["total"], 4 * SCALE);
     assert_eq!((hits(), misses()), (h0, m0 + 1));
+    // A range asked once (a sliding window's) is not kept; asked again, it is.
     let (_, body2) = flamegraph_between(&s, t, t + 59);
+    assert_eq!(body2, body1);
     assert_eq!(
-        body2, body1,
+        (hits(), misses()),
+        (h0, m0 + 2),
+        "not kept from its first ask"
+    );
+    let (_, body3) = flamegraph_between(&s, t, t + 59);
+    assert_eq!(
+        body3, body1,
         "a cached answer is the computed one, byte for byte"
     );
-    assert_eq!((hits(), misses()), (h0 + 1, m0 + 1));
+    assert_eq!((hits(), misses()), (h0 + 1, m0 + 2));
 
     // A late write puts a head partition over the range: computed live, not cached.
     ingest(&s, t, "main;c 2\n");
@@ -146,12 +157,15 @@ fn answers_are_cached_only_while_segments_alone_answer() {
         "no answer-cache lookup while the head overlaps"
     );
 
-    // Flushed: a new segment version, so a fresh computation, then hits again.
+    // Flushed: a new segment version, so fresh computations (two, for the new
+    // key to be kept), then hits again.
     wait_segments(&s, 2);
     let (v4, body4) = flamegraph_between(&s, t, t + 59);
     assert_eq!(v4["total"], 6 * SCALE);
     let (_, body5) = flamegraph_between(&s, t, t + 59);
+    let (_, body6) = flamegraph_between(&s, t, t + 59);
     assert_eq!(body5, body4);
+    assert_eq!(body6, body4);
     assert_eq!(hits(), h0 + 2);
 }
 

@@ -106,7 +106,9 @@ pub use model::{
     Batch, Function, InvalidTenant, Labels, Location, Mapping, Sample, SeriesSamples, Stacks,
     Symbols, TenantId, NAME_LABEL, PROFILE_TYPE_LABEL, SERVICE_NAME_LABEL,
 };
-pub use querier::{CacheStats, DiffResult, Querier, QueryLimits, QueryPlan, ScopePlan};
+pub use querier::{
+    AskedBefore, CacheStats, DiffResult, Querier, QueryLimits, QueryPlan, ScopePlan,
+};
 pub use query::diff::{diff_stats, flat, DiffEntry, DiffStats};
 pub use query::flamegraph::{
     flamegraph, flamegraph_diff, tree_bytes, tree_from_bytes, tree_from_levels, FlameGraph,

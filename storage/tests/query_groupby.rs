@@ -70,8 +70,11 @@ fn group_by_head_and_segments_agree() {
     let seg = engine.group_by(&t, &sel, range, &q).unwrap();
     assert_eq!(rows(&seg), want);
     assert!(engine.stats().fn_index_builds.load(Ordering::Relaxed) >= 1);
-    // Cached the second time, same answer.
+    // Kept from its second ask on (its key holds the exact range), then a hit
+    // with the same answer.
     let hits = engine.stats().hits.load(Ordering::Relaxed);
+    assert_eq!(rows(&engine.group_by(&t, &sel, range, &q).unwrap()), want);
+    assert_eq!(engine.stats().hits.load(Ordering::Relaxed), hits);
     assert_eq!(rows(&engine.group_by(&t, &sel, range, &q).unwrap()), want);
     assert_eq!(engine.stats().hits.load(Ordering::Relaxed), hits + 1);
 

@@ -9,6 +9,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use super::admission::AskedBefore;
+
 use crate::cache::one_shard_cache;
 use crate::dict::Dict;
 use crate::error::Result;
@@ -209,7 +211,7 @@ pub struct CacheStats {
     pub skeleton_builds: AtomicU64,
 }
 
-/// How many filtered queries [`QueryCache::asked_before`] remembers.
+/// How many asks [`QueryCache::asked_before`] remembers.
 const ASKED_REMEMBERED: usize = 4096;
 
 /// The result cache and the function indexes.
@@ -219,8 +221,8 @@ pub(crate) struct QueryCache {
     pub stats: Arc<CacheStats>,
     /// `cache_bytes == 0`: every query is computed (cold benchmarks, debugging).
     results_enabled: bool,
-    /// Hashes of the filtered group-bys asked recently (see [`QueryCache::asked_before`]).
-    asked: quick_cache::sync::Cache<u64, ()>,
+    /// What was asked recently (see [`QueryCache::asked_before`]).
+    asked: AskedBefore,
 }
 
 impl QueryCache {
@@ -237,21 +239,15 @@ impl QueryCache {
             fn_indexes: one_shard_cache((bytes / 4).max(1 << 20), IndexWeight),
             stats,
             results_enabled: cache_bytes > 0,
-            asked: quick_cache::sync::Cache::new(ASKED_REMEMBERED),
+            asked: AskedBefore::new(ASKED_REMEMBERED),
         }
     }
 
-    /// Whether a query with this hash was asked recently, remembering it. The
-    /// admission rule of per-segment parts that depend on a function filter: a
-    /// filter typed once while exploring would fill the cache with parts no later
-    /// query reads (and evict parts that are read); a filter asked again, as by a
-    /// dashboard, gets its parts cached from its second run on.
-    pub fn asked_before(&self, hash: u64) -> bool {
-        if self.asked.get(&hash).is_some() {
-            return true;
-        }
-        self.asked.insert(hash, ());
-        false
+    /// Whether `key` was asked recently, remembering it: the admission rule
+    /// (see `admission.rs`) of per-segment parts that depend on a function filter
+    /// and of whole-range parts, whose keys hold a query's exact range.
+    pub fn asked_before(&self, key: &impl std::hash::Hash) -> bool {
+        self.asked.asked_before(key)
     }
 
     /// A query's cached segment part, counted as a hit or a miss.

@@ -2,7 +2,6 @@
 //! others, sum, and return rows (see `crate::query::groupby` for the per-source
 //! algorithms).
 
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use regex::Regex;
@@ -79,11 +78,7 @@ impl Querier {
             let label_keys: Vec<String> = q.label_keys().into_iter().map(str::to_owned).collect();
             // A function filter's per-segment parts are kept from its second run on.
             let filtered = q.include.is_some() || q.exclude.is_some();
-            let keep_parts = !filtered || {
-                let mut h = rustc_hash::FxHasher::default();
-                (tenant, &query.selector, spec).hash(&mut h);
-                self.cache.asked_before(h.finish())
-            };
+            let keep_parts = !filtered || self.cache.asked_before(&(tenant, &query.selector, spec));
             let accs = self.store.scan_scoped(
                 tenant,
                 range,

@@ -19,6 +19,7 @@
 //! to a segment while neither scan saw it (or both did), so a changed version
 //! discards the split result and recomputes over everything, uncached.
 
+mod admission;
 mod cache;
 mod fleet;
 mod group_by;
@@ -29,6 +30,7 @@ mod plan;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+pub use admission::AskedBefore;
 pub use cache::CacheStats;
 pub use limits::QueryLimits;
 pub use merge::DiffResult;
@@ -220,7 +222,8 @@ impl Querier {
         if self.store.segments_version() != v1 {
             return compute(Scope::All);
         }
-        if fresh {
+        // Keyed by the query's exact range: kept from its second ask on.
+        if fresh && self.cache.asked_before(&key) {
             self.cache.insert(key, Arc::new(to_cached(&seg)));
         }
         merge(&mut seg, head);

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use profiledb_storage::{TenantId, TimeRange};
+use profiledb_storage::{AskedBefore, TenantId, TimeRange};
 
 use crate::error::ApiResult;
 use crate::http::AppRef;
@@ -58,12 +58,19 @@ impl AnswerStats {
     }
 }
 
-/// Finished response bodies of segment-only queries, bounded by bytes.
+/// Finished response bodies of segment-only queries, bounded by bytes. A body is
+/// kept from its request's second ask on: its key holds the exact ranges, and a
+/// dashboard sliding "the last hour" asks each once (see
+/// `profiledb_storage::AskedBefore`).
 pub struct AnswerCache {
     bodies: quick_cache::sync::Cache<AnswerKey, Arc<[u8]>, BodyWeight>,
+    asked: AskedBefore,
     enabled: bool,
     pub stats: AnswerStats,
 }
+
+/// How many answer keys are remembered for admission.
+const ASKED_REMEMBERED: usize = 4096;
 
 impl AnswerCache {
     /// The share of the query cache budget kept for whole answers; the querier
@@ -77,6 +84,7 @@ impl AnswerCache {
                 bytes,
                 BodyWeight,
             ),
+            asked: AskedBefore::new(ASKED_REMEMBERED),
             enabled: query_cache_bytes > 0,
             stats: AnswerStats::default(),
         }
@@ -99,7 +107,7 @@ impl AnswerCache {
     }
 
     fn insert(&self, key: AnswerKey, body: Arc<[u8]>) {
-        if self.enabled {
+        if self.enabled && self.asked.asked_before(&key) {
             self.bodies.insert(key, body);
         }
     }
