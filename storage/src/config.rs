@@ -140,8 +140,12 @@ impl BlockPolicy {
     /// The `(start, width)` of the block the partition `[start, start + width)`
     /// is merged into now: its block if that ended `delay_ms` before `now_ms`,
     /// else its part block if that did; `None` when neither is due, blocks are
-    /// off or the partition fits neither. A block is its own block.
+    /// off (which turns part blocks off too: they are parts of blocks) or the
+    /// partition fits neither. A block is its own block.
     pub fn block_of(&self, start: i64, width: i64, now_ms: i64) -> Option<(i64, i64)> {
+        if self.width_ms <= 0 {
+            return None;
+        }
         [self.width_ms, self.part_width_ms]
             .into_iter()
             .find_map(|w| self.due_block(w, start, width, now_ms).map(|b| (b, w)))
@@ -323,6 +327,9 @@ mod tests {
             ..p
         };
         assert_eq!(no_parts.block_of(d + 7 * H, H, d + 25 * H), None);
+        // `--block-hours 0` keeps hours apart, part blocks included.
+        let no_blocks = BlockPolicy { width_ms: 0, ..p };
+        assert_eq!(no_blocks.block_of(d + 7 * H, H, d + 25 * H), None);
         assert_eq!(BlockPolicy::OFF.block_of(d + 7 * H, H, d + 100 * DAY), None);
     }
 

@@ -126,7 +126,8 @@ pub struct ClusterArgs {
     pub block_delay_minutes: u64,
     /// Until a block is due, its partitions are merged into part blocks of this
     /// many hours as each ends (after the same delay), so the last day is read as
-    /// a few segments, not one per hour; 0 for none. Must divide --block-hours.
+    /// a few segments, not one per hour; 0 for none (so does --block-hours 0).
+    /// Must divide --block-hours.
     #[arg(long, default_value_t = 6)]
     pub part_block_hours: u64,
     /// Seconds a replaced or orphaned object stays in the bucket before deletion

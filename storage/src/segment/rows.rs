@@ -46,7 +46,7 @@ pub(super) struct Rows {
 
 /// The rows of `CHUNK_SERIES` consecutive series, decoded; series `first + i` has
 /// rows `starts[i]..starts[i + 1]`, in `(time, stack)` order.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Chunk {
     starts: Vec<usize>,
     steps: Vec<u32>,
