@@ -119,8 +119,12 @@ impl Querier {
         max_nodes: usize,
     ) -> Result<DiffResult> {
         let (b, c) = self.diff_sides(tenant, base, compare)?;
-        let flamegraph = flamegraph_diff_merged(&b, &c, max_nodes);
-        let (top, stats) = diff_stats_merged(&b, &c, top);
+        // The drawing and the per-name statistics read the sides only: at once.
+        let (flamegraph, statistics) = join(
+            || Ok(flamegraph_diff_merged(&b, &c, max_nodes)),
+            || Ok(diff_stats_merged(&b, &c, top)),
+        );
+        let (flamegraph, (top, stats)) = (flamegraph?, statistics?);
         Ok(DiffResult {
             base: b,
             compare: c,
