@@ -319,3 +319,78 @@ fn delete_segment_file(inner: &Inner, h: &SegmentHandle) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+    use std::time::Duration;
+
+    use crate::model::{
+        Batch, Function, Labels, Location, Sample, SeriesSamples, TenantId, PROFILE_TYPE_LABEL,
+    };
+    use crate::{Store, StoreConfig};
+
+    /// One sample in each of `hours` hours of a day, one series.
+    fn hours_of_samples(hours: i64) -> Batch {
+        let mut batch = Batch::new(TenantId::default());
+        batch.symbols.functions.push(Function {
+            name: "main".into(),
+            file: String::new(),
+        });
+        batch.symbols.locations.push(Location {
+            function: Some(0),
+            mapping: None,
+            address: 0,
+            line: 0,
+        });
+        let stack = batch.stacks.push(&[0]);
+        batch.series.push(SeriesSamples {
+            labels: Labels::new([(PROFILE_TYPE_LABEL, "a:b:c:d:e")]),
+            samples: (0..hours)
+                .map(|h| Sample {
+                    timestamp_ms: 1_700_000_000_000 + h * 3_600_000,
+                    stack,
+                    value: h + 1,
+                })
+                .collect(),
+        });
+        batch
+    }
+
+    /// The warm-up decodes nothing while a scan runs, and everything once none does.
+    #[test]
+    fn the_warm_up_waits_while_a_scan_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = StoreConfig {
+            background_flush: false,
+            warm_segment_cache: false,
+            ..StoreConfig::default()
+        };
+        let store = Store::open(dir.path(), cfg).unwrap();
+        store.write(hours_of_samples(3)).unwrap();
+        store.flush().unwrap();
+        let inner = store.inner.clone();
+        assert_eq!(
+            inner.cache.weight(),
+            0,
+            "nothing decoded before the warm-up"
+        );
+
+        inner.scans.fetch_add(1, Ordering::SeqCst);
+        let warming = {
+            let inner = inner.clone();
+            std::thread::spawn(move || inner.warm_up())
+        };
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(inner.cache.weight(), 0, "the warm-up decoded during a scan");
+        assert!(!warming.is_finished());
+
+        inner.scans.fetch_sub(1, Ordering::SeqCst);
+        warming.join().unwrap();
+        assert_eq!(
+            inner.cache.len(),
+            3,
+            "every segment decoded once the scan ended"
+        );
+    }
+}
