@@ -88,6 +88,14 @@ fn copy_files(from: &std::path::Path, to: &std::path::Path) {
     }
 }
 
+/// The tests' store: no downsampling, so blocks keep the written step.
+fn config() -> StoreConfig {
+    StoreConfig {
+        downsample: Vec::new(),
+        ..test_config()
+    }
+}
+
 fn compact(store: &Store, now: i64) {
     let r = store.compact_at(None, None, now, &|_| {}).expect("compact");
     assert!(r.skipped.is_empty(), "{:?}", r.skipped);
@@ -96,10 +104,7 @@ fn compact(store: &Store, now: i64) {
 #[test]
 fn a_past_day_becomes_one_block_and_a_replay_does_not_apply_it_again() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = StoreConfig {
-        downsample: Vec::new(),
-        ..test_config()
-    };
+    let cfg = config();
     let saved_wal = tempfile::tempdir().unwrap();
     let mut reference = Reference::default();
     {
@@ -172,11 +177,7 @@ fn a_past_day_becomes_one_block_and_a_replay_does_not_apply_it_again() {
 /// A store with `blocks` holding one segment in each of hours 1 and 2 of day `D`.
 fn two_hours(blocks: BlockPolicy) -> (tempfile::TempDir, Store, Reference) {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = StoreConfig {
-        downsample: Vec::new(),
-        blocks,
-        ..test_config()
-    };
+    let cfg = StoreConfig { blocks, ..config() };
     let store = Store::open(dir.path(), cfg).unwrap();
     let mut reference = Reference::default();
     write(&store, &mut reference, &[sample(D + HOUR, "a", "x", 1)]);
@@ -207,10 +208,7 @@ fn no_block_forms_over_a_head_partition_of_its_day() {
 #[test]
 fn the_parts_of_a_day_become_part_blocks_before_the_day_block() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = StoreConfig {
-        downsample: Vec::new(),
-        ..test_config()
-    };
+    let cfg = config();
     let store = Store::open(dir.path(), cfg.clone()).unwrap();
     let mut reference = Reference::default();
     for (h, leaf) in [(1, "a1"), (2, "a2"), (7, "a7"), (13, "a13")] {

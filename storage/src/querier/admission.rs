@@ -16,6 +16,14 @@ pub struct AskedBefore {
     asked: quick_cache::sync::Cache<u64, ()>,
 }
 
+/// Remembers the last 4,096 asks: more than a busy dashboard repeats between
+/// two refreshes, a few tens of KiB.
+impl Default for AskedBefore {
+    fn default() -> Self {
+        AskedBefore::new(4096)
+    }
+}
+
 impl AskedBefore {
     /// Remembers up to `remembered` recent asks.
     pub fn new(remembered: usize) -> Self {

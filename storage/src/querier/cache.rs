@@ -211,9 +211,6 @@ pub struct CacheStats {
     pub skeleton_builds: AtomicU64,
 }
 
-/// How many asks [`QueryCache::asked_before`] remembers.
-const ASKED_REMEMBERED: usize = 4096;
-
 /// The result cache and the function indexes.
 pub(crate) struct QueryCache {
     results: quick_cache::sync::Cache<CacheKey, Arc<Cached>, ResultWeight>,
@@ -239,7 +236,7 @@ impl QueryCache {
             fn_indexes: one_shard_cache((bytes / 4).max(1 << 20), IndexWeight),
             stats,
             results_enabled: cache_bytes > 0,
-            asked: AskedBefore::new(ASKED_REMEMBERED),
+            asked: AskedBefore::default(),
         }
     }
 

@@ -53,12 +53,11 @@ impl GidSlots {
     #[inline]
     pub fn set(&self, node: u32, gid: u32) {
         let n = node as usize;
-        let (Some(cell), Some(v)) = (self.pages.get(n / PAGE), gid.checked_add(1)) else {
+        let (true, Some(cell), Some(v)) =
+            (n < self.nodes, self.pages.get(n / PAGE), gid.checked_add(1))
+        else {
             return;
         };
-        if n >= self.nodes {
-            return;
-        }
         let page = cell.get_or_init(|| Box::new(std::array::from_fn(|_| AtomicU32::new(0))));
         page[n % PAGE].store(v, Ordering::Relaxed);
     }

@@ -69,9 +69,6 @@ pub struct AnswerCache {
     pub stats: AnswerStats,
 }
 
-/// How many answer keys are remembered for admission.
-const ASKED_REMEMBERED: usize = 4096;
-
 impl AnswerCache {
     /// The share of the query cache budget kept for whole answers; the querier
     /// gets the rest (see [`AnswerCache::querier_bytes`]), so the configured
@@ -84,7 +81,7 @@ impl AnswerCache {
                 bytes,
                 BodyWeight,
             ),
-            asked: AskedBefore::new(ASKED_REMEMBERED),
+            asked: AskedBefore::default(),
             enabled: query_cache_bytes > 0,
             stats: AnswerStats::default(),
         }
