@@ -398,8 +398,11 @@ pub fn decode(
     };
     let ns = d.strings.len() as u64;
 
+    // Counts are bounded by their section's bytes (`count`), so reserving them
+    // up front is safe, and saves the regrowth copies of a first query's decode.
     let mut r = Reader::new(mappings, "mappings section");
     let n = r.count(2)?;
+    d.mappings.reserve(n);
     for _ in 0..n {
         let (file, build_id) = (r.uvarint()?, r.uvarint()?);
         check(
@@ -414,6 +417,7 @@ pub fn decode(
 
     let mut r = Reader::new(functions, "functions section");
     let n = r.count(2)?;
+    d.functions.reserve(n);
     for _ in 0..n {
         let (name, file) = (r.uvarint()?, r.uvarint()?);
         check(name < ns && file < ns, "function refers to missing string")?;
@@ -425,6 +429,7 @@ pub fn decode(
 
     let mut r = Reader::new(locations, "locations section");
     let n = r.count(4)?;
+    d.locations.reserve(n);
     for _ in 0..n {
         let function = decode_opt_id(
             r.uvarint()?,
