@@ -137,6 +137,20 @@ pub fn render(
     );
     family(
         &mut out,
+        "profiledb_query_share_sum_hits_total",
+        "counter",
+        "Sums of a merge's cached segment parts reused (a window's edges moved within the same ten minutes).",
+        querier.map_or(0, |q| c(&q.stats().share_sum_hits)),
+    );
+    family(
+        &mut out,
+        "profiledb_query_share_sum_misses_total",
+        "counter",
+        "Sums of a merge's cached segment parts computed.",
+        querier.map_or(0, |q| c(&q.stats().share_sum_misses)),
+    );
+    family(
+        &mut out,
         "profiledb_query_skeleton_builds_total",
         "counter",
         "Skeletons of merged frames built or grown (a selector's first flame graph, or new stacks).",

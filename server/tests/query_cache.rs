@@ -242,3 +242,27 @@ fn moving_windows_reuse_segment_parts() {
     assert_eq!(v6["total"], 0);
     assert_eq!((hits(), misses()), (h0 + 7, m0 + 6));
 }
+
+/// A window over two flushed partitions sums their parts; moved by milliseconds
+/// it asks the same parts, whose sum is kept from the second ask and read by the
+/// third, as `/metrics` counts, with the same answer every time.
+#[test]
+fn a_moving_window_reads_the_kept_sum_of_its_parts() {
+    let s = TestServer::start_with(|o| {
+        o.store.flush_grace = Duration::from_millis(200);
+    });
+    let hour = 3_600_000;
+    let t = (profiledb_storage::now_ms() / hour - 4) * hour;
+    ingest(&s, t / 1000 + 60, "main;a 3\nmain;b 1\n");
+    ingest(&s, (t + hour) / 1000 + 60, "main;a 2\nmain;c 5\n");
+    wait_segments(&s, 2);
+    let hits = || metric(&s, "profiledb_query_share_sum_hits_total");
+    let misses = || metric(&s, "profiledb_query_share_sum_misses_total");
+    let (h0, m0) = (hits(), misses());
+    for (i, want) in [(0, 1), (0, 2), (1, 2)].into_iter().enumerate() {
+        let shift = 10 * (i as i64 + 1);
+        let (v, _) = flamegraph_between(&s, t - shift, t + 2 * hour + shift);
+        assert_eq!(v["total"], 11 * SCALE, "{i}");
+        assert_eq!((hits() - h0, misses() - m0), want, "{i}");
+    }
+}

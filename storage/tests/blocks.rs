@@ -314,6 +314,44 @@ fn windows_cutting_into_a_block_reuse_its_hours() {
     }
 }
 
+/// Windows whose start moves within one ten-minute chunk read the same cached
+/// shares: their sum is computed on the first two asks and kept from the second,
+/// so the third reads it, and every answer equals the reference.
+#[test]
+fn a_share_set_asked_again_reads_its_kept_sum() {
+    let (_dir, store, reference) = day_of_two_services();
+    let q = Querier::new(&store, 64 << 20, QueryLimits::default());
+    let (t, sel) = (TenantId::default(), Selector::default());
+    let hits = || q.stats().share_sum_hits.load(Ordering::Relaxed);
+    let misses = || q.stats().share_sum_misses.load(Ordering::Relaxed);
+    let end = D + 20 * HOUR + 30 * 60_000;
+    for (i, want) in [(0, 1), (0, 1), (1, 0), (1, 0)].into_iter().enumerate() {
+        let start = D + 2 * HOUR + 1_000 * (i as i64 + 1);
+        let (h0, m0) = (hits(), misses());
+        let tree = q
+            .merge_tree(&t, &sel, TimeRange::new(start, end))
+            .expect("merge");
+        assert_eq!(tree.folded(), reference.folded(|_| true, start, end), "{i}");
+        assert_eq!((hits() - h0, misses() - m0), want, "{i}");
+    }
+    // Chunks without samples add nothing, so a start moved past 2:10 still asks
+    // the same set; past 2:40, whose chunk holds a sample, it asks another.
+    let start = D + 2 * HOUR + 10 * 60_000 + 1_000;
+    let h0 = hits();
+    let tree = q
+        .merge_tree(&t, &sel, TimeRange::new(start, end))
+        .expect("merge");
+    assert_eq!(tree.folded(), reference.folded(|_| true, start, end));
+    assert_eq!(hits() - h0, 1);
+    let start = D + 2 * HOUR + 41 * 60_000;
+    let m0 = misses();
+    let tree = q
+        .merge_tree(&t, &sel, TimeRange::new(start, end))
+        .expect("merge");
+    assert_eq!(tree.folded(), reference.folded(|_| true, start, end));
+    assert_eq!(misses() - m0, 1);
+}
+
 /// One block of a day: hour `h` holds a sample of service `a` at its first step
 /// (leaf `read`, `parse` or `write` by turns, value `h + 1`) and one of `b` 40
 /// minutes in (leaf `parse`, value `100 (h + 1)`).

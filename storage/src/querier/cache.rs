@@ -92,6 +92,15 @@ pub(crate) enum CacheKey {
         tenant: TenantId,
         selector: String,
     },
+    /// The sum of several segment shares of a merge (their keys sorted): what a
+    /// window asks again while its edges move within the same ten minutes, or a
+    /// diff's side whose start moves by a few milliseconds.
+    ShareSum {
+        shares: Vec<Share>,
+        generation: u64,
+        tenant: TenantId,
+        selector: String,
+    },
     /// One segment's share of a group-by over frame ids, like [`CacheKey::SegmentMerge`].
     SegmentGroupBy {
         share: Share,
@@ -126,6 +135,14 @@ impl CacheKey {
             CacheKey::SegmentMerge {
                 tenant, selector, ..
             } => tenant.as_str().len() + selector.len(),
+            CacheKey::ShareSum {
+                shares,
+                tenant,
+                selector,
+                ..
+            } => {
+                shares.len() * std::mem::size_of::<Share>() + tenant.as_str().len() + selector.len()
+            }
             CacheKey::SegmentGroupBy {
                 tenant,
                 selector,
@@ -209,6 +226,10 @@ pub struct CacheStats {
     pub partial_misses: AtomicU64,
     /// Skeletons of merged frames built or grown (see `query::skeleton`).
     pub skeleton_builds: AtomicU64,
+    /// Sums of a merge's cached shares reused (see `Querier::share_sum`).
+    pub share_sum_hits: AtomicU64,
+    /// Sums of a merge's cached shares computed.
+    pub share_sum_misses: AtomicU64,
 }
 
 /// The result cache and the function indexes.
@@ -293,6 +314,29 @@ impl QueryCache {
             self.results.insert(key, v.clone());
         }
         Ok(v)
+    }
+
+    /// The sum of a merge's cached shares (a [`CacheKey::ShareSum`]): `compute`
+    /// runs on a miss. Kept from its second ask on, since a share set asked once
+    /// (one no window repeats) would only take room.
+    pub fn share_sum(
+        &self,
+        key: CacheKey,
+        compute: impl FnOnce() -> Vec<(u32, i64)>,
+    ) -> Arc<Vec<(u32, i64)>> {
+        if self.results_enabled {
+            if let Some(Cached::MergePart(p)) = self.results.get(&key).as_deref() {
+                self.stats.share_sum_hits.fetch_add(1, Ordering::Relaxed);
+                return p.clone();
+            }
+        }
+        self.stats.share_sum_misses.fetch_add(1, Ordering::Relaxed);
+        let v = Arc::new(compute());
+        if self.results_enabled && self.asked.asked_before(&key) {
+            self.results
+                .insert(key, Arc::new(Cached::MergePart(v.clone())));
+        }
+        v
     }
 
     /// The skeleton kept under `key` when it holds every frame summed in `sides`;

@@ -4,8 +4,9 @@
 //! A merge sums values by frame-tree id on the scan threads (see
 //! `crate::query::frames`), caching each segment's share when the range covers its
 //! whole partition (each whole hour of a block and each whole ten-minute chunk of a
-//! partition the range cuts into, see `crate::query::shares`), and the query's whole
-//! segment part per segments version.
+//! partition the range cuts into, see `crate::query::shares`), the sum of those
+//! shares by the set of them (a window moving by less than ten minutes asks the
+//! same set), and the query's whole segment part per segments version.
 
 use std::sync::Arc;
 
@@ -20,7 +21,7 @@ use crate::query::flamegraph::FlameGraphDiff;
 use crate::query::frames::FrameTree;
 use crate::query::merged::{add_sorted, diff_stats_merged, flamegraph_diff_merged, Merged};
 use crate::query::skeleton::Skeleton;
-use crate::query::{join, merge_frames, shares, CallTree, Scratch, TimeRange};
+use crate::query::{join, merge_frames, shares, CallTree, Scratch, Share, TimeRange};
 use crate::selector::Selector;
 use crate::store::Scope;
 
@@ -186,54 +187,181 @@ impl Querier {
     ) -> Result<Vec<(u32, i64)>> {
         let range = query.range;
         let generation = frames.read().generation();
-        let accs =
-            self.store
-                .scan_scoped(&query.tenant, range, scope, Scratch::take, |s, src| {
-                    check()?;
-                    let shares = shares(src, range);
-                    for &sub in &shares.fresh {
-                        merge_frames(src, sel, sub, frames, s)?;
+        let init = || MergeAcc {
+            scratch: Scratch::take(),
+            shares: Vec::new(),
+        };
+        let accs = self
+            .store
+            .scan_scoped(&query.tenant, range, scope, init, |acc, src| {
+                check()?;
+                let s = &mut acc.scratch;
+                let shares = shares(src, range);
+                for &sub in &shares.fresh {
+                    merge_frames(src, sel, sub, frames, s)?;
+                }
+                for &(share, sub) in &shares.cached {
+                    let key = CacheKey::SegmentMerge {
+                        share,
+                        generation,
+                        tenant: query.tenant.clone(),
+                        selector: query.selector.clone(),
+                    };
+                    let c = self.cache.partial(key, || {
+                        // This share alone, in the spare accumulator.
+                        std::mem::swap(&mut s.gids, &mut s.spare);
+                        let r = merge_frames(src, sel, sub, frames, s);
+                        let mut pairs = Vec::new();
+                        s.gids.drain(&mut pairs);
+                        std::mem::swap(&mut s.gids, &mut s.spare);
+                        r.map(|()| Cached::MergePart(Arc::new(pairs)))
+                    })?;
+                    if let Cached::MergePart(pairs) = &*c {
+                        acc.shares.push((share, pairs.clone()));
                     }
-                    for &(share, sub) in &shares.cached {
-                        let key = CacheKey::SegmentMerge {
-                            share,
-                            generation,
-                            tenant: query.tenant.clone(),
-                            selector: query.selector.clone(),
-                        };
-                        let c = self.cache.partial(key, || {
-                            // This share alone, in the spare accumulator.
-                            std::mem::swap(&mut s.gids, &mut s.spare);
-                            let r = merge_frames(src, sel, sub, frames, s);
-                            let mut pairs = Vec::new();
-                            s.gids.drain(&mut pairs);
-                            std::mem::swap(&mut s.gids, &mut s.spare);
-                            r.map(|()| Cached::MergePart(Arc::new(pairs)))
-                        })?;
-                        if let Cached::MergePart(pairs) = &*c {
-                            s.gids.prepare(frames.read().len());
-                            for &(g, v) in pairs.iter() {
-                                s.gids.add(g, v);
-                            }
-                        }
-                    }
-                    Ok(())
-                })?;
-        let mut parts: Vec<Vec<(u32, i64)>> = Vec::with_capacity(accs.len());
-        for mut s in accs {
+                }
+                Ok(())
+            })?;
+        let mut fresh: Vec<Vec<(u32, i64)>> = Vec::new();
+        let mut cached: Vec<SharePart> = Vec::new();
+        for mut acc in accs {
             let mut part = Vec::new();
-            s.gids.drain(&mut part);
-            parts.push(part);
-            s.give_back();
+            acc.scratch.gids.drain(&mut part);
+            if !part.is_empty() {
+                fresh.push(part);
+            }
+            cached.append(&mut acc.shares);
+            acc.scratch.give_back();
         }
-        // Threads' sums of the same gid are combined.
-        let pairs = parts
-            .into_iter()
-            .reduce(|a, b| add_sorted(&a, &b))
-            .unwrap_or_default();
+        let cached = self.share_sum(query, generation, frames, cached);
+        let pairs = fresh
+            .iter()
+            .fold((*cached).clone(), |a, b| add_sorted(&a, b));
         if max_nodes > 0 && pairs.len() > max_nodes {
             return Err(QueryError::tree_too_large(max_nodes).into());
         }
         Ok(pairs)
+    }
+}
+
+/// Above this many shares a sum is made in a dense accumulator rather than by
+/// merging the sorted lists pairwise (which costs their lengths per level).
+const SORTED_SUM_MAX: usize = 8;
+
+/// A cached share of a merge and its `(gid, value)` pairs.
+type SharePart = (Share, Arc<Vec<(u32, i64)>>);
+
+/// A scan thread's merge: its accumulator, and the cached shares it read.
+struct MergeAcc {
+    scratch: Scratch,
+    shares: Vec<SharePart>,
+}
+
+impl Querier {
+    /// The sum of a merge's cached shares, itself cached by the set of shares.
+    ///
+    /// Summing a day's shares (a dozen lists of thousands of frames) was most of
+    /// an uncached 1-day diff's side: 0.3–0.4 ms of 0.5–0.6. A sliding window, or
+    /// a diff side whose start moves by milliseconds, asks the same set again until
+    /// an edge crosses a ten-minute chunk; then only the ragged ends are summed
+    /// per query.
+    fn share_sum(
+        &self,
+        query: &Selection,
+        generation: u64,
+        frames: &RwLock<FrameTree>,
+        mut shares: Vec<SharePart>,
+    ) -> Arc<Vec<(u32, i64)>> {
+        // An empty share adds nothing, whichever set it is in.
+        shares.retain(|s| !s.1.is_empty());
+        match shares.len() {
+            0 => return Arc::default(),
+            1 => return shares[0].1.clone(),
+            _ => {}
+        }
+        shares.sort_unstable_by_key(|s| s.0);
+        let key = CacheKey::ShareSum {
+            shares: shares.iter().map(|s| s.0).collect(),
+            generation,
+            tenant: query.tenant.clone(),
+            selector: query.selector.clone(),
+        };
+        self.cache.share_sum(key, || {
+            let lists: Vec<Arc<Vec<(u32, i64)>>> = shares.into_iter().map(|s| s.1).collect();
+            sum_lists(lists, frames)
+        })
+    }
+}
+
+/// The sum of gid-sorted lists: merged pairwise in a balanced order when they
+/// are few, else added up in a dense accumulator.
+fn sum_lists(mut lists: Vec<Arc<Vec<(u32, i64)>>>, frames: &RwLock<FrameTree>) -> Vec<(u32, i64)> {
+    if lists.len() > SORTED_SUM_MAX {
+        let mut s = Scratch::take();
+        s.gids.prepare(frames.read().len());
+        for l in &lists {
+            for &(g, v) in l.iter() {
+                s.gids.add(g, v);
+            }
+        }
+        let mut out = Vec::new();
+        s.gids.drain(&mut out);
+        s.give_back();
+        return out;
+    }
+    while lists.len() > 1 {
+        let mut next = Vec::with_capacity(lists.len().div_ceil(2));
+        let mut it = lists.into_iter();
+        while let Some(a) = it.next() {
+            next.push(match it.next() {
+                Some(b) => Arc::new(add_sorted(&a, &b)),
+                None => a,
+            });
+        }
+        lists = next;
+    }
+    lists
+        .pop()
+        .map(|l| Arc::try_unwrap(l).unwrap_or_else(|shared| (*shared).clone()))
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::query::frames::Frames;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    proptest! {
+        /// Few lists are merged, many are added up densely: both give the sum by
+        /// gid, sorted, without the gids whose values cancel.
+        #[test]
+        fn lists_sum_by_gid(
+            lists in prop::collection::vec(
+                prop::collection::btree_map(1u32..64, -3i64..4, 0..20),
+                0..14,
+            ),
+        ) {
+            let frames = Frames::new(1 << 20).for_query();
+            {
+                let mut t = frames.write();
+                for i in 0..64 {
+                    t.child_named(0, &format!("f{i}"));
+                }
+            }
+            let mut want: BTreeMap<u32, i64> = BTreeMap::new();
+            for l in &lists {
+                for (&g, &v) in l {
+                    *want.entry(g).or_default() += v;
+                }
+            }
+            let want: Vec<(u32, i64)> = want.into_iter().filter(|e| e.1 != 0).collect();
+            let lists: Vec<Arc<Vec<(u32, i64)>>> = lists
+                .into_iter()
+                .map(|l| Arc::new(l.into_iter().filter(|e| e.1 != 0).collect()))
+                .collect();
+            prop_assert_eq!(sum_lists(lists, &frames), want);
+        }
     }
 }

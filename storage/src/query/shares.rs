@@ -20,7 +20,7 @@ use super::{steps, Source, TimeRange};
 pub(crate) const CHUNKS_MS: [i64; 2] = [3_600_000, 600_000];
 
 /// Steps `[lo, hi)` of one segment: the cache key part of a share.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) struct Share {
     pub segment: u64,
     pub lo: u32,

@@ -159,7 +159,17 @@ fn by_slot<const K: usize>(
         if !sorted {
             side_slots.sort_unstable_by_key(|e| e.0);
         }
-        at = merge_side(at, &side_slots, k);
+        at = if at.is_empty() {
+            // The first side with values is `at` as it is.
+            let row = |v: i64| {
+                let mut row = [0; K];
+                row[k] = v;
+                row
+            };
+            side_slots.iter().map(|&(slot, v)| (slot, row(v))).collect()
+        } else {
+            merge_side(at, &side_slots, k)
+        };
     }
     Some(at)
 }
