@@ -76,9 +76,12 @@ impl Querier {
         compare: (&Selector, TimeRange),
     ) -> Result<(Merged, Merged)> {
         let frames = self.store.frames().for_query();
-        let (b, c) = join(
-            || self.merge_in(tenant, base.0, base.1, &frames),
+        // The base side runs on the asking thread, which starts at once: a diff
+        // whose compared range stays put (the last hour against an earlier one)
+        // finds that side cached and waits on the other.
+        let (c, b) = join(
             || self.merge_in(tenant, compare.0, compare.1, &frames),
+            || self.merge_in(tenant, base.0, base.1, &frames),
         );
         let (b, c) = (b?, c?);
         // Two sides of one selector (a diff of two ranges) share one skeleton.
@@ -121,9 +124,12 @@ impl Querier {
     ) -> Result<DiffResult> {
         let (b, c) = self.diff_sides(tenant, base, compare)?;
         // The drawing and the per-name statistics read the sides only: at once.
-        let (flamegraph, statistics) = join(
-            || Ok(flamegraph_diff_merged(&b, &c, max_nodes)),
+        // The drawing, the longer (0.5–0.8 ms against 0.2 on the bench fleet), runs
+        // on the asking thread, which starts at once; a pool thread may first have
+        // to be woken.
+        let (statistics, flamegraph) = join(
             || Ok(diff_stats_merged(&b, &c, top)),
+            || Ok(flamegraph_diff_merged(&b, &c, max_nodes)),
         );
         let (flamegraph, (top, stats)) = (flamegraph?, statistics?);
         Ok(DiffResult {
