@@ -4,6 +4,7 @@
 //! and writes a JSON file of its figures (with machine facts and the git commit) to
 //! `bench/results/`, so runs can be compared.
 
+mod ab_suite;
 mod agent_suite;
 mod baselines;
 mod cluster_suite;
@@ -88,6 +89,10 @@ enum Suite {
     /// writers, bucket requests and bytes per profile, a fresh querier's time to
     /// ready and merge latency. Skips without moto.
     Cluster(cluster_suite::Args),
+    /// Two `profiledb` builds serving copies of one `query`-suite directory at
+    /// once, each request sent to both: the median per-request difference, which
+    /// the machine's drift cancels out of.
+    Ab(ab_suite::Args),
     /// One compaction pass of the `lifecycle` suite in a process of its own (its
     /// peak RSS is that pass's alone). Internal.
     #[command(hide = true)]
@@ -107,6 +112,7 @@ fn main() -> anyhow::Result<()> {
         Suite::Ui(args) => ui_suite::run(args),
         Suite::Fleet(args) => fleet_suite::run(args),
         Suite::Soak(args) => soak_suite::run(args),
+        Suite::Ab(args) => ab_suite::run(args),
         Suite::LifecycleStep(args) => lifecycle_suite::run_step(args),
     }
 }

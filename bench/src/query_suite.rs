@@ -99,17 +99,17 @@ const HOUR: i64 = 3_600_000;
 const DAY: i64 = 24 * HOUR;
 
 #[derive(Clone)]
-enum Req {
+pub(crate) enum Req {
     Get(String),
     Post(&'static str, Value),
 }
 
-struct QuerySpec {
-    name: &'static str,
-    window: &'static str,
+pub(crate) struct QuerySpec {
+    pub name: &'static str,
+    pub window: &'static str,
     /// The HTTP request with the range start moved `shift` ms earlier (no data lives
     /// there, so the answer is the same but the result-cache key differs).
-    http: Box<dyn Fn(i64) -> Req>,
+    pub http: Box<dyn Fn(i64) -> Req>,
     /// Extracts the figure compared with each baseline's.
     total: fn(&Value) -> Option<f64>,
     sql: Sql,
@@ -128,7 +128,11 @@ fn send(client: &reqwest::blocking::Client, url: &str, r: &Req) -> anyhow::Resul
     serde_json::from_slice(&body).context("response is not JSON")
 }
 
-fn timed(client: &reqwest::blocking::Client, url: &str, r: &Req) -> anyhow::Result<(f64, Value)> {
+pub(crate) fn timed(
+    client: &reqwest::blocking::Client,
+    url: &str,
+    r: &Req,
+) -> anyhow::Result<(f64, Value)> {
     let t = Instant::now();
     let v = send(client, url, r)?;
     Ok((t.elapsed().as_secs_f64() * 1e3, v))
@@ -163,7 +167,7 @@ fn percent_encode(s: &str) -> String {
     out
 }
 
-fn specs(t_end: i64, service: &str) -> Vec<QuerySpec> {
+pub(crate) fn specs(t_end: i64, service: &str) -> Vec<QuerySpec> {
     let mut out = Vec::new();
     // The time-series step keeps each answer to 60–120 points per series, as a
     // dashboard would ask; the diff is asked over the two short windows only.
@@ -363,7 +367,7 @@ fn compact(url: &str) -> anyhow::Result<Value> {
 }
 
 /// Waits until the server's segment-cache warm-up is over (its metric reads 0).
-fn wait_warm(client: &reqwest::blocking::Client, url: &str) -> anyhow::Result<()> {
+pub(crate) fn wait_warm(client: &reqwest::blocking::Client, url: &str) -> anyhow::Result<()> {
     let t = Instant::now();
     loop {
         let text = client.get(format!("{url}/metrics")).send()?.text()?;

@@ -1,0 +1,172 @@
+//! Two server builds answering the same queries, request by request.
+//!
+//! On a shared VM, timings drift by ±20 % over minutes, more than most single
+//! changes move a query; two builds benchmarked one after the other compare the
+//! drift as much as the builds. Here both servers run at once over copies of one
+//! `query`-suite directory, each request is sent to both (in alternating order, with
+//! the same range), and the figure is the median of the per-request differences:
+//! drift slows both alike and cancels out.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::Parser;
+use serde_json::{json, Value};
+
+use crate::query_suite::{specs, timed, wait_warm};
+use crate::report;
+
+#[derive(Parser, Debug)]
+pub struct Args {
+    /// The first (baseline) `profiledb` binary.
+    #[arg(long)]
+    a: PathBuf,
+    /// The second `profiledb` binary.
+    #[arg(long)]
+    b: PathBuf,
+    /// A directory the `query` suite wrote (`--data-dir`): its `manifest.json` gives
+    /// the fleet's end time and its `profiledb/` is copied once per server.
+    #[arg(long)]
+    data_dir: PathBuf,
+    /// Queries whose name contains this (`merge`, `diff`, `filter new`, ...).
+    #[arg(long, default_value = "diff")]
+    query: String,
+    /// Window: 1h, 1d, 7d or 30d.
+    #[arg(long, default_value = "1h")]
+    window: String,
+    /// Requests to each server per query (the first three are not counted).
+    #[arg(long, default_value_t = 300)]
+    requests: usize,
+}
+
+/// A server process over its own copy of the data; killed when dropped.
+struct Server {
+    child: Child,
+    url: String,
+    _copy: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for e in std::fs::read_dir(from)? {
+        let e = e?;
+        let target = to.join(e.file_name());
+        if e.file_type()?.is_dir() {
+            copy_dir(&e.path(), &target)?;
+        } else if e.file_name() != "LOCK" {
+            std::fs::copy(e.path(), &target)?;
+        }
+    }
+    Ok(())
+}
+
+fn spawn(bin: &Path, data: &Path, client: &reqwest::blocking::Client) -> anyhow::Result<Server> {
+    let copy = tempfile::tempdir()?;
+    copy_dir(data, copy.path()).with_context(|| format!("copying {}", data.display()))?;
+    let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let child = Command::new(bin)
+        .args(["serve", "--data-dir"])
+        .arg(copy.path())
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .with_context(|| format!("starting {}", bin.display()))?;
+    let server = Server {
+        child,
+        url: format!("http://127.0.0.1:{port}"),
+        _copy: copy,
+    };
+    let t = Instant::now();
+    while !client
+        .get(format!("{}/ready", server.url))
+        .send()
+        .is_ok_and(|r| r.status().is_success())
+    {
+        if t.elapsed() > Duration::from_secs(120) {
+            bail!("{} was not ready in 120 s", bin.display());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    wait_warm(client, &server.url)?;
+    Ok(server)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let manifest: Value = serde_json::from_slice(
+        &std::fs::read(args.data_dir.join("manifest.json")).context("reading manifest.json")?,
+    )?;
+    let Some(t_end) = manifest.get("t_end").and_then(Value::as_i64) else {
+        bail!("manifest.json has no t_end: not a query-suite directory");
+    };
+    let data = args.data_dir.join("profiledb");
+    let client = reqwest::blocking::Client::new();
+    let servers = [
+        spawn(&args.a, &data, &client)?,
+        spawn(&args.b, &data, &client)?,
+    ];
+    let mut rows = Vec::new();
+    for s in specs(t_end, "svc-00")
+        .iter()
+        .filter(|s| s.window == args.window && s.name.contains(&args.query))
+    {
+        let mut ms: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+        for i in 0..args.requests {
+            // The same range to both; a new one every request, as the suite's
+            // uncached runs ask.
+            let req = (s.http)(i as i64 + 1);
+            for k in [i % 2, 1 - i % 2] {
+                let (t, _) = timed(&client, &servers[k].url, &req)?;
+                if i >= 3 {
+                    ms[k].push(t);
+                }
+            }
+        }
+        let diffs: Vec<f64> = ms[0].iter().zip(&ms[1]).map(|(a, b)| b - a).collect();
+        let faster = diffs.iter().filter(|d| **d < 0.0).count();
+        let row = json!({
+            "query": s.name, "window": s.window, "requests": diffs.len(),
+            "a_p50_ms": median(ms[0].clone()), "b_p50_ms": median(ms[1].clone()),
+            "median_b_minus_a_ms": median(diffs.clone()),
+            "b_faster_share": faster as f64 / diffs.len().max(1) as f64,
+        });
+        println!(
+            "{:<45} {:>4}  a p50 {:>6.2} ms  b p50 {:>6.2} ms  median(b - a) {:>+7.3} ms  b faster in {:>3.0} %",
+            s.name,
+            s.window,
+            row["a_p50_ms"].as_f64().unwrap_or(f64::NAN),
+            row["b_p50_ms"].as_f64().unwrap_or(f64::NAN),
+            row["median_b_minus_a_ms"].as_f64().unwrap_or(f64::NAN),
+            100.0 * row["b_faster_share"].as_f64().unwrap_or(0.0),
+        );
+        rows.push(row);
+    }
+    if rows.is_empty() {
+        bail!(
+            "no query of the suite matches --query {:?} --window {:?}",
+            args.query,
+            args.window
+        );
+    }
+    let path = report::write(
+        "ab",
+        json!({"a": args.a, "b": args.b, "data_dir": args.data_dir, "rows": rows}),
+    )?;
+    println!("wrote {}", path.display());
+    Ok(())
+}
