@@ -76,9 +76,10 @@ impl Querier {
         compare: (&Selector, TimeRange),
     ) -> Result<(Merged, Merged)> {
         let frames = self.store.frames().for_query();
-        // The base side runs on the asking thread, which starts at once: a diff
-        // whose compared range stays put (the last hour against an earlier one)
-        // finds that side cached and waits on the other.
+        // The base side runs on the asking thread, which starts at once (a pool
+        // thread may first have to be woken). Which side is slower depends on the
+        // ranges; when one stays put across requests while the other moves (the
+        // bench's halves: the base range's start moves), the fixed one is cached.
         let (c, b) = join(
             || self.merge_in(tenant, compare.0, compare.1, &frames),
             || self.merge_in(tenant, base.0, base.1, &frames),
