@@ -241,9 +241,13 @@ impl Querier {
             acc.scratch.give_back();
         }
         let cached = self.share_sum(query, generation, frames, cached);
-        let pairs = fresh
-            .iter()
-            .fold((*cached).clone(), |a, b| add_sorted(&a, b));
+        // The ragged ends added to the (shared) sum of the cached shares.
+        let pairs = match fresh.split_first() {
+            None => (*cached).clone(),
+            Some((first, rest)) => rest
+                .iter()
+                .fold(add_sorted(&cached, first), |a, b| add_sorted(&a, b)),
+        };
         if max_nodes > 0 && pairs.len() > max_nodes {
             return Err(QueryError::tree_too_large(max_nodes).into());
         }
