@@ -7,10 +7,8 @@
 //! the same range), and the figure is the median of the per-request differences:
 //! drift slows both alike and cancels out.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Parser;
@@ -18,6 +16,7 @@ use serde_json::{json, Value};
 
 use crate::query_suite::{specs, timed, wait_warm};
 use crate::report;
+use crate::server::ServeProcess;
 
 #[derive(Parser, Debug)]
 pub struct Args {
@@ -42,18 +41,10 @@ pub struct Args {
     requests: usize,
 }
 
-/// A server process over its own copy of the data; killed when dropped.
+/// A server process over its own copy of the data (deleted after it).
 struct Server {
-    child: Child,
-    url: String,
+    process: ServeProcess,
     _copy: tempfile::TempDir,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn copy_dir(from: &Path, to: &Path) -> anyhow::Result<()> {
@@ -73,33 +64,12 @@ fn copy_dir(from: &Path, to: &Path) -> anyhow::Result<()> {
 fn spawn(bin: &Path, data: &Path, client: &reqwest::blocking::Client) -> anyhow::Result<Server> {
     let copy = tempfile::tempdir()?;
     copy_dir(data, copy.path()).with_context(|| format!("copying {}", data.display()))?;
-    let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let child = Command::new(bin)
-        .args(["serve", "--data-dir"])
-        .arg(copy.path())
-        .args(["--listen", &format!("127.0.0.1:{port}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .with_context(|| format!("starting {}", bin.display()))?;
-    let server = Server {
-        child,
-        url: format!("http://127.0.0.1:{port}"),
+    let process = ServeProcess::start(bin, copy.path(), Duration::from_secs(120))?;
+    wait_warm(client, &process.url)?;
+    Ok(Server {
+        process,
         _copy: copy,
-    };
-    let t = Instant::now();
-    while !client
-        .get(format!("{}/ready", server.url))
-        .send()
-        .is_ok_and(|r| r.status().is_success())
-    {
-        if t.elapsed() > Duration::from_secs(120) {
-            bail!("{} was not ready in 120 s", bin.display());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    wait_warm(client, &server.url)?;
-    Ok(server)
+    })
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -131,7 +101,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             // uncached runs ask.
             let req = (s.http)(i as i64 + 1);
             for k in [i % 2, 1 - i % 2] {
-                let (t, _) = timed(&client, &servers[k].url, &req)?;
+                let (t, _) = timed(&client, &servers[k].process.url, &req)?;
                 if i >= 3 {
                     ms[k].push(t);
                 }

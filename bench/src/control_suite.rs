@@ -16,7 +16,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use indicatif::{ProgressBar, ProgressStyle};
 use profiledb_proto::control::v1 as c;
 use prost::Message;
@@ -24,7 +24,7 @@ use serde_json::{json, Value};
 
 use crate::agent_suite::cpu_seconds;
 use crate::report;
-use crate::server::{wait_ready, workspace_binary};
+use crate::server::{workspace_binary, ServeProcess};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -48,40 +48,17 @@ pub struct Args {
     quick: bool,
 }
 
+/// The server under test, over a data directory of its own.
 struct Serve {
-    child: Child,
-    url: String,
+    server: ServeProcess,
     _dir: tempfile::TempDir,
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn serve() -> anyhow::Result<Serve> {
     let bin = workspace_binary("profiledb", "profiledb")?;
     let dir = tempfile::tempdir()?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let child = Command::new(bin)
-        .args(["serve", "--data-dir"])
-        .arg(dir.path())
-        .args(["--listen", &format!("127.0.0.1:{port}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("starting profiledb serve")?;
-    let url = format!("http://127.0.0.1:{port}");
-    wait_ready(&url, Instant::now(), Duration::from_secs(60))?;
-    Ok(Serve {
-        child,
-        url,
-        _dir: dir,
-    })
+    let server = ServeProcess::start(&bin, dir.path(), Duration::from_secs(60))?;
+    Ok(Serve { server, _dir: dir })
 }
 
 fn put_policy(url: &str, policy: Value) -> anyhow::Result<()> {
@@ -107,13 +84,13 @@ fn percentile(v: &mut [f64], p: f64) -> f64 {
 fn fleet(args: &Args) -> anyhow::Result<Value> {
     let s = serve()?;
     put_policy(
-        &s.url,
+        &s.server.url,
         json!({"period_secs": args.period_secs, "window_secs": args.period_secs,
                "machine_fraction": args.machine_fraction}),
     )?;
-    let pid = s.child.id();
+    let pid = s.server.pid();
     let threads = 8usize;
-    let url = format!("{}/control.v1.ControlService/GetPlan", s.url);
+    let url = format!("{}/control.v1.ControlService/GetPlan", s.server.url);
     let bar = ProgressBar::new(u64::from(args.periods));
     bar.set_style(ProgressStyle::with_template(
         "  fleet period {pos}/{len} {bar:30} {elapsed}",
@@ -253,7 +230,7 @@ fn controlled(args: &Args) -> anyhow::Result<Value> {
     let mut rows = Vec::new();
     for hz in [19u64, 99] {
         put_policy(
-            &s.url,
+            &s.server.url,
             json!({"period_secs": 5, "window_secs": 5, "max_cpu_percent": 100,
                    "events": [{"event": "cpu-clock", "frequency_hz": hz}]}),
         )?;
@@ -265,14 +242,15 @@ fn controlled(args: &Args) -> anyhow::Result<Value> {
                     .spawn()
             })
             .collect::<Result<_, _>>()?;
-        let line = run_agent(&s.url, args.agent_seconds, &["--control"]);
+        let line = run_agent(&s.server.url, args.agent_seconds, &["--control"]);
         for mut b in busy {
             let _ = b.kill();
             let _ = b.wait();
         }
         let line = line?;
         let cpu = figure(&line, "agent CPU", "%,").unwrap_or(f64::NAN);
-        let agents: Value = reqwest::blocking::get(format!("{}/api/v1/agents", s.url))?.json()?;
+        let agents: Value =
+            reqwest::blocking::get(format!("{}/api/v1/agents", s.server.url))?.json()?;
         let rss = agents["agents"][0]["rss_bytes"].as_f64().unwrap_or(0.0);
         println!(
             "  agent --control at {hz} Hz: CPU {cpu:.3}% of one CPU, RSS {} (as reported to the controller)",
@@ -300,7 +278,7 @@ fn tracking(args: &Args) -> anyhow::Result<Value> {
             .spawn()?;
         let mut flags = vec!["--frequency", "99"];
         flags.extend(extra);
-        let line = run_agent(&s.url, args.agent_seconds, &flags);
+        let line = run_agent(&s.server.url, args.agent_seconds, &flags);
         let _ = churn.kill();
         let _ = churn.wait();
         let line = line?;

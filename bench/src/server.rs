@@ -1,8 +1,9 @@
 //! A real profiledb server in the bench process, on a loopback port: what the
-//! ingest, query and agent suites measure against.
+//! ingest, query and agent suites measure against; or a `profiledb serve`
+//! process of a given binary ([`ServeProcess`]).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -155,4 +156,48 @@ pub fn wait_ready(url: &str, t: Instant, limit: Duration) -> anyhow::Result<()> 
         std::thread::sleep(Duration::from_millis(10));
     }
     Ok(())
+}
+
+/// A `profiledb serve` process over a data directory on a free loopback port,
+/// ready when returned; killed and reaped when dropped, so an error never leaves
+/// a server running.
+pub struct ServeProcess {
+    child: Child,
+    pub url: String,
+}
+
+impl ServeProcess {
+    /// Starts `bin` over `data_dir` and waits up to `limit` for `/ready`.
+    pub fn start(bin: &Path, data_dir: &Path, limit: Duration) -> anyhow::Result<ServeProcess> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let child = Command::new(bin)
+            .args(["serve", "--data-dir"])
+            .arg(data_dir)
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        // Owned before the wait, so a server that never gets ready is killed.
+        let server = ServeProcess {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+        };
+        wait_ready(&server.url, Instant::now(), limit)?;
+        Ok(server)
+    }
+
+    /// The process id (for its CPU time and memory).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for ServeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
