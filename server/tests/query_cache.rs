@@ -183,15 +183,23 @@ fn group_rows(s: &TestServer, start_ms: i64, end_ms: i64) -> Value {
     r.json().unwrap()
 }
 
+const HOUR: i64 = 3_600_000;
+
+/// A server that flushes a partition 200 ms after its last write, and the start
+/// of the hour four hours ago (partitions there are past, so they flush).
+fn flushing_server() -> (TestServer, i64) {
+    let s = TestServer::start_with(|o| {
+        o.store.flush_grace = Duration::from_millis(200);
+    });
+    (s, (profiledb_storage::now_ms() / HOUR - 4) * HOUR)
+}
+
 /// A window that moves but still covers a flushed partition reuses that segment's
 /// part (merge and group-by) and answers exactly as computing it afresh.
 #[test]
 fn moving_windows_reuse_segment_parts() {
-    let s = TestServer::start_with(|o| {
-        o.store.flush_grace = Duration::from_millis(200);
-    });
-    let hour = 3_600_000;
-    let t = (profiledb_storage::now_ms() / hour - 4) * hour;
+    let (s, t) = flushing_server();
+    let hour = HOUR;
     ingest(&s, t / 1000 + 60, "main;a 3\nmain;b 1\nmain;c 5\n");
     wait_segments(&s, 1);
     let hits = || metric(&s, "profiledb_query_segment_part_hits_total");
@@ -248,11 +256,8 @@ fn moving_windows_reuse_segment_parts() {
 /// third, as `/metrics` counts, with the same answer every time.
 #[test]
 fn a_moving_window_reads_the_kept_sum_of_its_parts() {
-    let s = TestServer::start_with(|o| {
-        o.store.flush_grace = Duration::from_millis(200);
-    });
-    let hour = 3_600_000;
-    let t = (profiledb_storage::now_ms() / hour - 4) * hour;
+    let (s, t) = flushing_server();
+    let hour = HOUR;
     ingest(&s, t / 1000 + 60, "main;a 3\nmain;b 1\n");
     ingest(&s, (t + hour) / 1000 + 60, "main;a 2\nmain;c 5\n");
     wait_segments(&s, 2);
