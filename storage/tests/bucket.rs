@@ -286,3 +286,74 @@ fn a_local_file_store_serves_objects_but_cannot_hold_the_index() {
     b.delete(key).unwrap();
     assert!(matches!(b.get(key), Err(BucketError::NotFound { .. })));
 }
+
+/// The store contract the index is built on: of writers racing to replace one
+/// version of an object, exactly one succeeds. Checked on the raw stores, with
+/// the racers released together, so a store (or test server) that checks the
+/// version and writes in two steps shows here, not as a lost index entry.
+#[test]
+fn racing_conditional_puts_admit_exactly_one() {
+    use object_store::{ObjectStore, PutMode, PutOptions, PutPayload, UpdateVersion};
+    const RACERS: usize = 8;
+    let mut stores: Vec<(Arc<dyn ObjectStore>, Option<MotoServer>)> =
+        vec![(Arc::new(InMemory::new()), None)];
+    if let Some(s3) = MotoServer::start() {
+        let cfg = s3.config("contract");
+        let store = object_store::aws::AmazonS3Builder::new()
+            .with_bucket_name(support::moto::BUCKET)
+            .with_region("us-east-1")
+            .with_endpoint(cfg.endpoint.clone().unwrap())
+            .with_allow_http(true)
+            .with_access_key_id("test")
+            .with_secret_access_key("test")
+            .build()
+            .unwrap();
+        stores.push((Arc::new(store), Some(s3)));
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(RACERS)
+        .enable_all()
+        .build()
+        .unwrap();
+    for (store, _s3) in stores {
+        let path = object_store::path::Path::from("contract/race");
+        for round in 0..40 {
+            let base = rt
+                .block_on(store.put_opts(
+                    &path,
+                    PutPayload::from(format!("base {round}")),
+                    PutOptions::default(),
+                ))
+                .unwrap();
+            let barrier = Arc::new(tokio::sync::Barrier::new(RACERS));
+            let racers: Vec<_> = (0..RACERS)
+                .map(|i| {
+                    let (store, path, barrier) = (store.clone(), path.clone(), barrier.clone());
+                    let version = UpdateVersion {
+                        e_tag: base.e_tag.clone(),
+                        version: None,
+                    };
+                    rt.spawn(async move {
+                        barrier.wait().await;
+                        let opts = PutOptions {
+                            mode: PutMode::Update(version),
+                            ..PutOptions::default()
+                        };
+                        let body = PutPayload::from(format!("racer {i} of round {round}"));
+                        match store.put_opts(&path, body, opts).await {
+                            Ok(_) => true,
+                            Err(object_store::Error::Precondition { .. }) => false,
+                            Err(e) => panic!("racer {i}: {e}"),
+                        }
+                    })
+                })
+                .collect();
+            let won = racers
+                .into_iter()
+                .map(|r| rt.block_on(r).unwrap())
+                .filter(|&won| won)
+                .count();
+            assert_eq!(won, 1, "{store}: round {round}");
+        }
+    }
+}

@@ -2,6 +2,10 @@
 //! "moto[server]"`; `.ci/run` puts it in `target/moto-venv`), started on a free
 //! loopback port with one bucket, killed on drop. Shared by the storage tests,
 //! the server's cluster test and the cluster bench through `#[path]`.
+//!
+//! moto is started through `moto_atomic.py`, which applies each writing
+//! request as one step: plain moto lets two racing conditional PUTs both
+//! succeed, which S3 never does and the bucket index depends on.
 
 #![allow(dead_code)]
 
@@ -41,6 +45,19 @@ fn binary() -> Option<PathBuf> {
     })
 }
 
+/// moto's own server, with each writing request applied as one step.
+const ATOMIC_LAUNCHER: &str = include_str!("moto_atomic.py");
+
+/// The interpreter `moto_server` was installed for: the `python` beside it (a
+/// venv's, or pyenv's shim), else `python3` from `PATH`.
+fn python_beside(moto_server: &std::path::Path) -> PathBuf {
+    ["python", "python3"]
+        .iter()
+        .map(|name| moto_server.with_file_name(name))
+        .find(|p| p.exists())
+        .unwrap_or_else(|| PathBuf::from("python3"))
+}
+
 /// One HTTP/1.1 request with an empty body; the status code.
 fn request(port: u16, method: &str, path: &str) -> Option<u16> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
@@ -69,8 +86,15 @@ impl MotoServer {
             .local_addr()
             .ok()?
             .port();
-        let child = match Command::new(&bin)
-            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+        let child = match Command::new(python_beside(&bin))
+            .args([
+                "-c",
+                ATOMIC_LAUNCHER,
+                "-H",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -81,9 +105,19 @@ impl MotoServer {
                 return None;
             }
         };
-        let server = MotoServer { child, port };
+        let mut server = MotoServer { child, port };
         let deadline = Instant::now() + Duration::from_secs(30);
         while request(port, "GET", "/").is_none() {
+            // moto is installed, so a launcher that dies is a breakage to see,
+            // not a reason to skip the S3 tests quietly.
+            if let Ok(Some(status)) = server.child.try_wait() {
+                panic!(
+                    "{} is installed but storage/tests/support/moto_atomic.py exited ({status}); \
+                     run it with `{} -c \"$(cat storage/tests/support/moto_atomic.py)\" -p 5000` to see why",
+                    bin.display(),
+                    python_beside(&bin).display()
+                );
+            }
             if Instant::now() > deadline {
                 eprintln!("SKIP: moto at port {port} did not answer within 30 s");
                 return None;
