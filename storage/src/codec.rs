@@ -54,6 +54,11 @@ impl<'a> Reader<'a> {
         self.pos >= self.buf.len()
     }
 
+    /// Bytes read so far.
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+
     pub fn seek(&mut self, pos: usize) -> Result<()> {
         if pos > self.buf.len() {
             return Err(self.corrupt("seek past end"));

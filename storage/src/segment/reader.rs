@@ -4,11 +4,12 @@ use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
+use super::frames::{Column, CHUNK_SERIES};
 use super::rows::{RowRange, Rows, SeriesRows};
 use super::summary::{decode_series, decode_totals, SegmentSummary};
 use super::{
-    SectionKind, SegmentMeta, CODEC_NONE, CODEC_ZSTD, FORMAT_VERSION, MAGIC_HEAD, MAGIC_TAIL,
-    OLDEST_READABLE_VERSION, TRAILER_LEN,
+    SectionKind, SegmentMeta, CODEC_NONE, CODEC_ZSTD, CODEC_ZSTD_FRAMES, FORMAT_VERSION,
+    MAGIC_HEAD, MAGIC_TAIL, OLDEST_READABLE_VERSION, TRAILER_LEN,
 };
 use crate::codec::Reader;
 use crate::dict::{self, Dict};
@@ -130,8 +131,20 @@ impl SegmentFile {
                 // Unknown sections are skipped so later versions can add optional ones.
                 continue;
             };
-            if codec != CODEC_NONE && codec != CODEC_ZSTD {
-                return Err(corrupt(path, format!("unknown codec {codec}")));
+            let framed_kind = matches!(
+                kind,
+                SectionKind::Times | SectionKind::StackIds | SectionKind::Values
+            );
+            let known = match codec {
+                CODEC_NONE | CODEC_ZSTD => true,
+                CODEC_ZSTD_FRAMES => framed_kind && version >= 3,
+                _ => false,
+            };
+            if !known {
+                return Err(corrupt(
+                    path,
+                    format!("unknown codec {codec} for section {kind:?}"),
+                ));
             }
             if offset < MAGIC_HEAD.len() as u64
                 || offset
@@ -187,10 +200,36 @@ impl SegmentFile {
 
     fn section(&self, file: &[u8], kind: SectionKind) -> Result<Vec<u8>> {
         let e = self.entry(kind)?;
+        self.decode_section(e, self.stored(file, e)?)
+    }
+
+    /// A section's stored bytes, checked against its checksum.
+    fn stored<'f>(&self, file: &'f [u8], e: &SectionEntry) -> Result<&'f [u8]> {
+        let kind = e.kind;
         let stored = file
             .get(e.offset as usize..(e.offset + e.stored_len) as usize)
             .ok_or_else(|| corrupt(&self.path, format!("section {kind:?} outside the file")))?;
-        self.decode_section(e, stored)
+        let computed = crc32fast::hash(stored);
+        if computed != e.crc {
+            return Err(StorageError::Checksum {
+                what: format!("{} section {kind:?}", self.path.display()),
+                stored: e.crc,
+                computed,
+            });
+        }
+        Ok(stored)
+    }
+
+    /// A row column as a loaded segment holds it: framed columns stay compressed.
+    fn column(&self, file: &[u8], kind: SectionKind) -> Result<(Column, Option<usize>)> {
+        let e = self.entry(kind)?;
+        if e.codec != CODEC_ZSTD_FRAMES {
+            return Ok((Column::Whole(self.section(file, kind)?), None));
+        }
+        let stored = self.stored(file, e)?.to_vec();
+        let (col, chunk_series) = Column::framed(stored, e.raw_len)
+            .map_err(|why| corrupt(&self.path, format!("section {kind:?}: {why}")))?;
+        Ok((col, Some(chunk_series)))
     }
 
     /// Checks the stored bytes of a section against its checksum, then
@@ -207,6 +246,11 @@ impl SegmentFile {
         }
         if e.codec == CODEC_NONE {
             return Ok(stored.to_vec());
+        }
+        if e.codec == CODEC_ZSTD_FRAMES {
+            return Column::framed(stored.to_vec(), e.raw_len)
+                .and_then(|(c, _)| c.decompress_all())
+                .map_err(|why| corrupt(&self.path, format!("section {kind:?}: {why}")));
         }
         let raw_len =
             usize::try_from(e.raw_len).map_err(|_| corrupt(&self.path, "section too large"))?;
@@ -261,45 +305,21 @@ impl SegmentFile {
         let n = series.len();
         let index = LabelIndex::decode(&sec(SectionKind::LabelIndex)?, &dict.strings, n as u32)?;
 
-        let times = sec(SectionKind::Times)?;
-        let stacks = sec(SectionKind::StackIds)?;
-        let values = sec(SectionKind::Values)?;
+        let (times, t_chunks) = self.column(&file, SectionKind::Times)?;
+        let (stacks, s_chunks) = self.column(&file, SectionKind::StackIds)?;
+        let (values, v_chunks) = self.column(&file, SectionKind::Values)?;
+        let chunk_series = match (t_chunks, s_chunks, v_chunks) {
+            (None, None, None) => CHUNK_SERIES,
+            (Some(a), Some(b), Some(c)) if a == b && b == c => a,
+            _ => return Err(corrupt(&self.path, "row columns are chunked differently")),
+        };
         let rows_raw = sec(SectionKind::SeriesRows)?;
-        let mut r = Reader::new(&rows_raw, "series rows section");
-        if r.count(4)? != n {
-            return Err(corrupt(&self.path, "series rows count disagrees"));
-        }
-        let mut ranges = Vec::with_capacity(n);
-        let mut at = [0usize; 3];
-        for _ in 0..n {
-            let rows = r.uvarint()?;
-            let mut len = [0usize; 3];
-            for l in &mut len {
-                *l = usize::try_from(r.uvarint()?)
-                    .map_err(|_| corrupt(&self.path, "a series' column is too large"))?;
-            }
-            let scale = if self.version >= 2 {
-                i64::try_from(r.uvarint()?)
-                    .ok()
-                    .filter(|&s| s > 0)
-                    .ok_or_else(|| corrupt(&self.path, "a series' value scale is 0 or too large"))?
-            } else {
-                1
-            };
-            ranges.push(RowRange {
-                rows,
-                start: at,
-                len,
-                scale,
-            });
-            for (a, l) in at.iter_mut().zip(len) {
-                *a = a.saturating_add(l);
-            }
-        }
+        let ranges = self.series_rows(&rows_raw, n)?;
         let rows = Rows::new(
             self.meta.id,
             ranges,
             [times, stacks, values],
+            chunk_series,
             dict.node_count() as u64,
         )
         .map_err(|why| corrupt(&self.path, &why))?;
@@ -321,6 +341,66 @@ impl SegmentFile {
             gids: Default::default(),
             stacks: Default::default(),
         })
+    }
+}
+
+impl SegmentFile {
+    /// Decodes SeriesRows: each series' row count, bytes in each column, scale
+    /// (version 2 on) and the series it repeats (version 3 on).
+    fn series_rows(&self, raw: &[u8], n: usize) -> Result<Vec<RowRange>> {
+        let mut r = Reader::new(raw, "series rows section");
+        // At least: rows and three lengths; a repeat's rows, distance and scale.
+        let min_bytes = if self.version >= 3 { 3 } else { 4 };
+        if r.count(min_bytes)? != n {
+            return Err(corrupt(&self.path, "series rows count disagrees"));
+        }
+        let mut ranges = Vec::with_capacity(n);
+        let mut at = [0usize; 3];
+        for i in 0..n {
+            let rows = r.uvarint()?;
+            let back = if self.version >= 3 { r.uvarint()? } else { 0 };
+            let repeats = match back {
+                0 => None,
+                b => Some(
+                    u64::try_from(i)
+                        .ok()
+                        .and_then(|i| i.checked_sub(b))
+                        .and_then(|j| u32::try_from(j).ok())
+                        .ok_or_else(|| {
+                            corrupt(
+                                &self.path,
+                                format!("series {i} repeats one before the first"),
+                            )
+                        })?,
+                ),
+            };
+            let mut len = [0usize; 3];
+            if repeats.is_none() {
+                for l in &mut len {
+                    *l = usize::try_from(r.uvarint()?)
+                        .map_err(|_| corrupt(&self.path, "a series' column is too large"))?;
+                }
+            }
+            let scale = if self.version >= 2 {
+                i64::try_from(r.uvarint()?)
+                    .ok()
+                    .filter(|&s| s > 0)
+                    .ok_or_else(|| corrupt(&self.path, "a series' value scale is 0 or too large"))?
+            } else {
+                1
+            };
+            ranges.push(RowRange {
+                rows,
+                start: at,
+                len,
+                scale,
+                repeats,
+            });
+            for (a, l) in at.iter_mut().zip(len) {
+                *a = a.saturating_add(l);
+            }
+        }
+        Ok(ranges)
     }
 }
 

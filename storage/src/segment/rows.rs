@@ -1,50 +1,54 @@
-//! A loaded segment's rows: the three row columns as decompressed at load, decoded
+//! A loaded segment's rows: the three row columns as held at load (decompressed
+//! whole in versions 1 and 2, one compressed frame per chunk in version 3), decoded
 //! into flat arrays a chunk of series at a time, when a query first reads one.
 //!
 //! Decoding every row at load made the first query after a restart pay for the
 //! whole segment: the last hour of the bench fleet is 10.5 M rows (168 MB once
 //! decoded) when a flame graph of one service reads a fortieth of them. Series are
 //! written in profile-type and service order, so a selector's series sit in a few
-//! neighbouring chunks and only those are decoded; the rest stay as varints
-//! (about 4 bytes a row instead of 16) until something reads them.
+//! neighbouring chunks and only those are decoded.
+//!
+//! A series may name an earlier one whose rows it repeats (version 3): one pprof
+//! with several sample types (samples and CPU nanoseconds; four allocation types)
+//! gives series with the same times and stacks and, once each is divided by its
+//! scale, the same values. Half the bench fleet's series are such repeats; they
+//! are stored once and decoded by copying.
 
 use std::ops::Range;
 use std::sync::OnceLock;
 
+use super::frames::Column;
 use crate::codec::Reader;
 use crate::error::{Result, StorageError};
-
-/// Series per chunk: small enough that a service's series of one profile type
-/// decode little else, large enough that a chunk is tens of thousands of rows.
-const CHUNK_SERIES: usize = 16;
 
 /// Where one series' rows are in the three columns (times, stack ids, values).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct RowRange {
     pub(super) rows: u64,
-    /// Offset of the series' first byte in each column.
+    /// Offset of the series' first byte in each column (decompressed).
     pub(super) start: [usize; 3],
-    /// Its bytes in each column.
+    /// Its bytes in each column (0 for a repeat).
     pub(super) len: [usize; 3],
     /// Stored values are the values divided by this.
     pub(super) scale: i64,
+    /// The earlier series whose stored rows these are, if any.
+    pub(super) repeats: Option<u32>,
 }
 
-/// The row columns as stored (varints, decompressed) and the chunks decoded so far.
+/// The row columns as held and the chunks decoded so far.
 #[derive(Debug)]
 pub(super) struct Rows {
     segment: u64,
     ranges: Vec<RowRange>,
-    times: Vec<u8>,
-    stacks: Vec<u8>,
-    values: Vec<u8>,
+    columns: [Column; 3],
+    chunk_series: usize,
     /// Stack node ids must be below this.
     nodes: u64,
     total_rows: u64,
     chunks: Box<[OnceLock<std::result::Result<Chunk, String>>]>,
 }
 
-/// The rows of `CHUNK_SERIES` consecutive series, decoded; series `first + i` has
+/// The rows of `chunk_series` consecutive series, decoded; series `first + i` has
 /// rows `starts[i]..starts[i + 1]`, in `(time, stack)` order.
 #[derive(Debug)]
 struct Chunk {
@@ -62,45 +66,68 @@ pub(super) struct SeriesRows<'a> {
 }
 
 impl Rows {
-    /// Checks that the ranges cover the columns exactly; rows are checked when
-    /// their chunk is decoded.
+    /// Checks that the ranges cover the columns exactly, that repeats name an
+    /// earlier series with rows of its own and as many of them, and that frames
+    /// match the chunks; rows are checked when their chunk is decoded.
     pub(super) fn new(
         segment: u64,
         ranges: Vec<RowRange>,
-        [times, stacks, values]: [Vec<u8>; 3],
+        columns: [Column; 3],
+        chunk_series: usize,
         nodes: u64,
     ) -> std::result::Result<Rows, String> {
         let mut at = [0usize; 3];
         let mut total = 0u64;
-        for r in &ranges {
+        for (i, r) in ranges.iter().enumerate() {
             if r.start != at {
                 return Err("row ranges are not contiguous".into());
             }
-            // Every row takes at least one byte in each column, so a corrupt count
-            // cannot size an allocation beyond the file.
-            if r.len.iter().any(|&l| r.rows > l as u64) {
-                return Err("a series has more rows than bytes in its columns".into());
+            match r.repeats {
+                Some(j) => {
+                    let Some(src) = ranges.get(j as usize).filter(|_| (j as usize) < i) else {
+                        return Err(format!("series {i} repeats a series not before it"));
+                    };
+                    if src.repeats.is_some() || src.rows != r.rows || r.len != [0; 3] {
+                        return Err(format!("series {i} repeats series {j} inconsistently"));
+                    }
+                }
+                // Every row takes at least one byte in each column, so a corrupt
+                // count cannot size an allocation beyond the file.
+                None if r.len.iter().any(|&l| r.rows > l as u64) => {
+                    return Err("a series has more rows than bytes in its columns".into());
+                }
+                None => {}
             }
             total = total.saturating_add(r.rows);
             for (a, l) in at.iter_mut().zip(r.len) {
                 *a = a.saturating_add(l);
             }
         }
-        if at != [times.len(), stacks.len(), values.len()] {
+        if at != columns.each_ref().map(Column::raw_len) {
             return Err("row ranges do not cover the columns".into());
         }
-        let chunks = (0..ranges.len().div_ceil(CHUNK_SERIES))
-            .map(|_| OnceLock::new())
-            .collect();
+        let chunks = ranges.len().div_ceil(chunk_series);
+        for (c, col) in columns.iter().enumerate() {
+            if let Some(frames) = col.frames() {
+                if frames != chunks {
+                    return Err(format!("{frames} frames for {chunks} chunks of series"));
+                }
+                for k in 0..chunks {
+                    let span = chunk_span(&ranges, chunk_series, k, c);
+                    if col.frame_raw_len(k) != Some(span.len()) {
+                        return Err(format!("frame {k} does not hold its series' bytes"));
+                    }
+                }
+            }
+        }
         Ok(Rows {
             segment,
             ranges,
-            times,
-            stacks,
-            values,
+            columns,
+            chunk_series,
             nodes,
             total_rows: total,
-            chunks,
+            chunks: (0..chunks).map(|_| OnceLock::new()).collect(),
         })
     }
 
@@ -112,20 +139,11 @@ impl Rows {
     /// the segment lacks.
     pub(super) fn series(&self, series: u32) -> Result<Option<SeriesRows<'_>>> {
         let s = series as usize;
-        let Some(cell) = self.chunks.get(s / CHUNK_SERIES) else {
+        if s >= self.ranges.len() {
             return Ok(None);
-        };
-        let first = s - s % CHUNK_SERIES;
-        let chunk = cell
-            .get_or_init(|| self.decode(first..(first + CHUNK_SERIES).min(self.ranges.len())))
-            .as_ref()
-            .map_err(|why| {
-                StorageError::Corrupt(format!("segment {}: rows: {why}", self.segment))
-            })?;
-        let i = s - first;
-        let (Some(&a), Some(&b)) = (chunk.starts.get(i), chunk.starts.get(i + 1)) else {
-            return Ok(None);
-        };
+        }
+        let (chunk, i) = self.chunk_of(s)?;
+        let (a, b) = (chunk.starts[i], chunk.starts[i + 1]);
         Ok(Some(SeriesRows {
             steps: &chunk.steps[a..b],
             stacks: &chunk.stacks[a..b],
@@ -133,19 +151,31 @@ impl Rows {
         }))
     }
 
+    /// The decoded chunk holding series `s` (which must exist) and its position there.
+    fn chunk_of(&self, s: usize) -> Result<(&Chunk, usize)> {
+        let k = s / self.chunk_series;
+        let chunk = self.chunks[k]
+            .get_or_init(|| self.decode(k))
+            .as_ref()
+            .map_err(|why| {
+                StorageError::Corrupt(format!("segment {}: rows: {why}", self.segment))
+            })?;
+        Ok((chunk, s - k * self.chunk_series))
+    }
+
     /// Heap bytes once every chunk is decoded (what the cache charges up front,
-    /// so decoding later never takes it past its budget): the columns as stored
+    /// so decoding later never takes it past its budget): the columns as held
     /// plus 16 bytes a row.
     pub(super) fn approx_bytes(&self) -> usize {
-        self.times.len()
-            + self.stacks.len()
-            + self.values.len()
+        self.columns.iter().map(Column::held_bytes).sum::<usize>()
             + self.ranges.len() * (std::mem::size_of::<RowRange>() + 8)
             + self.total_rows as usize * 16
     }
 
-    fn decode(&self, series: Range<usize>) -> std::result::Result<Chunk, String> {
-        let ranges = &self.ranges[series];
+    fn decode(&self, k: usize) -> std::result::Result<Chunk, String> {
+        let first = k * self.chunk_series;
+        let series = first..(first + self.chunk_series).min(self.ranges.len());
+        let ranges = &self.ranges[series.clone()];
         let cap = ranges.iter().map(|r| r.rows as usize).sum();
         let mut out = Chunk {
             starts: Vec::with_capacity(ranges.len() + 1),
@@ -153,18 +183,26 @@ impl Rows {
             stacks: Vec::with_capacity(cap),
             values: Vec::with_capacity(cap),
         };
+        let spans: [Range<usize>; 3] =
+            std::array::from_fn(|c| chunk_span(&self.ranges, self.chunk_series, k, c));
+        let [times, stacks, values] = [0, 1, 2].map(|c| self.columns[c].chunk(k, spans[c].clone()));
+        let (times, stacks, values) = (times?, stacks?, values?);
         let err = |e: StorageError| e.to_string();
-        let mut tr = Reader::new(&self.times, "times column");
-        let mut sr = Reader::new(&self.stacks, "stack ids column");
-        let mut vr = Reader::new(&self.values, "values column");
-        for range in ranges {
+        let mut tr = Reader::new(&times, "times column");
+        let mut sr = Reader::new(&stacks, "stack ids column");
+        let mut vr = Reader::new(&values, "values column");
+        for (i, range) in ranges.iter().enumerate() {
             out.starts.push(out.steps.len());
+            if let Some(j) = range.repeats {
+                self.copy_repeat(&mut out, j as usize, &series, range.scale)?;
+                continue;
+            }
             let [ts, ss, vs] = range.start;
-            tr.seek(ts).map_err(err)?;
-            sr.seek(ss).map_err(err)?;
-            vr.seek(vs).map_err(err)?;
+            tr.seek(ts - spans[0].start).map_err(err)?;
+            sr.seek(ss - spans[1].start).map_err(err)?;
+            vr.seek(vs - spans[2].start).map_err(err)?;
             let (mut t, mut stack) = (0u64, 0u64);
-            for i in 0..range.rows {
+            for r in 0..range.rows {
                 let dt = tr.uvarint().map_err(err)?;
                 let ds = sr.uvarint().map_err(err)?;
                 let v = vr
@@ -172,7 +210,7 @@ impl Rows {
                     .map_err(err)?
                     .checked_mul(range.scale)
                     .ok_or("a row value overflows once scaled")?;
-                let same_step = i > 0 && dt == 0;
+                let same_step = r > 0 && dt == 0;
                 t = t.saturating_add(dt);
                 stack = if same_step {
                     stack.saturating_add(ds)
@@ -192,16 +230,74 @@ impl Rows {
                 out.stacks.push(stack as u32);
                 out.values.push(v);
             }
+            debug_assert_eq!(out.steps.len() - out.starts[i], range.rows as usize);
         }
         out.starts.push(out.steps.len());
         Ok(out)
+    }
+
+    /// Appends to `out` the rows of series `j`, an earlier series (in this chunk,
+    /// `series`, or an earlier chunk), with values rescaled to `scale`.
+    fn copy_repeat(
+        &self,
+        out: &mut Chunk,
+        j: usize,
+        series: &Range<usize>,
+        scale: i64,
+    ) -> std::result::Result<(), String> {
+        let from_scale = self.ranges[j].scale;
+        let rescale = |v: i64| {
+            if scale == from_scale {
+                Some(v)
+            } else {
+                (v / from_scale).checked_mul(scale)
+            }
+        };
+        if series.contains(&j) {
+            let i = j - series.start;
+            let (a, b) = (out.starts[i], out.starts[i + 1]);
+            out.steps.extend_from_within(a..b);
+            out.stacks.extend_from_within(a..b);
+            for x in a..b {
+                let v = rescale(out.values[x]).ok_or("a row value overflows once scaled")?;
+                out.values.push(v);
+            }
+        } else {
+            let (src, i) = self.chunk_of(j).map_err(|e| e.to_string())?;
+            let (a, b) = (src.starts[i], src.starts[i + 1]);
+            out.steps.extend_from_slice(&src.steps[a..b]);
+            out.stacks.extend_from_slice(&src.stacks[a..b]);
+            for &v in &src.values[a..b] {
+                out.values
+                    .push(rescale(v).ok_or("a row value overflows once scaled")?);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The bytes of column `c` that chunk `k`'s series hold.
+fn chunk_span(ranges: &[RowRange], chunk_series: usize, k: usize, c: usize) -> Range<usize> {
+    let first = k * chunk_series;
+    let end = (first + chunk_series).min(ranges.len());
+    match ranges.get(first) {
+        Some(r) => {
+            let last = &ranges[end - 1];
+            r.start[c]..last.start[c] + last.len[c]
+        }
+        None => 0..0,
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::frames::{self, CHUNK_SERIES};
     use super::*;
     use crate::codec::{put_ivarint, put_uvarint};
+
+    fn whole(cols: [Vec<u8>; 3]) -> [Column; 3] {
+        cols.map(Column::Whole)
+    }
 
     /// Columns and ranges for `series`, each a list of `(step, stack, value)` rows
     /// in `(step, stack)` order, encoded as the writer does.
@@ -228,6 +324,7 @@ mod tests {
                 start,
                 len,
                 scale: 1,
+                repeats: None,
             });
         }
         (ranges, cols)
@@ -257,7 +354,7 @@ mod tests {
             })
             .collect();
         let (ranges, cols) = encode(&series);
-        let rows = Rows::new(1, ranges, cols, 7).unwrap();
+        let rows = Rows::new(1, ranges, whole(cols), CHUNK_SERIES, 7).unwrap();
         assert_eq!(
             rows.total_rows(),
             series.iter().map(|s| s.len() as u64).sum::<u64>()
@@ -280,7 +377,7 @@ mod tests {
         let mut series: Vec<Vec<(u64, u64, i64)>> = (0..n).map(|_| vec![(0, 1, 5)]).collect();
         series[CHUNK_SERIES + 3] = vec![(0, 9, 5)];
         let (ranges, cols) = encode(&series);
-        let rows = Rows::new(42, ranges, cols, 4).unwrap();
+        let rows = Rows::new(42, ranges, whole(cols), CHUNK_SERIES, 4).unwrap();
         assert_eq!(read(&rows, 0).unwrap(), Some(vec![(0, 1, 5)]));
         for _ in 0..2 {
             match read(&rows, CHUNK_SERIES as u32) {
@@ -306,16 +403,107 @@ mod tests {
         let (ranges, cols) = encode(&[vec![(0, 1, 5), (1, 1, 6)], vec![(0, 2, 7)]]);
         let mut more = ranges.clone();
         more[1].rows = 1 << 40;
-        assert!(Rows::new(1, more, cols.clone(), 4)
+        assert!(Rows::new(1, more, whole(cols.clone()), CHUNK_SERIES, 4)
             .unwrap_err()
             .contains("more rows than bytes"));
         let mut gap = ranges.clone();
         gap[1].start[2] += 1;
-        assert!(Rows::new(1, gap, cols.clone(), 4)
+        assert!(Rows::new(1, gap, whole(cols.clone()), CHUNK_SERIES, 4)
             .unwrap_err()
             .contains("not contiguous"));
-        assert!(Rows::new(1, ranges[..1].to_vec(), cols, 4)
+        assert!(
+            Rows::new(1, ranges[..1].to_vec(), whole(cols), CHUNK_SERIES, 4)
+                .unwrap_err()
+                .contains("do not cover")
+        );
+    }
+
+    /// Framed columns with repeats inside a chunk and across chunks, at other
+    /// scales: every series reads back its own values, in any order.
+    #[test]
+    fn repeats_and_frames_read_back_exact() {
+        let cs = 3;
+        let own: Vec<(u64, u64, i64)> = vec![(0, 1, 2), (0, 4, 3), (5, 2, 7)];
+        let (mut ranges, cols) = encode(&[own.clone(), vec![(1, 1, 1)]]);
+        ranges[0].scale = 10;
+        let own_len = ranges[0].len;
+        let other = ranges[1];
+        // Series 0 own rows (scale 10), 1 another's, 2 repeats 0 at scale 3 (same
+        // chunk), 3 and 5 repeat 0 and 1 from the next chunk, 4 empty.
+        let at = [own_len[0], own_len[1], own_len[2]];
+        let rep = |j: u32, rows: u64, scale: i64| RowRange {
+            rows,
+            start: [
+                at[0] + other.len[0],
+                at[1] + other.len[1],
+                at[2] + other.len[2],
+            ],
+            len: [0; 3],
+            scale,
+            repeats: Some(j),
+        };
+        ranges.push(rep(0, 3, 3));
+        ranges.push(rep(0, 3, 1));
+        ranges.push(RowRange {
+            rows: 0,
+            ..rep(0, 0, 1)
+        });
+        ranges[4].repeats = None;
+        ranges.push(rep(1, 1, 5));
+        let bounds = |c: usize| vec![0, cols[c].len(), cols[c].len()];
+        let framed: [Column; 3] = std::array::from_fn(|c| {
+            let stored = frames::encode(&cols[c], &bounds(c), cs, 3).unwrap();
+            frames::Column::framed(stored, cols[c].len() as u64)
+                .unwrap()
+                .0
+        });
+        let rows = Rows::new(1, ranges, framed, cs, 5).unwrap();
+        let scaled = |f: i64| -> Vec<(u32, u32, i64)> {
+            own.iter()
+                .map(|&(t, s, v)| (t as u32, s as u32, v * f))
+                .collect()
+        };
+        for s in [5, 3, 0, 2, 1, 4] {
+            let want = match s {
+                0 => scaled(10),
+                1 => vec![(1, 1, 1)],
+                2 => scaled(3),
+                3 => scaled(1),
+                4 => vec![],
+                _ => vec![(1, 1, 5)],
+            };
+            assert_eq!(read(&rows, s).unwrap(), Some(want), "series {s}");
+        }
+        assert_eq!(rows.total_rows(), 3 + 1 + 3 + 3 + 1);
+    }
+
+    /// A repeat must name an earlier series with rows of its own, as many.
+    #[test]
+    fn inconsistent_repeats_are_refused_at_load() {
+        let (ranges, cols) = encode(&[vec![(0, 1, 5), (1, 1, 6)], vec![(0, 2, 7)]]);
+        let end = [cols[0].len(), cols[1].len(), cols[2].len()];
+        let rep = |j: u32, rows: u64| RowRange {
+            rows,
+            start: end,
+            len: [0; 3],
+            scale: 1,
+            repeats: Some(j),
+        };
+        let load = |extra: Vec<RowRange>| {
+            let mut r = ranges.clone();
+            r.extend(extra);
+            Rows::new(1, r, whole(cols.clone()), CHUNK_SERIES, 4)
+        };
+        assert!(load(vec![rep(0, 2)]).is_ok());
+        assert!(load(vec![rep(0, 1)])
             .unwrap_err()
-            .contains("do not cover"));
+            .contains("inconsistently"));
+        assert!(load(vec![rep(2, 2)]).unwrap_err().contains("not before it"));
+        assert!(load(vec![rep(0, 2), rep(2, 2)])
+            .unwrap_err()
+            .contains("inconsistently"));
+        let mut with_bytes = rep(1, 1);
+        with_bytes.len = [1, 0, 0];
+        assert!(load(vec![with_bytes]).is_err());
     }
 }

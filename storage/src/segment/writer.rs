@@ -4,13 +4,16 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io::Write;
+use std::ops::Range;
 use std::path::Path;
 
 use rustc_hash::FxHashMap;
 
+use super::frames::{self, CHUNK_SERIES};
 use super::tree_order;
 use super::{
-    file_name, SectionKind, SegmentMeta, CODEC_ZSTD, FORMAT_VERSION, MAGIC_HEAD, MAGIC_TAIL,
+    file_name, SectionKind, SegmentMeta, CODEC_ZSTD, CODEC_ZSTD_FRAMES, FORMAT_VERSION, MAGIC_HEAD,
+    MAGIC_TAIL,
 };
 use crate::codec::{put_ivarint, put_uvarint};
 use crate::dict::{self, Dict};
@@ -140,8 +143,14 @@ pub(super) fn encode_segment_as(
     put_uvarint(&mut totals_sec, series.len() as u64);
     let (mut min_t, mut max_t) = (u32::MAX, 0u32);
     let (mut nrows, mut value_total) = (0u64, 0i64);
-    for (_, rows) in &series {
+    // Version 3: series with rows of their own, by a hash of their encoded rows,
+    // so a repeat is stored as the distance back to the first (see `rows.rs`).
+    let mut own_rows: FxHashMap<u64, Vec<usize>> = FxHashMap::default();
+    // Each series' first byte in each column: where the frames are cut.
+    let mut series_starts: Vec<[usize; 3]> = Vec::with_capacity(series.len() + 1);
+    for (i, (_, rows)) in series.iter().enumerate() {
         let (t0, s0, v0) = (times.len(), stacks.len(), values.len());
+        series_starts.push([t0, s0, v0]);
         let scale = if version >= 2 { value_scale(rows) } else { 1 };
         let mut prev_t = 0u32;
         let mut prev_stack = 0u32;
@@ -170,9 +179,39 @@ pub(super) fn encode_segment_as(
         }
         nrows += rows.len() as u64;
         put_uvarint(&mut rows_sec, rows.len() as u64);
-        put_uvarint(&mut rows_sec, (times.len() - t0) as u64);
-        put_uvarint(&mut rows_sec, (stacks.len() - s0) as u64);
-        put_uvarint(&mut rows_sec, (values.len() - v0) as u64);
+        let spans = [t0..times.len(), s0..stacks.len(), v0..values.len()];
+        let repeats = if version >= 3 {
+            let cols = [&times, &stacks, &values];
+            let key = rows_hash(spans.each_ref().map(|r| r.clone()), cols);
+            let same = own_rows.get(&key).and_then(|seen| {
+                seen.iter().copied().find(|&j| {
+                    let (a, b) = (series_starts[j], series_starts[j + 1]);
+                    (0..3).all(|c| cols[c][a[c]..b[c]] == cols[c][spans[c].clone()])
+                })
+            });
+            if same.is_none() {
+                own_rows.entry(key).or_default().push(i);
+            }
+            same
+        } else {
+            None
+        };
+        match repeats {
+            Some(j) => {
+                times.truncate(t0);
+                stacks.truncate(s0);
+                values.truncate(v0);
+                put_uvarint(&mut rows_sec, (i - j) as u64);
+            }
+            None => {
+                if version >= 3 {
+                    put_uvarint(&mut rows_sec, 0);
+                }
+                for span in &spans {
+                    put_uvarint(&mut rows_sec, span.len() as u64);
+                }
+            }
+        }
         if version >= 2 {
             put_uvarint(&mut rows_sec, scale as u64);
         }
@@ -184,6 +223,8 @@ pub(super) fn encode_segment_as(
             prev = t;
         }
     }
+    series_starts.push([times.len(), stacks.len(), values.len()]);
+    drop(own_rows);
     if series.is_empty() {
         min_t = 0;
     }
@@ -200,15 +241,23 @@ pub(super) fn encode_segment_as(
     file.extend_from_slice(MAGIC_HEAD);
     let mut entries = Vec::new();
     let mut sections = 0u64;
-    let mut store = |kind: SectionKind, raw: Vec<u8>| -> Result<()> {
-        let stored = compress_section(&raw, zstd_level).map_err(|e| StorageError::Io {
+    // Row columns since version 3 are cut into frames at these column offsets.
+    let mut store = |kind: SectionKind, raw: Vec<u8>, frame_at: Option<Vec<usize>>| -> Result<()> {
+        let (codec, stored) = match frame_at {
+            None => (CODEC_ZSTD, compress_section(&raw, zstd_level)),
+            Some(bounds) => (
+                CODEC_ZSTD_FRAMES,
+                frames::encode(&raw, &bounds, CHUNK_SERIES, zstd_level),
+            ),
+        };
+        let stored = stored.map_err(|e| StorageError::Io {
             path: "<zstd>".into(),
             source: e,
         })?;
         let offset = file.len() as u64;
         file.extend_from_slice(&stored);
         entries.push(kind as u8);
-        entries.push(CODEC_ZSTD);
+        entries.push(codec);
         put_uvarint(&mut entries, offset);
         put_uvarint(&mut entries, stored.len() as u64);
         put_uvarint(&mut entries, raw.len() as u64);
@@ -219,21 +268,38 @@ pub(super) fn encode_segment_as(
     store(
         SectionKind::Strings,
         dict::encode_string_table(&dict.strings, &added),
+        None,
     )?;
-    store(SectionKind::Mappings, dict::encode_mappings(dict))?;
-    store(SectionKind::Functions, dict::encode_functions(dict))?;
-    store(SectionKind::Locations, dict::encode_locations(dict))?;
+    store(SectionKind::Mappings, dict::encode_mappings(dict), None)?;
+    store(SectionKind::Functions, dict::encode_functions(dict), None)?;
+    store(SectionKind::Locations, dict::encode_locations(dict), None)?;
     store(
         SectionKind::Stacks,
         dict::encode_stacks(&tree.parents, &tree.node_locations),
+        None,
     )?;
-    store(SectionKind::Series, series_sec)?;
-    store(SectionKind::LabelIndex, index_sec)?;
-    store(SectionKind::SeriesRows, rows_sec)?;
-    store(SectionKind::Times, times)?;
-    store(SectionKind::StackIds, stacks)?;
-    store(SectionKind::Values, values)?;
-    store(SectionKind::SeriesTotals, totals_sec)?;
+    store(SectionKind::Series, series_sec, None)?;
+    store(SectionKind::LabelIndex, index_sec, None)?;
+    store(SectionKind::SeriesRows, rows_sec, None)?;
+    for (c, (kind, raw)) in [
+        (SectionKind::Times, times),
+        (SectionKind::StackIds, stacks),
+        (SectionKind::Values, values),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let frame_at = (version >= 3).then(|| {
+            series_starts[..series_starts.len() - 1]
+                .iter()
+                .step_by(CHUNK_SERIES)
+                .map(|s| s[c])
+                .chain(std::iter::once(raw.len()))
+                .collect()
+        });
+        store(kind, raw, frame_at)?;
+    }
+    store(SectionKind::SeriesTotals, totals_sec, None)?;
     let mut table = Vec::with_capacity(entries.len() + 2);
     put_uvarint(&mut table, sections);
     table.extend_from_slice(&entries);
@@ -252,6 +318,16 @@ pub(super) fn encode_segment_as(
     meta.size_bytes = file.len() as u64;
     meta.checksum = footer_crc;
     Ok((file, meta))
+}
+
+/// A hash of a series' encoded rows (its bytes in the three columns).
+fn rows_hash(spans: [Range<usize>; 3], cols: [&Vec<u8>; 3]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = rustc_hash::FxHasher::default();
+    for (span, col) in spans.into_iter().zip(cols) {
+        col[span].hash(&mut h);
+    }
+    h.finish()
 }
 
 /// Sections above this size are compressed with a window as large as they are
