@@ -148,7 +148,7 @@ pub(super) fn encode_segment_as(
     let mut own_rows: FxHashMap<u64, Vec<usize>> = FxHashMap::default();
     // Each series' first byte in each column: where the frames are cut.
     let mut series_starts: Vec<[usize; 3]> = Vec::with_capacity(series.len() + 1);
-    for (i, (_, rows)) in series.iter().enumerate() {
+    for (si, (_, rows)) in series.iter().enumerate() {
         let (t0, s0, v0) = (times.len(), stacks.len(), values.len());
         series_starts.push([t0, s0, v0]);
         let scale = if version >= 2 { value_scale(rows) } else { 1 };
@@ -190,7 +190,7 @@ pub(super) fn encode_segment_as(
                 })
             });
             if same.is_none() {
-                own_rows.entry(key).or_default().push(i);
+                own_rows.entry(key).or_default().push(si);
             }
             same
         } else {
@@ -201,7 +201,7 @@ pub(super) fn encode_segment_as(
                 times.truncate(t0);
                 stacks.truncate(s0);
                 values.truncate(v0);
-                put_uvarint(&mut rows_sec, (i - j) as u64);
+                put_uvarint(&mut rows_sec, (si - j) as u64);
             }
             None => {
                 if version >= 3 {
