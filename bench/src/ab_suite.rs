@@ -6,6 +6,11 @@
 //! `query`-suite directory, each request is sent to both (in alternating order, with
 //! the same range), and the figure is the median of the per-request differences:
 //! drift slows both alike and cancels out.
+//!
+//! With `--restarts N` it compares first queries after a restart instead: each
+//! server is started over its copy, asked one query right after `/ready` and
+//! stopped, A and B alternating, N times each. `--data-dir-b` gives B another
+//! directory (the same fleet written another way, e.g. in another segment format).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -39,6 +44,14 @@ pub struct Args {
     /// Requests to each server per query (the first three are not counted).
     #[arg(long, default_value_t = 300)]
     requests: usize,
+    /// Time the first query after a restart instead, this many restarts of each
+    /// server (alternating A and B).
+    #[arg(long)]
+    restarts: Option<usize>,
+    /// B's query-suite directory when it is not `--data-dir` (same fleet and end
+    /// time, stored differently).
+    #[arg(long)]
+    data_dir_b: Option<PathBuf>,
 }
 
 /// A server process over its own copy of the data (deleted after it).
@@ -61,15 +74,67 @@ fn copy_dir(from: &Path, to: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn spawn(bin: &Path, data: &Path, client: &reqwest::blocking::Client) -> anyhow::Result<Server> {
+fn copy_of(data: &Path) -> anyhow::Result<tempfile::TempDir> {
     let copy = tempfile::tempdir()?;
     copy_dir(data, copy.path()).with_context(|| format!("copying {}", data.display()))?;
+    Ok(copy)
+}
+
+fn spawn(bin: &Path, data: &Path, client: &reqwest::blocking::Client) -> anyhow::Result<Server> {
+    let copy = copy_of(data)?;
     let process = ServeProcess::start(bin, copy.path(), Duration::from_secs(120))?;
     wait_warm(client, &process.url)?;
     Ok(Server {
         process,
         _copy: copy,
     })
+}
+
+/// `--restarts`: per matching query, `restarts` first queries after a restart of
+/// each server, alternating which goes first.
+fn restarts(
+    args: &Args,
+    restarts: usize,
+    dirs: [&Path; 2],
+    t_end: i64,
+    client: &reqwest::blocking::Client,
+) -> anyhow::Result<Vec<Value>> {
+    let bins = [&args.a, &args.b];
+    let copies = [copy_of(dirs[0])?, copy_of(dirs[1])?];
+    let mut rows = Vec::new();
+    for s in specs(t_end, "svc-00")
+        .iter()
+        .filter(|s| s.window == args.window && s.name.contains(&args.query))
+    {
+        let mut ms: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+        for i in 0..restarts {
+            let req = (s.http)(i as i64 + 1);
+            for k in [i % 2, 1 - i % 2] {
+                let server =
+                    ServeProcess::start(bins[k], copies[k].path(), Duration::from_secs(120))?;
+                ms[k].push(timed(client, &server.url, &req)?.0);
+            }
+        }
+        let diffs: Vec<f64> = ms[0].iter().zip(&ms[1]).map(|(a, b)| b - a).collect();
+        let row = json!({
+            "query": s.name, "window": s.window, "restarts": restarts,
+            "a_first_median_ms": median(ms[0].clone()), "b_first_median_ms": median(ms[1].clone()),
+            "median_b_minus_a_ms": median(diffs.clone()),
+            "b_faster_share": diffs.iter().filter(|d| **d < 0.0).count() as f64 / diffs.len().max(1) as f64,
+            "a_first_ms": ms[0], "b_first_ms": ms[1],
+        });
+        println!(
+            "{:<45} {:>4}  first after restart: a median {:>7.1} ms  b median {:>7.1} ms  median(b - a) {:>+8.1} ms  b faster in {:>3.0} %",
+            s.name,
+            s.window,
+            row["a_first_median_ms"].as_f64().unwrap_or(f64::NAN),
+            row["b_first_median_ms"].as_f64().unwrap_or(f64::NAN),
+            row["median_b_minus_a_ms"].as_f64().unwrap_or(f64::NAN),
+            100.0 * row["b_faster_share"].as_f64().unwrap_or(0.0),
+        );
+        rows.push(row);
+    }
+    Ok(rows)
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -85,10 +150,39 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         bail!("manifest.json has no t_end: not a query-suite directory");
     };
     let data = args.data_dir.join("profiledb");
+    let data_b = args.data_dir_b.as_ref().map(|d| d.join("profiledb"));
+    let data_b = data_b.as_deref().unwrap_or(&data);
     let client = reqwest::blocking::Client::new();
+    let rows = match args.restarts {
+        Some(n) => restarts(&args, n, [&data, data_b], t_end, &client)?,
+        None => requests(&args, [&data, data_b], t_end, &client)?,
+    };
+    if rows.is_empty() {
+        bail!(
+            "no query of the suite matches --query {:?} --window {:?}",
+            args.query,
+            args.window
+        );
+    }
+    let path = report::write(
+        "ab",
+        json!({"a": args.a, "b": args.b, "data_dir": args.data_dir,
+               "data_dir_b": args.data_dir_b, "restarts": args.restarts, "rows": rows}),
+    )?;
+    println!("wrote {}", path.display());
+    Ok(())
+}
+
+/// Both servers at once, every request to both.
+fn requests(
+    args: &Args,
+    dirs: [&Path; 2],
+    t_end: i64,
+    client: &reqwest::blocking::Client,
+) -> anyhow::Result<Vec<Value>> {
     let servers = [
-        spawn(&args.a, &data, &client)?,
-        spawn(&args.b, &data, &client)?,
+        spawn(&args.a, dirs[0], client)?,
+        spawn(&args.b, dirs[1], client)?,
     ];
     let mut rows = Vec::new();
     for s in specs(t_end, "svc-00")
@@ -101,7 +195,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             // uncached runs ask.
             let req = (s.http)(i as i64 + 1);
             for k in [i % 2, 1 - i % 2] {
-                let (t, _) = timed(&client, &servers[k].process.url, &req)?;
+                let (t, _) = timed(client, &servers[k].process.url, &req)?;
                 if i >= 3 {
                     ms[k].push(t);
                 }
@@ -126,17 +220,5 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         );
         rows.push(row);
     }
-    if rows.is_empty() {
-        bail!(
-            "no query of the suite matches --query {:?} --window {:?}",
-            args.query,
-            args.window
-        );
-    }
-    let path = report::write(
-        "ab",
-        json!({"a": args.a, "b": args.b, "data_dir": args.data_dir, "rows": rows}),
-    )?;
-    println!("wrote {}", path.display());
-    Ok(())
+    Ok(rows)
 }
