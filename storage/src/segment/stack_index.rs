@@ -37,33 +37,27 @@ impl StackIndex {
     pub fn build(dict: &Dict) -> Option<StackIndex> {
         let n = dict.node_count();
         let n32 = u32::try_from(n).ok()?;
-        // Sizes and last descendants, children before parents (parents precede
-        // their children: checked at decode).
-        let mut size = vec![1u32; n];
-        let mut last: Vec<u32> = (0..n32).collect();
-        for c in (0..n).rev() {
-            let p = dict.parents[c];
-            if p == NO_PARENT {
-                continue;
+        // One pass in id order with the path from the root to the previous node:
+        // the tree is depth first iff every node's parent is on that path (a parent
+        // that was left already would have its subtree in two pieces). Nodes popped
+        // off the path end where the next node begins. Only `ends` is per node: a
+        // first filtered query builds this for every segment it reads, and each
+        // fresh page it touches costs as much as the work.
+        let mut ends = vec![n32; n];
+        let mut path: Vec<u32> = Vec::new();
+        for (i, &p) in dict.parents.iter().enumerate() {
+            let i = i as u32;
+            let keep = if p == NO_PARENT {
+                0
+            } else {
+                path.iter().rposition(|&a| a == p)? + 1
+            };
+            for &closed in &path[keep..] {
+                ends[closed as usize] = i;
             }
-            let p = p as usize;
-            if p >= c {
-                return None;
-            }
-            size[p] += size[c];
-            last[p] = last[p].max(last[c]);
+            path.truncate(keep);
+            path.push(i);
         }
-        // Depth first iff every subtree fills the ids from its root to its last
-        // descendant: ids are distinct, so `size` of them in a range of that length
-        // are all of it.
-        let mut ends = last;
-        for (i, (end, &s)) in ends.iter_mut().zip(&size).enumerate() {
-            if (*end as usize) + 1 - i != s as usize {
-                return None;
-            }
-            *end += 1;
-        }
-        drop(size);
 
         let function_of = |node: usize| -> Option<usize> {
             let loc = *dict.node_locations.get(node)?;
