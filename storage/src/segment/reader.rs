@@ -203,21 +203,22 @@ impl SegmentFile {
         self.decode_section(e, self.stored(file, e)?)
     }
 
-    /// A section's stored bytes, checked against its checksum.
+    /// A section's stored bytes (not yet checked).
     fn stored<'f>(&self, file: &'f [u8], e: &SectionEntry) -> Result<&'f [u8]> {
-        let kind = e.kind;
-        let stored = file
-            .get(e.offset as usize..(e.offset + e.stored_len) as usize)
-            .ok_or_else(|| corrupt(&self.path, format!("section {kind:?} outside the file")))?;
+        file.get(e.offset as usize..(e.offset + e.stored_len) as usize)
+            .ok_or_else(|| corrupt(&self.path, format!("section {:?} outside the file", e.kind)))
+    }
+
+    fn check_crc(&self, e: &SectionEntry, stored: &[u8]) -> Result<()> {
         let computed = crc32fast::hash(stored);
         if computed != e.crc {
             return Err(StorageError::Checksum {
-                what: format!("{} section {kind:?}", self.path.display()),
+                what: format!("{} section {:?}", self.path.display(), e.kind),
                 stored: e.crc,
                 computed,
             });
         }
-        Ok(stored)
+        Ok(())
     }
 
     /// A row column as a loaded segment holds it: framed columns stay compressed.
@@ -226,8 +227,9 @@ impl SegmentFile {
         if e.codec != CODEC_ZSTD_FRAMES {
             return Ok((Column::Whole(self.section(file, kind)?), None));
         }
-        let stored = self.stored(file, e)?.to_vec();
-        let (col, chunk_series) = Column::framed(stored, e.raw_len)
+        let stored = self.stored(file, e)?;
+        self.check_crc(e, stored)?;
+        let (col, chunk_series) = Column::framed(stored.to_vec(), e.raw_len)
             .map_err(|why| corrupt(&self.path, format!("section {kind:?}: {why}")))?;
         Ok((col, Some(chunk_series)))
     }
@@ -236,14 +238,7 @@ impl SegmentFile {
     /// decompresses them.
     pub(super) fn decode_section(&self, e: &SectionEntry, stored: &[u8]) -> Result<Vec<u8>> {
         let kind = e.kind;
-        let computed = crc32fast::hash(stored);
-        if computed != e.crc {
-            return Err(StorageError::Checksum {
-                what: format!("{} section {kind:?}", self.path.display()),
-                stored: e.crc,
-                computed,
-            });
-        }
+        self.check_crc(e, stored)?;
         if e.codec == CODEC_NONE {
             return Ok(stored.to_vec());
         }

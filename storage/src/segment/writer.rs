@@ -342,12 +342,14 @@ fn series_order(l: &Labels) -> (Option<&str>, Option<&str>, &Labels) {
     (l.profile_type(), l.get(SERVICE_NAME_LABEL), l)
 }
 
-/// Compresses one section. Row columns are laid out series after series, and what
-/// repeats is the same steps in other series: in a day block those lie tens of
-/// megabytes apart, beyond level 3's 2 MiB window. A window covering the section
-/// and long-distance matching find them again (measured on the lifecycle fleet: a
-/// day block's stack ids 31.6 → 16.3 MB, its values 5.7 → 2.9 MB); the frames
-/// decode with the default decoder.
+/// Compresses one section whole. In format 2 the row columns were laid out series
+/// after series, and what repeated was the same steps in other series: in a day
+/// block those lie tens of megabytes apart, beyond level 3's 2 MiB window. A window
+/// covering the section and long-distance matching found them again (measured on
+/// the lifecycle fleet: a day block's stack ids 31.6 → 16.3 MB, its values 5.7 →
+/// 2.9 MB). Format 3 frames the row columns per chunk and stores repeated series
+/// once instead (`frames.rs`); the stack tree and the other large sections still
+/// take this path. The frames decode with the default decoder.
 fn compress_section(raw: &[u8], level: i32) -> std::io::Result<Vec<u8>> {
     if raw.len() <= LONG_SECTION_BYTES {
         return zstd::bulk::compress(raw, level);
