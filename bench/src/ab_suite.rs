@@ -19,7 +19,7 @@ use anyhow::{bail, Context};
 use clap::Parser;
 use serde_json::{json, Value};
 
-use crate::query_suite::{specs, timed, wait_warm};
+use crate::query_suite::{specs, timed, wait_warm, QuerySpec};
 use crate::report;
 use crate::server::ServeProcess;
 
@@ -115,26 +115,33 @@ fn restarts(
                 ms[k].push(timed(client, &server.url, &req)?.0);
             }
         }
-        let diffs: Vec<f64> = ms[0].iter().zip(&ms[1]).map(|(a, b)| b - a).collect();
-        let row = json!({
-            "query": s.name, "window": s.window, "restarts": restarts,
-            "a_first_median_ms": median(ms[0].clone()), "b_first_median_ms": median(ms[1].clone()),
-            "median_b_minus_a_ms": median(diffs.clone()),
-            "b_faster_share": diffs.iter().filter(|d| **d < 0.0).count() as f64 / diffs.len().max(1) as f64,
-            "a_first_ms": ms[0], "b_first_ms": ms[1],
-        });
-        println!(
-            "{:<45} {:>4}  first after restart: a median {:>7.1} ms  b median {:>7.1} ms  median(b - a) {:>+8.1} ms  b faster in {:>3.0} %",
-            s.name,
-            s.window,
-            row["a_first_median_ms"].as_f64().unwrap_or(f64::NAN),
-            row["b_first_median_ms"].as_f64().unwrap_or(f64::NAN),
-            row["median_b_minus_a_ms"].as_f64().unwrap_or(f64::NAN),
-            100.0 * row["b_faster_share"].as_f64().unwrap_or(0.0),
-        );
+        let row = compare(s, "first after restart", ms);
         rows.push(row);
     }
     Ok(rows)
+}
+
+/// One compared query: the medians of A's and B's times, of their paired
+/// differences, and how often B was faster; printed, and returned for the report.
+fn compare(s: &QuerySpec, what: &str, ms: [Vec<f64>; 2]) -> Value {
+    let diffs: Vec<f64> = ms[0].iter().zip(&ms[1]).map(|(a, b)| b - a).collect();
+    let faster = diffs.iter().filter(|d| **d < 0.0).count() as f64 / diffs.len().max(1) as f64;
+    let (a, b, d) = (
+        median(ms[0].clone()),
+        median(ms[1].clone()),
+        median(diffs.clone()),
+    );
+    println!(
+        "{:<45} {:>4}  {what}: a {a:>7.2} ms  b {b:>7.2} ms  median(b - a) {d:>+8.3} ms  b faster in {:>3.0} %",
+        s.name,
+        s.window,
+        100.0 * faster,
+    );
+    json!({
+        "query": s.name, "window": s.window, "what": what, "pairs": diffs.len(),
+        "a_median_ms": a, "b_median_ms": b, "median_b_minus_a_ms": d,
+        "b_faster_share": faster, "a_ms": ms[0], "b_ms": ms[1],
+    })
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -201,23 +208,7 @@ fn requests(
                 }
             }
         }
-        let diffs: Vec<f64> = ms[0].iter().zip(&ms[1]).map(|(a, b)| b - a).collect();
-        let faster = diffs.iter().filter(|d| **d < 0.0).count();
-        let row = json!({
-            "query": s.name, "window": s.window, "requests": diffs.len(),
-            "a_p50_ms": median(ms[0].clone()), "b_p50_ms": median(ms[1].clone()),
-            "median_b_minus_a_ms": median(diffs.clone()),
-            "b_faster_share": faster as f64 / diffs.len().max(1) as f64,
-        });
-        println!(
-            "{:<45} {:>4}  a p50 {:>6.2} ms  b p50 {:>6.2} ms  median(b - a) {:>+7.3} ms  b faster in {:>3.0} %",
-            s.name,
-            s.window,
-            row["a_p50_ms"].as_f64().unwrap_or(f64::NAN),
-            row["b_p50_ms"].as_f64().unwrap_or(f64::NAN),
-            row["median_b_minus_a_ms"].as_f64().unwrap_or(f64::NAN),
-            100.0 * row["b_faster_share"].as_f64().unwrap_or(0.0),
-        );
+        let row = compare(s, "p50", ms);
         rows.push(row);
     }
     Ok(rows)

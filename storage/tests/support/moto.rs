@@ -48,13 +48,27 @@ fn binary() -> Option<PathBuf> {
 /// moto's own server, with each writing request applied as one step.
 const ATOMIC_LAUNCHER: &str = include_str!("moto_atomic.py");
 
-/// The interpreter `moto_server` was installed for: the `python` beside it (a
-/// venv's, or pyenv's shim), else `python3` from `PATH`.
+/// The interpreter `moto_server` was installed for: the one its `#!` line names
+/// (pip writes it), else the `python` beside it (a venv's, or pyenv's shim), else
+/// `python3` from `PATH`.
 fn python_beside(moto_server: &std::path::Path) -> PathBuf {
-    ["python", "python3"]
-        .iter()
-        .map(|name| moto_server.with_file_name(name))
-        .find(|p| p.exists())
+    let shebang = std::fs::read(moto_server).ok().and_then(|b| {
+        let line = b.split(|&c| c == b'\n').next()?;
+        let path = std::str::from_utf8(line.strip_prefix(b"#!")?).ok()?.trim();
+        let python = PathBuf::from(path);
+        let named_python = python
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("python"));
+        (named_python && python.exists()).then_some(python)
+    });
+    shebang
+        .or_else(|| {
+            ["python", "python3"]
+                .iter()
+                .map(|name| moto_server.with_file_name(name))
+                .find(|p| p.exists())
+        })
         .unwrap_or_else(|| PathBuf::from("python3"))
 }
 
