@@ -91,19 +91,12 @@ impl Column {
         Ok((Column::Framed { stored, frames }, chunk_series))
     }
 
-    /// Chunks the column holds (`None`: whole, any chunking fits).
-    pub(super) fn frames(&self) -> Option<usize> {
+    /// Each frame's decompressed size, one per chunk (`None`: whole, any
+    /// chunking fits).
+    pub(super) fn frame_raw_lens(&self) -> Option<Vec<usize>> {
         match self {
             Column::Whole(_) => None,
-            Column::Framed { frames, .. } => Some(frames.len()),
-        }
-    }
-
-    /// Decompressed size of chunk `k` (`None`: whole).
-    pub(super) fn frame_raw_len(&self, k: usize) -> Option<usize> {
-        match self {
-            Column::Whole(_) => None,
-            Column::Framed { frames, .. } => frames.get(k).map(|f| f.raw),
+            Column::Framed { frames, .. } => Some(frames.iter().map(|f| f.raw).collect()),
         }
     }
 
@@ -212,7 +205,7 @@ mod tests {
         let stored = encode(&raw, &bounds, 16, 3).unwrap();
         let (col, cs) = Column::framed(stored, raw.len() as u64).unwrap();
         assert_eq!(cs, 16);
-        assert_eq!(col.frames(), Some(5));
+        assert_eq!(col.frame_raw_lens(), Some(vec![0, 1000, 0, 3000, 1000]));
         assert_eq!(col.raw_len(), 5000);
         for (k, w) in bounds.windows(2).enumerate() {
             assert_eq!(&*col.chunk(k, w[0]..w[1]).unwrap(), &raw[w[0]..w[1]]);
@@ -254,8 +247,7 @@ mod tests {
         ) {
             if let Ok((col, _)) = Column::framed(bytes, raw_len) {
                 let mut at = 0;
-                for k in 0..col.frames().unwrap_or(0) {
-                    let len = col.frame_raw_len(k).unwrap();
+                for (k, len) in col.frame_raw_lens().unwrap_or_default().into_iter().enumerate() {
                     let _ = col.chunk(k, at..at + len);
                     at += len;
                 }

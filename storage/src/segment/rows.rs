@@ -108,13 +108,15 @@ impl Rows {
         }
         let chunks = ranges.len().div_ceil(chunk_series);
         for (c, col) in columns.iter().enumerate() {
-            if let Some(frames) = col.frames() {
-                if frames != chunks {
-                    return Err(format!("{frames} frames for {chunks} chunks of series"));
+            if let Some(lens) = col.frame_raw_lens() {
+                if lens.len() != chunks {
+                    return Err(format!(
+                        "{} frames for {chunks} chunks of series",
+                        lens.len()
+                    ));
                 }
-                for k in 0..chunks {
-                    let span = chunk_span(&ranges, chunk_series, k, c);
-                    if col.frame_raw_len(k) != Some(span.len()) {
+                for (k, len) in lens.into_iter().enumerate() {
+                    if len != chunk_span(&ranges, chunk_series, k, c).len() {
                         return Err(format!("frame {k} does not hold its series' bytes"));
                     }
                 }
