@@ -108,7 +108,7 @@ enum Command {
         #[arg(long)]
         query_memory_mb: Option<u64>,
         /// Memory for uploads being decoded in MiB (about 4x their bodies); past it
-        /// uploads get 429. Default: 8% of --memory-mb.
+        /// uploads get 429. Default: 6% of --memory-mb.
         #[arg(long)]
         ingest_memory_mb: Option<u64>,
         /// Largest decoded size of one partition's segments a compaction holds in

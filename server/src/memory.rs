@@ -10,7 +10,8 @@
 //! | `result_cache` | 10 %  | cached answers, per-segment parts, function indexes      |
 //! | `query`        | 20 %  | a quarter for the shared frame tree, the rest admitted per query |
 //! | `compaction`   | 10 %  | one compaction's decoded sources and merge              |
-//! | `ingest`       | 8 %   | request bodies being decoded and their decoded batches  |
+//! | `ingest`       | 6 %   | request bodies being decoded and their decoded batches  |
+//! | `stack_interner` | 2 % | store-wide stack ids the writer maps stacks by          |
 //! | `wal_buffer`   | 2 %   | the WAL writer's group-commit buffer (at most 32 MiB)   |
 //!
 //! What no part tracks (the binary, thread stacks, sled's page cache, allocator
@@ -51,6 +52,7 @@ pub struct MemoryPlan {
     pub query: u64,
     pub compaction: u64,
     pub ingest: u64,
+    pub stack_interner: u64,
     pub wal_buffer: u64,
 }
 
@@ -65,7 +67,8 @@ impl MemoryPlan {
             result_cache: pct(10),
             query: pct(20),
             compaction: pct(10),
-            ingest: pct(8),
+            ingest: pct(6),
+            stack_interner: pct(2),
             wal_buffer: pct(2).min(32 << 20),
         }
     }
@@ -96,6 +99,7 @@ impl MemoryPlan {
         let bytes = |b: u64| usize::try_from(b).unwrap_or(usize::MAX);
         opts.store.head_max_bytes = bytes(self.head);
         opts.store.wal_buffer_bytes = bytes(self.wal_buffer);
+        opts.store.stack_interner_bytes = bytes(self.stack_interner);
         opts.store.frame_tree_max_nodes = Self::frame_tree_nodes(self.query);
         opts.store.segment_cache_bytes = self.segment_cache;
         opts.store.compaction_max_bytes = self.compaction;
@@ -169,6 +173,11 @@ pub fn parts(state: &AppState) -> Vec<(&'static str, u64, u64)> {
         ));
         out.push(("compaction", g.compaction_bytes, cfg.compaction_max_bytes));
         out.push((
+            "stack_interner",
+            g.stack_interner_bytes,
+            cfg.stack_interner_bytes as u64,
+        ));
+        out.push((
             "wal_buffer",
             g.wal_buffer_bytes,
             cfg.wal_buffer_bytes as u64,
@@ -215,6 +224,12 @@ pub fn render_metrics(state: &AppState, out: &mut String) {
             out,
             "# HELP profiledb_wal_bytes Bytes in the WAL files (what a replay after a crash reads; bounded by the head budget).\n# TYPE profiledb_wal_bytes gauge\nprofiledb_wal_bytes {}",
             store.gauges().wal_bytes
+        );
+        let g = store.gauges();
+        let _ = writeln!(
+            out,
+            "# HELP profiledb_stack_interner_stacks Stacks with a store-wide id in the stack interner.\n# TYPE profiledb_stack_interner_stacks gauge\nprofiledb_stack_interner_stacks {}\n# HELP profiledb_stack_interner_resets_total Times the stack interner emptied its tables for being over its memory share.\n# TYPE profiledb_stack_interner_resets_total counter\nprofiledb_stack_interner_resets_total {}",
+            g.stack_interner_stacks, g.stack_interner_resets
         );
     }
     let (done, total) = state.replay.bytes();
@@ -264,7 +279,8 @@ mod tests {
         assert_eq!(o.store.compaction_max_bytes, 100 << 20);
         assert_eq!(o.store.wal_buffer_bytes, 20 << 20);
         assert_eq!(o.store.frame_tree_max_nodes, (50 << 20) / 32);
-        assert_eq!(o.ingest.memory_bytes, 80 << 20);
+        assert_eq!(o.ingest.memory_bytes, 60 << 20);
+        assert_eq!(o.store.stack_interner_bytes, 20 << 20);
         assert_eq!(o.query_cache_bytes, 100 << 20);
         assert_eq!(o.query_memory_bytes, 200 << 20);
         assert_eq!(o.query_limits.max_tree_nodes, (150 << 20) / 4 / 64);
@@ -278,7 +294,8 @@ mod tests {
         assert_eq!(p.result_cache, 100 << 20);
         assert_eq!(p.query, 200 << 20);
         assert_eq!(p.compaction, 100 << 20);
-        assert_eq!(p.ingest, 80 << 20);
+        assert_eq!(p.ingest, 60 << 20);
+        assert_eq!(p.stack_interner, 20 << 20);
         assert_eq!(p.wal_buffer, 20 << 20);
         // Every share together is the whole budget.
         let sum = p.head
@@ -287,6 +304,7 @@ mod tests {
             + p.query
             + p.compaction
             + p.ingest
+            + p.stack_interner
             + p.wal_buffer;
         assert_eq!(sum, p.total);
         // The WAL buffer share is capped.

@@ -5,8 +5,9 @@
 //! on the pool, never on the async runtime. The queue is a bounded crossbeam channel:
 //! when it is full, [`Pipeline::try_submit`] fails at once with
 //! [`PipelineError::Busy`] and the client is told to retry (HTTP 429) instead of the
-//! server buffering without bound. A job's reply is sent only after the storage
-//! write returned, i.e. after the batch is durable in the WAL.
+//! server buffering without bound. A job's reply is sent only once the batch is
+//! durable in the WAL: by the storage writer, which answers it, so a decoder hands
+//! the batch over and goes on to the next upload instead of waiting for the commit.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -316,20 +317,42 @@ fn worker(
     config: PipelineConfig,
 ) {
     for (job, reply, inflight) in rx.iter() {
-        let res = process(&store, &config, job);
-        drop(inflight);
-        match &res {
-            Ok(s) => {
-                stats.samples.fetch_add(s.samples, Ordering::Relaxed);
+        let stats = stats.clone();
+        // The upload's memory share is given back only once it is answered: until
+        // the writer has applied it, its batch and WAL record are still held.
+        let answer = move |res: Result<Stored, PipelineError>| {
+            drop(inflight);
+            match &res {
+                Ok(s) => {
+                    stats.samples.fetch_add(s.samples, Ordering::Relaxed);
+                }
+                Err(PipelineError::Decode(e)) => {
+                    stats.decode_errors.fetch_add(1, Ordering::Relaxed);
+                    debug!(error = %e, "upload refused");
+                }
+                Err(_) => {}
             }
-            Err(PipelineError::Decode(e)) => {
-                stats.decode_errors.fetch_add(1, Ordering::Relaxed);
-                debug!(error = %e, "upload refused");
-            }
-            Err(_) => {}
+            // The client may have gone away; nothing to do then.
+            let _ = reply.send(res);
+        };
+        match prepare(&config, job) {
+            Err(e) => answer(Err(e)),
+            Ok((None, stored)) => answer(Ok(stored)),
+            // The worker does not wait for the WAL commit: it decodes the next
+            // upload while the writer commits this one, and the writer answers.
+            Ok((Some(batch), stored)) => store.submit(
+                batch,
+                Box::new(move |res| {
+                    answer(
+                        res.map(|lsn| Stored {
+                            lsn: Some(lsn),
+                            ..stored
+                        })
+                        .map_err(PipelineError::from),
+                    )
+                }),
+            ),
         }
-        // The client may have gone away; nothing to do then.
-        let _ = reply.send(res);
     }
 }
 
@@ -411,12 +434,14 @@ pub fn check_times(
     Ok(())
 }
 
-fn process(store: &Store, config: &PipelineConfig, job: Job) -> Result<Stored, PipelineError> {
+/// Decodes and admits one upload: the batch to write (none when it holds no
+/// sample) and the answer it will get once written.
+fn prepare(config: &PipelineConfig, job: Job) -> Result<(Option<Batch>, Stored), PipelineError> {
     let (batch, profiles) = decode(&job, &config.limits)?;
     // One pass over the samples serves both the time check and the answer.
     let span = time_span(&batch);
     check_times(span, config, now_ms().max(job.received_ms))?;
-    let mut stored = Stored {
+    let stored = Stored {
         samples: batch.sample_count() as u64,
         series: batch.series.len() as u64,
         time_span: span,
@@ -424,11 +449,10 @@ fn process(store: &Store, config: &PipelineConfig, job: Job) -> Result<Stored, P
         local_only: false,
     };
     if stored.samples == 0 {
-        return Ok(stored);
+        return Ok((None, stored));
     }
     if let Some(a) = &config.admission {
         a.admit_batch(&job.tenant, &batch, profiles, job.received_ms)?;
     }
-    stored.lsn = Some(store.write(batch)?);
-    Ok(stored)
+    Ok((Some(batch), stored))
 }

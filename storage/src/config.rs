@@ -53,6 +53,10 @@ pub struct StoreConfig {
     pub wal_buffer_bytes: usize,
     /// Capacity of the writer queue, in batches.
     pub write_queue: usize,
+    /// Bytes the stack interner may hold: store-wide ids for the stacks writes
+    /// carry, so the writer thread maps a repeated stack by id instead of by its
+    /// frames. Past it the interner starts over. 0 turns it off. Default 64 MiB.
+    pub stack_interner_bytes: usize,
     /// Decoded segments kept in memory for queries (default 1 GiB). A decoded
     /// segment is about 9x its file (dictionary, index, rows as flat columns,
     /// frame-id memo; measured on the bench fleet), and a segment evicted between
@@ -215,6 +219,7 @@ impl Default for StoreConfig {
             wal_file_bytes: 64 << 20,
             wal_buffer_bytes: 32 << 20,
             write_queue: 64,
+            stack_interner_bytes: 64 << 20,
             segment_cache_bytes: 1 << 30,
             warm_segment_cache: true,
             frame_tree_max_nodes: 4_000_000,

@@ -12,6 +12,7 @@ use rustc_hash::FxHashMap;
 use crate::dict::{Dict, DictBuilder, LocationRec};
 use crate::error::Result;
 use crate::index::LabelIndex;
+use crate::intern::{Interned, NOT_INTERNED};
 use crate::model::{Batch, Labels, TenantId};
 use crate::segment::{Row, SegmentInput, SegmentMeta};
 
@@ -28,6 +29,10 @@ pub struct HeadPartition {
     series: Vec<Labels>,
     index: LabelIndex,
     samples: Vec<SeriesSamples>,
+    /// Stack node of each interned stack id seen here ([`UNMAPPED`] if not yet),
+    /// for ids of generation `by_id_generation` (see `crate::intern`).
+    by_id: Vec<u32>,
+    by_id_generation: u64,
     /// First and last WAL sequence numbers applied here.
     pub min_lsn: u64,
     pub max_lsn: u64,
@@ -120,6 +125,8 @@ impl HeadPartition {
             series: Vec::new(),
             index: LabelIndex::default(),
             samples: Vec::new(),
+            by_id: Vec::new(),
+            by_id_generation: 0,
             min_lsn: 0,
             max_lsn: 0,
             last_write: Instant::now(),
@@ -149,9 +156,45 @@ impl HeadPartition {
         id
     }
 
+    /// The stack node of batch stack `s`: by its interned id when it has one this
+    /// partition has seen, else interned from its frames (and remembered by id).
+    fn stack_node(
+        &mut self,
+        remap: &mut Remap,
+        batch: &Batch,
+        interned: Option<&Interned>,
+        s: u32,
+    ) -> u32 {
+        let id = interned.map_or(NOT_INTERNED, |i| {
+            i.stacks.get(s as usize).copied().unwrap_or(NOT_INTERNED)
+        });
+        if id == NOT_INTERNED {
+            return remap.stack(&mut self.dict, batch, s);
+        }
+        let slot = id as usize;
+        if let Some(&node) = self.by_id.get(slot) {
+            if node != UNMAPPED {
+                return node;
+            }
+        }
+        let node = remap.stack(&mut self.dict, batch, s);
+        if slot >= self.by_id.len() {
+            self.by_id.resize(slot + 1, UNMAPPED);
+        }
+        self.by_id[slot] = node;
+        node
+    }
+
     /// Adds the samples of `batch` that fall in this partition. `batch` must have
-    /// passed [`Batch::validate`]. Returns the number of samples applied.
-    pub fn apply(&mut self, lsn: u64, batch: &Batch) -> u64 {
+    /// passed [`Batch::validate`], and `interned` (when given) be the interner's
+    /// answer for it. Returns the number of samples applied.
+    pub fn apply(&mut self, lsn: u64, batch: &Batch, interned: Option<&Interned>) -> u64 {
+        if let Some(i) = interned {
+            if i.generation != self.by_id_generation {
+                self.by_id = Vec::new();
+                self.by_id_generation = i.generation;
+            }
+        }
         let mut remap = Remap::new(batch);
         let (start, end, step) = (self.start_ms, self.end_ms(), self.step_ms);
         let mut applied = 0u64;
@@ -169,7 +212,7 @@ impl HeadPartition {
                         id
                     }
                 };
-                let stack = remap.stack(&mut self.dict, batch, sample.stack);
+                let stack = self.stack_node(&mut remap, batch, interned, sample.stack);
                 let t = ((sample.timestamp_ms - start) / step) as u32;
                 let slot = self.samples[sid as usize]
                     .entry((t, stack))
@@ -213,7 +256,7 @@ impl HeadPartition {
     /// Rough heap footprint; the head's memory bound is enforced on this.
     pub fn approx_bytes(&self) -> usize {
         // hashbrown entry (12-byte key + 8-byte value) plus control byte and slack.
-        self.dict.approx_bytes() + self.rows * 40 + self.label_bytes
+        self.dict.approx_bytes() + self.rows * 40 + self.label_bytes + self.by_id.capacity() * 4
     }
 
     /// The data as a segment to be written.

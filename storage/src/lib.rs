@@ -76,6 +76,7 @@ mod error;
 mod fnindex;
 mod head;
 mod index;
+mod intern;
 mod merger;
 /// The profile model lives in its own crate (shared with ingest and the server);
 /// `crate::model::…` paths keep naming it.
@@ -125,6 +126,6 @@ pub use selector::{MatchOp, Matcher, Selector};
 pub use stats::{Gauges, StoreStats};
 pub use store::{
     now_ms, CompactProgress, CompactReport, CompactedPartition, Fetch, Fetcher, RetentionReport,
-    SkippedPartition, Store,
+    SkippedPartition, Store, WriteDone,
 };
 pub use wal::ReplayProgress;

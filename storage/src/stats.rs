@@ -83,6 +83,12 @@ pub struct Gauges {
     pub flush_bytes: u64,
     /// Approximate bytes of the shared name-level frame tree queries build.
     pub frame_tree_bytes: u64,
+    /// Approximate bytes of the stack interner (store-wide stack ids for writes).
+    pub stack_interner_bytes: u64,
+    /// Stacks with an id in the interner's current generation.
+    pub stack_interner_stacks: u64,
+    /// Times the interner emptied its tables for being over its budget.
+    pub stack_interner_resets: u64,
     /// Series in the head (summed over partitions).
     pub head_series: u64,
     /// Stack-tree nodes in the head's dictionaries (distinct stack prefixes).

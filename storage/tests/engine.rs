@@ -5,7 +5,8 @@ mod common;
 
 use common::*;
 use profiledb_storage::{
-    Labels, MatchOp, Matcher, QueryPlan, ScopePlan, Selector, Store, TenantId, TimeRange,
+    Labels, MatchOp, Matcher, QueryPlan, ScopePlan, Selector, StorageError, Store, StoreConfig,
+    TenantId, TimeRange,
 };
 use proptest::prelude::*;
 
@@ -91,13 +92,16 @@ proptest! {
     fn head_flush_reopen_equals_reference(
         batches in prop::collection::vec(prop::collection::vec(sample_strategy(), 1..30), 1..8),
         flush_after in prop::collection::vec(any::<bool>(), 8),
+        // Stack interner: off, starting over on every batch, or roomy.
+        interner in prop_oneof![Just(0usize), Just(1usize), Just(64usize << 20)],
     ) {
         let dir = tempfile::tempdir().unwrap();
         let tenant = TenantId::new("t1").unwrap();
         let other = TenantId::new("t2").unwrap();
         let mut reference = Reference::default();
         {
-            let store = Store::open(dir.path(), test_config()).unwrap();
+            let cfg = StoreConfig { stack_interner_bytes: interner, ..test_config() };
+            let store = Store::open(dir.path(), cfg).unwrap();
             for (i, b) in batches.iter().enumerate() {
                 store.write(build_batch(&tenant, b)).unwrap();
                 // The same data under another tenant must never leak into t1.
@@ -121,6 +125,50 @@ proptest! {
         check(&store, &tenant, &reference);
         prop_assert_eq!(store.stats().wal_replayed_records.load(std::sync::atomic::Ordering::Relaxed), 0);
     }
+}
+
+/// `submit` answers through its callback: from the writer once the batch is
+/// stored and visible to queries, at once when it is refused; the caller is never
+/// held while the writer commits.
+#[test]
+fn submit_answers_once_stored_or_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let tenant = TenantId::default();
+    let store = Store::open(dir.path(), test_config()).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut reference = Reference::default();
+    for i in 0..20i64 {
+        let samples = [TSample {
+            labels: vec![("service_name".into(), format!("svc{}", i % 3))],
+            ts: T0 + i * 60_000,
+            stack: vec![
+                TFrame::Func("main".into()),
+                TFrame::Func(format!("f{}", i % 4)),
+            ],
+            value: i + 1,
+        }];
+        reference.add(&samples, 10_000);
+        let tx = tx.clone();
+        store.submit(
+            build_batch(&tenant, &samples),
+            Box::new(move |r| tx.send(r).unwrap()),
+        );
+    }
+    let lsns: Vec<u64> = (0..20).map(|_| rx.recv().unwrap().unwrap()).collect();
+    assert_eq!(lsns, (1..=20).collect::<Vec<u64>>());
+    check(&store, &tenant, &reference);
+
+    let mut bad = build_batch(&tenant, &[]);
+    bad.series.push(profiledb_storage::SeriesSamples {
+        labels: Labels::new([("service_name", "x")]),
+        samples: Vec::new(),
+    });
+    store.submit(bad, Box::new(move |r| tx.send(r).unwrap()));
+    match rx.recv().unwrap() {
+        Err(StorageError::Invalid(m)) => assert!(m.contains("__profile_type__"), "{m}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    check(&store, &tenant, &reference);
 }
 
 #[test]

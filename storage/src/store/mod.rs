@@ -55,6 +55,7 @@ pub(crate) use scan::{Scope, StoreReader};
 use crate::catalog::Catalog;
 use crate::config::StoreConfig;
 use crate::error::{IoContext, Result, StorageError};
+use crate::intern::StackInterner;
 use crate::model::{Batch, TenantId};
 use crate::query::frames::Frames;
 use crate::segment::SegmentMeta;
@@ -62,7 +63,8 @@ use crate::stats::{inc, Gauges, StoreStats};
 use crate::wal::{ReplayProgress, Wal};
 use segments::{SegmentCache, SummaryCache};
 use state::{SegmentHandle, State};
-use writer::WriterMsg;
+pub use writer::WriteDone;
+use writer::{PendingWrite, WriterMsg};
 
 /// Everything the roles share, each field annotated with the role that owns it.
 struct Inner {
@@ -100,6 +102,9 @@ struct Inner {
     /// Queries: the name-level frame tree (see [`crate::query::frames`]). Kept by the
     /// store because loaded segments memoize their node → frame ids for it.
     frames: Frames,
+    /// Writes: store-wide stack ids, given on the writing threads so the writer
+    /// maps stacks by id (see [`crate::intern`]).
+    interner: StackInterner,
     /// Segments: the decoded-segment cache.
     cache: SegmentCache,
     /// Segments: summaries (labels and totals) of segments not decoded whole.
@@ -179,6 +184,7 @@ impl Store {
             next_segment_id: AtomicU64::new(r.next_segment_id),
             segments_version: AtomicU64::new(1),
             frames: Frames::new(cfg.frame_tree_max_nodes),
+            interner: StackInterner::new(cfg.stack_interner_bytes),
             cache,
             summaries,
             fetcher: std::sync::OnceLock::new(),
@@ -257,39 +263,76 @@ impl Store {
         &self.inner.dir
     }
 
-    fn prepare(&self, batch: Batch) -> Result<(WriterMsg, Receiver<Result<u64>>)> {
+    fn prepare(
+        &self,
+        batch: Batch,
+        done: WriteDone,
+    ) -> std::result::Result<WriterMsg, (StorageError, WriteDone)> {
         if self.inner.closed.load(Ordering::SeqCst) {
-            return Err(StorageError::Closed);
+            return Err((StorageError::Closed, done));
         }
-        batch.validate().map_err(StorageError::Invalid)?;
+        if let Err(e) = batch.validate() {
+            return Err((StorageError::Invalid(e), done));
+        }
         // Sized first: a push's record is hundreds of KB, and growing the buffer
         // by doubling copied it again and again (3 % of ingest CPU in `perf`).
-        let payload = postcard::experimental::serialized_size(&batch)
+        let payload = match postcard::experimental::serialized_size(&batch)
             .and_then(|n| postcard::to_extend(&batch, Vec::with_capacity(n)))
-            .map_err(|e| StorageError::Invalid(format!("batch cannot be encoded: {e}")))?;
-        let (reply, rx) = channel::bounded(1);
-        Ok((
-            WriterMsg::Write {
-                batch,
-                payload,
-                reply,
-            },
-            rx,
-        ))
+        {
+            Ok(p) => p,
+            Err(e) => {
+                let e = StorageError::Invalid(format!("batch cannot be encoded: {e}"));
+                return Err((e, done));
+            }
+        };
+        // On the caller's thread, like the encoding: the writer is one thread.
+        let interned = self.inner.interner.intern(&batch);
+        Ok(WriterMsg::Write(Box::new(PendingWrite {
+            batch,
+            interned,
+            payload,
+            done,
+        })))
     }
 
     /// Writes a batch and returns its WAL sequence number once it is durable (per the
     /// fsync policy) and visible to queries. Blocks while the writer queue is full.
     pub fn write(&self, batch: Batch) -> Result<u64> {
-        let (msg, rx) = self.prepare(batch)?;
-        self.tx.send(msg).map_err(|_| StorageError::Closed)?;
+        let (reply, rx) = channel::bounded(1);
+        self.submit(
+            batch,
+            Box::new(move |r| {
+                let _ = reply.send(r);
+            }),
+        );
         rx.recv().map_err(|_| StorageError::Closed)?
+    }
+
+    /// Hands a batch to the writer and returns at once (blocking only while the
+    /// writer queue is full). `done` gets what [`Store::write`] would have
+    /// returned, from the writer thread once the batch is durable and visible, or
+    /// from this thread when the batch is refused before it is queued. A caller
+    /// that answers many uploads can then decode the next one while the writer
+    /// commits this one, instead of waiting for every fsync.
+    pub fn submit(&self, batch: Batch, done: WriteDone) {
+        match self.prepare(batch, done) {
+            Ok(msg) => {
+                if let Err(channel::SendError(WriterMsg::Write(w))) = self.tx.send(msg) {
+                    (w.done)(Err(StorageError::Closed));
+                }
+            }
+            Err((e, done)) => done(Err(e)),
+        }
     }
 
     /// Like [`Store::write`] but fails with [`StorageError::Busy`] instead of waiting
     /// when the writer queue is full, so a server can answer 429.
     pub fn try_write(&self, batch: Batch) -> Result<u64> {
-        let (msg, rx) = self.prepare(batch)?;
+        let (reply, rx) = channel::bounded(1);
+        let done: WriteDone = Box::new(move |r| {
+            let _ = reply.send(r);
+        });
+        let msg = self.prepare(batch, done).map_err(|(e, _)| e)?;
         match self.tx.try_send(msg) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => {
@@ -358,6 +401,9 @@ impl Store {
             wal_bytes: self.inner.wal_bytes.load(Ordering::Relaxed),
             wal_buffer_bytes: self.inner.wal_buffer_bytes.load(Ordering::Relaxed),
             frame_tree_bytes: self.inner.frames.approx_bytes() as u64,
+            stack_interner_bytes: self.inner.interner.approx_bytes(),
+            stack_interner_stacks: self.inner.interner.stack_count(),
+            stack_interner_resets: self.inner.interner.resets(),
             compaction_bytes: self.inner.compaction_bytes.load(Ordering::Relaxed),
             flush_bytes: self.inner.flush_bytes.load(Ordering::Relaxed),
             ..Default::default()

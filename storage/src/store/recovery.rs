@@ -92,7 +92,7 @@ pub(super) fn recover(
         |lsn, payload| match postcard::from_bytes::<Batch>(payload) {
             Ok(_) if lsn <= replay_floor => {}
             Ok(batch) if batch.validate().is_ok() => {
-                apply_batch(&state, cfg, lsn, &batch, Some(&flushed));
+                apply_batch(&state, cfg, lsn, &batch, None, Some(&flushed));
             }
             _ => {
                 replay_err += 1;

@@ -23,16 +23,27 @@ use super::{now_ms, Inner};
 use crate::config::{FsyncPolicy, StoreConfig};
 use crate::error::{Result, StorageError};
 use crate::head::HeadPartition;
+use crate::intern::Interned;
 use crate::model::{Batch, TenantId};
 use crate::stats::inc;
 
+/// Called by the writer with a write's outcome: its WAL sequence number once the
+/// batch is durable and applied, or why it was not stored.
+pub type WriteDone = Box<dyn FnOnce(Result<u64>) + Send>;
+
+/// A batch on its way to the WAL and the head.
+pub(super) struct PendingWrite {
+    pub batch: Batch,
+    /// The batch's stack ids, given on the caller's thread.
+    pub interned: Interned,
+    /// The WAL record.
+    pub payload: Vec<u8>,
+    pub done: WriteDone,
+}
+
 /// What the writer thread is asked to do.
 pub(super) enum WriterMsg {
-    Write {
-        batch: Batch,
-        payload: Vec<u8>,
-        reply: Sender<Result<u64>>,
-    },
+    Write(Box<PendingWrite>),
     Flush(Sender<Result<()>>),
     Shutdown,
     /// Stop without sealing anything: the head is left to WAL replay.
@@ -40,8 +51,8 @@ pub(super) enum WriterMsg {
 }
 
 impl Inner {
-    fn apply(&self, lsn: u64, batch: &Batch) -> u64 {
-        apply_batch(&self.state, &self.cfg, lsn, batch, None)
+    fn apply(&self, lsn: u64, batch: &Batch, interned: &Interned) -> u64 {
+        apply_batch(&self.state, &self.cfg, lsn, batch, Some(interned), None)
     }
 
     fn head_bytes(&self) -> (usize, usize) {
@@ -161,8 +172,8 @@ impl Inner {
             while group.len() < 512 && bytes < self.cfg.wal_buffer_bytes {
                 match rx.try_recv() {
                     Ok(m) => {
-                        if let WriterMsg::Write { payload, .. } = &m {
-                            bytes += payload.len();
+                        if let WriterMsg::Write(w) = &m {
+                            bytes += w.payload.len();
                         }
                         group.push(m);
                     }
@@ -176,11 +187,7 @@ impl Inner {
             let mut abort = false;
             for m in group {
                 match m {
-                    WriterMsg::Write {
-                        batch,
-                        payload,
-                        reply,
-                    } => writes.push((batch, payload, reply)),
+                    WriterMsg::Write(w) => writes.push(*w),
                     WriterMsg::Flush(r) => flushes.push(r),
                     WriterMsg::Shutdown => shutdown = true,
                     WriterMsg::Abort => abort = true,
@@ -198,9 +205,9 @@ impl Inner {
                 let first_lsn = self.next_lsn.load(Ordering::SeqCst);
                 let mut lsn = first_lsn;
                 let mut wal_bytes = 0;
-                for (_, payload, _) in &writes {
-                    wal.append(lsn, payload);
-                    wal_bytes += payload.len() as u64 + 16;
+                for w in &writes {
+                    wal.append(lsn, &w.payload);
+                    wal_bytes += w.payload.len() as u64 + 16;
                     lsn += 1;
                 }
                 let committed = wal.commit(first_lsn, sync);
@@ -218,14 +225,14 @@ impl Inner {
                         } else {
                             unsynced = self.cfg.fsync != FsyncPolicy::Never;
                         }
-                        for (i, (batch, _, _)) in writes.iter().enumerate() {
-                            self.apply(first_lsn + i as u64, batch);
+                        for (i, w) in writes.iter().enumerate() {
+                            self.apply(first_lsn + i as u64, &w.batch, &w.interned);
                         }
                         drop(wal);
-                        for (i, (batch, _, reply)) in writes.into_iter().enumerate() {
-                            inc(&self.stats.samples_written, batch.sample_count() as u64);
+                        for (i, w) in writes.into_iter().enumerate() {
+                            inc(&self.stats.samples_written, w.batch.sample_count() as u64);
                             inc(&self.stats.batches_written, 1);
-                            let _ = reply.send(Ok(first_lsn + i as u64));
+                            (w.done)(Ok(first_lsn + i as u64));
                         }
                     }
                     Err(e) => {
@@ -235,8 +242,8 @@ impl Inner {
                         error!(error = %e, "WAL commit failed; rejecting the group");
                         drop(wal);
                         let msg = e.to_string();
-                        for (_, _, reply) in writes {
-                            let _ = reply.send(Err(StorageError::io(
+                        for w in writes {
+                            (w.done)(Err(StorageError::io(
                                 self.dir.join("wal"),
                                 std::io::Error::other(msg.clone()),
                             )));
@@ -262,13 +269,15 @@ impl Inner {
     }
 }
 
-/// Applies `batch` to the head. With `skip`, samples of partitions whose
-/// segments already cover `lsn` are left out (replay).
+/// Applies `batch` to the head, with its stacks' interned ids when it has them.
+/// With `skip`, samples of partitions whose segments already cover `lsn` are left
+/// out (replay).
 pub(super) fn apply_batch(
     state: &RwLock<State>,
     cfg: &StoreConfig,
     lsn: u64,
     batch: &Batch,
+    interned: Option<&Interned>,
     skip: Option<&HashMap<(TenantId, i64), u64>>,
 ) -> u64 {
     let mut parts: Vec<i64> = Vec::new();
@@ -310,7 +319,7 @@ pub(super) fn apply_batch(
                     .clone(),
             }
         };
-        applied += part.write().apply(lsn, batch);
+        applied += part.write().apply(lsn, batch, interned);
     }
     applied
 }
