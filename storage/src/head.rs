@@ -160,16 +160,23 @@ impl HeadPartition {
     /// partition has seen, else interned from its frames (and remembered by id).
     fn stack_node(
         &mut self,
-        remap: &mut Remap,
+        remap: &mut Option<Remap>,
         batch: &Batch,
         interned: Option<&Interned>,
         s: u32,
     ) -> u32 {
+        // Built on the first stack that needs it: with every stack known by id, a
+        // batch costs no per-symbol tables at all.
+        let mut by_frames = |dict: &mut DictBuilder| {
+            remap
+                .get_or_insert_with(|| Remap::new(batch))
+                .stack(dict, batch, s)
+        };
         let id = interned.map_or(NOT_INTERNED, |i| {
             i.stacks.get(s as usize).copied().unwrap_or(NOT_INTERNED)
         });
         if id == NOT_INTERNED {
-            return remap.stack(&mut self.dict, batch, s);
+            return by_frames(&mut self.dict);
         }
         let slot = id as usize;
         if let Some(&node) = self.by_id.get(slot) {
@@ -177,7 +184,7 @@ impl HeadPartition {
                 return node;
             }
         }
-        let node = remap.stack(&mut self.dict, batch, s);
+        let node = by_frames(&mut self.dict);
         if slot >= self.by_id.len() {
             self.by_id.resize(slot + 1, UNMAPPED);
         }
@@ -195,7 +202,7 @@ impl HeadPartition {
                 self.by_id_generation = i.generation;
             }
         }
-        let mut remap = Remap::new(batch);
+        let mut remap = None;
         let (start, end, step) = (self.start_ms, self.end_ms(), self.step_ms);
         let mut applied = 0u64;
         for s in &batch.series {
