@@ -219,13 +219,13 @@ pub fn render_metrics(state: &AppState, out: &mut String) {
         }
     }
     if let Some(store) = state.store_if_open() {
-        render_sizing(&store.gauges(), out);
+        let g = store.gauges();
+        render_sizing(&g, out);
         let _ = writeln!(
             out,
             "# HELP profiledb_wal_bytes Bytes in the WAL files (what a replay after a crash reads; bounded by the head budget).\n# TYPE profiledb_wal_bytes gauge\nprofiledb_wal_bytes {}",
-            store.gauges().wal_bytes
+            g.wal_bytes
         );
-        let g = store.gauges();
         let _ = writeln!(
             out,
             "# HELP profiledb_stack_interner_stacks Stacks with a store-wide id in the stack interner.\n# TYPE profiledb_stack_interner_stacks gauge\nprofiledb_stack_interner_stacks {}\n# HELP profiledb_stack_interner_resets_total Times the stack interner emptied its tables for being over its memory share.\n# TYPE profiledb_stack_interner_resets_total counter\nprofiledb_stack_interner_resets_total {}",

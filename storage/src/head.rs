@@ -29,9 +29,11 @@ pub struct HeadPartition {
     series: Vec<Labels>,
     index: LabelIndex,
     samples: Vec<SeriesSamples>,
-    /// Stack node of each interned stack id seen here ([`UNMAPPED`] if not yet),
-    /// for ids of generation `by_id_generation` (see `crate::intern`).
-    by_id: Vec<u32>,
+    /// Stack node of each interned stack id seen here, for ids of generation
+    /// `by_id_generation` (see `crate::intern`). A map, not an array indexed by
+    /// id: ids are numbered across the store (every tenant), so a partition that
+    /// sees a few late ids would otherwise hold room for all the ids before them.
+    by_id: FxHashMap<u32, u32>,
     by_id_generation: u64,
     /// First and last WAL sequence numbers applied here.
     pub min_lsn: u64,
@@ -125,7 +127,7 @@ impl HeadPartition {
             series: Vec::new(),
             index: LabelIndex::default(),
             samples: Vec::new(),
-            by_id: Vec::new(),
+            by_id: FxHashMap::default(),
             by_id_generation: 0,
             min_lsn: 0,
             max_lsn: 0,
@@ -178,17 +180,11 @@ impl HeadPartition {
         if id == NOT_INTERNED {
             return by_frames(&mut self.dict);
         }
-        let slot = id as usize;
-        if let Some(&node) = self.by_id.get(slot) {
-            if node != UNMAPPED {
-                return node;
-            }
+        if let Some(&node) = self.by_id.get(&id) {
+            return node;
         }
         let node = by_frames(&mut self.dict);
-        if slot >= self.by_id.len() {
-            self.by_id.resize(slot + 1, UNMAPPED);
-        }
-        self.by_id[slot] = node;
+        self.by_id.insert(id, node);
         node
     }
 
@@ -198,7 +194,7 @@ impl HeadPartition {
     pub fn apply(&mut self, lsn: u64, batch: &Batch, interned: Option<&Interned>) -> u64 {
         if let Some(i) = interned {
             if i.generation != self.by_id_generation {
-                self.by_id = Vec::new();
+                self.by_id = FxHashMap::default();
                 self.by_id_generation = i.generation;
             }
         }
@@ -263,7 +259,7 @@ impl HeadPartition {
     /// Rough heap footprint; the head's memory bound is enforced on this.
     pub fn approx_bytes(&self) -> usize {
         // hashbrown entry (12-byte key + 8-byte value) plus control byte and slack.
-        self.dict.approx_bytes() + self.rows * 40 + self.label_bytes + self.by_id.capacity() * 4
+        self.dict.approx_bytes() + self.rows * 40 + self.label_bytes + self.by_id.capacity() * 9
     }
 
     /// The data as a segment to be written.

@@ -5,8 +5,8 @@
 //! tree walked node by node to confirm the hit (one cache miss a frame). That ran on
 //! the single writer thread. Now the callers' threads (the decoders, in parallel)
 //! give each stack a store-wide id here, confirmed against a contiguous copy of its
-//! path, and the writer maps that id to its partition's stack node with an array
-//! lookup. Only a stack the partition has not seen yet takes the old way.
+//! path, and the writer maps that id to its partition's stack node with one lookup
+//! of an integer. Only a stack the partition has not seen yet takes the old way.
 //!
 //! Bounded by bytes: past its budget the interner starts a new *generation* with
 //! empty tables. An id means the same stack for the whole of its generation, and a
@@ -96,26 +96,25 @@ struct Tables {
     functions: Table<(Box<str>, Box<str>)>,
     mappings: Table<(Box<str>, Box<str>)>,
     locations: Table<LocationKey>,
-    /// Stack ids by the hash of their path.
-    stack_ids: FxHashMap<u64, u32>,
-    /// Stack `i`'s path is `paths[ends[i-1]..ends[i]]`: location ids, root first.
-    ends: Vec<u32>,
-    paths: Vec<u32>,
+    /// Paths of location ids, root first.
+    stacks: Table<Box<[u32]>>,
     string_bytes: usize,
+    path_bytes: usize,
 }
 
-/// Bytes per entry of each table: the item, its hash-map slot and slack.
+/// Bytes per entry of each table: the item, its hash-map slot and slack (and for
+/// strings and paths, their allocations' headers).
 const FUNCTION_BYTES: usize = 64;
 const LOCATION_BYTES: usize = 48;
-const STACK_BYTES: usize = 24;
+const STACK_BYTES: usize = 48;
 
 impl Tables {
     fn approx_bytes(&self) -> usize {
         self.string_bytes
             + (self.functions.items.len() + self.mappings.items.len()) * FUNCTION_BYTES
             + self.locations.items.len() * LOCATION_BYTES
-            + self.ends.len() * STACK_BYTES
-            + self.paths.len() * 4
+            + self.stacks.items.len() * STACK_BYTES
+            + self.path_bytes
     }
 
     fn clear(&mut self) {
@@ -123,12 +122,6 @@ impl Tables {
             generation: self.generation + 1,
             ..Tables::default()
         };
-    }
-
-    fn path(&self, stack: u32) -> &[u32] {
-        let i = stack as usize;
-        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
-        &self.paths[start..self.ends[i] as usize]
     }
 
     fn names(&mut self, which: Which, a: &str, b: &str) -> u32 {
@@ -153,22 +146,15 @@ impl Tables {
 
     fn stack(&mut self, path: &[u32]) -> u32 {
         let hash = hash_of(|h| path.hash(h));
-        match self.stack_ids.get(&hash) {
-            Some(&id) => {
-                if self.path(id) == path {
-                    id
-                } else {
-                    NOT_INTERNED
-                }
-            }
-            None => {
-                let id = self.ends.len() as u32;
-                self.paths.extend_from_slice(path);
-                self.ends.push(self.paths.len() as u32);
-                self.stack_ids.insert(hash, id);
-                id
-            }
-        }
+        let added = &mut self.path_bytes;
+        self.stacks.id(
+            hash,
+            |p| **p == *path,
+            || {
+                *added += path.len() * 4;
+                path.into()
+            },
+        )
     }
 }
 
@@ -268,7 +254,8 @@ impl StackInterner {
             })
             .collect();
         self.bytes.store(t.approx_bytes() as u64, Ordering::Relaxed);
-        self.stacks.store(t.ends.len() as u64, Ordering::Relaxed);
+        self.stacks
+            .store(t.stacks.items.len() as u64, Ordering::Relaxed);
         Interned {
             generation: t.generation,
             stacks,

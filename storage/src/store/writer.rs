@@ -1,6 +1,7 @@
 //! The writer role: one thread that owns the WAL's append side and the head.
 //!
-//! Callers encode their batch and hand it over a bounded channel. The writer
+//! Callers check and encode their batch, give its stacks their store-wide ids
+//! (`crate::intern`), and hand it over a bounded channel with a callback. The writer
 //! group-commits the queued batches to the WAL (one write, one fsync), applies them
 //! to the head and only then acknowledges. Between groups it seals head partitions
 //! that are due and passes them to the flusher.
