@@ -46,8 +46,8 @@ pub struct StackInterner {
 }
 
 /// Items found by a 64-bit hash and confirmed by comparison. Two different items
-/// with one hash: the later one gets no id (its stacks take the slow way); the map
-/// never holds a hash twice, so it cannot be made to degrade by colliding keys.
+/// with one hash: the later one gets no id (its stacks take the slow way, as they
+/// did before the interner), so a collision costs speed, never a wrong id.
 struct Table<K> {
     by_hash: FxHashMap<u64, u32>,
     items: Vec<K>,
