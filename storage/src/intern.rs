@@ -124,26 +124,6 @@ impl Tables {
         };
     }
 
-    fn names(&mut self, which: Which, a: &str, b: &str) -> u32 {
-        let hash = hash_of(|h| {
-            a.hash(h);
-            b.hash(h);
-        });
-        let added = &mut self.string_bytes;
-        let table = match which {
-            Which::Function => &mut self.functions,
-            Which::Mapping => &mut self.mappings,
-        };
-        table.id(
-            hash,
-            |(x, y)| **x == *a && **y == *b,
-            || {
-                *added += a.len() + b.len();
-                (a.into(), b.into())
-            },
-        )
-    }
-
     fn stack(&mut self, path: &[u32]) -> u32 {
         let hash = hash_of(|h| path.hash(h));
         let added = &mut self.path_bytes;
@@ -158,10 +138,26 @@ impl Tables {
     }
 }
 
-#[derive(Clone, Copy)]
-enum Which {
-    Function,
-    Mapping,
+/// The id of a pair of names (a function's name and file, a mapping's file and
+/// build id) in `table`; `string_bytes` counts what a new pair adds.
+fn names(
+    table: &mut Table<(Box<str>, Box<str>)>,
+    string_bytes: &mut usize,
+    a: &str,
+    b: &str,
+) -> u32 {
+    let hash = hash_of(|h| {
+        a.hash(h);
+        b.hash(h);
+    });
+    table.id(
+        hash,
+        |(x, y)| **x == *a && **y == *b,
+        || {
+            *string_bytes += a.len() + b.len();
+            (a.into(), b.into())
+        },
+    )
 }
 
 fn hash_of(f: impl FnOnce(&mut FxHasher)) -> u64 {
@@ -192,7 +188,8 @@ impl StackInterner {
             };
         }
         let syms = &batch.symbols;
-        let mut t = self.tables.lock();
+        let mut guard = self.tables.lock();
+        let t = &mut *guard;
         // Checked before the batch, so all its ids are of one generation; one
         // batch can overshoot the budget by its own size, which its decoder limits.
         if t.approx_bytes() > self.max_bytes {
@@ -202,12 +199,12 @@ impl StackInterner {
         let functions: Vec<u32> = syms
             .functions
             .iter()
-            .map(|f| t.names(Which::Function, &f.name, &f.file))
+            .map(|f| names(&mut t.functions, &mut t.string_bytes, &f.name, &f.file))
             .collect();
         let mappings: Vec<u32> = syms
             .mappings
             .iter()
-            .map(|m| t.names(Which::Mapping, &m.file, &m.build_id))
+            .map(|m| names(&mut t.mappings, &mut t.string_bytes, &m.file, &m.build_id))
             .collect();
         // A location's function or mapping as a key: 0 for none, id + 1 for one;
         // `None` when it has one without an id (then the location has none).
