@@ -4,7 +4,7 @@
 //! two cores, so "values per second" alone hides how much of the machine the
 //! generator took. Each thread's user + system time from `/proc/self/task` is
 //! sampled before and after a phase; the server's threads carry the names it gives
-//! them (`profiledb-*`, tokio's `tokio-rt-worker`, tantivy's); the rest of the
+//! them (`profiledb-*`, tokio's `tokio-rt-worker`); the rest of the
 //! process's time (`/proc/self/stat`, which keeps the time of threads that have
 //! ended, such as the push clients) is the suite's own.
 
@@ -87,7 +87,7 @@ fn role(name: &str) -> &'static str {
         "profiledb-inges" => "server decoders",
         "profiledb-flush" => "server flusher",
         "tokio-rt-worker" => "server HTTP",
-        n if n.starts_with("profiledb") || n.starts_with("thrd-tantivy") => "server other",
+        n if n.starts_with("profiledb") => "server other",
         _ => CLIENT,
     }
 }

@@ -1,5 +1,5 @@
 //! Group-by, cached merges and query limits straight on a store: the head path and
-//! the segment path (function regexes through the tantivy index) must agree.
+//! the segment path (function regexes through the function-name index) must agree.
 
 mod common;
 
@@ -85,6 +85,43 @@ fn group_by_head_and_segments_agree() {
     };
     let b = engine.group_by(&t, &sel, range, &q).unwrap();
     assert_eq!(rows(&b), vec![(vec!["/usr/lib/libx.so".to_string()], 21)]);
+}
+
+/// A segment's function-name index is built once, and its bytes count in what the
+/// querier reports holding (its share of `--query-cache-mb`) even when results
+/// are not cached.
+#[test]
+fn function_indexes_are_built_once_and_weighed() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), test_config()).unwrap();
+    let t = TenantId::default();
+    let samples = vec![
+        sample("api", &["main", "serve", "deflate_slow"], 5),
+        sample("api", &["main", "serve"], 2),
+        sample("db", &["main", "inflate"], 3),
+    ];
+    store.write(build_batch(&t, &samples)).unwrap();
+    store.flush().unwrap();
+    let engine = Querier::new(&store, 0, QueryLimits::default());
+    let sel = Selector::parse(&format!("{CPU}{{}}")).unwrap();
+    let q = GroupByQuery {
+        keys: vec![GroupKey::Label("service_name".into())],
+        include: Some(Regex::new("deflate|^inflate$").unwrap()),
+        exclude: None,
+        max_groups: 0,
+    };
+    assert_eq!(engine.cached_bytes(), 0);
+    for _ in 0..2 {
+        let acc = engine
+            .group_by(&t, &sel, TimeRange::new(0, 10_000), &q)
+            .unwrap();
+        assert_eq!(
+            rows(&acc),
+            vec![(vec!["api".to_string()], 5), (vec!["db".to_string()], 3)]
+        );
+        assert_eq!(engine.stats().fn_index_builds.load(Ordering::Relaxed), 1);
+    }
+    assert!(engine.cached_bytes() > 0, "the index is weighed");
 }
 
 #[test]

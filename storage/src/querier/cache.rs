@@ -244,17 +244,18 @@ pub(crate) struct QueryCache {
 }
 
 impl QueryCache {
-    /// `cache_bytes` bounds the result cache (0 disables it); the function indexes
-    /// get a quarter more (at least 1 MiB).
+    /// `cache_bytes` bounds the result cache and the function indexes together
+    /// (an eighth for the indexes, at least 1 MiB); 0 disables results.
     pub fn new(cache_bytes: u64, stats: Arc<CacheStats>) -> Self {
-        let bytes = cache_bytes.max(1 << 20);
+        let indexes = (cache_bytes / 8).max(1 << 20);
+        let bytes = cache_bytes.saturating_sub(indexes).max(1 << 20);
         QueryCache {
             results: quick_cache::sync::Cache::with_weighter(
                 (bytes / 4096).clamp(64, 1_000_000) as usize,
                 bytes,
                 ResultWeight,
             ),
-            fn_indexes: one_shard_cache((bytes / 4).max(1 << 20), IndexWeight),
+            fn_indexes: one_shard_cache(indexes, IndexWeight),
             stats,
             results_enabled: cache_bytes > 0,
             asked: AskedBefore::default(),
@@ -363,9 +364,9 @@ impl QueryCache {
         s
     }
 
-    /// Bytes held by cached results.
+    /// Bytes held by cached results and function indexes.
     pub fn cached_bytes(&self) -> u64 {
-        self.results.weight()
+        self.results.weight() + self.fn_indexes.weight()
     }
 
     /// Cached results.
@@ -374,13 +375,13 @@ impl QueryCache {
     }
 
     /// The function index of segment `id`, built from `dict` on first use.
-    pub fn fn_index(&self, id: u64, dict: &Dict) -> Result<Arc<FnIndex>> {
+    pub fn fn_index(&self, id: u64, dict: &Dict) -> Arc<FnIndex> {
         if let Some(i) = self.fn_indexes.get(&id) {
-            return Ok(i);
+            return i;
         }
-        let idx = Arc::new(FnIndex::build(dict)?);
+        let idx = Arc::new(FnIndex::build(dict));
         self.stats.fn_index_builds.fetch_add(1, Ordering::Relaxed);
         self.fn_indexes.insert(id, idx.clone());
-        Ok(idx)
+        idx
     }
 }

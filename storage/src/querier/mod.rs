@@ -84,7 +84,7 @@ impl Querier {
         &self.cache.stats
     }
 
-    /// Bytes held by cached results.
+    /// Bytes held by cached results and function indexes.
     pub fn cached_bytes(&self) -> u64 {
         self.cache.cached_bytes()
     }

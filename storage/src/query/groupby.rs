@@ -5,7 +5,7 @@
 //! (every distinct frame of the stack, so a function is counted once per stack that
 //! contains it, however often it recurses), and `binary` (the mapping file of the
 //! leaf). Function filters are resolved to function ids once per source (through the
-//! tantivy index for segments), then to a per-stack-node flag in one forward pass over
+//! function-name index for segments), then to a per-stack-node flag in one forward pass over
 //! the stack tree, so no frame is matched against a regex per row.
 
 use parking_lot::RwLock;

@@ -16,6 +16,8 @@
 use std::borrow::Cow;
 use std::ops::Range;
 
+use bytes::Bytes;
+
 use crate::codec::{put_uvarint, Reader};
 
 /// Series per chunk in the files this build writes: small enough that a service's
@@ -36,14 +38,15 @@ pub(super) struct Frame {
 pub(super) enum Column {
     /// Decompressed whole at load (versions 1 and 2).
     Whole(Vec<u8>),
-    /// Compressed, one frame per chunk (version 3).
-    Framed { stored: Vec<u8>, frames: Vec<Frame> },
+    /// Compressed, one frame per chunk (version 3): a slice of the file's bytes
+    /// as loaded (a mapping of the file, or a fetched body), not a copy.
+    Framed { stored: Bytes, frames: Vec<Frame> },
 }
 
 impl Column {
     /// Parses a framed column's table; `raw_len` is the section's decompressed
     /// size from the footer. Returns the column and its chunk size.
-    pub(super) fn framed(stored: Vec<u8>, raw_len: u64) -> Result<(Column, usize), String> {
+    pub(super) fn framed(stored: Bytes, raw_len: u64) -> Result<(Column, usize), String> {
         let mut r = Reader::new(&stored, "framed column");
         let err = |e: crate::StorageError| e.to_string();
         let chunk_series = usize::try_from(r.uvarint().map_err(err)?)
@@ -111,7 +114,8 @@ impl Column {
     /// Bytes held.
     pub(super) fn held_bytes(&self) -> usize {
         match self {
-            Column::Whole(b) | Column::Framed { stored: b, .. } => b.len(),
+            Column::Whole(b) => b.len(),
+            Column::Framed { stored, .. } => stored.len(),
         }
     }
 
@@ -203,7 +207,7 @@ mod tests {
         let raw: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
         let bounds = [0, 0, 1000, 1000, 4000, 5000];
         let stored = encode(&raw, &bounds, 16, 3).unwrap();
-        let (col, cs) = Column::framed(stored, raw.len() as u64).unwrap();
+        let (col, cs) = Column::framed(stored.into(), raw.len() as u64).unwrap();
         assert_eq!(cs, 16);
         assert_eq!(col.frame_raw_lens(), Some(vec![0, 1000, 0, 3000, 1000]));
         assert_eq!(col.raw_len(), 5000);
@@ -219,20 +223,20 @@ mod tests {
     fn damaged_tables_are_refused_by_name() {
         let raw = vec![7u8; 300];
         let good = encode(&raw, &[0, 100, 300], 4, 3).unwrap();
-        assert!(Column::framed(good.clone(), 301)
+        assert!(Column::framed(good.clone().into(), 301)
             .unwrap_err()
             .contains("the footer says 301"));
         let mut short = good.clone();
         short.pop();
-        assert!(Column::framed(short, 300).is_err());
+        assert!(Column::framed(short.into(), 300).is_err());
         let mut long = good.clone();
         long.push(0);
-        assert!(Column::framed(long, 300)
+        assert!(Column::framed(long.into(), 300)
             .unwrap_err()
             .contains("bytes left"));
         // Every truncation of the table is refused, never a panic.
         for cut in 0..good.len() {
-            let _ = Column::framed(good[..cut].to_vec(), 300);
+            let _ = Column::framed(good[..cut].to_vec().into(), 300);
         }
     }
 
@@ -245,7 +249,7 @@ mod tests {
             bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
             raw_len in 0u64..5000,
         ) {
-            if let Ok((col, _)) = Column::framed(bytes, raw_len) {
+            if let Ok((col, _)) = Column::framed(bytes.into(), raw_len) {
                 let mut at = 0;
                 for (k, len) in col.frame_raw_lens().unwrap_or_default().into_iter().enumerate() {
                     let _ = col.chunk(k, at..at + len);

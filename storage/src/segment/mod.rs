@@ -531,6 +531,34 @@ mod tests {
         );
     }
 
+    /// A loaded segment reads its rows from a mapping of its file: one deleted
+    /// (compaction, retention) or renamed (quarantine) after loading still reads
+    /// back every row, chunks decoded only afterwards included.
+    #[test]
+    fn a_loaded_segment_reads_its_rows_after_its_file_is_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let values: [&[i64]; 3] = [&[10, 20, 30], &[-6, 9], &[7]];
+        let file = written_as(
+            dir.path(),
+            "gone.seg",
+            scaled_input(&values),
+            FORMAT_VERSION,
+        );
+        let seg = file.load().unwrap();
+        std::fs::rename(&file.path, dir.path().join("moved.seg")).unwrap();
+        std::fs::remove_file(dir.path().join("moved.seg")).unwrap();
+        // Overwrite the space the file had, as another segment's write would.
+        std::fs::write(dir.path().join("other.seg"), vec![0xAB; 1 << 20]).unwrap();
+        let rows: Vec<Vec<i64>> = (0..seg.series.len() as u32)
+            .map(|s| {
+                let mut out = Vec::new();
+                seg.for_each_row(s, |_, _, v| out.push(v)).unwrap();
+                out
+            })
+            .collect();
+        assert_eq!(rows, values.map(<[i64]>::to_vec));
+    }
+
     /// Series are written by profile type, then service, then the rest of their
     /// labels, so a selector's series are neighbours (and share chunks of rows).
     #[test]

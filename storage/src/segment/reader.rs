@@ -4,6 +4,8 @@ use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
+use bytes::Bytes;
+
 use super::frames::{Column, CHUNK_SERIES};
 use super::rows::{RowRange, Rows, SeriesRows};
 use super::summary::{decode_series, decode_totals, SegmentSummary};
@@ -221,15 +223,16 @@ impl SegmentFile {
         Ok(())
     }
 
-    /// A row column as a loaded segment holds it: framed columns stay compressed.
-    fn column(&self, file: &[u8], kind: SectionKind) -> Result<(Column, Option<usize>)> {
+    /// A row column as a loaded segment holds it: framed columns stay compressed,
+    /// as a slice of the file's bytes.
+    fn column(&self, file: &Bytes, kind: SectionKind) -> Result<(Column, Option<usize>)> {
         let e = self.entry(kind)?;
         if e.codec != CODEC_ZSTD_FRAMES {
             return Ok((Column::Whole(self.section(file, kind)?), None));
         }
         let stored = self.stored(file, e)?;
         self.check_crc(e, stored)?;
-        let (col, chunk_series) = Column::framed(stored.to_vec(), e.raw_len)
+        let (col, chunk_series) = Column::framed(file.slice_ref(stored), e.raw_len)
             .map_err(|why| corrupt(&self.path, format!("section {kind:?}: {why}")))?;
         Ok((col, Some(chunk_series)))
     }
@@ -243,7 +246,7 @@ impl SegmentFile {
             return Ok(stored.to_vec());
         }
         if e.codec == CODEC_ZSTD_FRAMES {
-            return Column::framed(stored.to_vec(), e.raw_len)
+            return Column::framed(Bytes::copy_from_slice(stored), e.raw_len)
                 .and_then(|(c, _)| c.decompress_all())
                 .map_err(|why| corrupt(&self.path, format!("section {kind:?}: {why}")));
         }
@@ -276,14 +279,30 @@ impl SegmentFile {
         Ok(())
     }
 
-    /// Reads, verifies and decodes the whole segment.
+    /// Maps, verifies and decodes the whole segment.
     pub fn load(&self) -> Result<LoadedSegment> {
-        self.load_from(self.read_all()?)
+        self.load_from(self.map_all()?)
+    }
+
+    /// The file's bytes as a read-only mapping, not a copy: a loaded segment
+    /// keeps its row columns compressed as slices of them, and a first query after
+    /// a restart paid for reading every segment it touched into fresh memory (the
+    /// kernel zeroing each page before the copy) when the page cache held them
+    /// already. Segment files are never written after their rename into place, and
+    /// one deleted (compaction, retention) or quarantined while mapped stays
+    /// readable until unmapped.
+    fn map_all(&self) -> Result<Bytes> {
+        let file = File::open(&self.path).at(&self.path)?;
+        // SAFETY: the mapping is read-only and segment files are immutable once
+        // renamed into place (see above); nothing in this process writes to one.
+        let map = unsafe { memmap2::Mmap::map(&file) }.at(&self.path)?;
+        Ok(Bytes::from_owner(map))
     }
 
     /// Like [`SegmentFile::load`], over the file's bytes already read (fetched
-    /// from elsewhere).
-    pub fn load_from(&self, file: Vec<u8>) -> Result<LoadedSegment> {
+    /// from elsewhere, or mapped).
+    pub fn load_from(&self, file: impl Into<Bytes>) -> Result<LoadedSegment> {
+        let file: Bytes = file.into();
         if file.len() as u64 != self.meta.size_bytes {
             return Err(corrupt(&self.path, "file size changed since it was opened"));
         }

@@ -455,7 +455,7 @@ mod tests {
         let bounds = |c: usize| vec![0, cols[c].len(), cols[c].len()];
         let framed: [Column; 3] = std::array::from_fn(|c| {
             let stored = frames::encode(&cols[c], &bounds(c), cs, 3).unwrap();
-            frames::Column::framed(stored, cols[c].len() as u64)
+            frames::Column::framed(stored.into(), cols[c].len() as u64)
                 .unwrap()
                 .0
         });
