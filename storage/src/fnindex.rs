@@ -12,10 +12,10 @@
 //! byte-bounded cache keyed by segment id (segments are immutable; an evicted index
 //! is rebuilt from the dictionary). This replaced a per-segment tantivy index of
 //! name trigrams: on a segment of the bench fleet (28,671 functions, 0.8 MB of
-//! names) tantivy took 150–180 ms to build, on the query path of the first filter
-//! after a restart, for each segment of the range, and answered in 0.13 ms; the
-//! buffer takes 0.26 ms to lay out and answers `deflate` in 0.08 ms (a scan of every
-//! name with the regex: 0.5–1.6 ms).
+//! names) tantivy took 146–180 ms to build, on the query path of the first filter
+//! after a restart, for each segment of the range, and answered `deflate` in
+//! 0.13 ms; the buffer takes 0.3–0.5 ms to lay out and answers in 0.07–0.09 ms (the
+//! regex on every name: 0.5–1.0 ms).
 
 use memchr::memmem;
 use regex::Regex;
@@ -55,7 +55,9 @@ impl FnIndex {
     }
 
     /// Ids of the functions of `dict` (the dictionary this index was built from)
-    /// whose name matches `re` (unanchored, like [`Regex::is_match`]).
+    /// whose name matches `re` (unanchored, like [`Regex::is_match`]). The literals
+    /// are read from `re.as_str()`, so flags must be inline in the pattern (`(?i)`),
+    /// not set on a `RegexBuilder`: the API compiles patterns with a size limit only.
     pub fn matching(&self, dict: &Dict, re: &Regex) -> RoaringBitmap {
         let Some(literals) = required_literals(re.as_str()) else {
             return scan_functions(dict, re);

@@ -63,10 +63,10 @@ impl Querier {
         scope: Scope,
     ) -> Result<GroupAcc> {
         let (tenant, range) = (&query.tenant, query.range);
-        let resolve = |src: &dyn Source, re: &Regex| -> Result<RoaringBitmap> {
+        let resolve = |src: &dyn Source, re: &Regex| -> RoaringBitmap {
             match src.segment_id() {
-                Some(id) => Ok(self.cache.fn_index(id, src.dict()).matching(src.dict(), re)),
-                None => Ok(scan_functions(src.dict(), re)),
+                Some(id) => self.cache.fn_index(id, src.dict()).matching(src.dict(), re),
+                None => scan_functions(src.dict(), re),
             }
         };
         if frames_can_group(q) {

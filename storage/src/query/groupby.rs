@@ -241,7 +241,7 @@ pub fn group_into(
     sel: &Selector,
     range: TimeRange,
     q: &GroupByQuery,
-    resolve: &dyn Fn(&dyn Source, &Regex) -> Result<RoaringBitmap>,
+    resolve: &dyn Fn(&dyn Source, &Regex) -> RoaringBitmap,
     acc: &mut GroupAcc,
     scratch: &mut Scratch,
 ) -> Result<()> {
@@ -251,7 +251,7 @@ pub fn group_into(
     let dict = src.dict();
     let label_keys = q.label_keys();
     let stack_keys = q.keys.iter().any(GroupKey::is_stack_derived);
-    let mut filter = NodeFilter::new(src, q.include.as_ref(), q.exclude.as_ref(), resolve)?;
+    let mut filter = NodeFilter::new(src, q.include.as_ref(), q.exclude.as_ref(), resolve);
     if filter.passes_nothing() {
         return Ok(());
     }
@@ -543,7 +543,7 @@ impl SourceGroups {
         src: &dyn Source,
         sel: &Selector,
         q: &GroupByQuery,
-        resolve: &dyn Fn(&dyn Source, &Regex) -> Result<RoaringBitmap>,
+        resolve: &dyn Fn(&dyn Source, &Regex) -> RoaringBitmap,
     ) -> Result<Option<SourceGroups>> {
         let series = src.index().select(&sel.matchers);
         if series.is_empty() {
@@ -553,7 +553,7 @@ impl SourceGroups {
         // they are resolved to frame ids: only the stacks a filtered query keeps
         // are added to the frame tree (the first query after a restart resolves
         // far fewer).
-        let filter = NodeFilter::new(src, q.include.as_ref(), q.exclude.as_ref(), resolve)?;
+        let filter = NodeFilter::new(src, q.include.as_ref(), q.exclude.as_ref(), resolve);
         if filter.passes_nothing() {
             return Ok(None);
         }

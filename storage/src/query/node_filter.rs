@@ -51,22 +51,20 @@ impl NodeFilter {
         src: &dyn Source,
         include: Option<&Regex>,
         exclude: Option<&Regex>,
-        resolve: &dyn Fn(&dyn Source, &Regex) -> Result<RoaringBitmap>,
-    ) -> Result<NodeFilter> {
+        resolve: &dyn Fn(&dyn Source, &Regex) -> RoaringBitmap,
+    ) -> NodeFilter {
         if include.is_none() && exclude.is_none() {
-            return Ok(NodeFilter::All);
+            return NodeFilter::All;
         }
-        let resolved = |re: Option<&Regex>| re.map(|re| resolve(src, re)).transpose();
-        let (inc, exc) = (resolved(include)?, resolved(exclude)?);
+        let (inc, exc) = (
+            include.map(|re| resolve(src, re)),
+            exclude.map(|re| resolve(src, re)),
+        );
         if let Some(index) = src.stack_index() {
             let ranges = ranges(index, inc.as_ref(), exc.as_ref());
-            return Ok(NodeFilter::of_ranges(&ranges, index.node_count()));
+            return NodeFilter::of_ranges(&ranges, index.node_count());
         }
-        Ok(NodeFilter::Flags(Flags::new(
-            src.dict(),
-            inc.as_ref(),
-            exc.as_ref(),
-        )))
+        NodeFilter::Flags(Flags::new(src.dict(), inc.as_ref(), exc.as_ref()))
     }
 
     fn of_ranges(ranges: &[Range<u32>], nodes: u32) -> NodeFilter {

@@ -547,7 +547,7 @@ mod tests {
         let seg = file.load().unwrap();
         std::fs::rename(&file.path, dir.path().join("moved.seg")).unwrap();
         std::fs::remove_file(dir.path().join("moved.seg")).unwrap();
-        // Overwrite the space the file had, as another segment's write would.
+        // Another file, which may take the blocks the deleted one had.
         std::fs::write(dir.path().join("other.seg"), vec![0xAB; 1 << 20]).unwrap();
         let rows: Vec<Vec<i64>> = (0..seg.series.len() as u32)
             .map(|s| {
