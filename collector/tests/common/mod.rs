@@ -100,11 +100,14 @@ pub fn start_server(dir: &Path) -> Option<(Kill, SocketAddr)> {
             .spawn()
             .expect("spawn profiledb serve"),
     );
+    // Ready, not only listening: the server accepts connections while it opens
+    // its store and answers 503 meanwhile, without reading a request's body (a
+    // PUT sent then could see its connection reset).
     let t = Instant::now();
-    while TcpStream::connect(addr).is_err() {
+    while !matches!(http_get(addr, "/ready"), Ok((200, _))) {
         assert!(
             t.elapsed() < Duration::from_secs(30),
-            "server did not start"
+            "server did not get ready"
         );
         std::thread::sleep(Duration::from_millis(100));
     }
