@@ -27,7 +27,7 @@ use crate::dict::Dict;
 pub struct FnIndex {
     /// Every function's name, in id order, each followed by a NUL so that a literal
     /// found across two names is rare (it is checked like any other candidate).
-    names: Vec<u8>,
+    names: String,
     /// `starts[f]`: where function `f`'s name begins in `names`.
     starts: Vec<usize>,
 }
@@ -40,12 +40,12 @@ impl FnIndex {
             .iter()
             .map(|f| dict.str(f.name).len() + 1)
             .sum();
-        let mut names = Vec::with_capacity(bytes);
+        let mut names = String::with_capacity(bytes);
         let mut starts = Vec::with_capacity(dict.functions.len());
         for f in &dict.functions {
             starts.push(names.len());
-            names.extend_from_slice(dict.str(f.name).as_bytes());
-            names.push(0);
+            names.push_str(dict.str(f.name));
+            names.push('\0');
         }
         FnIndex { names, starts }
     }
@@ -54,30 +54,40 @@ impl FnIndex {
         self.names.capacity() + self.starts.capacity() * std::mem::size_of::<usize>() + 64
     }
 
-    /// Ids of the functions of `dict` (the dictionary this index was built from)
-    /// whose name matches `re` (unanchored, like [`Regex::is_match`]). The literals
-    /// are read from `re.as_str()`, so flags must be inline in the pattern (`(?i)`),
-    /// not set on a `RegexBuilder`: the API compiles patterns with a size limit only.
-    pub fn matching(&self, dict: &Dict, re: &Regex) -> RoaringBitmap {
-        let Some(literals) = required_literals(re.as_str()) else {
-            return scan_functions(dict, re);
-        };
-        let is_match = |f: usize| {
-            dict.functions
-                .get(f)
-                .is_some_and(|f| re.is_match(dict.str(f.name)))
-        };
+    /// Function `f`'s name (without its NUL).
+    fn name(&self, f: usize) -> &str {
+        let end = self.starts.get(f + 1).map_or(self.names.len(), |&e| e);
+        self.starts
+            .get(f)
+            .and_then(|&s| self.names.get(s..end.saturating_sub(1)))
+            .unwrap_or("")
+    }
+
+    /// Ids of the functions whose name matches `re` (unanchored, like
+    /// [`Regex::is_match`]). The literals are read from `re.as_str()`, so flags must
+    /// be inline in the pattern (`(?i)`), not set on a `RegexBuilder`: the API
+    /// compiles patterns with a size limit only.
+    pub fn matching(&self, re: &Regex) -> RoaringBitmap {
         let mut out = RoaringBitmap::new();
+        let Some(literals) = required_literals(re.as_str()) else {
+            for f in 0..self.starts.len() {
+                if re.is_match(self.name(f)) {
+                    out.insert(f as u32);
+                }
+            }
+            return out;
+        };
+        let names = self.names.as_bytes();
         for lit in &literals {
             let finder = memmem::Finder::new(lit);
             let mut from = 0;
-            while let Some(at) = self.names.get(from..).and_then(|rest| finder.find(rest)) {
+            while let Some(at) = names.get(from..).and_then(|rest| finder.find(rest)) {
                 // The name the literal starts in; the search goes on after it.
                 let f = self.starts.partition_point(|&s| s <= from + at) - 1;
-                if is_match(f) {
+                if re.is_match(self.name(f)) {
                     out.insert(f as u32);
                 }
-                from = self.starts.get(f + 1).copied().unwrap_or(self.names.len());
+                from = self.starts.get(f + 1).copied().unwrap_or(names.len());
             }
         }
         out
@@ -126,7 +136,7 @@ fn required_literals(pattern: &str) -> Option<Vec<Vec<u8>>> {
 }
 
 /// Ids of the functions of `dict` whose name matches `re`, without an index (used for
-/// the head, whose dictionary grows, and for patterns without a required literal).
+/// the head, whose dictionary grows).
 pub fn scan_functions(dict: &Dict, re: &Regex) -> RoaringBitmap {
     dict.functions
         .iter()
@@ -162,7 +172,7 @@ mod tests {
         let idx = FnIndex::build(&d);
         let m = |p: &str| {
             let re = Regex::new(p).expect("valid regex");
-            let got: Vec<u32> = idx.matching(&d, &re).iter().collect();
+            let got: Vec<u32> = idx.matching(&re).iter().collect();
             assert_eq!(
                 got,
                 scan_functions(&d, &re).iter().collect::<Vec<_>>(),
@@ -249,7 +259,7 @@ mod tests {
                 .collect::<Vec<_>>()
                 .join("|");
             let re = Regex::new(&pattern).expect("valid regex");
-            let got: Vec<u32> = idx.matching(&d, &re).iter().collect();
+            let got: Vec<u32> = idx.matching(&re).iter().collect();
             let want: Vec<u32> = scan_functions(&d, &re).iter().collect();
             proptest::prop_assert_eq!(got, want, "{}", pattern);
         }

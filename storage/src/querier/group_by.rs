@@ -65,7 +65,7 @@ impl Querier {
         let (tenant, range) = (&query.tenant, query.range);
         let resolve = |src: &dyn Source, re: &Regex| -> RoaringBitmap {
             match src.segment_id() {
-                Some(id) => self.cache.fn_index(id, src.dict()).matching(src.dict(), re),
+                Some(id) => self.cache.fn_index(id, src.dict()).matching(re),
                 None => scan_functions(src.dict(), re),
             }
         };
