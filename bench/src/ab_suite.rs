@@ -13,7 +13,7 @@
 //! directory (the same fleet written another way, e.g. in another segment format).
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::Parser;
@@ -52,6 +52,11 @@ pub struct Args {
     /// time, stored differently).
     #[arg(long)]
     data_dir_b: Option<PathBuf>,
+    /// With `--restarts`: ask the first query once the server's background warm-up
+    /// of its segment cache has finished (`profiledb_segment_cache_warming` back
+    /// to 0), not right after `/ready`; the time to each point is printed.
+    #[arg(long)]
+    after_warm_up: bool,
 }
 
 /// A server process over its own copy of the data (deleted after it).
@@ -107,15 +112,47 @@ fn restarts(
         .filter(|s| s.window == args.window && s.name.contains(&args.query))
     {
         let mut ms: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+        // Milliseconds from the start to `/ready` and to the end of the warm-up.
+        let mut ready: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+        let mut warm: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
         for i in 0..restarts {
             let req = (s.http)(i as i64 + 1);
             for k in [i % 2, 1 - i % 2] {
+                let t = Instant::now();
                 let server =
                     ServeProcess::start(bins[k], copies[k].path(), Duration::from_secs(120))?;
+                ready[k].push(t.elapsed().as_secs_f64() * 1000.0);
+                if args.after_warm_up {
+                    wait_warm(client, &server.url)?;
+                    warm[k].push(t.elapsed().as_secs_f64() * 1000.0);
+                }
                 ms[k].push(timed(client, &server.url, &req)?.0);
             }
         }
-        let row = compare(s, "first after restart", ms);
+        let what = if args.after_warm_up {
+            "first after warm-up"
+        } else {
+            "first after restart"
+        };
+        let mut row = compare(s, what, ms);
+        let medians = |v: &[Vec<f64>; 2]| [median(v[0].clone()), median(v[1].clone())];
+        let (r, w) = (medians(&ready), medians(&warm));
+        println!(
+            "{:<45} {:>4}  start to /ready: a {:>7.0} ms  b {:>7.0} ms{}",
+            "",
+            "",
+            r[0],
+            r[1],
+            if args.after_warm_up {
+                format!("   start to warm: a {:>7.0} ms  b {:>7.0} ms", w[0], w[1])
+            } else {
+                String::new()
+            }
+        );
+        row["ready_ms"] = json!({"a": r[0], "b": r[1]});
+        if args.after_warm_up {
+            row["warm_ms"] = json!({"a": w[0], "b": w[1]});
+        }
         rows.push(row);
     }
     Ok(rows)

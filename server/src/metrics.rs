@@ -265,8 +265,15 @@ pub fn render(
             &mut out,
             "profiledb_segment_cache_warming",
             "gauge",
-            "1 while the segment cache is being warmed after start (newest segments decoded in the background).",
+            "1 while the segment cache is being warmed after start (newest segments decoded, the last day's rows decoded and its stacks resolved into the frame tree, in the background).",
             g.segment_cache_warming,
+        );
+        family(
+            &mut out,
+            "profiledb_query_scratch_bytes",
+            "gauge",
+            "Bytes of the per-thread query scratch spaces kept between queries (at most 4, each sized by the largest segment read and the frame tree).",
+            g.query_scratch_bytes,
         );
     }
     out

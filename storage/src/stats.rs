@@ -83,6 +83,8 @@ pub struct Gauges {
     pub flush_bytes: u64,
     /// Approximate bytes of the shared name-level frame tree queries build.
     pub frame_tree_bytes: u64,
+    /// Bytes of the query scratch spaces pooled between queries.
+    pub query_scratch_bytes: u64,
     /// Approximate bytes of the stack interner (store-wide stack ids for writes).
     pub stack_interner_bytes: u64,
     /// Stacks with an id in the interner's current generation.

@@ -265,6 +265,7 @@ mod tests {
             &mut out,
             &mut nodes,
             &mut names,
+            &mut Memo::default(),
             &mut path,
         );
         let mut merged = Vec::new();

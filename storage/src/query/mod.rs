@@ -5,6 +5,7 @@
 //! scans only the selected series' rows, and folds the result into a per-thread
 //! accumulator. Sources are scanned in parallel on the query pool ([`par_fold`]).
 
+mod child_map;
 pub mod diff;
 mod drawn;
 pub mod flamegraph;
@@ -13,7 +14,7 @@ pub mod groupby;
 pub mod interner;
 pub mod merged;
 mod node_filter;
-mod pool;
+pub(crate) mod pool;
 pub mod scratch;
 mod shape;
 mod shares;

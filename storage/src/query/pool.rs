@@ -37,6 +37,11 @@ fn pool() -> Option<&'static rayon::ThreadPool> {
     .as_ref()
 }
 
+/// Starts the pool's threads now rather than in the first query that needs them.
+pub(crate) fn start() {
+    let _ = pool();
+}
+
 /// `f()`, with a panic turned into this query's error instead of the server's.
 fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
     catch_unwind(AssertUnwindSafe(f))

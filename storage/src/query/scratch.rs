@@ -7,6 +7,7 @@
 //! nodes) makes a query over one service pay for all of them. With these arrays a
 //! source costs what its selected rows and their stacks cost.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// Grows `v` to `n` zeroed slots. A first allocation goes through `alloc_zeroed`,
@@ -19,6 +20,15 @@ fn grow_zeroed<T: Copy + Default>(v: &mut Vec<T>, n: usize) {
         *v = vec![T::default(); n];
     } else {
         v.resize(n, T::default());
+    }
+}
+
+/// Writes every page of `v`, so that the kernel maps them now (a store of zero
+/// into fresh zeroed memory would otherwise be proven redundant and dropped).
+fn touch<T: Copy + Default>(v: &mut [T]) {
+    let step = (4096 / std::mem::size_of::<T>().max(1)).max(1);
+    for i in (0..v.len()).step_by(step) {
+        v[i] = std::hint::black_box(T::default());
     }
 }
 
@@ -138,6 +148,9 @@ pub struct Scratch {
     pub names: Memo,
     /// Stack node → filter verdict (0 = drop, 1 = keep), for function filters.
     pub keep: Memo,
+    /// Stack node → depth, while a segment's nodes are resolved into the frame
+    /// tree (clean between uses).
+    pub depth: Memo,
     pub pairs: Vec<(u32, i64)>,
     pub path: Vec<u32>,
 }
@@ -146,6 +159,9 @@ pub struct Scratch {
 /// arrays already sized and faulted in. Only clean scratch (every source ended) is
 /// returned; a query that failed half-way drops its own.
 static POOL: Mutex<Vec<Scratch>> = Mutex::new(Vec::new());
+
+/// Heap bytes of the pooled scratch spaces (for `/metrics`).
+static POOLED_BYTES: AtomicU64 = AtomicU64::new(0);
 
 /// At most this many pooled scratch spaces (one per query thread of a few
 /// concurrent queries); the rest are freed.
@@ -161,18 +177,63 @@ impl Scratch {
 
     /// A clean scratch space, from the pool when one is there.
     pub fn take() -> Scratch {
-        POOL.lock()
-            .ok()
-            .and_then(|mut p| p.pop())
-            .unwrap_or_default()
+        let s = POOL.lock().ok().and_then(|mut p| p.pop());
+        if let Some(s) = &s {
+            POOLED_BYTES.fetch_sub(s.bytes() as u64, Ordering::Relaxed);
+        }
+        s.unwrap_or_default()
     }
 
     /// Returns a clean scratch space to the pool.
     pub fn give_back(self) {
         if let Ok(mut p) = POOL.lock() {
             if p.len() < POOL_MAX {
+                POOLED_BYTES.fetch_add(self.bytes() as u64, Ordering::Relaxed);
                 p.push(self);
             }
+        }
+    }
+
+    /// Heap bytes of the scratch spaces waiting in the pool.
+    pub fn pooled_bytes() -> u64 {
+        POOLED_BYTES.load(Ordering::Relaxed)
+    }
+
+    /// Heap bytes this scratch space holds.
+    fn bytes(&self) -> usize {
+        let n = |v: &NodeValues| v.values.capacity() * 8 + v.touched.capacity() * 4;
+        let m = |m: &Memo| (m.slots.capacity() + m.set.capacity()) * 4;
+        n(&self.values)
+            + n(&self.gids)
+            + n(&self.spare)
+            + m(&self.nodes)
+            + m(&self.names)
+            + m(&self.keep)
+            + m(&self.depth)
+            + self.pairs.capacity() * 16
+            + self.path.capacity() * 4
+    }
+
+    /// Sizes the per-node arrays for sources of up to `nodes` stack nodes and
+    /// `names` functions and locations, and the per-frame ones for a frame tree of
+    /// `frames` nodes, and has the kernel map every page now. The first query after
+    /// a restart paid for those pages (tens of megabytes a query thread) in page
+    /// faults; the warm-up pays instead.
+    pub fn prefault(&mut self, nodes: usize, frames: usize, names: usize) {
+        self.values.prepare(nodes);
+        touch(&mut self.values.values);
+        for v in [&mut self.gids, &mut self.spare] {
+            v.prepare(frames);
+            touch(&mut v.values);
+        }
+        for (m, n) in [
+            (&mut self.nodes, nodes),
+            (&mut self.keep, nodes),
+            (&mut self.depth, nodes),
+            (&mut self.names, names),
+        ] {
+            m.prepare(n);
+            touch(&mut m.slots);
         }
     }
 }

@@ -445,6 +445,13 @@ impl std::ops::Deref for LoadedSegment {
 }
 
 impl LoadedSegment {
+    /// Decodes every row now (what queries otherwise decode a chunk of series at
+    /// a time, on first read), calling `pause` between chunks. The segment cache
+    /// charged for the decoded rows when the segment was loaded.
+    pub fn decode_rows(&self, pause: impl FnMut()) -> Result<()> {
+        self.rows.decode_all(pause)
+    }
+
     /// Calls `f(step_index, stack_node, value)` for each row of `series`, in
     /// `(time, stack)` order.
     pub fn for_each_row(&self, series: u32, f: impl FnMut(u32, u32, i64)) -> Result<()> {

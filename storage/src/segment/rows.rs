@@ -153,6 +153,15 @@ impl Rows {
         }))
     }
 
+    /// Decodes every chunk not decoded yet, calling `pause` before each.
+    pub(super) fn decode_all(&self, mut pause: impl FnMut()) -> Result<()> {
+        for k in 0..self.chunks.len() {
+            pause();
+            self.chunk_of(k * self.chunk_series)?;
+        }
+        Ok(())
+    }
+
     /// The decoded chunk holding series `s` (which must exist) and its position there.
     fn chunk_of(&self, s: usize) -> Result<(&Chunk, usize)> {
         let k = s / self.chunk_series;

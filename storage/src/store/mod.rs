@@ -400,6 +400,7 @@ impl Store {
             wal_bytes: self.inner.wal_bytes.load(Ordering::Relaxed),
             wal_buffer_bytes: self.inner.wal_buffer_bytes.load(Ordering::Relaxed),
             frame_tree_bytes: self.inner.frames.approx_bytes() as u64,
+            query_scratch_bytes: crate::query::scratch::Scratch::pooled_bytes(),
             stack_interner_bytes: self.inner.interner.approx_bytes(),
             stack_interner_stacks: self.inner.interner.stack_count(),
             stack_interner_resets: self.inner.interner.resets(),

@@ -23,6 +23,10 @@ use crate::query::SummarySource;
 use crate::segment::{LoadedSegment, SegmentSummary};
 use crate::stats::inc;
 
+/// The warm-up resolves the stack nodes of the segments holding data of this
+/// last stretch (before the newest sample) into the frame tree.
+const RESOLVE_WINDOW_MS: i64 = 24 * 3600 * 1000;
+
 #[derive(Clone)]
 pub(super) struct SegmentWeighter;
 
@@ -204,22 +208,27 @@ impl Inner {
     pub(super) fn warm_up(&self) {
         // Ids, not handles: a segment compacted away meanwhile is skipped, and its
         // file is not kept alive by this thread.
-        let mut ids: Vec<(i64, u64)> = self
+        let mut ids: Vec<(i64, u64, i64)> = self
             .state
             .read()
             .segments
             .values()
-            .map(|h| (h.meta.partition_start_ms, h.meta.id))
+            .map(|h| (h.meta.partition_start_ms, h.meta.id, h.meta.max_time_ms))
             .collect();
         ids.sort_unstable_by(|a, b| b.cmp(a));
+        let newest = ids.iter().map(|&(_, _, max)| max).max().unwrap_or(0);
         let t = std::time::Instant::now();
-        let mut loaded = 0usize;
-        for (_, id) in ids {
-            // Queries first: a query right after a restart decodes what it needs
-            // itself, and shares the CPUs with no one.
+        let (mut loaded, mut resolved) = (0usize, 0usize);
+        // Queries first: a query right after a restart decodes what it needs
+        // itself, and shares the CPUs with no one.
+        let yield_to_queries = || {
             while self.scans.load(Ordering::SeqCst) > 0 && !self.closed.load(Ordering::SeqCst) {
                 std::thread::sleep(Duration::from_millis(5));
             }
+        };
+        let mut scratch = crate::query::scratch::Scratch::take();
+        for (_, id, max_time) in ids {
+            yield_to_queries();
             if self.closed.load(Ordering::SeqCst)
                 || self.cache.weight() >= self.cfg.segment_cache_bytes / 2
             {
@@ -229,17 +238,62 @@ impl Inner {
                 continue;
             };
             match self.load(&h) {
-                Ok(_) => loaded += 1,
+                Ok(Some(seg)) => {
+                    loaded += 1;
+                    if max_time > newest - RESOLVE_WINDOW_MS {
+                        if let Err(e) = seg.decode_rows(yield_to_queries) {
+                            warn!(segment = h.meta.id, error = %e, "warming the segment cache");
+                        }
+                        let tree = self.frames.for_query();
+                        resolved += crate::query::frames::resolve_segment(
+                            &tree,
+                            &seg.dict,
+                            &seg.gids,
+                            &mut scratch,
+                            self.frames.max_nodes / 2,
+                            yield_to_queries,
+                        );
+                    }
+                }
+                Ok(None) => {}
                 Err(e) => warn!(segment = h.meta.id, error = %e, "warming the segment cache"),
             }
+        }
+        scratch.give_back();
+        if !self.closed.load(Ordering::SeqCst) {
+            self.prefault_query_scratch();
         }
         self.warming.store(false, Ordering::Relaxed);
         info!(
             segments = loaded,
             bytes = self.cache.weight(),
+            frames_resolved = resolved,
+            frame_tree_nodes = self.frames.for_query().read().len(),
             ms = t.elapsed().as_millis() as u64,
             "segment cache warmed"
         );
+    }
+
+    /// Gives the query pool one scratch space per scan thread, sized for the
+    /// largest cached segment and the frame tree and mapped in, and starts the
+    /// pool's threads: what the first queries after a restart would otherwise
+    /// fault in themselves.
+    fn prefault_query_scratch(&self) {
+        let (mut nodes, mut names) = (0, 0);
+        for (_, seg) in self.cache.iter() {
+            nodes = nodes.max(seg.dict.node_count());
+            names = names.max(seg.dict.functions.len() + seg.dict.locations.len());
+        }
+        let frames = self.frames.for_query().read().len();
+        let spaces: Vec<_> = (0..self.cfg.threads())
+            .map(|_| {
+                let mut s = crate::query::scratch::Scratch::take();
+                s.prefault(nodes, frames, names);
+                s
+            })
+            .collect();
+        spaces.into_iter().for_each(|s| s.give_back());
+        crate::query::pool::start();
     }
 
     pub(super) fn live_totals(&self) -> (usize, u64) {
@@ -355,6 +409,97 @@ mod tests {
                 .collect(),
         });
         batch
+    }
+
+    /// 30 hours of one series, a stack of its own each hour (`main;fN`).
+    fn hours_of_stacks(hours: i64) -> Batch {
+        let mut batch = hours_of_samples(hours);
+        for (h, sample) in batch.series[0].samples.iter_mut().enumerate() {
+            batch.symbols.functions.push(Function {
+                name: format!("f{h}"),
+                file: String::new(),
+            });
+            batch.symbols.locations.push(Location {
+                function: Some(h as u32 + 1),
+                mapping: None,
+                address: 0,
+                line: 0,
+            });
+            sample.stack = batch.stacks.push(&[0, h as u32 + 1]);
+        }
+        batch
+    }
+
+    /// The warm-up resolves every stack node of the segments holding the last
+    /// day into the frame tree, and no older one; merges answer the same with
+    /// and without it, and find those segments' nodes resolved (the tree does not
+    /// grow). It leaves a mapped scratch space per scan thread in the pool.
+    #[test]
+    fn the_warm_up_resolves_the_last_day_into_the_frame_tree() {
+        use crate::query::TimeRange;
+        use crate::{Querier, QueryLimits, Selector};
+
+        let hours = 30;
+        let merged = |warm: bool| {
+            let dir = tempfile::tempdir().unwrap();
+            let cfg = StoreConfig {
+                background_flush: false,
+                warm_segment_cache: false,
+                ..StoreConfig::default()
+            };
+            let store = Store::open(dir.path(), cfg).unwrap();
+            store.write(hours_of_stacks(hours)).unwrap();
+            store.flush().unwrap();
+            let inner = store.inner.clone();
+            inner.cache.clear();
+            if warm {
+                inner.warm_up();
+                let tree = inner.frames.for_query();
+                let (generation, nodes) = (tree.read().generation(), tree.read().len());
+                let newest = 1_700_000_000_000 + (hours - 1) * 3_600_000;
+                let segments: Vec<_> = inner.state.read().segments.values().cloned().collect();
+                assert_eq!(segments.len(), hours as usize);
+                for h in segments {
+                    let seg = inner.cache.get(&h.meta.id).expect("warmed");
+                    let slots = seg.gids.slots(generation, seg.dict.node_count());
+                    let resolved = (0..seg.dict.node_count() as u32)
+                        .filter(|&n| slots.get(n).is_some())
+                        .count();
+                    let recent = h.meta.max_time_ms > newest - super::RESOLVE_WINDOW_MS;
+                    let want = if recent { seg.dict.node_count() } else { 0 };
+                    assert_eq!(resolved, want, "segment at {}", h.meta.min_time_ms);
+                }
+                // root, main, and f0..f29 for the 24 recent hours (+1: the
+                // window's edge hour holds data of its own end).
+                assert!(nodes > 24, "{nodes} frames");
+                assert!(crate::query::scratch::Scratch::pooled_bytes() > 0);
+                let q = Querier::new(&store, 64 << 20, QueryLimits::default());
+                let last_day = TimeRange {
+                    start_ms: newest - 23 * 3_600_000,
+                    end_ms: newest + 1,
+                };
+                let sel = Selector::parse("{}").unwrap();
+                q.merge_tree(&TenantId::default(), &sel, last_day).unwrap();
+                assert_eq!(
+                    inner.frames.for_query().read().len(),
+                    nodes,
+                    "a merge of the warmed day added frames"
+                );
+            }
+            let q = Querier::new(&store, 64 << 20, QueryLimits::default());
+            let all = TimeRange {
+                start_ms: 0,
+                end_ms: i64::MAX,
+            };
+            let tree = q
+                .merge_tree(&TenantId::default(), &Selector::parse("{}").unwrap(), all)
+                .unwrap();
+            tree.folded()
+        };
+        let (cold, warm) = (merged(false), merged(true));
+        assert_eq!(cold, warm);
+        assert_eq!(cold.get("main;f29"), Some(&30), "{cold:?}");
+        assert_eq!(cold.len(), hours as usize);
     }
 
     /// The warm-up decodes nothing while a scan runs, and everything once none does.
