@@ -52,8 +52,7 @@ impl ChildMap {
     }
 
     /// The child of `parent` named `name`, if there is one.
-    #[cfg(test)]
-    fn get(&self, parent: u32, name: u32) -> Option<u32> {
+    pub(super) fn get(&self, parent: u32, name: u32) -> Option<u32> {
         if self.slots.is_empty() {
             return None;
         }

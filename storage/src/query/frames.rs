@@ -187,9 +187,17 @@ impl FrameTree {
     /// A child's key in the child map holds its parent's gid, so resolving path by
     /// path waits for one cache miss after another: the map holds every frame of
     /// the tenant (millions), and a new service's first merge over a day resolved
-    /// about a million nodes that way, two thirds of its time. Here the nodes are
-    /// resolved shallowest first: the nodes of one depth do not depend on each
-    /// other, so the processor overlaps their misses.
+    /// about a million nodes that way, two thirds of its time. Here it is two
+    /// passes:
+    /// - the frames that exist already are looked up shallowest first: the nodes
+    ///   of one depth do not depend on each other, so their lookups are prefetched
+    ///   a few nodes ahead and overlap;
+    /// - the frames that do not exist yet are created in node order, which is
+    ///   depth first: a chain of new frames gets consecutive gids, as path-by-path
+    ///   resolution gave them (drawing relies on it: a flame graph's chains are in
+    ///   gid order, see `skeleton_shape::by_slot`, and a diff spent a sixth more
+    ///   time sorting when they were numbered by depth). These inserts need no
+    ///   earlier load to compute their keys, so they overlap too.
     ///
     /// `depth` and `todo` are scratch: `depth` must be clean (it is left clean) and
     /// hold a slot per stack node.
@@ -229,7 +237,8 @@ impl FrameTree {
             }
             per_depth[d as usize] += 1;
         }
-        // Counting sort by depth (stable: ids ascend within a depth).
+        // Positions in `todo`, shallowest first (a counting sort by depth; ids
+        // ascend within a depth).
         let mut at: Vec<usize> = per_depth
             .iter()
             .scan(0usize, |sum, &c| {
@@ -238,33 +247,43 @@ impl FrameTree {
                 Some(start)
             })
             .collect();
-        let mut ordered = vec![0u32; todo.len()];
-        for &n in todo.iter() {
+        let mut by_depth = vec![0u32; todo.len()];
+        for (i, &n) in todo.iter().enumerate() {
             let d = depth.get(n).unwrap_or(0) as usize;
-            ordered[at[d]] = n;
+            by_depth[at[d]] = i as u32;
             at[d] += 1;
         }
         depth.reset();
-        // Names first (they may intern), so that the loop below can compute a key
-        // some nodes ahead and have its slot on the way by the time it is needed.
-        let frame_names: Vec<u32> = ordered
+        // Names first (they may intern), so that keys can be computed ahead.
+        let frame_names: Vec<u32> = todo
             .iter()
             .map(|&n| self.name_of_node(dict, n, names))
             .collect();
-        let parent_gid = |n: u32| parent(n).and_then(|p| slots.get(p)).unwrap_or(ROOT_GID);
+        // The parent's gid, `None` while the parent is a frame still to create.
+        let parent_gid = |n: u32| match parent(n) {
+            Some(p) => slots.get(p),
+            None => Some(ROOT_GID),
+        };
         const AHEAD: usize = 8;
-        for (i, (&n, &name)) in ordered.iter().zip(&frame_names).enumerate() {
-            if let (Some(&m), Some(&next_name)) =
-                (ordered.get(i + AHEAD), frame_names.get(i + AHEAD))
-            {
-                // Its parent may be one of the nodes before it, not resolved yet:
-                // then the hint points at the root's children, harmlessly.
-                self.children.prefetch(parent_gid(m), next_name);
+        for (k, &i) in by_depth.iter().enumerate() {
+            if let Some(&j) = by_depth.get(k + AHEAD) {
+                if let Some(pg) = parent_gid(todo[j as usize]) {
+                    self.children.prefetch(pg, frame_names[j as usize]);
+                }
             }
-            let gid = self.child(parent_gid(n), name);
-            slots.set(n, gid);
+            let n = todo[i as usize];
+            let found = parent_gid(n).and_then(|pg| self.children.get(pg, frame_names[i as usize]));
+            if let Some(gid) = found {
+                slots.set(n, gid);
+            }
         }
-        *todo = ordered;
+        for (&n, &name) in todo.iter().zip(&frame_names) {
+            if slots.get(n).is_none() {
+                // The parent came earlier in id order: it has its gid by now.
+                let gid = self.child(parent_gid(n).unwrap_or(ROOT_GID), name);
+                slots.set(n, gid);
+            }
+        }
     }
 
     /// The interned frame name of stack node `n`, memoised in `names` per function
