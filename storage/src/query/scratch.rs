@@ -259,6 +259,26 @@ mod tests {
         assert!(v.values.iter().all(|&x| x == 0));
     }
 
+    /// A prefaulted space has every per-node and per-frame array at the asked
+    /// size, still zero (clean), and counts them in its bytes.
+    #[test]
+    fn prefault_sizes_every_array_and_leaves_it_clean() {
+        let mut s = Scratch::default();
+        s.prefault(5000, 7000, 300);
+        assert_eq!(s.values.values.len(), 5000);
+        assert_eq!((s.gids.values.len(), s.spare.values.len()), (7000, 7000));
+        for m in [&s.nodes, &s.keep, &s.depth] {
+            assert_eq!(m.slots.len(), 5000);
+        }
+        assert_eq!(s.names.slots.len(), 300);
+        assert!(s.values.values.iter().all(|&v| v == 0));
+        assert!(s.nodes.slots.iter().all(|&v| v == 0));
+        assert!(s.bytes() >= 5000 * 8 + 2 * 7000 * 8 + 3 * 5000 * 4 + 300 * 4);
+        // Growing is all a prefault does: a smaller ask shrinks nothing.
+        s.prefault(10, 10, 10);
+        assert_eq!(s.values.values.len(), 5000);
+    }
+
     #[test]
     fn memo_resets_only_what_was_set() {
         let mut m = Memo::default();

@@ -268,7 +268,7 @@ impl Inner {
             segments = loaded,
             bytes = self.cache.weight(),
             frames_resolved = resolved,
-            frame_tree_nodes = self.frames.for_query().read().len(),
+            frame_tree_nodes = self.frames.len(),
             ms = t.elapsed().as_millis() as u64,
             "segment cache warmed"
         );
@@ -284,7 +284,7 @@ impl Inner {
             nodes = nodes.max(seg.dict.node_count());
             names = names.max(seg.dict.functions.len() + seg.dict.locations.len());
         }
-        let frames = self.frames.for_query().read().len();
+        let frames = self.frames.len();
         let spaces: Vec<_> = (0..self.cfg.threads())
             .map(|_| {
                 let mut s = crate::query::scratch::Scratch::take();
@@ -411,7 +411,7 @@ mod tests {
         batch
     }
 
-    /// 30 hours of one series, a stack of its own each hour (`main;fN`).
+    /// `hours` hours of one series, a stack of its own each hour (`main;fN`).
     fn hours_of_stacks(hours: i64) -> Batch {
         let mut batch = hours_of_samples(hours);
         for (h, sample) in batch.series[0].samples.iter_mut().enumerate() {
@@ -433,7 +433,7 @@ mod tests {
     /// The warm-up resolves every stack node of the segments holding the last
     /// day into the frame tree, and no older one; merges answer the same with
     /// and without it, and find those segments' nodes resolved (the tree does not
-    /// grow). It leaves a mapped scratch space per scan thread in the pool.
+    /// grow).
     #[test]
     fn the_warm_up_resolves_the_last_day_into_the_frame_tree() {
         use crate::query::TimeRange;
@@ -472,7 +472,6 @@ mod tests {
                 // root, main, and f0..f29 for the 24 recent hours (+1: the
                 // window's edge hour holds data of its own end).
                 assert!(nodes > 24, "{nodes} frames");
-                assert!(crate::query::scratch::Scratch::pooled_bytes() > 0);
                 let q = Querier::new(&store, 64 << 20, QueryLimits::default());
                 let last_day = TimeRange {
                     start_ms: newest - 23 * 3_600_000,

@@ -202,6 +202,13 @@ impl Frames {
         bytes
     }
 
+    /// Frames in the current tree (without replacing it when it is too big).
+    pub fn len(&self) -> usize {
+        let cur = self.current.lock().clone();
+        let len = cur.read().len();
+        len
+    }
+
     /// The tree a query uses from start to end (replaced first if it grew too big).
     pub fn for_query(&self) -> Arc<RwLock<FrameTree>> {
         let mut cur = self.current.lock();
