@@ -411,6 +411,21 @@ mod tests {
         batch
     }
 
+    /// A store in a fresh directory holding `batch`, flushed, whose warm-up the
+    /// test runs itself (none runs at open, none on flush).
+    fn flushed_without_warm_up(batch: Batch) -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = StoreConfig {
+            background_flush: false,
+            warm_segment_cache: false,
+            ..StoreConfig::default()
+        };
+        let store = Store::open(dir.path(), cfg).unwrap();
+        store.write(batch).unwrap();
+        store.flush().unwrap();
+        (dir, store)
+    }
+
     /// `hours` hours of one series, a stack of its own each hour (`main;fN`).
     fn hours_of_stacks(hours: i64) -> Batch {
         let mut batch = hours_of_samples(hours);
@@ -441,15 +456,7 @@ mod tests {
 
         let hours = 30;
         let merged = |warm: bool| {
-            let dir = tempfile::tempdir().unwrap();
-            let cfg = StoreConfig {
-                background_flush: false,
-                warm_segment_cache: false,
-                ..StoreConfig::default()
-            };
-            let store = Store::open(dir.path(), cfg).unwrap();
-            store.write(hours_of_stacks(hours)).unwrap();
-            store.flush().unwrap();
+            let (_dir, store) = flushed_without_warm_up(hours_of_stacks(hours));
             let inner = store.inner.clone();
             inner.cache.clear();
             if warm {
@@ -504,15 +511,7 @@ mod tests {
     /// The warm-up decodes nothing while a scan runs, and everything once none does.
     #[test]
     fn the_warm_up_waits_while_a_scan_runs() {
-        let dir = tempfile::tempdir().unwrap();
-        let cfg = StoreConfig {
-            background_flush: false,
-            warm_segment_cache: false,
-            ..StoreConfig::default()
-        };
-        let store = Store::open(dir.path(), cfg).unwrap();
-        store.write(hours_of_samples(3)).unwrap();
-        store.flush().unwrap();
+        let (_dir, store) = flushed_without_warm_up(hours_of_samples(3));
         let inner = store.inner.clone();
         assert_eq!(
             inner.cache.weight(),
