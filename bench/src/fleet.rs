@@ -24,6 +24,8 @@ use profiledb_proto::pprof;
 use profiledb_proto::push::v1::{PushRequest, RawProfileSeries, RawSample};
 use profiledb_proto::types::v1::LabelPair;
 use prost::Message;
+
+use crate::pprof_writer::Message as Msg;
 use rustc_hash::FxHashMap;
 
 /// The profile type the query suites read.
@@ -337,113 +339,113 @@ impl Fleet {
     }
 
     /// A pprof profile: sample types `types` (name, unit), one value column per type
-    /// computed as `count × scale`.
-    pub fn pprof(
+    /// computed as `count × scale`. Written straight to bytes (see
+    /// [`crate::pprof_writer`]); the same bytes as `prost` would write.
+    pub fn pprof<'a>(
         &self,
         service: usize,
         drawn: &Drawn,
         ts_ms: i64,
-        period: (&str, &str, i64),
-        types: &[(&str, &str, i64)],
+        period: (&'a str, &'a str, i64),
+        types: &[(&'a str, &'a str, i64)],
     ) -> Vec<u8> {
         let Some(svc) = self.services.get(service) else {
             return Vec::new();
         };
-        let mut strings: Vec<Bytes> = vec![Bytes::new()];
-        let mut sidx: HashMap<String, i64> = HashMap::new();
-        let mut s = |x: &str, strings: &mut Vec<Bytes>| -> i64 {
-            if let Some(&i) = sidx.get(x) {
-                return i;
+        // The string table, written as it grows; the few type names are looked
+        // up in `named`, function names are added once per location.
+        let mut strings = Msg::default();
+        strings.bytes(6, b"");
+        let mut n_strings = 1i64;
+        let mut named: Vec<&'a str> = Vec::with_capacity(2 * types.len() + 2);
+        let mut s = |x: &'a str, strings: &mut Msg, n: &mut i64| -> i64 {
+            if let Some(i) = named.iter().position(|&y| y == x) {
+                return i as i64 + 1;
             }
-            let i = strings.len() as i64;
-            strings.push(Bytes::copy_from_slice(x.as_bytes()));
-            sidx.insert(x.to_string(), i);
-            i
+            named.push(x);
+            strings.bytes(6, x.as_bytes());
+            *n += 1;
+            *n - 1
         };
-        let sample_type = types
-            .iter()
-            .map(|(t, u, _)| pprof::ValueType {
-                r#type: s(t, &mut strings),
-                unit: s(u, &mut strings),
-            })
-            .collect();
-        let period_type = Some(pprof::ValueType {
-            r#type: s(period.0, &mut strings),
-            unit: s(period.1, &mut strings),
-        });
+        let mut head = Msg::default();
+        let mut vt = Msg::default();
+        for &(t, u, _) in types {
+            vt.clear();
+            vt.int(1, s(t, &mut strings, &mut n_strings))
+                .int(2, s(u, &mut strings, &mut n_strings));
+            head.bytes(1, &vt.buf);
+        }
+        let mut period_type = Msg::default();
+        let (pt, pu) = (period.0, period.1);
+        period_type
+            .int(1, s(pt, &mut strings, &mut n_strings))
+            .int(2, s(pu, &mut strings, &mut n_strings));
         // One function and one location per distinct function used.
-        let mut loc_of: FxHashMap<u32, u64> = FxHashMap::default();
-        let mut functions = Vec::new();
-        let mut locations = Vec::new();
-        let mut samples = Vec::with_capacity(drawn.counts.len());
+        let mut loc_of: FxHashMap<u32, u64> =
+            FxHashMap::with_capacity_and_hasher(4 * drawn.counts.len(), Default::default());
+        let mut samples = Msg {
+            buf: Vec::with_capacity(64 * drawn.counts.len()),
+        };
+        let mut locations = Msg::default();
+        let mut functions = Msg::default();
+        let (mut sample, mut line, mut item) = (Msg::default(), Msg::default(), Msg::default());
+        let mut location_id: Vec<u64> = Vec::with_capacity(64);
         for &(stack, count) in &drawn.counts {
             let Some(st) = svc.stacks.get(stack as usize) else {
                 continue;
             };
-            let mut location_id = Vec::with_capacity(st.len());
+            location_id.clear();
             for &f in st.iter().rev() {
-                let id = *loc_of.entry(f).or_insert_with(|| {
-                    let id = locations.len() as u64 + 1;
-                    let name_i = strings.len() as i64;
-                    strings.push(
-                        self.function_bytes
-                            .get(f as usize)
-                            .cloned()
-                            .unwrap_or_else(|| Bytes::from_static(b"?")),
-                    );
-                    functions.push(pprof::Function {
-                        id,
-                        name: name_i,
-                        system_name: name_i,
-                        filename: 0,
-                        start_line: 0,
-                    });
-                    locations.push(pprof::Location {
-                        id,
-                        mapping_id: 1,
-                        address: 0x40_0000 + u64::from(f) * 64,
-                        line: vec![pprof::Line {
-                            function_id: id,
-                            line: i64::from(f % 500) + 1,
-                            column: 0,
-                        }],
-                        is_folded: false,
-                    });
-                    id
-                });
+                let next = loc_of.len() as u64 + 1;
+                let id = *loc_of.entry(f).or_insert(next);
+                if id == next {
+                    let name_i = n_strings;
+                    let name = self.function_bytes.get(f as usize);
+                    strings.bytes(6, name.map_or(b"?".as_slice(), |b| b.as_ref()));
+                    n_strings += 1;
+                    item.clear();
+                    item.uint(1, id).int(2, name_i).int(3, name_i);
+                    functions.bytes(5, &item.buf);
+                    line.clear();
+                    line.uint(1, id).int(2, i64::from(f % 500) + 1);
+                    item.clear();
+                    item.uint(1, id)
+                        .uint(2, 1)
+                        .uint(3, 0x40_0000 + u64::from(f) * 64)
+                        .bytes(4, &line.buf);
+                    locations.bytes(4, &item.buf);
+                }
                 location_id.push(id);
             }
-            samples.push(pprof::Sample {
-                location_id,
-                value: types.iter().map(|t| count * t.2).collect(),
-                label: Vec::new(),
-            });
+            sample.clear();
+            sample
+                .packed(1, location_id.iter().copied())
+                .packed(2, types.iter().map(|t| (count * t.2) as u64));
+            samples.bytes(2, &sample.buf);
         }
-        let bin = strings.len() as i64;
-        strings.push(Bytes::copy_from_slice(
-            format!("/usr/bin/{}", svc.name).as_bytes(),
-        ));
-        let p = pprof::Profile {
-            sample_type,
-            sample: samples,
-            mapping: vec![pprof::Mapping {
-                id: 1,
-                memory_start: 0x40_0000,
-                memory_limit: 0x4000_0000,
-                filename: bin,
-                has_functions: true,
-                ..Default::default()
-            }],
-            location: locations,
-            function: functions,
-            string_table: strings,
-            time_nanos: ts_ms * 1_000_000,
-            duration_nanos: 10_000_000_000,
-            period_type,
-            period: period.2,
-            ..Default::default()
-        };
-        p.encode_to_vec()
+        let bin = n_strings;
+        strings.bytes(6, format!("/usr/bin/{}", svc.name).as_bytes());
+        let mut mapping = Msg::default();
+        mapping
+            .uint(1, 1)
+            .uint(2, 0x40_0000)
+            .uint(3, 0x4000_0000)
+            .int(5, bin)
+            .uint(7, 1);
+        let mut out = head;
+        out.buf.reserve(
+            samples.buf.len() + locations.buf.len() + functions.buf.len() + strings.buf.len() + 64,
+        );
+        out.buf.extend_from_slice(&samples.buf);
+        out.bytes(3, &mapping.buf);
+        out.buf.extend_from_slice(&locations.buf);
+        out.buf.extend_from_slice(&functions.buf);
+        out.buf.extend_from_slice(&strings.buf);
+        out.int(9, ts_ms * 1_000_000)
+            .int(10, 10_000_000_000)
+            .bytes(11, &period_type.buf)
+            .int(12, period.2);
+        out.buf
     }
 
     /// The labels of one process's series.
@@ -728,6 +730,148 @@ mod tests {
             zipf_s: 1.1,
             deploy_ms: 1_000_000,
         }
+    }
+
+    impl Fleet {
+        /// The profile [`Fleet::pprof`] writes, built as `prost` structs and encoded
+        /// by `prost`: the reference its bytes are checked against.
+        fn pprof_by_prost(
+            &self,
+            service: usize,
+            drawn: &Drawn,
+            ts_ms: i64,
+            period: (&str, &str, i64),
+            types: &[(&str, &str, i64)],
+        ) -> Vec<u8> {
+            let Some(svc) = self.services.get(service) else {
+                return Vec::new();
+            };
+            let mut strings: Vec<Bytes> = vec![Bytes::new()];
+            let mut sidx: HashMap<String, i64> = HashMap::new();
+            let mut s = |x: &str, strings: &mut Vec<Bytes>| -> i64 {
+                if let Some(&i) = sidx.get(x) {
+                    return i;
+                }
+                let i = strings.len() as i64;
+                strings.push(Bytes::copy_from_slice(x.as_bytes()));
+                sidx.insert(x.to_string(), i);
+                i
+            };
+            let sample_type = types
+                .iter()
+                .map(|(t, u, _)| pprof::ValueType {
+                    r#type: s(t, &mut strings),
+                    unit: s(u, &mut strings),
+                })
+                .collect();
+            let period_type = Some(pprof::ValueType {
+                r#type: s(period.0, &mut strings),
+                unit: s(period.1, &mut strings),
+            });
+            // One function and one location per distinct function used.
+            let mut loc_of: FxHashMap<u32, u64> = FxHashMap::default();
+            let mut functions = Vec::new();
+            let mut locations = Vec::new();
+            let mut samples = Vec::with_capacity(drawn.counts.len());
+            for &(stack, count) in &drawn.counts {
+                let Some(st) = svc.stacks.get(stack as usize) else {
+                    continue;
+                };
+                let mut location_id = Vec::with_capacity(st.len());
+                for &f in st.iter().rev() {
+                    let id = *loc_of.entry(f).or_insert_with(|| {
+                        let id = locations.len() as u64 + 1;
+                        let name_i = strings.len() as i64;
+                        strings.push(
+                            self.function_bytes
+                                .get(f as usize)
+                                .cloned()
+                                .unwrap_or_else(|| Bytes::from_static(b"?")),
+                        );
+                        functions.push(pprof::Function {
+                            id,
+                            name: name_i,
+                            system_name: name_i,
+                            filename: 0,
+                            start_line: 0,
+                        });
+                        locations.push(pprof::Location {
+                            id,
+                            mapping_id: 1,
+                            address: 0x40_0000 + u64::from(f) * 64,
+                            line: vec![pprof::Line {
+                                function_id: id,
+                                line: i64::from(f % 500) + 1,
+                                column: 0,
+                            }],
+                            is_folded: false,
+                        });
+                        id
+                    });
+                    location_id.push(id);
+                }
+                samples.push(pprof::Sample {
+                    location_id,
+                    value: types.iter().map(|t| count * t.2).collect(),
+                    label: Vec::new(),
+                });
+            }
+            let bin = strings.len() as i64;
+            strings.push(Bytes::copy_from_slice(
+                format!("/usr/bin/{}", svc.name).as_bytes(),
+            ));
+            let p = pprof::Profile {
+                sample_type,
+                sample: samples,
+                mapping: vec![pprof::Mapping {
+                    id: 1,
+                    memory_start: 0x40_0000,
+                    memory_limit: 0x4000_0000,
+                    filename: bin,
+                    has_functions: true,
+                    ..Default::default()
+                }],
+                location: locations,
+                function: functions,
+                string_table: strings,
+                time_nanos: ts_ms * 1_000_000,
+                duration_nanos: 10_000_000_000,
+                period_type,
+                period: period.2,
+                ..Default::default()
+            };
+            p.encode_to_vec()
+        }
+    }
+
+    #[test]
+    fn pprof_bytes_are_what_prost_writes() {
+        let f = Fleet::new(cfg());
+        let cpu = ("cpu", "nanoseconds", 10_000_000);
+        let cpu_types = [("samples", "count", 1), ("cpu", "nanoseconds", 10_000_000)];
+        // A type whose unit repeats an earlier string, and one sample type only.
+        let heap_types = [("alloc_space", "bytes", 524_288), ("inuse", "bytes", 1)];
+        let mut checked = 0;
+        for service in 0..2 {
+            for (host, ts) in [(0, 20_000), (3, 2_000_000), (9, 7)] {
+                let d = f.draw(service, host, ts, 300);
+                assert!(!d.counts.is_empty());
+                for types in [&cpu_types[..], &heap_types[..], &cpu_types[..1]] {
+                    assert_eq!(
+                        f.pprof(service, &d, ts, cpu, types),
+                        f.pprof_by_prost(service, &d, ts, cpu, types),
+                        "service {service}, host {host}, {types:?}"
+                    );
+                    checked += 1;
+                }
+            }
+        }
+        assert_eq!(checked, 18);
+        let empty = Drawn { counts: Vec::new() };
+        assert_eq!(
+            f.pprof(1, &empty, 5, cpu, &cpu_types),
+            f.pprof_by_prost(1, &empty, 5, cpu, &cpu_types)
+        );
     }
 
     #[test]

@@ -13,6 +13,7 @@ mod fleet;
 mod fleet_suite;
 mod ingest_suite;
 mod lifecycle_suite;
+mod pprof_writer;
 mod query_suite;
 mod report;
 mod same_rows;

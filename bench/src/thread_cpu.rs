@@ -6,7 +6,10 @@
 //! sampled before and after a phase; the server's threads carry the names it gives
 //! them (`profiledb-*`, tokio's `tokio-rt-worker`); the rest of the
 //! process's time (`/proc/self/stat`, which keeps the time of threads that have
-//! ended, such as the push clients) is the suite's own.
+//! ended, such as the push clients) is the suite's own. The machine's own count
+//! (`/proc/stat`) is taken beside them, so a phase says whether the cores were
+//! saturated, idle, or taken by the hypervisor (steal), which the threads' sum
+//! cannot tell apart from a slow server.
 
 use std::collections::BTreeMap;
 
@@ -18,6 +21,61 @@ pub struct Snapshot {
     threads: BTreeMap<u32, (String, f64)>,
     /// The whole process, ended threads included.
     process: f64,
+    /// The machine's CPU seconds over all cores.
+    machine: Machine,
+}
+
+/// Seconds of all cores by state, from the first line of `/proc/stat`.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Machine {
+    /// user, nice, system, irq, softirq.
+    pub busy: f64,
+    /// idle and iowait.
+    pub idle: f64,
+    /// Taken by the hypervisor for other guests.
+    pub steal: f64,
+}
+
+impl Machine {
+    /// Parses the aggregate `cpu` line; `None` for any other line.
+    fn parse(line: &str, hz: f64) -> Option<Machine> {
+        let mut f = line.split_whitespace();
+        if f.next()? != "cpu" {
+            return None;
+        }
+        let v: Vec<f64> = f.map(|x| x.parse::<f64>().unwrap_or(0.0) / hz).collect();
+        let at = |i: usize| v.get(i).copied().unwrap_or(0.0);
+        Some(Machine {
+            busy: at(0) + at(1) + at(2) + at(5) + at(6),
+            idle: at(3) + at(4),
+            steal: at(7),
+        })
+    }
+
+    fn now(hz: f64) -> Machine {
+        std::fs::read_to_string("/proc/stat")
+            .ok()
+            .and_then(|s| s.lines().next().and_then(|l| Machine::parse(l, hz)))
+            .unwrap_or_default()
+    }
+
+    fn minus(&self, before: &Machine) -> Machine {
+        Machine {
+            busy: (self.busy - before.busy).max(0.0),
+            idle: (self.idle - before.idle).max(0.0),
+            steal: (self.steal - before.steal).max(0.0),
+        }
+    }
+
+    /// Share of the cores' time that was busy.
+    pub fn busy_share(&self) -> f64 {
+        let all = self.busy + self.idle + self.steal;
+        if all > 0.0 {
+            self.busy / all
+        } else {
+            0.0
+        }
+    }
 }
 
 /// The kernel's clock tick (`USER_HZ`), which `/proc/*/stat` times are counted in.
@@ -43,6 +101,7 @@ impl Snapshot {
     pub fn now() -> Snapshot {
         let hz = ticks_per_second();
         let mut threads = BTreeMap::new();
+        let machine = Machine::now(hz);
         let process = crate::agent_suite::cpu_seconds(std::process::id()).unwrap_or(0.0);
         let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
             return Snapshot::default();
@@ -58,7 +117,11 @@ impl Snapshot {
                 threads.insert(tid, (name, ticks as f64 / hz));
             }
         }
-        Snapshot { threads, process }
+        Snapshot {
+            threads,
+            process,
+            machine,
+        }
     }
 
     /// CPU seconds each role spent since `before`, threads started since included.
@@ -76,7 +139,10 @@ impl Snapshot {
         }
         let server: f64 = by_role.values().sum();
         by_role.insert(CLIENT, (self.process - before.process - server).max(0.0));
-        Usage { by_role }
+        Usage {
+            by_role,
+            machine: self.machine.minus(&before.machine),
+        }
     }
 }
 
@@ -99,6 +165,8 @@ const CLIENT: &str = "push clients and bench";
 #[derive(Clone, Debug, Default)]
 pub struct Usage {
     by_role: BTreeMap<&'static str, f64>,
+    /// The whole machine over the same phase.
+    pub machine: Machine,
 }
 
 impl Usage {
@@ -124,13 +192,19 @@ impl Usage {
             .iter()
             .map(|(r, s)| format!("{r} {s:.1} s"))
             .collect();
+        let m = &self.machine;
         format!(
-            "server CPU {:.1} s = {:.2} µs/value, load generator {:.1} s = {:.2} µs/value ({})",
+            "server CPU {:.1} s = {:.2} µs/value, load generator {:.1} s = {:.2} µs/value ({}); \
+             machine: {:.0} % busy (busy {:.1} s, idle {:.1} s, steal {:.1} s)",
             self.server_secs(),
             per(self.server_secs()),
             self.client_secs(),
             per(self.client_secs()),
-            roles.join(", ")
+            roles.join(", "),
+            100.0 * m.busy_share(),
+            m.busy,
+            m.idle,
+            m.steal
         )
     }
 
@@ -142,6 +216,12 @@ impl Usage {
             "client_cpu_seconds": self.client_secs(),
             "client_cpu_us_per_value": per(self.client_secs()),
             "by_role_seconds": self.by_role,
+            "machine_seconds": {
+                "busy": self.machine.busy,
+                "idle": self.machine.idle,
+                "steal": self.machine.steal,
+                "busy_share": self.machine.busy_share(),
+            },
         })
     }
 }
@@ -160,10 +240,29 @@ mod tests {
     }
 
     #[test]
+    fn machine_line_by_state() {
+        let line = "cpu  1528 0 252 112 23 0 29 33 0 0";
+        let m = Machine::parse(line, 100.0).expect("the aggregate line");
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+        assert!(
+            close(m.busy, 18.09) && close(m.idle, 1.35) && close(m.steal, 0.33),
+            "{m:?}"
+        );
+        assert!((m.busy_share() - 1809.0 / 1977.0).abs() < 1e-12);
+        assert_eq!(Machine::parse("cpu0 1 2 3 4", 100.0), None);
+        assert_eq!(Machine::default().busy_share(), 0.0);
+    }
+
+    #[test]
     fn roles_split_server_from_clients() {
         let before = Snapshot {
             threads: BTreeMap::from([(1, ("profiledb-write".into(), 1.0))]),
             process: 1.0,
+            machine: Machine {
+                busy: 10.0,
+                idle: 5.0,
+                steal: 0.0,
+            },
         };
         let after = Snapshot {
             threads: BTreeMap::from([
@@ -173,13 +272,24 @@ mod tests {
             ]),
             // Thread 3 plus 2 s of threads that have ended.
             process: 14.0,
+            machine: Machine {
+                busy: 25.0,
+                idle: 9.0,
+                steal: 1.0,
+            },
         };
         let u = after.since(&before);
         assert_eq!(u.server_secs(), 5.0);
         assert_eq!(u.client_secs(), 8.0);
-        assert!(u
-            .describe(1_000_000)
-            .starts_with("server CPU 5.0 s = 5.00 µs/value"));
+        let line = u.describe(1_000_000);
+        assert!(
+            line.starts_with("server CPU 5.0 s = 5.00 µs/value"),
+            "{line}"
+        );
+        assert!(
+            line.ends_with("machine: 75 % busy (busy 15.0 s, idle 4.0 s, steal 1.0 s)"),
+            "{line}"
+        );
     }
 
     #[test]

@@ -93,13 +93,16 @@ struct LocationKey {
 #[derive(Default)]
 struct Tables {
     generation: u64,
-    functions: Table<(Box<str>, Box<str>)>,
-    mappings: Table<(Box<str>, Box<str>)>,
+    /// Pairs of names in one allocation each (see [`pair`]): the comparison that
+    /// confirms a hit reads one block, not two.
+    functions: Table<Box<[u8]>>,
+    mappings: Table<Box<[u8]>>,
     locations: Table<LocationKey>,
-    /// Paths of location ids, root first.
-    stacks: Table<Box<[u32]>>,
+    /// Each stack's path as `(start, len)` in `paths`.
+    stacks: Table<(u32, u32)>,
+    /// Every stack's location ids, root first, end to end: no allocation per stack.
+    paths: Vec<u32>,
     string_bytes: usize,
-    path_bytes: usize,
 }
 
 /// Bytes per entry of each table: the item, its hash-map slot and slack (and for
@@ -114,7 +117,7 @@ impl Tables {
             + (self.functions.items.len() + self.mappings.items.len()) * FUNCTION_BYTES
             + self.locations.items.len() * LOCATION_BYTES
             + self.stacks.items.len() * STACK_BYTES
-            + self.path_bytes
+            + self.paths.capacity() * 4
     }
 
     fn clear(&mut self) {
@@ -125,39 +128,76 @@ impl Tables {
     }
 
     fn stack(&mut self, path: &[u32]) -> u32 {
+        let (Ok(start), Ok(len)) = (u32::try_from(self.paths.len()), u32::try_from(path.len()))
+        else {
+            return NOT_INTERNED;
+        };
+        if start.checked_add(len).is_none() {
+            return NOT_INTERNED;
+        }
         let hash = hash_of(|h| path.hash(h));
-        let added = &mut self.path_bytes;
-        self.stacks.id(
-            hash,
-            |p| **p == *path,
-            || {
-                *added += path.len() * 4;
-                path.into()
+        let paths = &mut self.paths;
+        let is = |&(s, l): &(u32, u32)| paths.get(s as usize..(s + l) as usize) == Some(path);
+        match self.stacks.by_hash.get(&hash) {
+            Some(&id) => match self.stacks.items.get(id as usize) {
+                Some(k) if is(k) => id,
+                _ => NOT_INTERNED,
             },
-        )
+            None => {
+                paths.extend_from_slice(path);
+                let id = self.stacks.items.len() as u32;
+                self.stacks.items.push((start, len));
+                self.stacks.by_hash.insert(hash, id);
+                id
+            }
+        }
     }
 }
 
 /// The id of a pair of names (a function's name and file, a mapping's file and
 /// build id) in `table`; `string_bytes` counts what a new pair adds.
 fn names(
-    table: &mut Table<(Box<str>, Box<str>)>,
+    table: &mut Table<Box<[u8]>>,
     string_bytes: &mut usize,
+    hash: u64,
     a: &str,
     b: &str,
 ) -> u32 {
-    let hash = hash_of(|h| {
-        a.hash(h);
-        b.hash(h);
-    });
     table.id(
         hash,
-        |(x, y)| **x == *a && **y == *b,
+        |k| is_pair(k, a, b),
         || {
             *string_bytes += a.len() + b.len();
-            (a.into(), b.into())
+            pair(a, b)
         },
     )
+}
+
+/// `a` and `b` in one block: `a`'s length (4 bytes, little endian), `a`, `b`.
+/// A name too long for the prefix makes a block no pair matches (no id, no error).
+fn pair(a: &str, b: &str) -> Box<[u8]> {
+    let mut k = Vec::with_capacity(4 + a.len() + b.len());
+    k.extend_from_slice(&u32::try_from(a.len()).unwrap_or(u32::MAX).to_le_bytes());
+    k.extend_from_slice(a.as_bytes());
+    k.extend_from_slice(b.as_bytes());
+    k.into_boxed_slice()
+}
+
+fn is_pair(k: &[u8], a: &str, b: &str) -> bool {
+    let Some((len, rest)) = k.split_first_chunk::<4>() else {
+        return false;
+    };
+    u32::from_le_bytes(*len) as usize == a.len()
+        && rest.len() == a.len() + b.len()
+        && rest.get(..a.len()) == Some(a.as_bytes())
+        && rest.get(a.len()..) == Some(b.as_bytes())
+}
+
+fn pair_hash(a: &str, b: &str) -> u64 {
+    hash_of(|h| {
+        a.hash(h);
+        b.hash(h);
+    })
 }
 
 fn hash_of(f: impl FnOnce(&mut FxHasher)) -> u64 {
@@ -188,6 +228,12 @@ impl StackInterner {
             };
         }
         let syms = &batch.symbols;
+        // Names are hashed before the lock: the other decoders need it meanwhile.
+        let function_hashes: Vec<u64> = syms
+            .functions
+            .iter()
+            .map(|f| pair_hash(&f.name, &f.file))
+            .collect();
         let mut guard = self.tables.lock();
         let t = &mut *guard;
         // Checked before the batch, so all its ids are of one generation; one
@@ -199,12 +245,22 @@ impl StackInterner {
         let functions: Vec<u32> = syms
             .functions
             .iter()
-            .map(|f| names(&mut t.functions, &mut t.string_bytes, &f.name, &f.file))
+            .zip(&function_hashes)
+            .map(|(f, &h)| names(&mut t.functions, &mut t.string_bytes, h, &f.name, &f.file))
             .collect();
         let mappings: Vec<u32> = syms
             .mappings
             .iter()
-            .map(|m| names(&mut t.mappings, &mut t.string_bytes, &m.file, &m.build_id))
+            .map(|m| {
+                let h = pair_hash(&m.file, &m.build_id);
+                names(
+                    &mut t.mappings,
+                    &mut t.string_bytes,
+                    h,
+                    &m.file,
+                    &m.build_id,
+                )
+            })
             .collect();
         // A location's function or mapping as a key: 0 for none, id + 1 for one;
         // `None` when it has one without an id (then the location has none).
@@ -379,6 +435,31 @@ mod tests {
         // The first batch put it over its one byte: the tables were emptied.
         assert_eq!((b.generation, b.stacks.as_slice()), (1, &[0][..]));
         assert_eq!(i.resets(), 1);
+    }
+
+    #[test]
+    fn a_pair_matches_only_its_own_split() {
+        let k = pair("ab", "c");
+        assert!(is_pair(&k, "ab", "c"));
+        assert!(!is_pair(&k, "a", "bc"));
+        assert!(!is_pair(&k, "abc", ""));
+        assert!(!is_pair(&k, "ab", "cd"));
+        assert!(is_pair(&pair("", ""), "", ""));
+        assert!(!is_pair(&[1, 0], "", ""));
+    }
+
+    #[test]
+    fn paths_share_one_arena_and_keep_their_ids() {
+        let mut t = Tables::default();
+        let a = t.stack(&[1, 2, 3]);
+        let b = t.stack(&[1, 2]);
+        let c = t.stack(&[]);
+        assert_eq!((a, b, c), (0, 1, 2));
+        assert_eq!(
+            (t.stack(&[1, 2]), t.stack(&[1, 2, 3]), t.stack(&[])),
+            (1, 0, 2)
+        );
+        assert_eq!(t.paths, [1, 2, 3, 1, 2]);
     }
 
     #[test]
