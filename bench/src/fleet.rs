@@ -158,9 +158,6 @@ pub struct Fleet {
     pub cfg: FleetConfig,
     /// Function names; id = index.
     pub functions: Vec<String>,
-    /// The same names as shared bytes: a profile's string table refers to them
-    /// instead of copying every name into every push.
-    function_bytes: Vec<Bytes>,
     services: Vec<Service>,
 }
 
@@ -259,14 +256,9 @@ impl Fleet {
                 compression,
             });
         }
-        let function_bytes = functions
-            .iter()
-            .map(|f| Bytes::copy_from_slice(f.as_bytes()))
-            .collect();
         Fleet {
             cfg,
             functions,
-            function_bytes,
             services,
         }
     }
@@ -352,8 +344,9 @@ impl Fleet {
         let Some(svc) = self.services.get(service) else {
             return Vec::new();
         };
-        // The string table, written as it grows; the few type names are looked
-        // up in `named`, function names are added once per location.
+        // The string table, written as it grows. The few type names come first and
+        // are looked up in `named` (the i-th is string i + 1); function names are
+        // added once per location.
         let mut strings = Msg::default();
         strings.bytes(6, b"");
         let mut n_strings = 1i64;
@@ -376,10 +369,9 @@ impl Fleet {
             head.bytes(1, &vt.buf);
         }
         let mut period_type = Msg::default();
-        let (pt, pu) = (period.0, period.1);
         period_type
-            .int(1, s(pt, &mut strings, &mut n_strings))
-            .int(2, s(pu, &mut strings, &mut n_strings));
+            .int(1, s(period.0, &mut strings, &mut n_strings))
+            .int(2, s(period.1, &mut strings, &mut n_strings));
         // One function and one location per distinct function used.
         let mut loc_of: FxHashMap<u32, u64> =
             FxHashMap::with_capacity_and_hasher(4 * drawn.counts.len(), Default::default());
@@ -400,8 +392,8 @@ impl Fleet {
                 let id = *loc_of.entry(f).or_insert(next);
                 if id == next {
                     let name_i = n_strings;
-                    let name = self.function_bytes.get(f as usize);
-                    strings.bytes(6, name.map_or(b"?".as_slice(), |b| b.as_ref()));
+                    let name = self.functions.get(f as usize);
+                    strings.bytes(6, name.map_or(b"?".as_slice(), |n| n.as_bytes()));
                     n_strings += 1;
                     item.clear();
                     item.uint(1, id).int(2, name_i).int(3, name_i);
@@ -783,10 +775,11 @@ mod tests {
                         let id = locations.len() as u64 + 1;
                         let name_i = strings.len() as i64;
                         strings.push(
-                            self.function_bytes
+                            self.functions
                                 .get(f as usize)
-                                .cloned()
-                                .unwrap_or_else(|| Bytes::from_static(b"?")),
+                                .map_or(Bytes::from_static(b"?"), |n| {
+                                    Bytes::copy_from_slice(n.as_bytes())
+                                }),
                         );
                         functions.push(pprof::Function {
                             id,

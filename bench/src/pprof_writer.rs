@@ -3,7 +3,7 @@
 //!
 //! The load generator shares the machine with the server it measures: building a
 //! `prost` `Profile` (a `Vec` per sample, per location, per line) and encoding it
-//! cost 2 µs per pushed value, a third of the ingest run's CPU. The bytes written
+//! cost 2 µs per pushed value, over a quarter of the ingest run's CPU. The bytes written
 //! here are the ones `prost` writes for the same profile (fields in tag order,
 //! zero values left out), which a test checks.
 

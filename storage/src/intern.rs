@@ -136,21 +136,17 @@ impl Tables {
             return NOT_INTERNED;
         }
         let hash = hash_of(|h| path.hash(h));
-        let paths = &mut self.paths;
-        let is = |&(s, l): &(u32, u32)| paths.get(s as usize..(s + l) as usize) == Some(path);
-        match self.stacks.by_hash.get(&hash) {
-            Some(&id) => match self.stacks.items.get(id as usize) {
-                Some(k) if is(k) => id,
-                _ => NOT_INTERNED,
-            },
-            None => {
-                paths.extend_from_slice(path);
-                let id = self.stacks.items.len() as u32;
-                self.stacks.items.push((start, len));
-                self.stacks.by_hash.insert(hash, id);
-                id
-            }
+        let before = self.stacks.items.len();
+        let paths = &self.paths;
+        let id = self.stacks.id(
+            hash,
+            |&(s, l)| paths.get(s as usize..(s + l) as usize) == Some(path),
+            || (start, len),
+        );
+        if self.stacks.items.len() > before {
+            self.paths.extend_from_slice(path);
         }
+        id
     }
 }
 
@@ -174,7 +170,8 @@ fn names(
 }
 
 /// `a` and `b` in one block: `a`'s length (4 bytes, little endian), `a`, `b`.
-/// A name too long for the prefix makes a block no pair matches (no id, no error).
+/// A name over 4 GiB (the decoders' limits refuse one long before) would make a
+/// block no later pair matches: a miss, never a wrong id.
 fn pair(a: &str, b: &str) -> Box<[u8]> {
     let mut k = Vec::with_capacity(4 + a.len() + b.len());
     k.extend_from_slice(&u32::try_from(a.len()).unwrap_or(u32::MAX).to_le_bytes());
