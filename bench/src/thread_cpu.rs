@@ -27,13 +27,13 @@ pub struct Snapshot {
 
 /// Seconds of all cores by state, from the first line of `/proc/stat`.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Machine {
+struct Machine {
     /// user, nice, system, irq, softirq.
-    pub busy: f64,
+    busy: f64,
     /// idle and iowait.
-    pub idle: f64,
+    idle: f64,
     /// Taken by the hypervisor for other guests.
-    pub steal: f64,
+    steal: f64,
 }
 
 impl Machine {
@@ -68,7 +68,7 @@ impl Machine {
     }
 
     /// Share of the cores' time that was busy.
-    pub fn busy_share(&self) -> f64 {
+    fn busy_share(&self) -> f64 {
         let all = self.busy + self.idle + self.steal;
         if all > 0.0 {
             self.busy / all
@@ -166,7 +166,7 @@ const CLIENT: &str = "push clients and bench";
 pub struct Usage {
     by_role: BTreeMap<&'static str, f64>,
     /// The whole machine over the same phase.
-    pub machine: Machine,
+    machine: Machine,
 }
 
 impl Usage {
