@@ -4,7 +4,7 @@
 //! page again), and frames per second while zooming a 10,000-node flame graph.
 //! Skips with a message where chromium or chromedriver is absent.
 
-#[path = "../../server/tests/browser/mod.rs"]
+#[path = "../../server/tests/suite/browser.rs"]
 mod browser;
 
 use std::path::PathBuf;

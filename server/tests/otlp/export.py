@@ -1,4 +1,4 @@
-"""A real OTLP profiles client for server/tests/otlp.rs, built only from PyPI packages:
+"""A real OTLP profiles client for server/tests/suite/otlp.rs, built only from PyPI packages:
 opentelemetry-proto's generated messages, grpcio and protobuf.
 
     export.py fields          print the package's field numbers and types as JSON

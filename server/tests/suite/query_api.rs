@@ -2,12 +2,10 @@
 //! group-by (against a brute-force reference), diff statistics, pprof export, SVG
 //! and the legacy Pyroscope render endpoints.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::io::Read;
 
-use common::TestServer;
+use crate::common::TestServer;
 use profiledb_storage::tree_from_bytes;
 use proptest::prelude::*;
 use prost::Message;

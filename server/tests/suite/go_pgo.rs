@@ -2,9 +2,7 @@
 //! Connect encodings: stacks cut to their leaf-most `keep_locations` locations,
 //! equal cut stacks summed, and the call site ignored as Pyroscope does.
 
-mod common;
-
-use common::TestServer;
+use crate::common::TestServer;
 use profiledb_proto::pprof::Profile;
 use profiledb_proto::querier::v1::SelectMergeProfileRequest;
 use profiledb_proto::types::v1::{GoPgo, Location, StackTraceSelector};

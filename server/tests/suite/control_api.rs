@@ -2,11 +2,9 @@
 //! overrides that win and expire, the agent list, bad input, and state that survives
 //! a restart.
 
-mod common;
-
 use std::collections::BTreeSet;
 
-use common::TestServer;
+use crate::common::TestServer;
 use serde_json::{json, Value};
 
 const GET_PLAN: &str = "/control.v1.ControlService/GetPlan";
@@ -248,7 +246,7 @@ fn silent_agents_are_shown_as_silent() {
         json!({"period_secs": 1, "window_secs": 1, "silent_after_periods": 1}),
     );
     check_in(&s, json!({"agentId": "a", "host": "quiet"}));
-    common::wait_for(10, "the agent to be shown as silent", || {
+    crate::common::wait_for(10, "the agent to be shown as silent", || {
         let v: Value = s.json("/api/v1/agents", &[]);
         (v["agents"][0]["status"] == "silent").then_some(())
     });

@@ -7,14 +7,11 @@
 //! (`window.profiledbUI`), never pixels. Screenshots go to `target/ui-screenshots/`.
 //! Skips (passing, with a message) where chromium or chromedriver is absent.
 
-mod browser;
-mod common;
-
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use browser::Browser;
-use common::{wait_for, TestServer};
+use crate::browser::Browser;
+use crate::common::{wait_for, TestServer};
 use serde_json::{json, Value};
 
 const CPU: &str = "process_cpu:cpu:nanoseconds:cpu:nanoseconds";
@@ -298,7 +295,7 @@ fn explore_zoom_search_and_sandwich_match_the_api() {
     b.click(&name);
     let options = "return [...document.getElementById(arguments[0].getAttribute('list')).options].map((o) => o.value);";
     let names = wait_for(10, "label names", || {
-        let v = b.js(options, json!([{browser::ELEMENT: name.id()}]));
+        let v = b.js(options, json!([{crate::browser::ELEMENT: name.id()}]));
         v.as_array().is_some_and(|a| !a.is_empty()).then_some(v)
     });
     assert_eq!(names, json!(["env", "region"]));
@@ -306,7 +303,7 @@ fn explore_zoom_search_and_sandwich_match_the_api() {
     let value = b.find("input[aria-label='Label value']");
     b.click(&value);
     let values = wait_for(10, "label values", || {
-        let v = b.js(options, json!([{browser::ELEMENT: value.id()}]));
+        let v = b.js(options, json!([{crate::browser::ELEMENT: value.id()}]));
         v.as_array().is_some_and(|a| !a.is_empty()).then_some(v)
     });
     assert_eq!(values, json!(["eu", "us"]));
@@ -587,8 +584,8 @@ fn fleet_view_tables_match_the_api() {
     }
     // CPI 1 on p1, 3 on p2.
     for (platform, cycles) in [("p1", 100), ("p2", 300)] {
-        common::ingest_hw_event(&s, "cycles", "pay", platform, &[("pay::run", cycles)], at);
-        common::ingest_hw_event(
+        crate::common::ingest_hw_event(&s, "cycles", "pay", platform, &[("pay::run", cycles)], at);
+        crate::common::ingest_hw_event(
             &s,
             "instructions",
             "pay",

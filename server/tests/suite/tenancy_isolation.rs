@@ -8,15 +8,13 @@
 //! The route list is checked against the router's source and the gate's table, so
 //! a new endpoint fails here until it is classified and exercised.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::common::{build_pprof, encode, wait_for};
 use base64::Engine;
-use common::{build_pprof, encode, wait_for};
 use reqwest::blocking::Client;
 use reqwest::Method;
 use serde_json::{json, Value};

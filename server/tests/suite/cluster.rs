@@ -8,8 +8,7 @@
 //! Bad states: an unreachable bucket answers 503 with a message; a corrupt and a
 //! missing object are quarantined and reported while the rest is served.
 
-mod common;
-#[path = "../../storage/tests/support/moto.rs"]
+#[path = "../../../storage/tests/support/moto.rs"]
 mod moto;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -19,7 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{free_port, wait_for};
+use crate::common::{free_port, wait_for};
 use profiledb_storage::{Bucket, SegmentFile};
 
 const BIN: &str = env!("CARGO_BIN_EXE_profiledb");

@@ -2,12 +2,10 @@
 //! CLI commands (`profiledb segments|compact|retention`), including the refusal to
 //! run while another process holds the data directory.
 
-mod common;
-
 use std::path::Path;
 use std::process::Command;
 
-use common::TestServer;
+use crate::common::TestServer;
 use profiledb_storage::{
     Batch, Function, Labels, Location, Sample, SeriesSamples, Store, StoreConfig, TenantId,
     PROFILE_TYPE_LABEL,

@@ -2,12 +2,10 @@
 //! profiles, bad input that must be refused without touching stored data, and
 //! concurrent multi-tenant uploads.
 
-mod common;
-
 use std::collections::BTreeMap;
 
+use crate::common::*;
 use base64::Engine;
-use common::*;
 use profiledb_ingest::proto::push::v1 as pushpb;
 use profiledb_ingest::proto::types::v1 as typespb;
 use prost::Message;

@@ -1,9 +1,7 @@
 //! Fleet analyses over real HTTP: the hottest shared code with its cost, and the
 //! sampling-noise verdict of the native diff (one diff within noise, one outside).
 
-mod common;
-
-use common::TestServer;
+use crate::common::TestServer;
 use serde_json::{json, Value};
 
 const CPU: &str = "process_cpu:cpu:nanoseconds:cpu:nanoseconds";
@@ -192,7 +190,7 @@ fn diff_within_and_outside_noise() {
 
 /// One hardware-event pprof upload at `T0`: `leaf → value` under `main`.
 fn ingest_events(s: &TestServer, event: &str, svc: &str, platform: &str, stacks: &[(&str, i64)]) {
-    common::ingest_hw_event(s, event, svc, platform, stacks, T0);
+    crate::common::ingest_hw_event(s, event, svc, platform, stacks, T0);
 }
 
 /// GWP's NumCrunch / MemBench example through pprof uploads of `cycles` and

@@ -1,9 +1,7 @@
 //! Bad input gets a clear 4xx with a JSON `{code, message}` body, the server keeps
 //! serving, and previously stored data is unchanged.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use prost::Message;
 
 const CPU: &str = "process_cpu:cpu:nanoseconds:cpu:nanoseconds";

@@ -18,12 +18,10 @@
 //! so do unix times (10 and 13 digits) and RFC 3339 timestamps, which move with the
 //! clock.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::TestServer;
+use crate::common::TestServer;
 
 const DOC_URL: &str = "http://127.0.0.1:4040";
 

@@ -5,9 +5,7 @@
 //! and Connect's `unimplemented` for procedures we lack. Request bodies are shaped
 //! as the datasource and the app send them (their request code, read for facts).
 
-mod common;
-
-use common::TestServer;
+use crate::common::TestServer;
 use prost::Message;
 use serde_json::{json, Value};
 

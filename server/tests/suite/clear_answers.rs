@@ -2,9 +2,7 @@
 //! or selector, an upload that lands in the past, an empty diff, admin times, and time
 //! series steps each give what a person would expect, never a silent wrong figure.
 
-mod common;
-
-use common::{build_pprof, encode, gzip, TestServer};
+use crate::common::{build_pprof, encode, gzip, TestServer};
 use reqwest::blocking::Response;
 use serde_json::{json, Value};
 

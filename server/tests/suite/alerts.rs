@@ -8,8 +8,6 @@
 //! polls with generous deadlines; the exact state sequence is unit-tested on the pure
 //! evaluation step with simulated time (server/src/alerts/eval.rs).
 
-mod common;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::process::Command;
@@ -18,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::{wait_for, TestServer};
+use crate::common::{wait_for, TestServer};
 use profiledb::alerts::AlertOptions;
 use profiledb::ServeOptions;
 use serde_json::{json, Value};

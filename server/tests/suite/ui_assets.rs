@@ -2,12 +2,10 @@
 //! its content type, deep links answer the page, `ETag` revalidation answers 304,
 //! gzip round-trips, and unknown assets are a JSON 404.
 
-mod common;
-
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use common::TestServer;
+use crate::common::TestServer;
 
 fn ui_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("ui")

@@ -3,9 +3,7 @@
 //! stay within their budgets (uploads past the ingest share get 429, merges past the
 //! query share 422, the WAL is cut at the head budget).
 
-mod common;
-
-use common::free_port;
+use crate::common::free_port;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 

@@ -4,12 +4,10 @@
 //! `target/otlp-venv`; elsewhere point `PROFILEDB_OTLP_PYTHON` at a Python that has
 //! them, or that test skips).
 
-mod common;
-
 use std::path::PathBuf;
 use std::process::Command;
 
-use common::TestServer;
+use crate::common::TestServer;
 use profiledb_proto::opentelemetry::proto::common::v1::{any_value, AnyValue, KeyValue};
 use profiledb_proto::opentelemetry::proto::resource::v1::Resource;
 use profiledb_proto::otlp::{
@@ -204,7 +202,7 @@ fn http_export_in_both_encodings_and_bad_input_gets_400() {
             .unwrap()
     };
     let resp = post(
-        common::gzip(&cpu_request("http-proto", 1).encode_to_vec()),
+        crate::common::gzip(&cpu_request("http-proto", 1).encode_to_vec()),
         "application/x-protobuf",
     );
     assert_eq!(resp.status(), 200);

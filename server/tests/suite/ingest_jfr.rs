@@ -4,9 +4,7 @@
 //! recording (its golden profiles for `dump2.jfr.gz`); a corrupt recording is a
 //! 400 with a JSON message that leaves stored data alone.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 const CPU: &str = "process_cpu:cpu:nanoseconds:cpu:nanoseconds";
 const WALL: &str = "wall:wall:nanoseconds:wall:nanoseconds";

@@ -3,15 +3,13 @@
 //! queries, the matching Connect code on Connect routes), is counted in `/metrics`,
 //! leaves what was stored before it intact, and does not touch other tenants.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::common::{build_pprof, encode, TestServer};
 use base64::Engine;
-use common::{build_pprof, encode, TestServer};
 use profiledb::tenancy::authfile::{hash_token, AuthFile};
 use reqwest::blocking::{RequestBuilder, Response};
 use serde_json::{json, Value};
@@ -357,7 +355,7 @@ fn a_tenant_runs_at_most_its_concurrent_queries() {
     held.flush().unwrap();
     let second = || connect(&s, "conc", "ProfileTypes", json!({}));
     // Until the held query is seen running, another one could race it for the slot.
-    common::wait_for(30, "the held query to be running", || {
+    crate::common::wait_for(30, "the held query to be running", || {
         let m = s.get("/metrics").text().unwrap();
         m.lines()
             .any(|l| l == "profiledb_queries_running{tenant=\"conc\"} 1")

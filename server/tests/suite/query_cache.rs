@@ -2,11 +2,9 @@
 //! once (the head part is always live) and a flush invalidates the cached part. In
 //! its own test binary because the cache counters in /metrics are process-wide.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::TestServer;
+use crate::common::TestServer;
 use serde_json::{json, Value};
 
 const CPU: &str = "process_cpu:cpu:nanoseconds:cpu:nanoseconds";

@@ -2,12 +2,10 @@
 //! unchanged. `.ci/run` installs it into `target/sdk-venv`; elsewhere point
 //! `PROFILEDB_SDK_PYTHON` at a Python that has it, or the test skips.
 
-mod common;
-
 use std::path::PathBuf;
 use std::process::Command;
 
-use common::TestServer;
+use crate::common::TestServer;
 
 fn python() -> Option<PathBuf> {
     let p = std::env::var_os("PROFILEDB_SDK_PYTHON")

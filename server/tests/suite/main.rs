@@ -1,0 +1,31 @@
+//! The server's integration tests, in one binary: each module starts real servers
+//! (in-process on a loopback port, or the built `profiledb` binary) and talks to them
+//! over HTTP. One binary rather than one per file because every test binary links the
+//! whole server statically; twenty of them cost CI gigabytes of disk and minutes of
+//! linking for no isolation the tests need (none of them touches process-global state).
+
+mod browser;
+mod common;
+
+mod admin_api;
+mod alerts;
+mod bad_input;
+mod clear_answers;
+mod cluster;
+mod control_api;
+mod docs_examples;
+mod fleet_api;
+mod go_pgo;
+mod grafana_api;
+mod ingest_http;
+mod ingest_jfr;
+mod otlp;
+mod pipeline;
+mod process;
+mod query_api;
+mod query_cache;
+mod sdk_python;
+mod tenancy_isolation;
+mod tenancy_limits;
+mod ui_assets;
+mod ui_browser;
