@@ -98,12 +98,17 @@ fn config(blocks: bool) -> StoreConfig {
         // — fsync always, 1 h partitions, 10 s steps, zstd 3, the 1 GiB compaction
         // budget, the default downsampling rules and day blocks — is the server's
         // default; the first compaction pass turns blocks off to measure hours.
+        // Week blocks stay off: the passes measure days downsampled one by one
+        // (the query suite's same-rows store measures weeks).
         background_flush: false,
         // The passes measure compaction's memory: no background warm-up filling
         // the segment cache beside it.
         warm_segment_cache: false,
         blocks: if blocks {
-            BlockPolicy::default()
+            BlockPolicy {
+                wide_width_ms: 0,
+                ..BlockPolicy::default()
+            }
         } else {
             BlockPolicy::OFF
         },

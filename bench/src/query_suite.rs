@@ -13,7 +13,8 @@
 //! days before those at `--old-interval` s, so the long queries stay affordable on a
 //! small machine (and the baselines' CSV within a few GB). Every density is printed
 //! and recorded. After the ingest the server's compactor is run once (the admin
-//! API), so past UTC days are day blocks as a long-running server keeps them.
+//! API), so past UTC days are day blocks, and past weeks week blocks, as a
+//! long-running server keeps them.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -332,7 +333,8 @@ fn diff_sql(service: &str, time: &str, mid: i64) -> Sql {
 }
 
 /// Runs the server's compactor once, as its background clock would after the
-/// ingest: past UTC days become day blocks. Prints and returns what it did.
+/// ingest: past UTC days become day blocks, past weeks week blocks. Prints and
+/// returns what it did.
 fn compact(url: &str) -> anyhow::Result<Value> {
     let client = reqwest::blocking::Client::builder()
         .timeout(Duration::from_secs(3600))

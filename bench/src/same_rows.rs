@@ -8,8 +8,10 @@
 //! decoder the server uses and written through the real write path (WAL, head,
 //! flush to segments). It then checks that the store holds as many rows and the
 //! same total as the baselines' CSV, measures its hour segments, compacts the
-//! past days into day blocks (the default policy; the total must not change) and
-//! measures again: the blocks are what the baselines' bytes are compared with.
+//! past days into day blocks and measures again, then lets the default policy
+//! merge the weeks that are over into wide blocks and measures a third time (the
+//! total must not change): the last is what the baselines' bytes are compared
+//! with.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,7 +21,7 @@ use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
 use profiledb_ingest::{decode_push, push_to_batch, Limits, PushEncoding};
 use profiledb_proto::push::v1::{PushRequest, RawProfileSeries, RawSample};
-use profiledb_storage::{Store, StoreConfig, TenantId};
+use profiledb_storage::{BlockPolicy, Store, StoreConfig, TenantId};
 use prost::Message;
 use serde_json::{json, Value};
 
@@ -118,15 +120,79 @@ pub fn build(fleet: &Arc<Fleet>, ticks: &[i64], hosts: usize, dir: &Path) -> any
         );
     }
     let hours = measure(&store, dir, rows, "as flushed (hour segments)")?;
+    drop(store);
     // Then as the store keeps them once the days are over: compaction at a clock
     // two hours past the last UTC day the rows touch merges each day into a block
-    // (no downsampling rule applies yet).
+    // (no downsampling rule applies yet), first with wide blocks off (day blocks
+    // only), then with the default policy, which merges each week that is over.
     const DAY: i64 = 86_400_000;
     let last = ticks.iter().copied().max().unwrap_or(0);
     let now = last.div_euclid(DAY) * DAY + DAY + 2 * 3_600_000;
+    let days_only = BlockPolicy {
+        wide_width_ms: 0,
+        ..BlockPolicy::default()
+    };
+    let days = compact_and_measure(dir, days_only, now, rows, total, "day blocks")?;
+    let blocks = compact_and_measure(
+        dir,
+        BlockPolicy::default(),
+        now,
+        rows,
+        total,
+        "day and week blocks (the default)",
+    )?;
+    Ok(json!({
+        "rows": rows,
+        "value_total": total,
+        // The figure compared with the baselines: the store as it keeps past days.
+        "bytes": blocks.breakdown.file_bytes,
+        "bytes_per_row": blocks.breakdown.file_bytes as f64 / rows.max(1) as f64,
+        "sections": blocks.breakdown.to_json(),
+        "days_left_in_hours": blocks.skipped,
+        "day_blocks": {
+            "bytes": days.breakdown.file_bytes,
+            "bytes_per_row": days.breakdown.file_bytes as f64 / rows.max(1) as f64,
+            "sections": days.breakdown.to_json(),
+        },
+        "hours": {
+            "bytes": hours.file_bytes,
+            "bytes_per_row": hours.file_bytes as f64 / rows.max(1) as f64,
+            "sections": hours.to_json(),
+        },
+    }))
+}
+
+/// The store compacted under one block policy.
+struct Compacted {
+    breakdown: Breakdown,
+    /// Partitions left out for the compaction budget, as "start ms: reason".
+    skipped: Vec<String>,
+}
+
+/// Reopens the store in `dir` with `blocks`, compacts it at `now` and measures
+/// it; fails when the total changed.
+fn compact_and_measure(
+    dir: &Path,
+    blocks: BlockPolicy,
+    now: i64,
+    rows: u64,
+    total: i64,
+    layout: &str,
+) -> anyhow::Result<Compacted> {
+    let store = Store::open(
+        dir,
+        // Only this compaction, at this clock: the background one would plan by
+        // the real clock (and downsample the older days).
+        StoreConfig {
+            blocks,
+            background_flush: false,
+            background_compaction: false,
+            ..StoreConfig::default()
+        },
+    )?;
     let report = store.compact_at(None, None, now, &|_| {})?;
-    // A day whose decoded rows exceed the compaction budget stays in hours: the
-    // engine's memory bound, so a figure to report (the full-density fleet's
+    // A partition whose decoded rows exceed the compaction budget stays apart:
+    // the engine's memory bound, so a figure to report (the full-density fleet's
     // last day is one), not a failed run.
     let skipped: Vec<String> = report
         .skipped
@@ -134,36 +200,22 @@ pub fn build(fleet: &Arc<Fleet>, ticks: &[i64], hosts: usize, dir: &Path) -> any
         .map(|s| format!("{} ms: {}", s.partition_start_ms, s.reason))
         .collect();
     for s in &skipped {
-        println!("same rows: a day left in hours, starting at {s}");
+        println!("same rows ({layout}): a partition left apart, starting at {s}");
     }
     let stored: i64 = store.segments().iter().map(|m| m.value_total).sum();
     if stored != total {
-        bail!("the same-rows store totals {stored} after compaction, {total} before");
+        bail!("the same-rows store totals {stored} after compaction into {layout}, {total} before");
     }
     let layout = if skipped.is_empty() {
-        "compacted into day blocks".to_string()
+        format!("compacted into {layout}")
     } else {
         format!(
-            "compacted into day blocks ({} day(s) left in hours)",
+            "compacted into {layout} ({} partition(s) left apart)",
             skipped.len()
         )
     };
-    let blocks = measure(&store, dir, rows, &layout)?;
-    drop(store);
-    Ok(json!({
-        "rows": rows,
-        "value_total": total,
-        // The figure compared with the baselines: the store as it keeps past days.
-        "bytes": blocks.file_bytes,
-        "bytes_per_row": blocks.file_bytes as f64 / rows.max(1) as f64,
-        "sections": blocks.to_json(),
-        "days_left_in_hours": skipped,
-        "hours": {
-            "bytes": hours.file_bytes,
-            "bytes_per_row": hours.file_bytes as f64 / rows.max(1) as f64,
-            "sections": hours.to_json(),
-        },
-    }))
+    let breakdown = measure(&store, dir, rows, &layout)?;
+    Ok(Compacted { breakdown, skipped })
 }
 
 /// Prints and returns the breakdown of the store's live segments (files a

@@ -111,9 +111,9 @@ enum Command {
         /// uploads get 429. Default: 6% of --memory-mb.
         #[arg(long)]
         ingest_memory_mb: Option<u64>,
-        /// Largest decoded size of one partition's segments a compaction holds in
-        /// memory, in MiB; bigger partitions are left as they are (reported with
-        /// the reason). Default: 10% of --memory-mb.
+        /// Most a compaction merge holds in memory, in MiB (the merged output so
+        /// far and the source being added); bigger merges are left as they are
+        /// (reported with the reason). Default: 10% of --memory-mb.
         #[arg(long)]
         compaction_memory_mb: Option<u64>,
         /// Queries running longer than this many seconds fail with 503.
@@ -217,9 +217,9 @@ enum Command {
     #[command(verbatim_doc_comment)]
     Fleet(profiledb::fleet_cli::FleetArgs),
     /// Compact (and downsample) the segments of a data directory offline, merging
-    /// UTC days over for two hours into day blocks, and the 6-hour parts of a day
-    /// not yet over into part blocks. Refuses to run while a server uses the
-    /// directory.
+    /// UTC days over for two hours into day blocks, the 6-hour parts of a day not
+    /// yet over into part blocks, and weeks over into wide blocks (for tenants
+    /// kept 28 days or more). Refuses to run while a server uses the directory.
     Compact {
         /// Data directory of a stopped server.
         #[arg(long, default_value = "./data")]

@@ -79,8 +79,10 @@ pub struct StoreConfig {
     pub background_compaction: bool,
     /// How often the background compactor runs. Default 10 min.
     pub compaction_interval: Duration,
-    /// Largest decoded size (bytes) of one partition's segments that a compaction
-    /// will hold in memory; bigger partitions are skipped with a reason. Default 1 GiB.
+    /// Most bytes one compaction merge holds in memory: the merged output so far
+    /// (16 bytes a row plus its dictionaries) and the source segment being added.
+    /// A block merge plans its sources by an estimate of this; a merge that would
+    /// pass it anyway is skipped with a reason. Default 1 GiB.
     pub compaction_max_bytes: u64,
     /// Tier merges of open partitions: once this many segments of one level gather
     /// in a partition still taking flushes (early flushes of a busy hour), the
@@ -98,7 +100,9 @@ pub struct StoreConfig {
     /// at `step_ms` by compaction. Default: after 7 days 60 s, after 30 days 1 h.
     pub downsample: Vec<DownsampleRule>,
     /// Wider blocks compaction merges old partitions into. Default: a UTC day, two
-    /// hours after it ends; meanwhile 6-hour part blocks, two hours after each ends.
+    /// hours after it ends; meanwhile 6-hour part blocks, two hours after each ends;
+    /// and 7-day wide blocks once a week and the day after it are over (where
+    /// retention allows).
     pub blocks: BlockPolicy,
 }
 
@@ -110,6 +114,17 @@ pub struct StoreConfig {
 /// default) as each of those ends: a day of hour partitions would otherwise be
 /// read as 24 segments, each with its own stack tree to decode and resolve, by
 /// every query over the last day (and by the first one after a restart).
+///
+/// Once a *wide block* (7 days by default, aligned to the epoch: Thursday to
+/// Wednesday, UTC) and the block after it are over, its blocks are merged into
+/// it (a day later than it could be, so that the last day, which a restart's
+/// first queries read and its warm-up resolves, is never part of a week). Most of a block's bytes
+/// are its stack tree, and the days of a week share most of their stacks: a month
+/// stored as weeks keeps about four trees instead of thirty. Retention drops whole
+/// segments, so a wide block is kept until all of it has expired; a tenant whose
+/// maximum age is under [`BlockPolicy::WIDE_RETENTION_FACTOR`] wide blocks gets
+/// none ([`BlockPolicy::for_max_age`]), which bounds what is kept past the maximum
+/// age to a quarter of it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct BlockPolicy {
@@ -121,6 +136,8 @@ pub struct BlockPolicy {
     pub delay_ms: i64,
     /// Width of a part block; 0 for none. Must divide `width_ms`.
     pub part_width_ms: i64,
+    /// Width of a wide block; 0 for none. A multiple of `width_ms`.
+    pub wide_width_ms: i64,
 }
 
 impl Default for BlockPolicy {
@@ -129,6 +146,7 @@ impl Default for BlockPolicy {
             width_ms: 86_400_000,
             delay_ms: 2 * 3_600_000,
             part_width_ms: 6 * 3_600_000,
+            wide_width_ms: 7 * 86_400_000,
         }
     }
 }
@@ -139,23 +157,61 @@ impl BlockPolicy {
         width_ms: 0,
         delay_ms: 0,
         part_width_ms: 0,
+        wide_width_ms: 0,
     };
 
+    /// A tenant gets wide blocks only when its maximum age is at least this many
+    /// of them (see the type's docs).
+    pub const WIDE_RETENTION_FACTOR: i64 = 4;
+
+    /// The policy for a tenant whose data expires after `max_age_ms` (`None`:
+    /// kept forever): without wide blocks when they would keep expired data for
+    /// more than a quarter of the maximum age.
+    pub fn for_max_age(&self, max_age_ms: Option<i64>) -> BlockPolicy {
+        let short = max_age_ms.is_some_and(|age| {
+            age < self
+                .wide_width_ms
+                .saturating_mul(Self::WIDE_RETENTION_FACTOR)
+        });
+        BlockPolicy {
+            wide_width_ms: if short { 0 } else { self.wide_width_ms },
+            ..*self
+        }
+    }
+
     /// The `(start, width)` of the block the partition `[start, start + width)`
-    /// is merged into now: its block if that ended `delay_ms` before `now_ms`,
-    /// else its part block if that did; `None` when neither is due, blocks are
-    /// off (which turns part blocks off too: they are parts of blocks) or the
-    /// partition fits neither. A block is its own block.
+    /// is merged into now: the widest of its wide block, block and part block
+    /// that ended `delay_ms` before `now_ms`; `None` when none is due, blocks are
+    /// off (which turns part and wide blocks off too: they are built of blocks)
+    /// or the partition fits none. A block is its own block.
     pub fn block_of(&self, start: i64, width: i64, now_ms: i64) -> Option<(i64, i64)> {
         if self.width_ms <= 0 {
             return None;
         }
-        [self.width_ms, self.part_width_ms]
-            .into_iter()
-            .find_map(|w| self.due_block(w, start, width, now_ms).map(|b| (b, w)))
+        // A wide block waits one block more: the last day, which a restart's
+        // first queries read and its warm-up resolves, is then never a week's.
+        [
+            (self.wide_width_ms, self.width_ms),
+            (self.width_ms, 0),
+            (self.part_width_ms, 0),
+        ]
+        .into_iter()
+        .find_map(|(w, wait)| {
+            self.due_block(w, wait, start, width, now_ms)
+                .map(|b| (b, w))
+        })
     }
 
-    fn due_block(&self, block_width: i64, start: i64, width: i64, now_ms: i64) -> Option<i64> {
+    /// The start of the `block_width` block holding `[start, start + width)` if
+    /// it ended `wait + delay_ms` before `now_ms`.
+    fn due_block(
+        &self,
+        block_width: i64,
+        wait: i64,
+        start: i64,
+        width: i64,
+        now_ms: i64,
+    ) -> Option<i64> {
         if block_width <= 0 || width <= 0 || block_width % width != 0 {
             return None;
         }
@@ -163,15 +219,27 @@ impl BlockPolicy {
         let inside = start.saturating_add(width) <= block.saturating_add(block_width);
         let due = block
             .saturating_add(block_width)
+            .saturating_add(wait)
             .saturating_add(self.delay_ms)
             <= now_ms;
         (inside && due).then_some(block)
     }
 
-    /// Refuses negative widths or delay and part blocks that do not divide blocks.
+    /// Refuses negative widths or delay, part blocks that do not divide blocks
+    /// and wide blocks that blocks do not divide.
     pub fn validate(&self) -> std::result::Result<(), String> {
-        if self.width_ms < 0 || self.delay_ms < 0 || self.part_width_ms < 0 {
-            return Err("block width, part width and delay must not be negative".into());
+        if self.width_ms < 0
+            || self.delay_ms < 0
+            || self.part_width_ms < 0
+            || self.wide_width_ms < 0
+        {
+            return Err("block widths and delay must not be negative".into());
+        }
+        if self.wide_width_ms > 0 && self.width_ms > 0 && self.wide_width_ms % self.width_ms != 0 {
+            return Err(format!(
+                "the wide block width ({} ms) must be a multiple of the block width ({} ms)",
+                self.wide_width_ms, self.width_ms
+            ));
         }
         if self.part_width_ms > 0 && self.width_ms > 0 && self.width_ms % self.part_width_ms != 0 {
             return Err(format!(
@@ -338,6 +406,50 @@ mod tests {
         assert_eq!(BlockPolicy::OFF.block_of(d + 7 * H, H, d + 100 * DAY), None);
     }
 
+    /// Weeks start on the epoch's weekday: day 98 (a Thursday) to 105. A day block,
+    /// an hour or a part of the week goes into it once the week and the day after
+    /// it are over for the delay; until then into its day as before; a week is
+    /// its own block.
+    #[test]
+    fn a_day_goes_into_its_week_once_the_week_is_over() {
+        let p = BlockPolicy::default();
+        let week = 7 * DAY;
+        let (w, d) = (98 * DAY, 101 * DAY);
+        let due = w + week + DAY + 2 * H;
+        assert_eq!(p.block_of(d, DAY, due - 1), Some((d, DAY)));
+        assert_eq!(p.block_of(d, DAY, due), Some((w, week)));
+        assert_eq!(p.block_of(d + 7 * H, H, due), Some((w, week)));
+        assert_eq!(p.block_of(d + 6 * H, 6 * H, due), Some((w, week)));
+        assert_eq!(p.block_of(w, week, due + 100 * DAY), Some((w, week)));
+        // The last day of the week and the first of the next (its own block).
+        assert_eq!(p.block_of(w + 6 * DAY, DAY, due), Some((w, week)));
+        assert_eq!(p.block_of(w + week, DAY, due), Some((w + week, DAY)));
+        // Off: days stay days.
+        let no_wide = BlockPolicy {
+            wide_width_ms: 0,
+            ..p
+        };
+        assert_eq!(no_wide.block_of(d, DAY, due), Some((d, DAY)));
+    }
+
+    /// Wide blocks only where they keep at most a quarter of the maximum age
+    /// past it: 28 days and more, or no maximum age.
+    #[test]
+    fn short_retention_turns_wide_blocks_off() {
+        let p = BlockPolicy::default();
+        assert_eq!(p.for_max_age(None), p);
+        assert_eq!(p.for_max_age(Some(28 * DAY)), p);
+        let short = p.for_max_age(Some(28 * DAY - 1));
+        assert_eq!(short.wide_width_ms, 0);
+        assert_eq!(short.width_ms, p.width_ms);
+        assert_eq!(
+            short.block_of(101 * DAY, DAY, 200 * DAY),
+            Some((101 * DAY, DAY))
+        );
+        // No wide blocks to begin with: nothing to turn off.
+        assert_eq!(BlockPolicy::OFF.for_max_age(Some(1)), BlockPolicy::OFF);
+    }
+
     #[test]
     fn part_blocks_must_divide_blocks() {
         assert!(BlockPolicy::default().validate().is_ok());
@@ -346,6 +458,11 @@ mod tests {
             ..BlockPolicy::default()
         };
         assert!(bad.validate().unwrap_err().contains("must divide"));
+        let bad_wide = BlockPolicy {
+            wide_width_ms: 36 * H,
+            ..BlockPolicy::default()
+        };
+        assert!(bad_wide.validate().unwrap_err().contains("multiple"));
         assert!(BlockPolicy {
             delay_ms: -1,
             ..BlockPolicy::OFF

@@ -77,7 +77,8 @@ pub struct Gauges {
     pub wal_bytes: u64,
     /// Bytes the WAL writer's group-commit buffer holds.
     pub wal_buffer_bytes: u64,
-    /// Bytes the running compaction holds decoded (its sources and the merge).
+    /// Bytes the running compaction holds (the merge so far and the source
+    /// being added).
     pub compaction_bytes: u64,
     /// Estimated bytes of a flush's encode under way (beside the partition).
     pub flush_bytes: u64,

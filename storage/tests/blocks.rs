@@ -1,5 +1,6 @@
 //! Day blocks on one node: once a UTC day has been over for the block delay,
-//! compaction merges its hour segments into one segment spanning the day. The
+//! compaction merges its hour segments into one segment spanning the day (and
+//! once a week is over, its days into a wide block). The
 //! answers stay exact, a WAL replay after the block does not apply its records
 //! twice, late hours merge into the block, and no block forms over unflushed data.
 
@@ -254,6 +255,131 @@ fn the_parts_of_a_day_become_part_blocks_before_the_day_block() {
     compact(&store, DUE);
     assert_eq!(segments(&store), [(D, DAY)]);
     check(&store, &reference, "day block from parts");
+}
+
+/// Once the week of two day blocks and the day after it are over for the delay,
+/// they become one wide block; the next week's hour stays apart, a late hour of the week merges into
+/// the wide block, and a tenant kept for two weeks only keeps its day blocks.
+#[test]
+fn the_days_of_a_week_become_one_wide_block_once_it_is_over() {
+    // The week of `D` (the epoch's weekday, Thursday, three days before `D`).
+    const WEEK: i64 = 7 * DAY;
+    let w = D.div_euclid(WEEK) * WEEK;
+    assert_eq!(w, D - 3 * DAY);
+    let next = w + WEEK;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config();
+    let store = Store::open(dir.path(), cfg.clone()).unwrap();
+    let short = TenantId::new("short").unwrap();
+    store
+        .set_retention(&short, Some(std::time::Duration::from_secs(14 * 86_400)))
+        .unwrap();
+    let mut reference = Reference::default();
+    // Two hours a day, so each day is a block before its week is (a lone hour
+    // is not rewritten into one).
+    let written = [
+        (D + 5 * HOUR, "d0"),
+        (D + 7 * HOUR, "d0b"),
+        (D + DAY + 9 * HOUR, "d1"),
+        (D + DAY + 10 * HOUR, "d1b"),
+        (next + HOUR + 10_000, "n0"),
+    ];
+    for (ts, leaf) in written {
+        write(&store, &mut reference, &[sample(ts, "a", leaf, 3)]);
+        let other = build_batch(&short, &[sample(ts, "a", leaf, 5)]);
+        store.write(other).unwrap();
+        store.flush().unwrap();
+    }
+    let of = |tenant: &TenantId| {
+        let mut s: Vec<(i64, i64)> = store
+            .segments()
+            .iter()
+            .filter(|m| m.tenant == *tenant)
+            .map(|m| (m.partition_start_ms, m.partition_ms))
+            .collect();
+        s.sort_unstable();
+        s
+    };
+    let t = TenantId::default();
+    // Due once the day after the week is over for the delay too.
+    let due = next + DAY + 2 * HOUR;
+    let days = [(D, DAY), (D + DAY, DAY), (next + HOUR, HOUR)];
+    compact(&store, due - 1);
+    assert_eq!(of(&t), days);
+    compact(&store, due);
+    assert_eq!(of(&t), [(w, WEEK), (next + HOUR, HOUR)]);
+    assert_eq!(of(&short), days, "two weeks' retention: no wide blocks");
+    check(&store, &reference, "wide block");
+    // A late hour of the week lands in its hour, then in the wide block.
+    write(
+        &store,
+        &mut reference,
+        &[sample(w + 6 * DAY + 3 * HOUR, "b", "late", 11)],
+    );
+    store.flush().unwrap();
+    assert_eq!(of(&t).len(), 3);
+    compact(&store, due + HOUR);
+    assert_eq!(of(&t), [(w, WEEK), (next + HOUR, HOUR)]);
+    drop(store);
+    let store = Store::open(dir.path(), cfg).unwrap();
+    check(&store, &reference, "late hour in the wide block, reopened");
+    for (start, end) in [(w, next), (D + DAY + 9 * HOUR, next + 2 * HOUR)] {
+        let tree = querier(&store)
+            .merge_tree(&t, &Selector::default(), TimeRange::new(start, end))
+            .unwrap();
+        assert_eq!(
+            tree.folded(),
+            reference.folded(|_| true, start, end),
+            "[{start}, {end})"
+        );
+    }
+}
+
+/// A merge holds its output and one source at a time, not every source: twelve
+/// hours with the same 1,500 stacks, each decoding to its own copy of them,
+/// merge into a day block under a budget half their decoded sum (the merged
+/// output keeps the stacks once).
+#[test]
+fn a_merge_holds_one_source_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut reference = Reference::default();
+    let hour = |h: i64| -> Vec<TSample> {
+        (0..1500)
+            .map(|i| {
+                let name = format!("fleet::service::module_{}::handler_number_{i}", i % 7);
+                sample(D + h * HOUR + 10_000, "a", &name, i + 1)
+            })
+            .collect()
+    };
+    let decoded_sum = {
+        let store = Store::open(dir.path(), config()).unwrap();
+        for h in 0..12 {
+            write(&store, &mut reference, &hour(h));
+            store.flush().unwrap();
+        }
+        assert_eq!(segments(&store).len(), 12);
+        // Every hour decoded into the segment cache: their summed weight.
+        check(&store, &reference, "hours");
+        store.gauges().segment_cache_bytes
+    };
+    let with_budget = |bytes: u64| {
+        let cfg = StoreConfig {
+            compaction_max_bytes: bytes,
+            ..config()
+        };
+        Store::open(dir.path(), cfg).unwrap()
+    };
+    // A budget under one hour's decoded size is still refused: hours kept.
+    {
+        let store = with_budget(decoded_sum / 24);
+        let r = store.compact_at(None, None, DUE, &|_| {}).unwrap();
+        assert_eq!(r.skipped.len(), 1, "{r:?}");
+        assert_eq!(segments(&store).len(), 12);
+    }
+    let store = with_budget(decoded_sum / 2);
+    compact(&store, DUE);
+    assert_eq!(segments(&store), [(D, DAY)]);
+    check(&store, &reference, "block under half the decoded sum");
 }
 
 #[test]

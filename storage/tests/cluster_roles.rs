@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use object_store::memory::InMemory;
 use profiledb_storage::{
-    Batch, Bucket, Compactor, CompactorConfig, DownsampleRule, Function, Labels, Location,
-    MergePolicy, Querier, QueryLimits, Sample, Selector, SeriesSamples, Store, TenantId, TimeRange,
-    PROFILE_TYPE_LABEL,
+    Batch, BlockPolicy, Bucket, Compactor, CompactorConfig, DownsampleRule, Function, Labels,
+    Location, MergePolicy, Querier, QueryLimits, Sample, Selector, SeriesSamples, Store, TenantId,
+    TimeRange, PROFILE_TYPE_LABEL,
 };
 use support::roles::{local, querier, uploader, wait};
 
@@ -76,8 +76,15 @@ fn compactor(bucket: &Bucket, downsample: Vec<DownsampleRule>) -> Compactor {
         CompactorConfig {
             id: "c1".into(),
             interval: Duration::from_millis(20),
+            // Day blocks, as these tests check them: the 2023 data's weeks are
+            // long over, and wide blocks would take the days (planned as in
+            // `storage/src/cluster/plan.rs`'s tests, merged as a day is).
             policy: MergePolicy {
                 min_segments: 2,
+                blocks: BlockPolicy {
+                    wide_width_ms: 0,
+                    ..BlockPolicy::default()
+                },
                 ..MergePolicy::default()
             },
             lease_ttl: Duration::from_secs(30),

@@ -65,6 +65,9 @@ pub(super) fn run(
             [
                 "--block-hours",
                 &block_hours.to_string(),
+                // Days against hours: no week blocks over the past weeks.
+                "--wide-block-days",
+                "0",
                 "--block-delay-minutes",
                 "0",
                 // Every partition is over at once, however few its segments.

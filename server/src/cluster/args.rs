@@ -130,6 +130,14 @@ pub struct ClusterArgs {
     /// Must divide --block-hours.
     #[arg(long, default_value_t = 6)]
     pub part_block_hours: u64,
+    /// Once a week (this many days, aligned to the epoch) and the day after it
+    /// are over for the delay, its blocks are merged into one wide block: a month
+    /// is then stored with about five stack trees instead of thirty. 0 for none.
+    /// Must be a multiple of --block-hours. Not applied to data whose retention is
+    /// under four of them (retention drops whole segments, so it would keep data
+    /// too long).
+    #[arg(long, default_value_t = 7)]
+    pub wide_block_days: u64,
     /// Seconds a replaced or orphaned object stays in the bucket before deletion
     /// (longer than any query and any querier's sync interval).
     #[arg(long, default_value_t = 300)]
@@ -166,13 +174,14 @@ pub struct ClusterOptions {
 
 impl ClusterArgs {
     /// `None` without --storage (the single-node default).
-    /// `--block-hours`, `--block-delay-minutes` and `--part-block-hours`, for a single node's store or
-    /// a compactor's merge policy.
+    /// `--block-hours`, `--block-delay-minutes`, `--part-block-hours` and
+    /// `--wide-block-days`, for a single node's store or a compactor's merge policy.
     pub fn block_policy(&self) -> anyhow::Result<BlockPolicy> {
         let policy = BlockPolicy {
             width_ms: to_ms(self.block_hours, 3_600_000, "block-hours")?,
             delay_ms: to_ms(self.block_delay_minutes, 60_000, "block-delay-minutes")?,
             part_width_ms: to_ms(self.part_block_hours, 3_600_000, "part-block-hours")?,
+            wide_width_ms: to_ms(self.wide_block_days, 86_400_000, "wide-block-days")?,
         };
         policy.validate().map_err(anyhow::Error::msg)?;
         Ok(policy)

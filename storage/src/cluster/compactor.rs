@@ -166,7 +166,16 @@ impl Shared {
                 live.retain(|e| e.max_ms > cutoff);
             }
         }
-        for plan in plan_merges(&live, now, &self.cfg.policy, &self.cfg.downsample) {
+        // The bucket's one retention decides whether it gets wide blocks.
+        let policy = MergePolicy {
+            blocks: self.cfg.policy.blocks.for_max_age(
+                self.cfg
+                    .retention
+                    .map(|r| i64::try_from(r.as_millis()).unwrap_or(i64::MAX)),
+            ),
+            ..self.cfg.policy.clone()
+        };
+        for plan in plan_merges(&live, now, &policy, &self.cfg.downsample) {
             let name = format!("compact/{tenant}/{}+{}", plan.partition_ms, plan.width_ms);
             let ttl = self.cfg.lease_ttl;
             let Some(lease) = self.bucket.try_lease(&name, &self.cfg.id, ttl, now_ms())? else {

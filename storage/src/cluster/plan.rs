@@ -175,6 +175,7 @@ mod tests {
                 width_ms: DAY,
                 delay_ms: 2 * HOUR,
                 part_width_ms: 0,
+                wide_width_ms: 0,
             },
             ..policy()
         }
@@ -232,6 +233,47 @@ mod tests {
         let plans = plan_merges(&live, 2 * DAY, &blocks(), &[]);
         assert_eq!(plans.len(), 1);
         assert_eq!(plans[0].keys, vec!["h0".to_string(), "h1".to_string()]);
+    }
+
+    /// The day blocks of a week (the epoch's: days 0 to 6) become one wide block
+    /// once it and the day after it are over for the delay, blocks and hours
+    /// alike; the next week's day stays apart.
+    #[test]
+    fn the_days_of_a_week_become_one_wide_block_once_it_is_over() {
+        const WEEK: i64 = 7 * DAY;
+        let wide = MergePolicy {
+            blocks: BlockPolicy {
+                wide_width_ms: WEEK,
+                ..blocks().blocks
+            },
+            ..policy()
+        };
+        let day = |key: &str, start: i64| SegmentEntry {
+            width_ms: DAY,
+            ..seg(key, start, 1, 1)
+        };
+        let live = [
+            day("d1", DAY),
+            day("d5", 5 * DAY),
+            seg("h6", 6 * DAY + HOUR, 2, 1),
+            day("next", WEEK),
+        ];
+        // Due once the day after the week is over for the delay too.
+        let due = WEEK + DAY + 2 * HOUR;
+        assert_eq!(
+            plan_merges(&live, due - 1, &wide, &[]),
+            Vec::new(),
+            "the week is not due: day 6's lone hour stays an hour"
+        );
+        assert_eq!(
+            plan_merges(&live, due, &wide, &[]),
+            vec![MergePlan {
+                partition_ms: 0,
+                width_ms: WEEK,
+                keys: vec!["d1".into(), "d5".into(), "h6".into()],
+                step_ms: 10_000,
+            }]
+        );
     }
 
     #[test]

@@ -88,8 +88,8 @@ struct Inner {
     /// Writer and flusher: head bytes (open and flushing partitions) as last
     /// measured, for ingest back-pressure without taking the state lock.
     head_bytes: AtomicU64,
-    /// Lifecycle: bytes the running compaction holds decoded (sources and the
-    /// merge), bounded by `compaction_max_bytes`.
+    /// Lifecycle: bytes the running compaction holds (the merge so far and the
+    /// source being added), bounded by `compaction_max_bytes`.
     compaction_bytes: AtomicU64,
     /// Flusher: estimated bytes of the encode under way (rows copied for sorting
     /// and the column buffers), beside the partition it reads.

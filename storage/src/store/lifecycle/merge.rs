@@ -45,7 +45,7 @@ pub(super) enum SkipReason {
     NoSegments,
     #[error("segment {segment} is corrupt and was quarantined")]
     Quarantined { segment: u64 },
-    #[error("decoded size of the partition exceeds the compaction memory budget ({limit} bytes)")]
+    #[error("the merge would hold more than the compaction memory budget ({limit} bytes)")]
     TooLarge { limit: usize },
     #[error("segment {segment} cannot be merged: {why}")]
     Unmergeable { segment: u64, why: String },
@@ -69,7 +69,6 @@ impl Inner {
         }
         let budget = self.cfg.compaction_max_bytes as usize;
         let mut merger = Merger::new(frame);
-        let mut decoded = 0usize;
         let held = Held(&self.compaction_bytes);
         // The heavy part runs without any store lock: sources are immutable files.
         for h in &handles {
@@ -86,9 +85,14 @@ impl Inner {
                     Err(e) => return Err(e),
                 },
             };
-            decoded += seg.approx_bytes();
-            held.set(decoded + merger.approx_bytes());
-            if decoded + merger.approx_bytes() > budget {
+            // What this merge holds: the merged output so far and the source
+            // being added. The merger copies what it takes (strings re-interned,
+            // rows re-bucketed), so each source is dropped after its turn; a
+            // week of hour segments, each with its own stack tree, decodes to far
+            // more than it merges into.
+            let holding = merger.approx_bytes() + seg.approx_bytes();
+            held.set(holding);
+            if holding > budget {
                 return Ok(Outcome::Skipped(SkipReason::TooLarge { limit: budget }));
             }
             if let Err(e) = merger.add(&seg) {

@@ -12,6 +12,7 @@ mod plan;
 mod report;
 mod retention;
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -158,6 +159,16 @@ impl Inner {
         }
     }
 
+    /// The maximum age of every tenant that has one.
+    fn max_ages(&self) -> Result<HashMap<TenantId, i64>> {
+        Ok(self
+            .catalog
+            .all_tenant_settings()?
+            .into_iter()
+            .filter_map(|(t, s)| s.max_age_ms.map(|a| (t, a)))
+            .collect())
+    }
+
     /// (tenant, start, end) of every head partition, open or being flushed.
     fn head_ranges(&self) -> Vec<(TenantId, i64, i64)> {
         self.state
@@ -177,8 +188,10 @@ impl Inner {
         background: bool,
         now_ms: i64,
         busy: Vec<(TenantId, i64, i64)>,
+        max_age_ms: HashMap<TenantId, i64>,
     ) -> plan::Scope<'a> {
         plan::Scope {
+            max_age_ms,
             tenant,
             range,
             background,
@@ -200,7 +213,14 @@ impl Inner {
     ) -> Result<CompactReport> {
         // Taken before the plan reads the live segments: a partition that finishes
         // flushing in between is then a segment the plan sees.
-        let scope = self.scope(tenant, range, background, now, self.head_ranges());
+        let scope = self.scope(
+            tenant,
+            range,
+            background,
+            now,
+            self.head_ranges(),
+            self.max_ages()?,
+        );
         self.run_plan(progress, |live| {
             plan::plan(live, &scope, &self.cfg.downsample)
         })
@@ -210,7 +230,7 @@ impl Inner {
     /// of the next level; one report for all of them.
     fn merge_open(&self, now: i64) -> Result<CompactReport> {
         // Tier merges stay within their partition: no block, no head ranges needed.
-        let scope = self.scope(None, None, true, now, Vec::new());
+        let scope = self.scope(None, None, true, now, Vec::new(), HashMap::new());
         let (min, max_bytes) = (self.cfg.open_merge_segments, self.cfg.open_merge_max_bytes);
         let mut total = CompactReport::default();
         // Each round lifts at least `min` segments a level up, so the levels bound it.

@@ -9,8 +9,8 @@
 //! step differs from its segments' (downsampling: the oldest rule whose age the
 //! partition's end has passed coarsens the step).
 //!
-//! A partition whose block (`BlockPolicy`: a UTC day by default) ended long enough
-//! ago is merged into that block instead: the block's segment first, then its
+//! A partition whose block (`BlockPolicy`: a UTC day by default, a week once the
+//! week is over) ended long enough ago is merged into that block instead: the block's segment first, then its
 //! partitions oldest first, as many as the compaction memory budget holds, so a
 //! day too big for one merge still grows run by run. A block is not formed while a
 //! head partition inside it holds unflushed data: a block's `max_lsn` covers every
@@ -23,7 +23,7 @@
 //! segment of the next level, so an hour of one-a-minute flushes is read as a handful
 //! of segments and each sample is rewritten about log_min(flushes) times.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use crate::config::{duration_ms, BlockPolicy, DownsampleRule};
@@ -45,6 +45,9 @@ pub(crate) struct Scope<'a> {
     pub grace_ms: i64,
     pub now_ms: i64,
     pub blocks: BlockPolicy,
+    /// Tenants with a maximum age, which decides whether they get wide blocks
+    /// ([`BlockPolicy::for_max_age`]).
+    pub max_age_ms: HashMap<TenantId, i64>,
     /// Head partitions (open or being flushed) as (tenant, start, end): no block
     /// that overlaps one is formed.
     pub busy: Vec<(TenantId, i64, i64)>,
@@ -61,9 +64,10 @@ impl Scope<'_> {
 
     /// The `(start, width)` of the block `m` is merged into this run, if any.
     fn block_of(&self, m: &SegmentMeta) -> Option<(i64, i64)> {
-        let (start, width) =
-            self.blocks
-                .block_of(m.partition_start_ms, m.partition_ms, self.now_ms)?;
+        let (start, width) = self
+            .blocks
+            .for_max_age(self.max_age_ms.get(&m.tenant).copied())
+            .block_of(m.partition_start_ms, m.partition_ms, self.now_ms)?;
         let end = start.saturating_add(width);
         let busy = self
             .busy

@@ -1,14 +1,12 @@
 //! Retention: whole segments past their tenant's maximum age leave the live set,
 //! the catalog, and then the disk (once no query reads them).
 
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
 use super::report::RetentionReport;
 use crate::error::Result;
-use crate::model::TenantId;
 use crate::stats::inc;
 use crate::store::state::SegmentHandle;
 use crate::store::Inner;
@@ -19,12 +17,7 @@ impl Inner {
         let started = Instant::now();
         self.reap_retired();
         let (segments_before, bytes_before) = self.live_totals();
-        let limits: HashMap<TenantId, i64> = self
-            .catalog
-            .all_tenant_settings()?
-            .into_iter()
-            .filter_map(|(t, s)| s.max_age_ms.map(|a| (t, a)))
-            .collect();
+        let limits = self.max_ages()?;
         let expired: Vec<Arc<SegmentHandle>> = {
             let mut st = self.state.write();
             let ids: Vec<u64> = st
