@@ -116,15 +116,16 @@ pub struct StoreConfig {
 /// every query over the last day (and by the first one after a restart).
 ///
 /// Once a *wide block* (7 days by default, aligned to the epoch: Thursday to
-/// Wednesday, UTC) and the block after it are over, its blocks are merged into
-/// it (a day later than it could be, so that the last day, which a restart's
-/// first queries read and its warm-up resolves, is never part of a week). Most of a block's bytes
-/// are its stack tree, and the days of a week share most of their stacks: a month
-/// stored as weeks keeps about four trees instead of thirty. Retention drops whole
-/// segments, so a wide block is kept until all of it has expired; a tenant whose
-/// maximum age is under [`BlockPolicy::WIDE_RETENTION_FACTOR`] wide blocks gets
-/// none ([`BlockPolicy::for_max_age`]), which bounds what is kept past the maximum
-/// age to a quarter of it.
+/// Wednesday, UTC) and the block after it are over, its blocks are merged into it:
+/// a day later than it could be, so that the last day, which a restart's first
+/// queries read and its warm-up resolves, is never part of a week. Most of a
+/// block's bytes are its stack tree, and the days of a week share most of their
+/// stacks: a month stored as weeks keeps about five trees instead of thirty.
+/// Retention drops whole segments, so a wide block is kept until all of it has
+/// expired; a tenant whose maximum age is under
+/// [`BlockPolicy::WIDE_RETENTION_FACTOR`] wide blocks gets none
+/// ([`BlockPolicy::for_max_age`]), which bounds what is kept past the maximum age
+/// to a quarter of it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct BlockPolicy {

@@ -22,7 +22,7 @@ use super::entry::{entry_for, object_name};
 use super::plan::{plan_merges, MergePlan, MergePolicy};
 use super::Worker;
 use crate::bucket::{segment_key, Bucket, BucketError, Lease, SegmentEntry};
-use crate::config::DownsampleRule;
+use crate::config::{duration_ms, DownsampleRule};
 use crate::error::{Result, StorageError};
 use crate::merger::{Merger, OutputFrame};
 use crate::segment::{encode_segment, LoadedSegment, SegmentFile};
@@ -168,11 +168,11 @@ impl Shared {
         }
         // The bucket's one retention decides whether it gets wide blocks.
         let policy = MergePolicy {
-            blocks: self.cfg.policy.blocks.for_max_age(
-                self.cfg
-                    .retention
-                    .map(|r| i64::try_from(r.as_millis()).unwrap_or(i64::MAX)),
-            ),
+            blocks: self
+                .cfg
+                .policy
+                .blocks
+                .for_max_age(self.cfg.retention.map(duration_ms)),
             ..self.cfg.policy.clone()
         };
         for plan in plan_merges(&live, now, &policy, &self.cfg.downsample) {
