@@ -10,9 +10,10 @@
 //! partition's end has passed coarsens the step).
 //!
 //! A partition whose block (`BlockPolicy`: a UTC day by default, a week once the
-//! week is over) ended long enough ago is merged into that block instead: the block's segment first, then its
-//! partitions oldest first, as many as the compaction memory budget holds, so a
-//! day too big for one merge still grows run by run. A block is not formed while a
+//! week and the day after it are over) ended long enough ago is merged into that
+//! block instead: the block's segment first, then its partitions oldest first, as
+//! many as the compaction memory budget holds, so a day too big for one merge
+//! still grows run by run. A block is not formed while a
 //! head partition inside it holds unflushed data: a block's `max_lsn` covers every
 //! partition in it when the WAL is replayed, and unflushed records below it would
 //! be skipped.
