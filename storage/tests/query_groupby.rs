@@ -87,6 +87,116 @@ fn group_by_head_and_segments_agree() {
     assert_eq!(rows(&b), vec![(vec!["/usr/lib/libx.so".to_string()], 21)]);
 }
 
+/// Leaf-function and label-only group-bys (answered from leaf names, with no
+/// frame path resolved) give the same rows from the head and from segments: a
+/// recursive stack counts under its leaf, a frame without a function under its
+/// binary and address, and filters look at every frame of a stack.
+#[test]
+fn leaf_function_and_label_group_bys_agree_on_head_and_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), test_config()).unwrap();
+    let t = TenantId::default();
+    let mut samples = vec![
+        sample("api", &["main", "serve", "hash"], 5),
+        sample("api", &["main", "serve"], 2),
+        sample("db", &["main", "compact", "hash"], 3),
+        sample("db", &["main", "idle"], 7),
+        sample("db", &["main", "hash", "main"], 4),
+    ];
+    let mut addr = sample("api", &["main", "hash"], 6);
+    addr.stack.push(TFrame::Addr(0x10));
+    samples.push(addr);
+    store.write(build_batch(&t, &samples)).unwrap();
+    let engine = Querier::new(&store, 0, QueryLimits::default());
+    let sel = Selector::parse(&format!("{CPU}{{}}")).unwrap();
+    let range = TimeRange::new(0, 10_000);
+    let svc = || GroupKey::Label("service_name".into());
+    let s = |k: &[&str], v: i64| (k.iter().map(|x| x.to_string()).collect::<Vec<_>>(), v);
+    let cases: Vec<(
+        Vec<GroupKey>,
+        Option<&str>,
+        Option<&str>,
+        Vec<(Vec<String>, i64)>,
+    )> = vec![
+        (
+            vec![svc(), GroupKey::Function],
+            None,
+            None,
+            vec![
+                s(&["db", "idle"], 7),
+                s(&["api", "libx.so+0x10"], 6),
+                s(&["api", "hash"], 5),
+                s(&["db", "main"], 4),
+                s(&["db", "hash"], 3),
+                s(&["api", "serve"], 2),
+            ],
+        ),
+        (
+            vec![svc(), GroupKey::Function],
+            Some("^hash$"),
+            None,
+            vec![
+                s(&["api", "libx.so+0x10"], 6),
+                s(&["api", "hash"], 5),
+                s(&["db", "main"], 4),
+                s(&["db", "hash"], 3),
+            ],
+        ),
+        (
+            vec![GroupKey::Function],
+            None,
+            Some("idle|compact"),
+            vec![
+                s(&["hash"], 5),
+                s(&["libx.so+0x10"], 6),
+                s(&["main"], 4),
+                s(&["serve"], 2),
+            ],
+        ),
+        (
+            vec![svc()],
+            Some("hash"),
+            None,
+            vec![s(&["api"], 11), s(&["db"], 7)],
+        ),
+    ];
+    let ask = |keys: &[GroupKey], inc: Option<&str>, exc: Option<&str>| {
+        let q = GroupByQuery {
+            keys: keys.to_vec(),
+            include: inc.map(|r| Regex::new(r).unwrap()),
+            exclude: exc.map(|r| Regex::new(r).unwrap()),
+            max_groups: 0,
+        };
+        engine.group_by(&t, &sel, range, &q).unwrap()
+    };
+    let sorted = |mut v: Vec<(Vec<String>, i64)>| {
+        v.sort();
+        v
+    };
+    for (keys, inc, exc, want) in &cases {
+        let got = ask(keys, *inc, *exc);
+        assert_eq!(
+            sorted(rows(&got)),
+            sorted(want.clone()),
+            "head: {keys:?} {inc:?} {exc:?}"
+        );
+        assert_eq!(got.total, want.iter().map(|r| r.1).sum::<i64>());
+    }
+    store.flush().unwrap();
+    assert!(!store.segments().is_empty());
+    for (keys, inc, exc, want) in &cases {
+        // Twice: the second ask of a filter reads the segment's cached parts.
+        for _ in 0..2 {
+            let got = ask(keys, *inc, *exc);
+            assert_eq!(
+                sorted(rows(&got)),
+                sorted(want.clone()),
+                "segments: {keys:?} {inc:?} {exc:?}"
+            );
+        }
+    }
+}
+
 /// A segment's function-name index is built once, and its bytes count in what the
 /// querier reports holding (its share of `--query-cache-mb`) even when results
 /// are not cached.

@@ -427,6 +427,33 @@ pub fn frames_can_group(q: &GroupByQuery) -> bool {
     !q.keys.contains(&GroupKey::Binary)
 }
 
+/// What a frame group-by keeps of a stack, and so what the second half of a
+/// [`FrameGroups`] key is. Only `function_total` needs a stack's whole path of
+/// names; a leaf function needs the leaf's name alone, which is one lookup per
+/// distinct function, where a path is one frame-tree lookup per stack node (most
+/// of the first query's CPU after a restart, before the warm-up resolved the day).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StackKey {
+    /// Label keys only: every value is keyed by [`ROOT_GID`].
+    None,
+    /// The leaf's frame name: keys are name ids of the query's frame tree.
+    Leaf,
+    /// The frame path: keys are frame-tree ids.
+    Path,
+}
+
+impl StackKey {
+    fn of(q: &GroupByQuery) -> StackKey {
+        if q.keys.contains(&GroupKey::FunctionTotal) {
+            StackKey::Path
+        } else if q.keys.iter().any(GroupKey::is_stack_derived) {
+            StackKey::Leaf
+        } else {
+            StackKey::None
+        }
+    }
+}
+
 impl FrameGroups {
     pub fn approx_bytes(&self) -> usize {
         self.values.len() * 24
@@ -472,13 +499,13 @@ impl FrameGroups {
         q: &GroupByQuery,
     ) -> Result<GroupAcc> {
         let mut out = GroupAcc::default();
-        let stack_keys = q.keys.iter().any(GroupKey::is_stack_derived);
+        let stack_key = StackKey::of(q);
         let mut path_names: FxHashMap<u32, Vec<u32>> = FxHashMap::default();
         for acc in accs {
             out.total = out.total.saturating_add(acc.total);
             for ((g, gid), v) in acc.values {
-                // With stack keys every value sits on a frame; the root has no name.
-                if stack_keys && gid == ROOT_GID {
+                // With path keys every value sits on a frame; the root has no name.
+                if stack_key == StackKey::Path && gid == ROOT_GID {
                     continue;
                 }
                 let labels = acc.groups.get(g as usize).map_or(&[][..], |l| &l[..]);
@@ -491,7 +518,11 @@ impl FrameGroups {
                             li += 1;
                         }
                         GroupKey::Function | GroupKey::Binary => {
-                            choices.push(vec![tree.name(tree.name_of(gid)).to_string()]);
+                            let name = match stack_key {
+                                StackKey::Leaf => gid,
+                                _ => tree.name_of(gid),
+                            };
+                            choices.push(vec![tree.name(name).to_string()]);
                         }
                         GroupKey::FunctionTotal => {
                             let names = path_names.entry(gid).or_insert_with(|| {
@@ -532,7 +563,7 @@ pub struct SourceGroups {
     /// Label values of each group and its series.
     members: Vec<(Vec<String>, RoaringBitmap)>,
     filter: NodeFilter,
-    stack_keys: bool,
+    stack_key: StackKey,
     max_groups: usize,
 }
 
@@ -560,7 +591,7 @@ impl SourceGroups {
         Ok(Some(SourceGroups {
             members: by_label_values(src, &series, &q.label_keys()),
             filter,
-            stack_keys: q.keys.iter().any(GroupKey::is_stack_derived),
+            stack_key: StackKey::of(q),
             max_groups: q.max_groups,
         }))
     }
@@ -652,13 +683,26 @@ impl SourceGroups {
         acc: &mut FrameGroups,
         scratch: &mut Scratch,
     ) {
-        scratch.pairs_to_frames(tree, to_frames.dict, to_frames.slots.as_deref());
-        // The node pairs are spent: their buffer takes the frame pairs.
-        scratch.gids.drain(&mut scratch.pairs);
+        match self.stack_key {
+            StackKey::Path => {
+                scratch.pairs_to_frames(tree, to_frames.dict, to_frames.slots.as_deref());
+                // The node pairs are spent: their buffer takes the frame pairs.
+                scratch.gids.drain(&mut scratch.pairs);
+            }
+            StackKey::Leaf => scratch.pairs_to_names(tree, to_frames.dict),
+            StackKey::None => {}
+        }
         acc.values.reserve(scratch.pairs.len());
-        for &(gid, v) in &scratch.pairs {
+        for &(key, v) in &scratch.pairs {
             acc.total = acc.total.saturating_add(v);
-            let key = (g, if self.stack_keys { gid } else { ROOT_GID });
+            let key = (
+                g,
+                if self.stack_key == StackKey::None {
+                    ROOT_GID
+                } else {
+                    key
+                },
+            );
             let e = acc.values.entry(key).or_insert(0);
             *e = e.saturating_add(v);
         }

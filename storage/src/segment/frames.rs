@@ -138,7 +138,7 @@ impl Column {
                 if f.raw == 0 {
                     return Ok(Cow::Borrowed(&[]));
                 }
-                let raw = zstd::bulk::decompress(&stored[f.at..f.at + f.stored], f.raw)
+                let raw = super::unzstd::decompress(&stored[f.at..f.at + f.stored], f.raw)
                     .map_err(|e| format!("frame {k}: zstd: {e}"))?;
                 if raw.len() != f.raw {
                     return Err(format!(

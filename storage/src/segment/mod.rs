@@ -11,6 +11,7 @@ mod rows;
 mod stack_index;
 mod summary;
 mod tree_order;
+mod unzstd;
 mod writer;
 
 pub use gid_memo::{GidMemo, GidSlots};

@@ -252,7 +252,7 @@ impl SegmentFile {
         }
         let raw_len =
             usize::try_from(e.raw_len).map_err(|_| corrupt(&self.path, "section too large"))?;
-        let raw = zstd::bulk::decompress(stored, raw_len)
+        let raw = super::unzstd::decompress(stored, raw_len)
             .map_err(|err| corrupt(&self.path, format!("section {kind:?}: zstd: {err}")))?;
         if raw.len() != raw_len {
             return Err(corrupt(

@@ -217,6 +217,9 @@ impl Store {
         };
         let mut threads = vec![w, f];
         if inner.cfg.warm_segment_cache {
+            // The query pool's threads too, before `/ready`: a first query asked
+            // right away would otherwise start them itself.
+            crate::query::pool::start();
             let inner = inner.clone();
             threads.push(
                 std::thread::Builder::new()

@@ -224,7 +224,7 @@ impl Frames {
 mod tests {
     use super::*;
     use crate::dict::{DictBuilder, LocationRec};
-    use crate::query::scratch::{Memo, NodeValues};
+    use crate::query::scratch::{Memo, NodeValues, Scratch};
     use crate::query::CallTree;
 
     /// A dictionary of root-first stacks of `(function, line)`, returning it and
@@ -493,5 +493,66 @@ mod tests {
             0
         );
         assert_eq!(bounded.read().len(), 1);
+    }
+
+    /// A leaf-function group-by names each stack by its leaf's frame name: one id
+    /// for every line of a function, the binary and address for a frame without
+    /// one, and no frame added to the tree (the path is never resolved).
+    #[test]
+    fn pairs_to_names_names_leaves_without_resolving_paths() {
+        let mut b = DictBuilder::new();
+        let loc = |b: &mut DictBuilder, f: Option<&str>, line: u32, address: u64| {
+            let function = f.map(|f| b.function(f, "x.rs"));
+            let mapping = Some(b.mapping("/usr/lib/liby.so", ""));
+            b.location(LocationRec {
+                function,
+                mapping,
+                address,
+                line,
+            })
+        };
+        let (main, hash3, hash9) = (
+            loc(&mut b, Some("main"), 1, 0),
+            loc(&mut b, Some("hash"), 3, 0),
+            loc(&mut b, Some("hash"), 9, 0),
+        );
+        let bare = loc(&mut b, None, 0, 0x2a);
+        let leaves = [
+            b.stack(&[main, hash3]),
+            b.stack(&[main, hash9]),
+            b.stack(&[hash3, main]),
+            b.stack(&[main, bare]),
+        ];
+        let d = b.finish();
+        let tree = Frames::default().for_query();
+        let mut scratch = Scratch::default();
+        scratch.pairs = leaves
+            .iter()
+            .zip([5, 7, 11, 13])
+            .map(|(&n, v)| (n, v))
+            .collect();
+        scratch.pairs_to_names(&tree, &d);
+        let t = tree.read();
+        let named: Vec<(&str, i64)> = scratch
+            .pairs
+            .iter()
+            .map(|&(id, v)| (t.name(id), v))
+            .collect();
+        assert_eq!(
+            named,
+            vec![("hash", 5), ("hash", 7), ("main", 11), ("liby.so+0x2a", 13)]
+        );
+        assert_eq!(
+            scratch.pairs[0].0, scratch.pairs[1].0,
+            "one id per function"
+        );
+        assert_eq!(t.len(), 1, "only the root: no frame path was resolved");
+        let hash = scratch.pairs[0].0;
+        drop(t);
+        // Later pairs of the same source are named from the memo, alike.
+        scratch.pairs = vec![(leaves[1], 1), (leaves[2], 2)];
+        scratch.pairs_to_names(&tree, &d);
+        assert_eq!(scratch.pairs[0], (hash, 1));
+        assert_eq!(tree.read().name(scratch.pairs[1].0), "main");
     }
 }

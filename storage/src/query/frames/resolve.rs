@@ -135,11 +135,9 @@ impl FrameTree {
         }
     }
 
-    /// The interned frame name of stack node `n`, memoised in `names` per function
-    /// where the frame is named by it (many locations, one per line or address,
-    /// share a function), else per location.
-    fn name_of_node(&mut self, dict: &Dict, n: u32, names: &mut Memo) -> u32 {
-        let loc = dict.node_locations.get(n as usize).copied().unwrap_or(0);
+    /// The slot of location `loc`'s frame name in a name memo: its function's id
+    /// when the function has a name, else past the functions, by location.
+    fn name_key(dict: &Dict, loc: u32) -> u32 {
         let named_by = dict
             .locations
             .get(loc as usize)
@@ -149,10 +147,18 @@ impl FrameTree {
                     .get(f as usize)
                     .is_some_and(|f| !dict.str(f.name).is_empty())
             });
-        let key = match named_by {
+        match named_by {
             Some(f) => f,
             None => (dict.functions.len() as u32).saturating_add(loc),
-        };
+        }
+    }
+
+    /// The interned frame name of stack node `n`, memoised in `names` per function
+    /// where the frame is named by it (many locations, one per line or address,
+    /// share a function), else per location.
+    fn name_of_node(&mut self, dict: &Dict, n: u32, names: &mut Memo) -> u32 {
+        let loc = dict.node_locations.get(n as usize).copied().unwrap_or(0);
+        let key = Self::name_key(dict, loc);
         match names.get(key) {
             Some(id) => id,
             None => {
@@ -310,5 +316,25 @@ impl Scratch {
         );
         self.pairs = pairs;
         self.path = path;
+    }
+
+    /// Replaces each `(stack node, value)` of `pairs` with `(name id of the node's
+    /// frame, value)`: what a group-by on the leaf function needs, without the
+    /// frame path. Names are memoised per function for the rest of the source.
+    pub fn pairs_to_names(&mut self, tree: &RwLock<FrameTree>, dict: &Dict) {
+        self.names
+            .prepare(dict.functions.len() + dict.locations.len());
+        // A source's functions are named once; later calls only read the memo.
+        let mut t = None;
+        for p in &mut self.pairs {
+            let loc = dict.node_locations.get(p.0 as usize).copied().unwrap_or(0);
+            p.0 = match self.names.get(FrameTree::name_key(dict, loc)) {
+                Some(id) => id,
+                None => {
+                    t.get_or_insert_with(|| tree.write())
+                        .name_of_node(dict, p.0, &mut self.names)
+                }
+            };
+        }
     }
 }
