@@ -663,6 +663,8 @@ impl SourceGroups {
         scratch: &mut Scratch,
     ) -> Result<()> {
         let to_frames = ToFrames::new(src, tree);
+        let lookups = nodes.groups.iter().map(|(_, pairs)| pairs.len()).sum();
+        self.filter.expect_lookups(src, lookups);
         for (values, pairs) in &nodes.groups {
             scratch.pairs.clear();
             scratch.pairs.extend_from_slice(pairs);

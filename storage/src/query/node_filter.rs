@@ -109,6 +109,17 @@ impl NodeFilter {
         }
     }
 
+    /// Tells the filter that [`NodeFilter::retain_pairs`] is about to be asked
+    /// about `lookups` stack nodes of `src` in all, so that it chooses between
+    /// climbing from each node and one pass over the tree on the whole count, not
+    /// on the first call's share of it (the first groups of a cold group-by then
+    /// climbed from thousands of nodes each, into a memo of 4 bytes a tree node).
+    pub(super) fn expect_lookups(&mut self, src: &dyn Source, lookups: usize) {
+        if let NodeFilter::Flags(flags) = self {
+            flags.observe(src.dict(), lookups);
+        }
+    }
+
     /// Keeps the `(node, value)` pairs in `scratch.pairs` whose stack passes: the
     /// filter applied to sums computed without it (a cached unfiltered share, see
     /// `GroupNodes`), which costs a test per distinct stack instead of one per row.

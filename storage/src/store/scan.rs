@@ -30,7 +30,7 @@ pub(crate) enum Scope {
 }
 
 /// One source of a snapshot.
-enum Item {
+pub(super) enum Item {
     Head(PartitionRef),
     Segment(Arc<SegmentHandle>),
 }
@@ -142,7 +142,7 @@ impl Drop for Running<'_> {
 
 impl Inner {
     /// The sources of `tenant` in `scope` overlapping `range`.
-    fn snapshot(&self, tenant: &TenantId, range: TimeRange, scope: Scope) -> Vec<Item> {
+    pub(super) fn snapshot(&self, tenant: &TenantId, range: TimeRange, scope: Scope) -> Vec<Item> {
         let mut items = self.snapshot_all(tenant, range);
         items.retain(|i| {
             matches!(
@@ -182,6 +182,15 @@ impl Inner {
                 items.push(Item::Segment(h.clone()));
             }
         }
+        // Largest segments first: scan threads take items in order, and a big
+        // segment taken last (the newest hour is often the biggest, and has the
+        // largest id) left one thread working alone on it while the others had
+        // finished: the first query after a restart, which also loads each one,
+        // waited for it. Heads stay ahead of segments.
+        items.sort_by_key(|i| match i {
+            Item::Head(_) => (0, std::cmp::Reverse(0)),
+            Item::Segment(h) => (1, std::cmp::Reverse(h.meta.size_bytes)),
+        });
         items
     }
 }

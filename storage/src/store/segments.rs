@@ -536,4 +536,49 @@ mod tests {
             "every segment decoded once the scan ended"
         );
     }
+
+    /// Scan threads take a query's segments largest first, whatever their ids:
+    /// the last hour, newest and often biggest, is not left to one thread at the
+    /// end.
+    #[test]
+    fn scans_take_the_largest_segments_first() {
+        let mut batch = hours_of_stacks(3);
+        // The newest hour gets 300 stacks of its own: the largest segment.
+        let last = batch.series[0].samples[2];
+        for k in 0..300u32 {
+            batch.symbols.functions.push(Function {
+                name: format!("wide{k}"),
+                file: String::new(),
+            });
+            batch.symbols.locations.push(Location {
+                function: Some(batch.symbols.functions.len() as u32 - 1),
+                mapping: None,
+                address: 0,
+                line: 0,
+            });
+            let loc = batch.symbols.locations.len() as u32 - 1;
+            let stack = batch.stacks.push(&[0, loc]);
+            batch.series[0]
+                .samples
+                .push(crate::model::Sample { stack, ..last });
+        }
+        let (_dir, store) = flushed_without_warm_up(batch);
+        let order: Vec<(u64, u64)> = store
+            .inner
+            .snapshot(
+                &TenantId::default(),
+                crate::query::TimeRange::new(0, i64::MAX),
+                crate::store::Scope::All,
+            )
+            .iter()
+            .map(|i| match i {
+                crate::store::scan::Item::Segment(h) => (h.meta.id, h.meta.size_bytes),
+                crate::store::scan::Item::Head(_) => panic!("the head was flushed"),
+            })
+            .collect();
+        assert_eq!(order.len(), 3);
+        assert!(order.windows(2).all(|w| w[0].1 >= w[1].1), "{order:?}");
+        let newest = order.iter().map(|o| o.0).max();
+        assert_eq!(Some(order[0].0), newest, "{order:?}");
+    }
 }
