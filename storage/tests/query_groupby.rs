@@ -87,6 +87,14 @@ fn group_by_head_and_segments_agree() {
     assert_eq!(rows(&b), vec![(vec!["/usr/lib/libx.so".to_string()], 21)]);
 }
 
+/// Group-by keys, include and exclude regexes, and the rows they must give.
+type Case = (
+    Vec<GroupKey>,
+    Option<&'static str>,
+    Option<&'static str>,
+    Vec<(Vec<String>, i64)>,
+);
+
 /// Leaf-function and label-only group-bys (answered from leaf names, with no
 /// frame path resolved) give the same rows from the head and from segments: a
 /// recursive stack counts under its leaf, a frame without a function under its
@@ -112,12 +120,7 @@ fn leaf_function_and_label_group_bys_agree_on_head_and_segments() {
     let range = TimeRange::new(0, 10_000);
     let svc = || GroupKey::Label("service_name".into());
     let s = |k: &[&str], v: i64| (k.iter().map(|x| x.to_string()).collect::<Vec<_>>(), v);
-    let cases: Vec<(
-        Vec<GroupKey>,
-        Option<&str>,
-        Option<&str>,
-        Vec<(Vec<String>, i64)>,
-    )> = vec![
+    let cases: Vec<Case> = vec![
         (
             vec![svc(), GroupKey::Function],
             None,

@@ -525,12 +525,14 @@ mod tests {
         ];
         let d = b.finish();
         let tree = Frames::default().for_query();
-        let mut scratch = Scratch::default();
-        scratch.pairs = leaves
-            .iter()
-            .zip([5, 7, 11, 13])
-            .map(|(&n, v)| (n, v))
-            .collect();
+        let mut scratch = Scratch {
+            pairs: leaves
+                .iter()
+                .zip([5, 7, 11, 13])
+                .map(|(&n, v)| (n, v))
+                .collect(),
+            ..Scratch::default()
+        };
         scratch.pairs_to_names(&tree, &d);
         let t = tree.read();
         let named: Vec<(&str, i64)> = scratch
