@@ -27,6 +27,7 @@ const PARTS: [(&str, &[SectionKind]); 5] = [
             SectionKind::Times,
             SectionKind::StackIds,
             SectionKind::Values,
+            SectionKind::StackRanks,
         ],
     ),
     (
@@ -150,7 +151,7 @@ mod tests {
 
     #[test]
     fn every_section_kind_belongs_to_exactly_one_part() {
-        for k in SectionKind::ALL {
+        for k in SectionKind::ALL.into_iter().chain(SectionKind::OPTIONAL) {
             let n = PARTS.iter().filter(|(_, ks)| ks.contains(&k)).count();
             assert_eq!(n, 1, "{k:?}");
         }

@@ -9,6 +9,7 @@ mod gid_memo;
 mod reader;
 mod rows;
 mod stack_index;
+mod stack_ranks;
 mod summary;
 mod tree_order;
 mod unzstd;
@@ -38,8 +39,9 @@ pub const MAGIC_TAIL: &[u8; 8] = b"PRFDBEND";
 /// Bumped on any incompatible layout change. Version 2 added each series' value
 /// scale to SeriesRows (Values hold `value / scale`); version 3 stores the row
 /// columns one frame per chunk of series and lets a series repeat an earlier
-/// one's rows.
-pub const FORMAT_VERSION: u16 = 3;
+/// one's rows; version 4 may name stacks in StackIds by rank, through an optional
+/// StackRanks section (`stack_ranks.rs`).
+pub const FORMAT_VERSION: u16 = 4;
 /// The oldest version this build still reads.
 pub const OLDEST_READABLE_VERSION: u16 = 1;
 /// Fixed-size trailer: footer offset (u64), footer length (u32), footer crc (u32),
@@ -75,10 +77,13 @@ pub enum SectionKind {
     Values = 11,
     /// Each series' total per step.
     SeriesTotals = 12,
+    /// Optional, version 4: the stack node of each rank StackIds name. Written
+    /// after Values, before SeriesTotals.
+    StackRanks = 13,
 }
 
 impl SectionKind {
-    /// Every kind, in file order.
+    /// Every kind every segment has, in file order.
     pub const ALL: [SectionKind; 12] = [
         SectionKind::Strings,
         SectionKind::Mappings,
@@ -94,9 +99,15 @@ impl SectionKind {
         SectionKind::SeriesTotals,
     ];
 
+    /// Kinds a segment may lack.
+    pub const OPTIONAL: [SectionKind; 1] = [SectionKind::StackRanks];
+
     /// The kind a footer's kind byte names (`None` for kinds this build lacks).
     pub fn from_u8(v: u8) -> Option<Self> {
-        Self::ALL.into_iter().find(|k| *k as u8 == v)
+        Self::ALL
+            .into_iter()
+            .chain(Self::OPTIONAL)
+            .find(|k| *k as u8 == v)
     }
 }
 
@@ -425,6 +436,10 @@ mod tests {
                     .iter()
                     .map(|&(t, st, v)| (t, ((b'b' + st as u8) as char).to_string(), v))
                     .collect();
+                // Steps in order; within a step, stacks in stored order (by rank
+                // when the segment ranks them).
+                prop_assert!(got.windows(2).all(|w| w[0].0 <= w[1].0), "series {}", i);
+                got.sort();
                 prop_assert_eq!(got, expected, "series {}", i);
             }
             // Each distinct row set is stored once: the stack ids column holds no
@@ -446,6 +461,99 @@ mod tests {
                 .raw_bytes;
             prop_assert!(stack_bytes as usize <= stored_rows, "{} bytes for {} rows", stack_bytes, stored_rows);
         }
+    }
+
+    /// A segment with many rows per stack names its stacks by rank (version 4)
+    /// and is smaller for it; the same rows written in version 3, or too few
+    /// rows per stack, keep node ids. All read back the same rows.
+    #[test]
+    fn many_rows_per_stack_are_stored_by_rank() {
+        let mut b = DictBuilder::new();
+        let stacks: Vec<u32> = (0..40u8)
+            .map(|i| b.letter_stack(&[i % 7, 7 + i % 5, 12 + i], 1))
+            .collect();
+        let dict = b.finish();
+        // 30 series × 60 steps; each step draws a few stacks, popular ones often.
+        let rows_of = |s: u32, steps: u32| -> Vec<Row> {
+            (0..steps)
+                .flat_map(|t| {
+                    let mut x = (s * 7919 + t * 104_729) | 1;
+                    let mut picked: Vec<u32> = (0..6)
+                        .map(|_| {
+                            x ^= x << 13;
+                            x ^= x >> 17;
+                            x ^= x << 5;
+                            // Squared: small indices much more often.
+                            let u = f64::from(x % 1000) / 1000.0;
+                            stacks[(u * u * 40.0) as usize]
+                        })
+                        .collect();
+                    picked.sort_unstable();
+                    picked.dedup();
+                    picked.into_iter().map(move |stack| Row {
+                        t,
+                        stack,
+                        value: i64::from(t % 3 + 1),
+                    })
+                })
+                .collect()
+        };
+        let input = |steps: u32| SegmentInput {
+            meta: meta(4),
+            dict: std::borrow::Cow::Owned(dict.clone()),
+            series: (0..30u32)
+                .map(|s| {
+                    (
+                        Labels::new([
+                            ("__profile_type__", "a:b:c:d:e"),
+                            ("s", &*format!("{s:02}")),
+                        ]),
+                        rows_of(s, steps),
+                    )
+                })
+                .collect(),
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let has_ranks = |f: &SegmentFile| {
+            f.sections()
+                .iter()
+                .any(|s| s.kind == SectionKind::StackRanks)
+        };
+        let stack_bytes = |f: &SegmentFile| {
+            f.sections()
+                .iter()
+                .filter(|s| matches!(s.kind, SectionKind::StackIds | SectionKind::StackRanks))
+                .map(|s| s.stored_bytes)
+                .sum::<u64>()
+        };
+        let rows = |f: &SegmentFile| {
+            let seg = f.load().unwrap();
+            let mut all = Vec::new();
+            for sid in 0..seg.series.len() as u32 {
+                seg.for_each_row(sid, |t, st, v| {
+                    all.push((sid, t, seg.dict.node_locations[st as usize], v))
+                })
+                .unwrap();
+            }
+            all.sort_unstable();
+            all
+        };
+        let v4 = written_as(dir.path(), "v4.seg", input(60), FORMAT_VERSION);
+        let v3 = written_as(dir.path(), "v3.seg", input(60), 3);
+        assert!(has_ranks(&v4) && !has_ranks(&v3));
+        assert_eq!(rows(&v4), rows(&v3));
+        assert!(
+            stack_bytes(&v4) < stack_bytes(&v3),
+            "{} against {}",
+            stack_bytes(&v4),
+            stack_bytes(&v3)
+        );
+        v4.verify().unwrap();
+        // One step per series: about as many rows as stacks, no table.
+        let sparse = written_as(dir.path(), "sparse.seg", input(1), FORMAT_VERSION);
+        assert!(!has_ranks(&sparse));
+        let want: usize = (0..30).map(|s| rows_of(s, 1).len()).sum();
+        assert_eq!(rows(&sparse).len(), want);
     }
 
     /// One series per value list, all on one stack, rows at steps 0, 1, 2, ...

@@ -273,8 +273,8 @@ impl SegmentFile {
     /// Checks every section checksum without decoding.
     pub fn verify(&self) -> Result<()> {
         let file = self.read_all()?;
-        for k in SectionKind::ALL {
-            self.section(&file, k)?;
+        for e in &self.sections {
+            self.section(&file, e.kind)?;
         }
         Ok(())
     }
@@ -329,12 +329,22 @@ impl SegmentFile {
         };
         let rows_raw = sec(SectionKind::SeriesRows)?;
         let ranges = self.series_rows(&rows_raw, n)?;
+        let nodes = dict.node_count() as u64;
+        let ranks = match self.entry(SectionKind::StackRanks) {
+            Ok(_) if self.version >= 4 => Some(
+                super::stack_ranks::decode(&sec(SectionKind::StackRanks)?, nodes)
+                    .map_err(|why| corrupt(&self.path, &why))?,
+            ),
+            // Before version 4 a kind 13 section was not defined: not read.
+            _ => None,
+        };
         let rows = Rows::new(
             self.meta.id,
             ranges,
             [times, stacks, values],
             chunk_series,
-            dict.node_count() as u64,
+            nodes,
+            ranks,
         )
         .map_err(|why| corrupt(&self.path, &why))?;
         if rows.total_rows() != self.meta.rows {

@@ -44,6 +44,8 @@ pub(super) struct Rows {
     chunk_series: usize,
     /// Stack node ids must be below this.
     nodes: u64,
+    /// The stack node of each rank, when StackIds hold ranks (version 4).
+    ranks: Option<Box<[u32]>>,
     total_rows: u64,
     chunks: Box<[OnceLock<std::result::Result<Chunk, String>>]>,
 }
@@ -75,6 +77,7 @@ impl Rows {
         columns: [Column; 3],
         chunk_series: usize,
         nodes: u64,
+        ranks: Option<Vec<u32>>,
     ) -> std::result::Result<Rows, String> {
         let mut at = [0usize; 3];
         let mut total = 0u64;
@@ -128,6 +131,7 @@ impl Rows {
             columns,
             chunk_series,
             nodes,
+            ranks: ranks.map(Vec::into_boxed_slice),
             total_rows: total,
             chunks: (0..chunks).map(|_| OnceLock::new()).collect(),
         })
@@ -228,17 +232,26 @@ impl Rows {
                 } else {
                     ds
                 };
-                if stack >= self.nodes {
-                    return Err(format!(
-                        "row refers to stack node {stack} of {}",
-                        self.nodes
-                    ));
+                // `stack` is what the column holds (a rank with a ranks table);
+                // rows hold the node.
+                let node = match &self.ranks {
+                    Some(ranks) => usize::try_from(stack)
+                        .ok()
+                        .and_then(|r| ranks.get(r))
+                        .map(|&n| u64::from(n))
+                        .ok_or_else(|| {
+                            format!("row refers to stack rank {stack} of {}", ranks.len())
+                        })?,
+                    None => stack,
+                };
+                if node >= self.nodes {
+                    return Err(format!("row refers to stack node {node} of {}", self.nodes));
                 }
                 if t > u64::from(u32::MAX) {
                     return Err(format!("row step {t} out of range"));
                 }
                 out.steps.push(t as u32);
-                out.stacks.push(stack as u32);
+                out.stacks.push(node as u32);
                 out.values.push(v);
             }
             debug_assert_eq!(out.steps.len() - out.starts[i], range.rows as usize);
@@ -365,7 +378,7 @@ mod tests {
             })
             .collect();
         let (ranges, cols) = encode(&series);
-        let rows = Rows::new(1, ranges, whole(cols), CHUNK_SERIES, 7).unwrap();
+        let rows = Rows::new(1, ranges, whole(cols), CHUNK_SERIES, 7, None).unwrap();
         assert_eq!(
             rows.total_rows(),
             series.iter().map(|s| s.len() as u64).sum::<u64>()
@@ -380,6 +393,32 @@ mod tests {
         assert!(read(&rows, n as u32).unwrap().is_none());
     }
 
+    /// With a ranks table, the stack column holds ranks and rows read back the
+    /// nodes they name; a rank past the table fails the chunk.
+    #[test]
+    fn ranked_stacks_read_back_as_nodes() {
+        // Ranks 0, 1 in step 0 and rank 0 in step 1; the table says node 6, node 2.
+        let (ranges, cols) = encode(&[vec![(0, 0, 5), (0, 1, 3), (1, 0, 4)]]);
+        let rows = Rows::new(
+            1,
+            ranges.clone(),
+            whole(cols.clone()),
+            CHUNK_SERIES,
+            7,
+            Some(vec![6, 2]),
+        )
+        .unwrap();
+        assert_eq!(
+            read(&rows, 0).unwrap(),
+            Some(vec![(0, 6, 5), (0, 2, 3), (1, 6, 4)])
+        );
+        let short = Rows::new(9, ranges, whole(cols), CHUNK_SERIES, 7, Some(vec![6])).unwrap();
+        match read(&short, 0) {
+            Err(StorageError::Corrupt(why)) => assert!(why.contains("stack rank 1 of 1"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
     /// A row naming a stack node the tree lacks fails its own chunk, every time
     /// it is read, and no other chunk.
     #[test]
@@ -388,7 +427,7 @@ mod tests {
         let mut series: Vec<Vec<(u64, u64, i64)>> = (0..n).map(|_| vec![(0, 1, 5)]).collect();
         series[CHUNK_SERIES + 3] = vec![(0, 9, 5)];
         let (ranges, cols) = encode(&series);
-        let rows = Rows::new(42, ranges, whole(cols), CHUNK_SERIES, 4).unwrap();
+        let rows = Rows::new(42, ranges, whole(cols), CHUNK_SERIES, 4, None).unwrap();
         assert_eq!(read(&rows, 0).unwrap(), Some(vec![(0, 1, 5)]));
         for _ in 0..2 {
             match read(&rows, CHUNK_SERIES as u32) {
@@ -414,16 +453,20 @@ mod tests {
         let (ranges, cols) = encode(&[vec![(0, 1, 5), (1, 1, 6)], vec![(0, 2, 7)]]);
         let mut more = ranges.clone();
         more[1].rows = 1 << 40;
-        assert!(Rows::new(1, more, whole(cols.clone()), CHUNK_SERIES, 4)
-            .unwrap_err()
-            .contains("more rows than bytes"));
+        assert!(
+            Rows::new(1, more, whole(cols.clone()), CHUNK_SERIES, 4, None)
+                .unwrap_err()
+                .contains("more rows than bytes")
+        );
         let mut gap = ranges.clone();
         gap[1].start[2] += 1;
-        assert!(Rows::new(1, gap, whole(cols.clone()), CHUNK_SERIES, 4)
-            .unwrap_err()
-            .contains("not contiguous"));
         assert!(
-            Rows::new(1, ranges[..1].to_vec(), whole(cols), CHUNK_SERIES, 4)
+            Rows::new(1, gap, whole(cols.clone()), CHUNK_SERIES, 4, None)
+                .unwrap_err()
+                .contains("not contiguous")
+        );
+        assert!(
+            Rows::new(1, ranges[..1].to_vec(), whole(cols), CHUNK_SERIES, 4, None)
                 .unwrap_err()
                 .contains("do not cover")
         );
@@ -468,7 +511,7 @@ mod tests {
                 .unwrap()
                 .0
         });
-        let rows = Rows::new(1, ranges, framed, cs, 5).unwrap();
+        let rows = Rows::new(1, ranges, framed, cs, 5, None).unwrap();
         let scaled = |f: i64| -> Vec<(u32, u32, i64)> {
             own.iter()
                 .map(|&(t, s, v)| (t as u32, s as u32, v * f))
@@ -503,7 +546,7 @@ mod tests {
         let load = |extra: Vec<RowRange>| {
             let mut r = ranges.clone();
             r.extend(extra);
-            Rows::new(1, r, whole(cols.clone()), CHUNK_SERIES, 4)
+            Rows::new(1, r, whole(cols.clone()), CHUNK_SERIES, 4, None)
         };
         assert!(load(vec![rep(0, 2)]).is_ok());
         assert!(load(vec![rep(0, 1)])

@@ -10,6 +10,7 @@ use std::path::Path;
 use rustc_hash::FxHashMap;
 
 use super::frames::{self, CHUNK_SERIES};
+use super::stack_ranks::StackRanks;
 use super::tree_order;
 use super::{
     file_name, SectionKind, SegmentMeta, CODEC_ZSTD, CODEC_ZSTD_FRAMES, FORMAT_VERSION, MAGIC_HEAD,
@@ -136,6 +137,11 @@ pub(super) fn encode_segment_as(
     }
     let index_sec = index.encode(|s| sid(s, &mut added));
 
+    let ranks = if version >= 4 {
+        StackRanks::of(series.iter().map(|(_, rows)| &rows[..]))
+    } else {
+        None
+    };
     let (mut times, mut stacks, mut values) = (Vec::new(), Vec::new(), Vec::new());
     let mut rows_sec = Vec::new();
     let mut totals_sec = Vec::new();
@@ -149,9 +155,14 @@ pub(super) fn encode_segment_as(
     // Each series' first byte in each column: where the frames are cut.
     let mut series_starts: Vec<[usize; 3]> = Vec::with_capacity(series.len() + 1);
     for (si, (_, rows)) in series.iter().enumerate() {
+        // With ranks, the rows as stored: stacks by rank, in `(t, rank)` order.
+        let rows: Cow<'_, [Row]> = match &ranks {
+            Some(r) => Cow::Owned(r.ranked(rows)),
+            None => Cow::Borrowed(&rows[..]),
+        };
         let (t0, s0, v0) = (times.len(), stacks.len(), values.len());
         series_starts.push([t0, s0, v0]);
-        let scale = if version >= 2 { value_scale(rows) } else { 1 };
+        let scale = if version >= 2 { value_scale(&rows) } else { 1 };
         let mut prev_t = 0u32;
         let mut prev_stack = 0u32;
         let mut step_totals: BTreeMap<u32, i64> = BTreeMap::new();
@@ -298,6 +309,10 @@ pub(super) fn encode_segment_as(
                 .collect()
         });
         store(kind, raw, frame_at)?;
+    }
+    // Before SeriesTotals, so that the last section stays a summary one.
+    if let Some(r) = &ranks {
+        store(SectionKind::StackRanks, r.encode(), None)?;
     }
     store(SectionKind::SeriesTotals, totals_sec, None)?;
     let mut table = Vec::with_capacity(entries.len() + 2);
