@@ -20,6 +20,20 @@ pub enum StorageError {
     /// Bytes read from disk do not decode; the message says which structure and where.
     #[error("corrupt data: {0}")]
     Corrupt(String),
+    /// A segment written by a newer release, in a format version this build does
+    /// not read. Not damage: the file is left in place (neither quarantined nor
+    /// served), and a store holding one refuses to open.
+    #[error("{what} has segment format version {version}, newer than this build reads ({oldest} to {newest}): run a newer profiledb")]
+    UnsupportedVersion {
+        /// Which file or object.
+        what: String,
+        /// The version in its trailer.
+        version: u16,
+        /// The oldest version this build reads.
+        oldest: u16,
+        /// The newest version this build reads.
+        newest: u16,
+    },
     /// A checksummed section does not match its checksum.
     #[error("checksum mismatch in {what}: stored {stored:#010x}, computed {computed:#010x}")]
     Checksum {

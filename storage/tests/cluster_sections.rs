@@ -244,3 +244,38 @@ fn a_damaged_summary_section_quarantines_the_object() {
     assert_eq!(index.quarantined[0].key, key);
     assert_eq!(qstore.segments().len(), 1);
 }
+
+/// An object in a segment format version newer than the querier reads (a
+/// querier not upgraded yet) is neither served nor quarantined: the others are
+/// served, and the bucket index still lists it for the queriers that read it.
+#[test]
+fn a_newer_format_version_is_skipped_not_quarantined() {
+    let bucket = Bucket::from_store(Arc::new(InMemory::new()), "c");
+    let dir = tempfile::tempdir().unwrap();
+    let want = upload(&bucket, dir.path());
+    let index = bucket.load_index("anonymous", None).unwrap().unwrap().index;
+    let key = index.segments[0].key.clone();
+    let mut bytes = bucket.get(&key).unwrap().to_vec();
+    // The trailer's version (docs/format.md): 12 bytes from the end.
+    let at = bytes.len() - 12;
+    let version = u16::from_le_bytes([bytes[at], bytes[at + 1]]);
+    bytes[at..at + 2].copy_from_slice(&(version + 1).to_le_bytes());
+    bucket.put(&key, bytes.into()).unwrap();
+
+    let (qstore, mirror) = querier(&bucket, dir.path());
+    let q = Querier::new(&qstore, 0, QueryLimits::default());
+    let services = q
+        .label_values(
+            &TenantId::default(),
+            "service_name",
+            &Selector::default(),
+            TimeRange::all(),
+        )
+        .unwrap();
+    assert_eq!(services, want.keys().cloned().collect::<Vec<_>>());
+    assert_eq!(qstore.segments().len(), 1);
+    assert_eq!(mirror.stats().quarantined.load(Relaxed), 0);
+    let index = bucket.load_index("anonymous", None).unwrap().unwrap().index;
+    assert_eq!(index.segments.len(), 2);
+    assert!(index.quarantined.is_empty());
+}

@@ -156,3 +156,53 @@ fn catalog_and_files_are_reconciled() {
     assert_eq!(folded(&store), "main;f1 2\nmain;f2 3\n");
     assert_eq!(store.segments().len(), 2);
 }
+
+/// After a downgrade, a segment in a format version newer than the build reads is
+/// not damage: the store refuses to open, saying so, and leaves the file where it
+/// is (nothing quarantined); the release that wrote it opens the directory intact.
+#[test]
+fn a_newer_segment_version_refuses_to_open_and_is_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = TenantId::default();
+    let meta = {
+        let store = Store::open(dir.path(), test_config()).unwrap();
+        store.write(build_batch(&t, &one(T0, "work", 7))).unwrap();
+        store.flush().unwrap();
+        store.segments()[0].clone()
+    };
+    let path = segment_path(dir.path(), &meta);
+    // The version is the u16 at 12 bytes from the end (docs/format.md, Trailer);
+    // no checksum covers the trailer.
+    let original = fs::read(&path).unwrap();
+    let mut newer = original.clone();
+    let at = newer.len() - 12;
+    let version = u16::from_le_bytes([newer[at], newer[at + 1]]);
+    newer[at..at + 2].copy_from_slice(&(version + 1).to_le_bytes());
+    fs::write(&path, &newer).unwrap();
+
+    match Store::open(dir.path(), test_config()) {
+        Err(e @ profiledb_storage::StorageError::UnsupportedVersion { .. }) => {
+            assert!(!e.is_corruption());
+            assert!(
+                e.to_string().contains(&format!("version {}", version + 1)),
+                "{e}"
+            );
+        }
+        Err(e) => panic!("expected a version error, got {e}"),
+        Ok(_) => panic!("a store holding a newer segment opened"),
+    }
+    assert_eq!(
+        fs::read(&path).unwrap(),
+        newer,
+        "the file is left as it was"
+    );
+    let quarantined = fs::read_dir(dir.path().join("quarantine"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(quarantined, 0);
+
+    fs::write(&path, &original).unwrap();
+    let store = Store::open(dir.path(), test_config()).unwrap();
+    assert_eq!(store.segments().len(), 1);
+    assert_eq!(folded(&store), "main;work 7\n");
+}

@@ -238,6 +238,11 @@ impl Shared {
                     // The index changed under us: read it again next pass.
                     etag = None;
                 }
+                Err(Fetch::Newer(why)) => {
+                    // Left in the bucket for the queriers that read it; this one
+                    // serves the rest until it is upgraded.
+                    warn!(tenant, key = *key, error = %why, "segment of a newer format version not served");
+                }
                 Err(Fetch::Failed(e)) => return Err(e),
             }
         }
@@ -334,6 +339,7 @@ impl Shared {
                 Err(StorageError::Corrupt(format!("{key}: {why}")))
             }
             Err(Fetch::Failed(e)) => Err(e),
+            Err(Fetch::Newer(why)) => Err(StorageError::Invalid(why)),
         }
     }
 
@@ -367,6 +373,7 @@ impl Shared {
                 Err(StorageError::Corrupt(format!("{key}: {why}")))
             }
             Err(Fetch::Failed(e)) => Err(e),
+            Err(Fetch::Newer(why)) => Err(StorageError::Invalid(why)),
         }
     }
 
@@ -447,6 +454,7 @@ fn classify(e: StorageError) -> Fetch {
             Fetch::Bad("listed in the index but missing from the bucket".into())
         }
         e if e.is_corruption() => Fetch::Bad(e.to_string()),
+        e @ StorageError::UnsupportedVersion { .. } => Fetch::Newer(e.to_string()),
         e => Fetch::Failed(e),
     }
 }
@@ -457,6 +465,8 @@ enum Fetch {
     Bad(String),
     /// The bucket or the disk failed: retry the pass later.
     Failed(StorageError),
+    /// The object is in a newer format version: leave it, serve the rest.
+    Newer(String),
 }
 
 /// A flat, filesystem-safe file name for an object key.

@@ -702,9 +702,10 @@ mod tests {
         let path = dir.path().join("future.seg");
         std::fs::write(&path, bytes).unwrap();
         match SegmentFile::open(&path) {
-            Err(crate::error::StorageError::Corrupt(why)) => {
-                let want = format!("unsupported format version {}", FORMAT_VERSION + 1);
-                assert!(why.contains(&want), "{why}")
+            Err(e @ crate::error::StorageError::UnsupportedVersion { version, .. }) => {
+                assert_eq!(version, FORMAT_VERSION + 1);
+                assert!(!e.is_corruption());
+                assert!(e.to_string().contains("run a newer profiledb"), "{e}");
             }
             other => panic!("expected a version error, got {other:?}"),
         }

@@ -97,7 +97,15 @@ impl SegmentFile {
         if t.bytes(8)? != MAGIC_TAIL {
             return Err(corrupt(path, "bad tail magic (truncated file?)"));
         }
-        if !(OLDEST_READABLE_VERSION..=FORMAT_VERSION).contains(&version) {
+        if version > FORMAT_VERSION {
+            return Err(StorageError::UnsupportedVersion {
+                what: path.display().to_string(),
+                version,
+                oldest: OLDEST_READABLE_VERSION,
+                newest: FORMAT_VERSION,
+            });
+        }
+        if version < OLDEST_READABLE_VERSION {
             return Err(corrupt(
                 path,
                 format!(

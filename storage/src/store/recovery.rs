@@ -203,6 +203,9 @@ fn reconcile(
                 }
                 handles.insert(id, Arc::new(SegmentHandle { meta, file }));
             }
+            // A downgrade: the segments of the newer release stay where they are,
+            // and the store does not open until it runs again.
+            Err(e @ StorageError::UnsupportedVersion { .. }) => return Err(e),
             Ok(_) | Err(_) => {
                 let why = SegmentFile::open(path).err().map_or_else(
                     || "id in footer disagrees with the file name".to_string(),
