@@ -17,8 +17,6 @@
 //! each rank. Decoded rows name nodes again (`rows.rs` maps them), so nothing
 //! above the segment reader sees ranks.
 
-use rustc_hash::FxHashMap;
-
 use super::writer::Row;
 use crate::codec::{put_uvarint, Reader};
 
@@ -29,46 +27,65 @@ pub(super) const MIN_ROWS_PER_STACK: usize = 8;
 
 /// The ranks of a segment being written.
 pub(super) struct StackRanks {
-    rank_of: FxHashMap<u32, u32>,
+    /// By node id; `u32::MAX` for nodes no row names.
+    rank_of: Vec<u32>,
     by_rank: Vec<u32>,
 }
 
 impl StackRanks {
-    /// Ranks for the rows of `series`: stacks by descending row count, ties by
-    /// node id. `None` when the segment has too few rows per stack to gain.
-    pub(super) fn of<'a>(series: impl Iterator<Item = &'a [Row]> + Clone) -> Option<StackRanks> {
-        let mut count: FxHashMap<u32, u64> = FxHashMap::default();
+    /// Ranks for the rows of `series`, whose stacks are node ids below `nodes`:
+    /// stacks by descending row count, ties by node id. `None` when the segment
+    /// has too few rows per stack to gain.
+    pub(super) fn of<'a>(
+        series: impl Iterator<Item = &'a [Row]>,
+        nodes: usize,
+    ) -> Option<StackRanks> {
+        let mut count = vec![0u64; nodes];
         let mut rows = 0usize;
         for r in series.flat_map(|rows| rows.iter()) {
-            *count.entry(r.stack).or_default() += 1;
+            // The writer's rows name nodes of its tree; any other is left unranked
+            // and the segment keeps node ids.
+            count.get_mut(r.stack as usize).map(|c| *c += 1)?;
             rows += 1;
         }
-        if count.is_empty() || rows < MIN_ROWS_PER_STACK.saturating_mul(count.len()) {
-            return None;
-        }
-        let mut by_count: Vec<(u64, u32)> = count.into_iter().map(|(s, n)| (n, s)).collect();
-        by_count.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-        let by_rank: Vec<u32> = by_count.into_iter().map(|(_, s)| s).collect();
-        let rank_of = by_rank
+        let mut by_count: Vec<(u64, u32)> = count
             .iter()
             .enumerate()
-            .map(|(rank, &s)| (s, rank as u32))
+            .filter(|&(_, &n)| n > 0)
+            .map(|(s, &n)| (n, s as u32))
             .collect();
+        if by_count.is_empty() || rows < MIN_ROWS_PER_STACK.saturating_mul(by_count.len()) {
+            return None;
+        }
+        by_count.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        let by_rank: Vec<u32> = by_count.into_iter().map(|(_, s)| s).collect();
+        let mut rank_of = vec![u32::MAX; nodes];
+        for (rank, &s) in by_rank.iter().enumerate() {
+            rank_of[s as usize] = rank as u32;
+        }
         Some(StackRanks { rank_of, by_rank })
     }
 
-    /// `rows` with each stack replaced by its rank, in `(t, rank)` order: what
-    /// the row columns store.
+    /// `rows` (in step order) with each stack replaced by its rank, in `(t,
+    /// rank)` order: what the row columns store. Only each step's rows are
+    /// sorted, a few dozen at a time, not the series.
     pub(super) fn ranked(&self, rows: &[Row]) -> Vec<Row> {
+        debug_assert!(rows.windows(2).all(|w| w[0].t <= w[1].t));
         let mut out: Vec<Row> = rows
             .iter()
             .map(|r| Row {
                 // Every stack of the segment's rows has a rank (see `of`).
-                stack: self.rank_of.get(&r.stack).copied().unwrap_or(u32::MAX),
+                stack: self
+                    .rank_of
+                    .get(r.stack as usize)
+                    .copied()
+                    .unwrap_or(u32::MAX),
                 ..*r
             })
             .collect();
-        out.sort_unstable_by_key(|r| (r.t, r.stack));
+        for step in out.chunk_by_mut(|a, b| a.t == b.t) {
+            step.sort_unstable_by_key(|r| r.stack);
+        }
         out
     }
 
@@ -128,7 +145,9 @@ mod tests {
                 r
             })
             .collect();
-        let ranks = StackRanks::of(std::iter::once(&rows[..])).expect("25 rows, 3 stacks");
+        let ranks = StackRanks::of(std::iter::once(&rows[..]), 41).expect("25 rows, 3 stacks");
+        // A row naming a node past the tree: no ranks.
+        assert!(StackRanks::of(std::iter::once(&rows[..]), 40).is_none());
         assert_eq!(ranks.by_rank, vec![40, 7, 3]);
         let ranked = ranks.ranked(&rows);
         assert_eq!(&ranked[..3], &[row(0, 0), row(0, 1), row(1, 0)]);
@@ -151,7 +170,7 @@ mod tests {
     #[test]
     fn few_rows_per_stack_keep_node_ids() {
         let rows: Vec<Row> = (0..40u32).map(|i| row(i / 8, i)).collect();
-        assert!(StackRanks::of(std::iter::once(&rows[..])).is_none());
-        assert!(StackRanks::of(std::iter::empty()).is_none());
+        assert!(StackRanks::of(std::iter::once(&rows[..]), 40).is_none());
+        assert!(StackRanks::of(std::iter::empty(), 40).is_none());
     }
 }

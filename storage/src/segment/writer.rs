@@ -138,7 +138,7 @@ pub(super) fn encode_segment_as(
     let index_sec = index.encode(|s| sid(s, &mut added));
 
     let ranks = if version >= 4 {
-        StackRanks::of(series.iter().map(|(_, rows)| &rows[..]))
+        StackRanks::of(series.iter().map(|(_, rows)| &rows[..]), tree.parents.len())
     } else {
         None
     };
