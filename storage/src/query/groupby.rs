@@ -409,14 +409,15 @@ fn too_many_groups(max: usize) -> StorageError {
     QueryError::too_many_groups(max).into()
 }
 
-/// A thread's group-by over frame-tree ids (see [`super::frames`]): sums per
-/// (label group, frame) across every source the thread scanned, converted to rows
-/// once per query by [`FrameGroups::into_rows`].
+/// A thread's group-by over the frame tree (see [`super::frames`]): sums per
+/// (label group, stack key) across every source the thread scanned, converted to
+/// rows once per query by [`FrameGroups::into_rows`].
 #[derive(Default, Debug, Clone)]
 pub struct FrameGroups {
     groups: Vec<Vec<String>>,
     group_ids: FxHashMap<Vec<String>, u32>,
-    /// `(group, gid)` → sum; gid is the root when no key is stack-derived.
+    /// `(group, key)` → sum; the key is what the query's [`StackKey`] says: a
+    /// frame id, a frame name id, or the root when no key is stack-derived.
     values: FxHashMap<(u32, u32), i64>,
     pub total: i64,
 }
