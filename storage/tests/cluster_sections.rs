@@ -209,33 +209,47 @@ fn querier_answers_labels_and_time_series_from_section_reads() {
     assert!(bucket.stats().gets > after.gets);
 }
 
-#[test]
-fn a_damaged_summary_section_quarantines_the_object() {
+/// Two segments uploaded to a fresh bucket, the first one's object rewritten by
+/// `damage`; returns the bucket, the uploads' directory, the uploaded samples
+/// and the rewritten object's key.
+fn uploaded_with_first_object(
+    damage: impl FnOnce(&mut Vec<u8>),
+) -> (Bucket, tempfile::TempDir, Want, String) {
     let bucket = Bucket::from_store(Arc::new(InMemory::new()), "c");
     let dir = tempfile::tempdir().unwrap();
     let want = upload(&bucket, dir.path());
     let index = bucket.load_index("anonymous", None).unwrap().unwrap().index;
-    // The byte before the footer is the last section's: SeriesTotals, a summary
-    // section. The footer (which attaching checks) stays intact.
     let key = index.segments[0].key.clone();
     let mut bytes = bucket.get(&key).unwrap().to_vec();
-    let trailer = bytes.len() - 28;
-    let footer_offset = u64::from_le_bytes(bytes[trailer..trailer + 8].try_into().unwrap());
-    bytes[footer_offset as usize - 1] ^= 0x55;
+    damage(&mut bytes);
     bucket.put(&key, bytes.into()).unwrap();
+    (bucket, dir, want, key)
+}
 
-    let (qstore, mirror) = querier(&bucket, dir.path());
-    let q = Querier::new(&qstore, 0, QueryLimits::default());
-    let services = q
+/// The service names a querier over `qstore` answers with.
+fn services(qstore: &Store) -> Vec<String> {
+    Querier::new(qstore, 0, QueryLimits::default())
         .label_values(
             &TenantId::default(),
             "service_name",
             &Selector::default(),
             TimeRange::all(),
         )
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn a_damaged_summary_section_quarantines_the_object() {
+    // The byte before the footer is the last section's: SeriesTotals, a summary
+    // section. The footer (which attaching checks) stays intact.
+    let (bucket, dir, want, key) = uploaded_with_first_object(|bytes| {
+        let trailer = bytes.len() - 28;
+        let footer_offset = u64::from_le_bytes(bytes[trailer..trailer + 8].try_into().unwrap());
+        bytes[footer_offset as usize - 1] ^= 0x55;
+    });
+    let (qstore, mirror) = querier(&bucket, dir.path());
     // The other segment still answers (every service has samples in both).
-    assert_eq!(services, want.keys().cloned().collect::<Vec<_>>());
+    assert_eq!(services(&qstore), want.keys().cloned().collect::<Vec<_>>());
     assert_eq!(mirror.stats().quarantined.load(Relaxed), 1);
     assert_eq!(mirror.stats().downloads.load(Relaxed), 0);
     let index = bucket.load_index("anonymous", None).unwrap().unwrap().index;
@@ -250,29 +264,14 @@ fn a_damaged_summary_section_quarantines_the_object() {
 /// served, and the bucket index still lists it for the queriers that read it.
 #[test]
 fn a_newer_format_version_is_skipped_not_quarantined() {
-    let bucket = Bucket::from_store(Arc::new(InMemory::new()), "c");
-    let dir = tempfile::tempdir().unwrap();
-    let want = upload(&bucket, dir.path());
-    let index = bucket.load_index("anonymous", None).unwrap().unwrap().index;
-    let key = index.segments[0].key.clone();
-    let mut bytes = bucket.get(&key).unwrap().to_vec();
     // The trailer's version (docs/format.md): 12 bytes from the end.
-    let at = bytes.len() - 12;
-    let version = u16::from_le_bytes([bytes[at], bytes[at + 1]]);
-    bytes[at..at + 2].copy_from_slice(&(version + 1).to_le_bytes());
-    bucket.put(&key, bytes.into()).unwrap();
-
+    let (bucket, dir, want, _) = uploaded_with_first_object(|bytes| {
+        let at = bytes.len() - 12;
+        let version = u16::from_le_bytes([bytes[at], bytes[at + 1]]);
+        bytes[at..at + 2].copy_from_slice(&(version + 1).to_le_bytes());
+    });
     let (qstore, mirror) = querier(&bucket, dir.path());
-    let q = Querier::new(&qstore, 0, QueryLimits::default());
-    let services = q
-        .label_values(
-            &TenantId::default(),
-            "service_name",
-            &Selector::default(),
-            TimeRange::all(),
-        )
-        .unwrap();
-    assert_eq!(services, want.keys().cloned().collect::<Vec<_>>());
+    assert_eq!(services(&qstore), want.keys().cloned().collect::<Vec<_>>());
     assert_eq!(qstore.segments().len(), 1);
     assert_eq!(mirror.stats().quarantined.load(Relaxed), 0);
     let index = bucket.load_index("anonymous", None).unwrap().unwrap().index;

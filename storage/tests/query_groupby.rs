@@ -23,6 +23,16 @@ fn sample(svc: &str, stack: &[&str], value: i64) -> TSample {
     }
 }
 
+/// Two services' stacks: two through `main;serve`, one through `compact`, one on `idle`.
+fn api_and_db() -> Vec<TSample> {
+    vec![
+        sample("api", &["main", "serve", "hash"], 5),
+        sample("api", &["main", "serve"], 2),
+        sample("db", &["main", "compact", "hash"], 3),
+        sample("db", &["main", "idle"], 7),
+    ]
+}
+
 fn rows(acc: &profiledb_storage::GroupAcc) -> Vec<(Vec<String>, i64)> {
     acc.sorted(0)
 }
@@ -32,12 +42,7 @@ fn group_by_head_and_segments_agree() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), test_config()).unwrap();
     let t = TenantId::default();
-    let mut samples = vec![
-        sample("api", &["main", "serve", "hash"], 5),
-        sample("api", &["main", "serve"], 2),
-        sample("db", &["main", "compact", "hash"], 3),
-        sample("db", &["main", "idle"], 7),
-    ];
+    let mut samples = api_and_db();
     let mut addr = sample("db", &["main"], 4);
     addr.stack.push(TFrame::Addr(0x10));
     samples.push(addr);
@@ -104,13 +109,8 @@ fn leaf_function_and_label_group_bys_agree_on_head_and_segments() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), test_config()).unwrap();
     let t = TenantId::default();
-    let mut samples = vec![
-        sample("api", &["main", "serve", "hash"], 5),
-        sample("api", &["main", "serve"], 2),
-        sample("db", &["main", "compact", "hash"], 3),
-        sample("db", &["main", "idle"], 7),
-        sample("db", &["main", "hash", "main"], 4),
-    ];
+    let mut samples = api_and_db();
+    samples.push(sample("db", &["main", "hash", "main"], 4));
     let mut addr = sample("api", &["main", "hash"], 6);
     addr.stack.push(TFrame::Addr(0x10));
     samples.push(addr);
