@@ -40,8 +40,9 @@ pub const MAGIC_TAIL: &[u8; 8] = b"PRFDBEND";
 /// scale to SeriesRows (Values hold `value / scale`); version 3 stores the row
 /// columns one frame per chunk of series and lets a series repeat an earlier
 /// one's rows; version 4 may name stacks in StackIds by rank, through an optional
-/// StackRanks section (`stack_ranks.rs`).
-pub const FORMAT_VERSION: u16 = 4;
+/// StackRanks section (`stack_ranks.rs`); version 5 ranks each service's series
+/// apart, with a table per group of series.
+pub const FORMAT_VERSION: u16 = 5;
 /// The oldest version this build still reads.
 pub const OLDEST_READABLE_VERSION: u16 = 1;
 /// Fixed-size trailer: footer offset (u64), footer length (u32), footer crc (u32),
@@ -77,8 +78,9 @@ pub enum SectionKind {
     Values = 11,
     /// Each series' total per step.
     SeriesTotals = 12,
-    /// Optional, version 4: the stack node of each rank StackIds name. Written
-    /// after Values, before SeriesTotals.
+    /// Optional, since version 4: the stack node of each rank StackIds name (per
+    /// group of series since version 5). Written after Values, before
+    /// SeriesTotals.
     StackRanks = 13,
 }
 
@@ -463,29 +465,40 @@ mod tests {
         }
     }
 
-    /// A segment with many rows per stack names its stacks by rank (version 4)
-    /// and is smaller for it; the same rows written in version 3, or too few
-    /// rows per stack, keep node ids. All read back the same rows.
+    /// A segment with many rows per stack names its stacks by rank, each
+    /// service's apart (version 5), and is smaller for it than with one ranking
+    /// for the segment (version 4) or node ids (version 3); too few rows per
+    /// stack keep node ids. All read back the same rows, though the two
+    /// services' series sample alike and store the same ranks: none is taken
+    /// for a repeat of the other service's.
     #[test]
-    fn many_rows_per_stack_are_stored_by_rank() {
+    fn many_rows_per_stack_are_stored_by_rank_per_service() {
+        const PER_SERVICE: u32 = 15;
         let mut b = DictBuilder::new();
-        let stacks: Vec<u32> = (0..40u8)
-            .map(|i| b.letter_stack(&[i % 7, 7 + i % 5, 12 + i], 1))
+        // 200 stacks per service, the services' apart.
+        let stacks: Vec<Vec<u32>> = (0..2u8)
+            .map(|k| {
+                (0..200u8)
+                    .map(|i| b.letter_stack(&[k, 2 + i % 7, 9 + i % 5, 14 + i / 4, 70 + i % 13], 1))
+                    .collect()
+            })
             .collect();
         let dict = b.finish();
-        // 30 series × 60 steps; each step draws a few stacks, popular ones often.
+        // Each step draws a few stacks, popular ones often; series `s` of one
+        // service draws as series `s` of the other.
         let rows_of = |s: u32, steps: u32| -> Vec<Row> {
+            let own = &stacks[(s / PER_SERVICE) as usize];
             (0..steps)
                 .flat_map(|t| {
-                    let mut x = (s * 7919 + t * 104_729) | 1;
-                    let mut picked: Vec<u32> = (0..6)
+                    let mut x = ((s % PER_SERVICE) * 7919 + t * 104_729) | 1;
+                    let mut picked: Vec<u32> = (0..12)
                         .map(|_| {
                             x ^= x << 13;
                             x ^= x >> 17;
                             x ^= x << 5;
                             // Squared: small indices much more often.
                             let u = f64::from(x % 1000) / 1000.0;
-                            stacks[(u * u * 40.0) as usize]
+                            own[(u * u * 200.0) as usize]
                         })
                         .collect();
                     picked.sort_unstable();
@@ -498,18 +511,31 @@ mod tests {
                 })
                 .collect()
         };
-        let input = |steps: u32| SegmentInput {
+        // With `twice`, each series again as a second profile type whose values
+        // are 10 times the first's (as CPU samples and nanoseconds).
+        let input = |steps: u32, twice: bool| SegmentInput {
             meta: meta(4),
             dict: std::borrow::Cow::Owned(dict.clone()),
-            series: (0..30u32)
-                .map(|s| {
-                    (
-                        Labels::new([
-                            ("__profile_type__", "a:b:c:d:e"),
-                            ("s", &*format!("{s:02}")),
-                        ]),
-                        rows_of(s, steps),
-                    )
+            series: (0..2 * PER_SERVICE)
+                .flat_map(|s| {
+                    let service = if s < PER_SERVICE { "a" } else { "b" };
+                    let types: &[(&str, i64)] = if twice {
+                        &[("a:b:c:d:e", 1), ("f:g:h:i:j", 10)]
+                    } else {
+                        &[("a:b:c:d:e", 1)]
+                    };
+                    types.iter().map(move |&(ty, times)| {
+                        let mut rows = rows_of(s, steps);
+                        rows.iter_mut().for_each(|r| r.value *= times);
+                        (
+                            Labels::new([
+                                ("__profile_type__", ty),
+                                ("service_name", service),
+                                ("s", &*format!("{:02}", s % PER_SERVICE)),
+                            ]),
+                            rows,
+                        )
+                    })
                 })
                 .collect(),
         };
@@ -530,29 +556,51 @@ mod tests {
             let seg = f.load().unwrap();
             let mut all = Vec::new();
             for sid in 0..seg.series.len() as u32 {
-                seg.for_each_row(sid, |t, st, v| {
-                    all.push((sid, t, seg.dict.node_locations[st as usize], v))
-                })
-                .unwrap();
+                // The whole stack: the services' leaves are alike.
+                seg.for_each_row(sid, |t, st, v| all.push((sid, t, seg.dict.stack(st), v)))
+                    .unwrap();
             }
             all.sort_unstable();
             all
         };
-        let v4 = written_as(dir.path(), "v4.seg", input(60), FORMAT_VERSION);
-        let v3 = written_as(dir.path(), "v3.seg", input(60), 3);
-        assert!(has_ranks(&v4) && !has_ranks(&v3));
+        let v5 = written_as(dir.path(), "v5.seg", input(60, false), FORMAT_VERSION);
+        let v4 = written_as(dir.path(), "v4.seg", input(60, false), 4);
+        let v3 = written_as(dir.path(), "v3.seg", input(60, false), 3);
+        assert!(has_ranks(&v5) && has_ranks(&v4) && !has_ranks(&v3));
+        assert_eq!(rows(&v5), rows(&v3));
         assert_eq!(rows(&v4), rows(&v3));
-        assert!(
-            stack_bytes(&v4) < stack_bytes(&v3),
-            "{} against {}",
-            stack_bytes(&v4),
-            stack_bytes(&v3)
-        );
-        v4.verify().unwrap();
+        let bytes = [&v5, &v4, &v3].map(stack_bytes);
+        assert!(bytes[0] < bytes[1] && bytes[1] < bytes[2], "{bytes:?}");
+        v5.verify().unwrap();
+        // The second profile type repeats the first's rows: no more row bytes,
+        // though the two types are ranked apart.
+        let twice = written_as(dir.path(), "twice.seg", input(60, true), FORMAT_VERSION);
+        let raw = |f: &SegmentFile, kind| {
+            f.sections()
+                .iter()
+                .find(|s| s.kind == kind)
+                .map_or(0, |s| s.raw_bytes)
+        };
+        for kind in [
+            SectionKind::Times,
+            SectionKind::StackIds,
+            SectionKind::Values,
+        ] {
+            assert_eq!(raw(&twice, kind), raw(&v5, kind), "{kind:?}");
+        }
+        let (once_rows, twice_rows) = (rows(&v5), rows(&twice));
+        assert_eq!(twice_rows.len(), 2 * once_rows.len());
+        // Series `s + 30` is series `s` again, as the second type: values × 10.
+        let second: Vec<_> = twice_rows
+            .iter()
+            .filter(|r| r.0 >= 2 * PER_SERVICE)
+            .map(|(sid, t, stack, v)| (sid - 2 * PER_SERVICE, *t, stack.clone(), v / 10))
+            .collect();
+        assert_eq!(second, once_rows);
         // One step per series: about as many rows as stacks, no table.
-        let sparse = written_as(dir.path(), "sparse.seg", input(1), FORMAT_VERSION);
+        let sparse = written_as(dir.path(), "sparse.seg", input(1, false), FORMAT_VERSION);
         assert!(!has_ranks(&sparse));
-        let want: usize = (0..30).map(|s| rows_of(s, 1).len()).sum();
+        let want: usize = (0..2 * PER_SERVICE).map(|s| rows_of(s, 1).len()).sum();
         assert_eq!(rows(&sparse).len(), want);
     }
 

@@ -340,7 +340,7 @@ impl SegmentFile {
         let nodes = dict.node_count() as u64;
         let ranks = match self.entry(SectionKind::StackRanks) {
             Ok(_) if self.version >= 4 => Some(
-                super::stack_ranks::decode(&sec(SectionKind::StackRanks)?, nodes)
+                super::stack_ranks::decode(&sec(SectionKind::StackRanks)?, nodes, n, self.version)
                     .map_err(|why| corrupt(&self.path, &why))?,
             ),
             // Before version 4 a kind 13 section was not defined: not read.

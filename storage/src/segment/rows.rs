@@ -18,6 +18,7 @@ use std::ops::Range;
 use std::sync::OnceLock;
 
 use super::frames::Column;
+use super::stack_ranks::RankTables;
 use crate::codec::Reader;
 use crate::error::{Result, StorageError};
 
@@ -44,8 +45,9 @@ pub(super) struct Rows {
     chunk_series: usize,
     /// Stack node ids must be below this.
     nodes: u64,
-    /// The stack node of each rank, when StackIds hold ranks (version 4).
-    ranks: Option<Box<[u32]>>,
+    /// The stack node of each rank, for series whose StackIds hold ranks
+    /// (versions 4 and 5).
+    ranks: Option<RankTables>,
     total_rows: u64,
     chunks: Box<[OnceLock<std::result::Result<Chunk, String>>]>,
 }
@@ -77,7 +79,7 @@ impl Rows {
         columns: [Column; 3],
         chunk_series: usize,
         nodes: u64,
-        ranks: Option<Vec<u32>>,
+        ranks: Option<RankTables>,
     ) -> std::result::Result<Rows, String> {
         let mut at = [0usize; 3];
         let mut total = 0u64;
@@ -131,7 +133,7 @@ impl Rows {
             columns,
             chunk_series,
             nodes,
-            ranks: ranks.map(Vec::into_boxed_slice),
+            ranks,
             total_rows: total,
             chunks: (0..chunks).map(|_| OnceLock::new()).collect(),
         })
@@ -185,6 +187,7 @@ impl Rows {
         self.columns.iter().map(Column::held_bytes).sum::<usize>()
             + self.ranges.len() * (std::mem::size_of::<RowRange>() + 8)
             + self.total_rows as usize * 16
+            + self.ranks.as_ref().map_or(0, RankTables::held_bytes)
     }
 
     fn decode(&self, k: usize) -> std::result::Result<Chunk, String> {
@@ -212,6 +215,7 @@ impl Rows {
                 self.copy_repeat(&mut out, j as usize, &series, range.scale)?;
                 continue;
             }
+            let ranks = self.ranks.as_ref().and_then(|r| r.of_series(first + i));
             let [ts, ss, vs] = range.start;
             tr.seek(ts - spans[0].start).map_err(err)?;
             sr.seek(ss - spans[1].start).map_err(err)?;
@@ -234,7 +238,7 @@ impl Rows {
                 };
                 // `stack` is what the column holds (a rank with a ranks table);
                 // rows hold the node.
-                let node = match &self.ranks {
+                let node = match ranks {
                     Some(ranks) => usize::try_from(stack)
                         .ok()
                         .and_then(|r| ranks.get(r))
@@ -399,20 +403,26 @@ mod tests {
     fn ranked_stacks_read_back_as_nodes() {
         // Ranks 0, 1 in step 0 and rank 0 in step 1; the table says node 6, node 2.
         let (ranges, cols) = encode(&[vec![(0, 0, 5), (0, 1, 3), (1, 0, 4)]]);
+        let table = |nodes: &[u64]| {
+            let mut raw = Vec::new();
+            put_uvarint(&mut raw, nodes.len() as u64);
+            nodes.iter().for_each(|&n| put_uvarint(&mut raw, n));
+            super::super::stack_ranks::decode(&raw, 7, 1, 4).unwrap()
+        };
         let rows = Rows::new(
             1,
             ranges.clone(),
             whole(cols.clone()),
             CHUNK_SERIES,
             7,
-            Some(vec![6, 2]),
+            Some(table(&[6, 2])),
         )
         .unwrap();
         assert_eq!(
             read(&rows, 0).unwrap(),
             Some(vec![(0, 6, 5), (0, 2, 3), (1, 6, 4)])
         );
-        let short = Rows::new(9, ranges, whole(cols), CHUNK_SERIES, 7, Some(vec![6])).unwrap();
+        let short = Rows::new(9, ranges, whole(cols), CHUNK_SERIES, 7, Some(table(&[6]))).unwrap();
         match read(&short, 0) {
             Err(StorageError::Corrupt(why)) => assert!(why.contains("stack rank 1 of 1"), "{why}"),
             other => panic!("{other:?}"),

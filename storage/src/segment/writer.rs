@@ -137,8 +137,25 @@ pub(super) fn encode_segment_as(
     }
     let index_sec = index.encode(|s| sid(s, &mut added));
 
-    let ranks = if version >= 4 {
-        StackRanks::of(series.iter().map(|(_, rows)| &rows[..]), tree.parents.len())
+    let scales: Vec<i64> = series
+        .iter()
+        .map(|(_, rows)| if version >= 2 { value_scale(rows) } else { 1 })
+        .collect();
+    let repeat_of = if version >= 3 {
+        repeats(&series, &scales)
+    } else {
+        vec![None; series.len()]
+    };
+    // Repeats store no rows: their stacks are not ranked.
+    let mut ranks = if version >= 4 {
+        StackRanks::of(
+            rank_groups(&series, version),
+            |s| match repeat_of[s] {
+                Some(_) => &[],
+                None => &series[s].1[..],
+            },
+            tree.parents.len(),
+        )
     } else {
         None
     };
@@ -149,38 +166,40 @@ pub(super) fn encode_segment_as(
     put_uvarint(&mut totals_sec, series.len() as u64);
     let (mut min_t, mut max_t) = (u32::MAX, 0u32);
     let (mut nrows, mut value_total) = (0u64, 0i64);
-    // Version 3: series with rows of their own, by a hash of their encoded rows,
-    // so a repeat is stored as the distance back to the first (see `rows.rs`).
-    let mut own_rows: FxHashMap<u64, Vec<usize>> = FxHashMap::default();
     // Each series' first byte in each column: where the frames are cut.
     let mut series_starts: Vec<[usize; 3]> = Vec::with_capacity(series.len() + 1);
     for (si, (_, rows)) in series.iter().enumerate() {
+        let own = repeat_of[si].is_none();
         // With ranks, the rows as stored: stacks by rank, in `(t, rank)` order.
-        let rows: Cow<'_, [Row]> = match &ranks {
-            Some(r) => Cow::Owned(r.ranked(rows)),
+        let ranked = own.then(|| ranks.as_mut().and_then(|r| r.ranked(si, rows)));
+        let rows: Cow<'_, [Row]> = match ranked.flatten() {
+            Some(ranked) => Cow::Owned(ranked),
             None => Cow::Borrowed(&rows[..]),
         };
         let (t0, s0, v0) = (times.len(), stacks.len(), values.len());
         series_starts.push([t0, s0, v0]);
-        let scale = if version >= 2 { value_scale(&rows) } else { 1 };
+        let scale = scales[si];
         let mut prev_t = 0u32;
         let mut prev_stack = 0u32;
         let mut step_totals: BTreeMap<u32, i64> = BTreeMap::new();
         for (i, r) in rows.iter().enumerate() {
-            // Times: delta from the previous row of the series (first row: absolute).
-            put_uvarint(&mut times, u64::from(r.t - if i == 0 { 0 } else { prev_t }));
-            // Stacks: delta within a step, absolute at the first row of each step.
-            let same_step = i > 0 && r.t == prev_t;
-            put_uvarint(
-                &mut stacks,
-                u64::from(if same_step {
-                    r.stack - prev_stack
-                } else {
-                    r.stack
-                }),
-            );
-            // Exact: `scale` divides every value of the series.
-            put_ivarint(&mut values, r.value / scale);
+            if own {
+                // Times: delta from the previous row of the series (first row:
+                // absolute).
+                put_uvarint(&mut times, u64::from(r.t - if i == 0 { 0 } else { prev_t }));
+                // Stacks: delta within a step, absolute at the first row of each step.
+                let same_step = i > 0 && r.t == prev_t;
+                put_uvarint(
+                    &mut stacks,
+                    u64::from(if same_step {
+                        r.stack - prev_stack
+                    } else {
+                        r.stack
+                    }),
+                );
+                // Exact: `scale` divides every value of the series.
+                put_ivarint(&mut values, r.value / scale);
+            }
             prev_t = r.t;
             prev_stack = r.stack;
             *step_totals.entry(r.t).or_default() += r.value;
@@ -191,29 +210,8 @@ pub(super) fn encode_segment_as(
         nrows += rows.len() as u64;
         put_uvarint(&mut rows_sec, rows.len() as u64);
         let spans = [t0..times.len(), s0..stacks.len(), v0..values.len()];
-        let repeats = if version >= 3 {
-            let cols = [&times, &stacks, &values];
-            let key = rows_hash(spans.each_ref().map(|r| r.clone()), cols);
-            let same = own_rows.get(&key).and_then(|seen| {
-                seen.iter().copied().find(|&j| {
-                    let (a, b) = (series_starts[j], series_starts[j + 1]);
-                    (0..3).all(|c| cols[c][a[c]..b[c]] == cols[c][spans[c].clone()])
-                })
-            });
-            if same.is_none() {
-                own_rows.entry(key).or_default().push(si);
-            }
-            same
-        } else {
-            None
-        };
-        match repeats {
-            Some(j) => {
-                times.truncate(t0);
-                stacks.truncate(s0);
-                values.truncate(v0);
-                put_uvarint(&mut rows_sec, (si - j) as u64);
-            }
+        match repeat_of[si] {
+            Some(j) => put_uvarint(&mut rows_sec, (si - j) as u64),
             None => {
                 if version >= 3 {
                     put_uvarint(&mut rows_sec, 0);
@@ -235,7 +233,6 @@ pub(super) fn encode_segment_as(
         }
     }
     series_starts.push([times.len(), stacks.len(), values.len()]);
-    drop(own_rows);
     if series.is_empty() {
         min_t = 0;
     }
@@ -312,7 +309,7 @@ pub(super) fn encode_segment_as(
     }
     // Before SeriesTotals, so that the last section stays a summary one.
     if let Some(r) = &ranks {
-        store(SectionKind::StackRanks, r.encode(), None)?;
+        store(SectionKind::StackRanks, r.encode(version), None)?;
     }
     store(SectionKind::SeriesTotals, totals_sec, None)?;
     let mut table = Vec::with_capacity(entries.len() + 2);
@@ -335,14 +332,36 @@ pub(super) fn encode_segment_as(
     Ok((file, meta))
 }
 
-/// A hash of a series' encoded rows (its bytes in the three columns).
-fn rows_hash(spans: [Range<usize>; 3], cols: [&Vec<u8>; 3]) -> u64 {
+/// For each series, the earlier series whose rows it repeats (version 3; see
+/// `rows.rs`): the same steps and stacks, and values alike once divided by each
+/// one's scale. One pprof with several sample types gives such series. Decided
+/// on nodes, before ranking: the reader copies the rows the earlier series
+/// decodes to, so a series may repeat one whose stacks another table ranks
+/// (CPU samples and CPU nanoseconds are two profile types, ranked apart).
+fn repeats(series: &[(Labels, Vec<Row>)], scales: &[i64]) -> Vec<Option<usize>> {
     use std::hash::{Hash, Hasher};
-    let mut h = rustc_hash::FxHasher::default();
-    for (span, col) in spans.into_iter().zip(cols) {
-        col[span].hash(&mut h);
+    let scaled = |s: usize| {
+        let scale = scales[s];
+        series[s]
+            .1
+            .iter()
+            .map(move |r| (r.t, r.stack, r.value / scale))
+    };
+    let mut own_rows: FxHashMap<u64, Vec<usize>> = FxHashMap::default();
+    let mut out = Vec::with_capacity(series.len());
+    for (si, (_, rows)) in series.iter().enumerate() {
+        let mut h = rustc_hash::FxHasher::default();
+        rows.len().hash(&mut h);
+        scaled(si).for_each(|r| r.hash(&mut h));
+        let key = h.finish();
+        let seen = own_rows.entry(key).or_default();
+        let same = seen.iter().copied().find(|&j| scaled(j).eq(scaled(si)));
+        if same.is_none() {
+            seen.push(si);
+        }
+        out.push(same);
     }
-    h.finish()
+    out
 }
 
 /// Sections above this size are compressed with a window as large as they are
@@ -351,6 +370,28 @@ const LONG_SECTION_BYTES: usize = 1 << 20;
 
 /// zstd's largest window a decoder accepts without being told to (2^27).
 const MAX_WINDOW_LOG: u32 = 27;
+
+/// The groups of series ranked apart (see `stack_ranks.rs`): since version 5,
+/// each run of series of one profile type and service (neighbours: see
+/// [`series_order`]), whose profiles sample that service's stacks; before, one
+/// group of every series.
+fn rank_groups(series: &[(Labels, Vec<Row>)], version: u16) -> Vec<Range<usize>> {
+    if version < 5 {
+        return std::iter::once(0..series.len()).collect();
+    }
+    fn key(l: &Labels) -> (Option<&str>, Option<&str>) {
+        let (ty, service, _) = series_order(l);
+        (ty, service)
+    }
+    let mut groups: Vec<Range<usize>> = Vec::new();
+    for (i, (labels, _)) in series.iter().enumerate() {
+        match groups.last_mut() {
+            Some(g) if key(&series[g.start].0) == key(labels) => g.end = i + 1,
+            _ => groups.push(i..i + 1),
+        }
+    }
+    groups
+}
 
 /// The order series are written in (see `rows.rs`): equal labels stay adjacent.
 fn series_order(l: &Labels) -> (Option<&str>, Option<&str>, &Labels) {
