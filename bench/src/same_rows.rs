@@ -9,7 +9,8 @@
 //! flush to segments). It then checks that the store holds as many rows and the
 //! same total as the baselines' CSV, measures its hour segments, compacts the
 //! past days into day blocks and measures again, then lets the default policy
-//! merge the weeks that are over into wide blocks and measures a third time (the
+//! merge the weeks that are over into wide blocks (and runs of four weeks that are
+//! over into wider blocks) and measures a third time (the
 //! total must not change): the last is what the baselines' bytes are compared
 //! with.
 
@@ -124,7 +125,8 @@ pub fn build(fleet: &Arc<Fleet>, ticks: &[i64], hosts: usize, dir: &Path) -> any
     // Then as the store keeps them once the days are over: compaction at a clock
     // two hours past the last UTC day the rows touch merges each day into a block
     // (no downsampling rule applies yet), first with wide blocks off (day blocks
-    // only), then with the default policy, which merges each week that is over.
+    // only), then with the default policy, which merges each week that is over
+    // (and each four weeks followed by a week that are over).
     const DAY: i64 = 86_400_000;
     let last = ticks.iter().copied().max().unwrap_or(0);
     let now = last.div_euclid(DAY) * DAY + DAY + 2 * 3_600_000;
@@ -139,7 +141,7 @@ pub fn build(fleet: &Arc<Fleet>, ticks: &[i64], hosts: usize, dir: &Path) -> any
         now,
         rows,
         total,
-        "day and week blocks (the default)",
+        "day, week and 4-week blocks (the default)",
     )?;
     Ok(json!({
         "rows": rows,

@@ -101,7 +101,8 @@ pub struct StoreConfig {
     pub downsample: Vec<DownsampleRule>,
     /// Wider blocks compaction merges old partitions into. Default: a UTC day, two
     /// hours after it ends; meanwhile 6-hour part blocks, two hours after each ends;
-    /// and 7-day wide blocks once a week and the day after it are over (where
+    /// 7-day wide blocks once a week and the day after it are over, and 28-day
+    /// wider blocks once those 4 weeks and the week after them are over (where
     /// retention allows).
     pub blocks: BlockPolicy,
 }
@@ -121,9 +122,16 @@ pub struct StoreConfig {
 /// queries read and its warm-up resolves, is never part of a week. Most of a
 /// block's bytes are its stack tree, and the days of a week share most of their
 /// stacks: a month stored as weeks keeps about five trees instead of thirty.
-/// Retention drops whole segments, so a wide block is kept until all of it has
-/// expired; a tenant whose maximum age is under
-/// [`BlockPolicy::WIDE_RETENTION_FACTOR`] wide blocks gets none
+///
+/// Once a *wider block* (28 days by default: four wide blocks) and the wide
+/// block after it are over, its wide blocks are merged into it, so data older
+/// than a few weeks keeps one tree per four weeks. Waiting a wide block keeps the
+/// last week, which 7-day queries read, out of it: such a query never decodes a
+/// wider block's rows for the few days it wants.
+///
+/// Retention drops whole segments, so a wide or wider block is kept until all
+/// of it has expired; a tenant whose maximum age is under
+/// [`BlockPolicy::WIDE_RETENTION_FACTOR`] wide (or wider) blocks gets none
 /// ([`BlockPolicy::for_max_age`]), which bounds what is kept past the maximum age
 /// to a quarter of it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -139,6 +147,9 @@ pub struct BlockPolicy {
     pub part_width_ms: i64,
     /// Width of a wide block; 0 for none. A multiple of `width_ms`.
     pub wide_width_ms: i64,
+    /// Width of a wider block; 0 for none (as without wide blocks: it is made of
+    /// them). A multiple of `wide_width_ms`.
+    pub wider_width_ms: i64,
 }
 
 impl Default for BlockPolicy {
@@ -148,6 +159,7 @@ impl Default for BlockPolicy {
             delay_ms: 2 * 3_600_000,
             part_width_ms: 6 * 3_600_000,
             wide_width_ms: 7 * 86_400_000,
+            wider_width_ms: 28 * 86_400_000,
         }
     }
 }
@@ -159,6 +171,7 @@ impl BlockPolicy {
         delay_ms: 0,
         part_width_ms: 0,
         wide_width_ms: 0,
+        wider_width_ms: 0,
     };
 
     /// A tenant gets wide blocks only when its maximum age is at least this many
@@ -166,24 +179,29 @@ impl BlockPolicy {
     pub const WIDE_RETENTION_FACTOR: i64 = 4;
 
     /// The policy for a tenant whose data expires after `max_age_ms` (`None`:
-    /// kept forever): without wide blocks when they would keep expired data for
-    /// more than a quarter of the maximum age.
+    /// kept forever): without wide or wider blocks when they would keep expired
+    /// data for more than a quarter of the maximum age.
     pub fn for_max_age(&self, max_age_ms: Option<i64>) -> BlockPolicy {
-        let short = max_age_ms.is_some_and(|age| {
-            age < self
-                .wide_width_ms
-                .saturating_mul(Self::WIDE_RETENTION_FACTOR)
-        });
+        let fits = |width: i64| {
+            max_age_ms.is_none_or(|age| age >= width.saturating_mul(Self::WIDE_RETENTION_FACTOR))
+        };
+        let wide = fits(self.wide_width_ms);
         BlockPolicy {
-            wide_width_ms: if short { 0 } else { self.wide_width_ms },
+            wide_width_ms: if wide { self.wide_width_ms } else { 0 },
+            // Built of wide blocks: none without them.
+            wider_width_ms: if wide && fits(self.wider_width_ms) {
+                self.wider_width_ms
+            } else {
+                0
+            },
             ..*self
         }
     }
 
     /// The `(start, width)` of the block the partition `[start, start + width)`
-    /// is merged into now: the widest of its wide block, block and part block
-    /// that ended `delay_ms` before `now_ms`; `None` when none is due, blocks are
-    /// off (which turns part and wide blocks off too: they are built of blocks)
+    /// is merged into now: the widest of its wider block, wide block, block and
+    /// part block that ended `delay_ms` before `now_ms`; `None` when none is due,
+    /// blocks are off (which turns the others off too: they are built of blocks)
     /// or the partition fits none. A block is its own block.
     pub fn block_of(&self, start: i64, width: i64, now_ms: i64) -> Option<(i64, i64)> {
         if self.width_ms <= 0 {
@@ -191,7 +209,15 @@ impl BlockPolicy {
         }
         // A wide block waits one block more: the last day, which a restart's
         // first queries read and its warm-up resolves, is then never a week's.
+        // A wider block waits one wide block more: the last week, which 7-day
+        // queries read, is never part of it.
+        let wider = if self.wide_width_ms > 0 {
+            self.wider_width_ms
+        } else {
+            0
+        };
         [
+            (wider, self.wide_width_ms),
             (self.wide_width_ms, self.width_ms),
             (self.width_ms, 0),
             (self.part_width_ms, 0),
@@ -227,12 +253,14 @@ impl BlockPolicy {
     }
 
     /// Refuses negative widths or delay, part blocks that do not divide blocks
-    /// and wide blocks that blocks do not divide.
+    /// wide blocks that blocks do not divide, and wider blocks that wide blocks do
+    /// not divide.
     pub fn validate(&self) -> std::result::Result<(), String> {
         if self.width_ms < 0
             || self.delay_ms < 0
             || self.part_width_ms < 0
             || self.wide_width_ms < 0
+            || self.wider_width_ms < 0
         {
             return Err("block widths and delay must not be negative".into());
         }
@@ -240,6 +268,15 @@ impl BlockPolicy {
             return Err(format!(
                 "the wide block width ({} ms) must be a multiple of the block width ({} ms)",
                 self.wide_width_ms, self.width_ms
+            ));
+        }
+        if self.wider_width_ms > 0
+            && self.wide_width_ms > 0
+            && self.wider_width_ms % self.wide_width_ms != 0
+        {
+            return Err(format!(
+                "the wider block width ({} ms) must be a multiple of the wide block width ({} ms)",
+                self.wider_width_ms, self.wide_width_ms
             ));
         }
         if self.part_width_ms > 0 && self.width_ms > 0 && self.width_ms % self.part_width_ms != 0 {
@@ -413,7 +450,10 @@ mod tests {
     /// its own block.
     #[test]
     fn a_day_goes_into_its_week_once_the_week_is_over() {
-        let p = BlockPolicy::default();
+        let p = BlockPolicy {
+            wider_width_ms: 0,
+            ..BlockPolicy::default()
+        };
         let week = 7 * DAY;
         let (w, d) = (98 * DAY, 101 * DAY);
         let due = w + week + DAY + 2 * H;
@@ -433,15 +473,48 @@ mod tests {
         assert_eq!(no_wide.block_of(d, DAY, due), Some((d, DAY)));
     }
 
+    /// Wider blocks are four epoch weeks: days 84 to 112 hold weeks 84, 91, 98
+    /// and 105. A week (or a day, an hour) goes into it once those 28 days and
+    /// the week after them are over for the delay; until then into its week as
+    /// before. Without wide blocks there are no wider ones.
+    #[test]
+    fn a_week_goes_into_its_wider_block_once_it_and_the_next_week_are_over() {
+        let p = BlockPolicy::default();
+        let (week, wider) = (7 * DAY, 28 * DAY);
+        let b = 84 * DAY;
+        let due = b + wider + week + 2 * H;
+        for w in [84, 91, 98, 105].map(|d| d * DAY) {
+            assert_eq!(p.block_of(w, week, due - 1), Some((w, week)));
+            assert_eq!(p.block_of(w, week, due), Some((b, wider)));
+        }
+        assert_eq!(p.block_of(101 * DAY, DAY, due), Some((b, wider)));
+        assert_eq!(p.block_of(101 * DAY + 7 * H, H, due), Some((b, wider)));
+        assert_eq!(p.block_of(b, wider, due + 100 * DAY), Some((b, wider)));
+        // The next wider block's first week stays a week.
+        assert_eq!(
+            p.block_of(b + wider, week, due + DAY),
+            Some((b + wider, week))
+        );
+        let no_wide = BlockPolicy {
+            wide_width_ms: 0,
+            ..p
+        };
+        assert_eq!(no_wide.block_of(98 * DAY, DAY, due), Some((98 * DAY, DAY)));
+        assert!(no_wide.validate().is_ok());
+    }
+
     /// Wide blocks only where they keep at most a quarter of the maximum age
-    /// past it: 28 days and more, or no maximum age.
+    /// past it: 28 days and more, or no maximum age; wider blocks from 112 days.
     #[test]
     fn short_retention_turns_wide_blocks_off() {
         let p = BlockPolicy::default();
         assert_eq!(p.for_max_age(None), p);
-        assert_eq!(p.for_max_age(Some(28 * DAY)), p);
+        assert_eq!(p.for_max_age(Some(112 * DAY)), p);
+        let weeks = p.for_max_age(Some(112 * DAY - 1));
+        assert_eq!((weeks.wide_width_ms, weeks.wider_width_ms), (7 * DAY, 0));
+        assert_eq!(p.for_max_age(Some(28 * DAY)), weeks);
         let short = p.for_max_age(Some(28 * DAY - 1));
-        assert_eq!(short.wide_width_ms, 0);
+        assert_eq!((short.wide_width_ms, short.wider_width_ms), (0, 0));
         assert_eq!(short.width_ms, p.width_ms);
         assert_eq!(
             short.block_of(101 * DAY, DAY, 200 * DAY),
@@ -464,6 +537,14 @@ mod tests {
             ..BlockPolicy::default()
         };
         assert!(bad_wide.validate().unwrap_err().contains("multiple"));
+        let bad_wider = BlockPolicy {
+            wider_width_ms: 10 * DAY,
+            ..BlockPolicy::default()
+        };
+        assert!(bad_wider
+            .validate()
+            .unwrap_err()
+            .contains("wider block width"));
         assert!(BlockPolicy {
             delay_ms: -1,
             ..BlockPolicy::OFF

@@ -1,6 +1,7 @@
 //! Day blocks on one node: once a UTC day has been over for the block delay,
 //! compaction merges its hour segments into one segment spanning the day (and
-//! once a week is over, its days into a wide block). The answers stay exact, a
+//! once a week is over, its days into a wide block; once four weeks and the
+//! week after them are over, their weeks into a wider block). The answers stay exact, a
 //! WAL replay after the block does not apply its records twice, late hours merge
 //! into the block, and no block forms over unflushed data.
 
@@ -46,6 +47,35 @@ fn segments(store: &Store) -> Vec<(i64, i64)> {
         .collect();
     s.sort_unstable();
     s
+}
+
+/// The (start, width) of each segment of `tenant`, in order.
+fn segments_of(store: &Store, tenant: &TenantId) -> Vec<(i64, i64)> {
+    let mut s: Vec<(i64, i64)> = store
+        .segments()
+        .iter()
+        .filter(|m| m.tenant == *tenant)
+        .map(|m| (m.partition_start_ms, m.partition_ms))
+        .collect();
+    s.sort_unstable();
+    s
+}
+
+/// Each `(ts, leaf)` written as one flushed write to the default tenant (value 3,
+/// into `reference`) and to `other` (value 5).
+fn write_flushed(
+    store: &Store,
+    reference: &mut Reference,
+    other: &TenantId,
+    written: &[(i64, &str)],
+) {
+    for &(ts, leaf) in written {
+        write(store, reference, &[sample(ts, "a", leaf, 3)]);
+        store
+            .write(build_batch(other, &[sample(ts, "a", leaf, 5)]))
+            .unwrap();
+        store.flush().unwrap();
+    }
 }
 
 /// Every window the tests read: each hour written, ranges cutting into steps and
@@ -290,22 +320,8 @@ fn the_days_of_a_week_become_one_wide_block_once_it_is_over() {
         (D + DAY + 10 * HOUR, "d1b"),
         (next + HOUR + 10_000, "n0"),
     ];
-    for (ts, leaf) in written {
-        write(&store, &mut reference, &[sample(ts, "a", leaf, 3)]);
-        let other = build_batch(&short, &[sample(ts, "a", leaf, 5)]);
-        store.write(other).unwrap();
-        store.flush().unwrap();
-    }
-    let of = |tenant: &TenantId| {
-        let mut s: Vec<(i64, i64)> = store
-            .segments()
-            .iter()
-            .filter(|m| m.tenant == *tenant)
-            .map(|m| (m.partition_start_ms, m.partition_ms))
-            .collect();
-        s.sort_unstable();
-        s
-    };
+    write_flushed(&store, &mut reference, &short, &written);
+    let of = |tenant: &TenantId| segments_of(&store, tenant);
     let t = TenantId::default();
     // Due once the day after the week is over for the delay too.
     let due = next + DAY + 2 * HOUR;
@@ -334,6 +350,63 @@ fn the_days_of_a_week_become_one_wide_block_once_it_is_over() {
         &reference,
         "the week, and a window cutting through it",
         &[(w, next), (D + DAY + 9 * HOUR, next + 2 * HOUR)],
+    );
+}
+
+/// Once four epoch weeks and the week after them are over for the delay, their
+/// week blocks become one wider block; the next four weeks' hour stays apart,
+/// and a tenant kept for eight weeks only keeps its week blocks.
+#[test]
+fn the_weeks_of_four_become_one_wider_block_once_they_and_the_next_are_over() {
+    const WEEK: i64 = 7 * DAY;
+    const WIDER: i64 = 4 * WEEK;
+    let b = D.div_euclid(WIDER) * WIDER;
+    let (w1, w3, next) = (b, b + 2 * WEEK, b + WIDER);
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), config()).unwrap();
+    let short = TenantId::new("short").unwrap();
+    store
+        .set_retention(&short, Some(std::time::Duration::from_secs(56 * 86_400)))
+        .unwrap();
+    let mut reference = Reference::default();
+    // Two hours in two days of two weeks, so each week is a block of its own
+    // first (a lone hour is not rewritten into one).
+    let written = [
+        (w1 + 5 * HOUR, "w1"),
+        (w1 + DAY + 5 * HOUR, "w1b"),
+        (w3 + 9 * HOUR, "w3"),
+        (w3 + 2 * DAY + 9 * HOUR, "w3b"),
+        (next + HOUR + 10_000, "n0"),
+    ];
+    write_flushed(&store, &mut reference, &short, &written);
+    let of = |tenant: &TenantId| segments_of(&store, tenant);
+    let t = TenantId::default();
+    let weeks = [(w1, WEEK), (w3, WEEK), (next + HOUR, HOUR)];
+    // The last week is over (and a day after it): weeks, not yet the wider block.
+    compact(&store, w3 + WEEK + DAY + 2 * HOUR);
+    assert_eq!(of(&t), weeks);
+    let due = next + WEEK + 2 * HOUR;
+    compact(&store, due - 1);
+    assert_eq!(of(&t), weeks);
+    compact(&store, due);
+    assert_eq!(of(&t), [(b, WIDER), (next + HOUR, HOUR)]);
+    assert_eq!(of(&short), weeks, "eight weeks' retention: no wider blocks");
+    drop(store);
+    let store = Store::open(dir.path(), config()).unwrap();
+    check_in(
+        &store,
+        &reference,
+        "the wider block, reopened, and windows cutting through it",
+        &[
+            (b, next),
+            (w1 + DAY, w3 + 3 * DAY),
+            (w3, next + 2 * HOUR),
+            (i64::MIN / 4, i64::MAX / 4),
+            // Holding all of the block's data though not all of it (read as the
+            // whole block), and ending right at its last sample (not).
+            (w1 + HOUR, w3 + 3 * DAY),
+            (w1 + HOUR, w3 + 2 * DAY + 9 * HOUR),
+        ],
     );
 }
 

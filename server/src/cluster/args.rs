@@ -138,6 +138,14 @@ pub struct ClusterArgs {
     /// too long).
     #[arg(long, default_value_t = 7)]
     pub wide_block_days: u64,
+    /// Once this many days (aligned to the epoch; four weeks by default) and the
+    /// wide block after them are over for the delay, their wide blocks are merged
+    /// into one wider block: old data then keeps one stack tree per four weeks.
+    /// 0 for none (so does --wide-block-days 0). Must be a multiple of
+    /// --wide-block-days. Not applied to data whose retention is under four of
+    /// them.
+    #[arg(long, default_value_t = 28)]
+    pub wider_block_days: u64,
     /// Seconds a replaced or orphaned object stays in the bucket before deletion
     /// (longer than any query and any querier's sync interval).
     #[arg(long, default_value_t = 300)]
@@ -174,14 +182,15 @@ pub struct ClusterOptions {
 
 impl ClusterArgs {
     /// `None` without --storage (the single-node default).
-    /// `--block-hours`, `--block-delay-minutes`, `--part-block-hours` and
-    /// `--wide-block-days`, for a single node's store or a compactor's merge policy.
+    /// `--block-hours`, `--block-delay-minutes`, `--part-block-hours`,
+    /// `--wide-block-days` and `--wider-block-days`, for a single node's store or a compactor's merge policy.
     pub fn block_policy(&self) -> anyhow::Result<BlockPolicy> {
         let policy = BlockPolicy {
             width_ms: to_ms(self.block_hours, 3_600_000, "block-hours")?,
             delay_ms: to_ms(self.block_delay_minutes, 60_000, "block-delay-minutes")?,
             part_width_ms: to_ms(self.part_block_hours, 3_600_000, "part-block-hours")?,
             wide_width_ms: to_ms(self.wide_block_days, 86_400_000, "wide-block-days")?,
+            wider_width_ms: to_ms(self.wider_block_days, 86_400_000, "wider-block-days")?,
         };
         policy.validate().map_err(anyhow::Error::msg)?;
         Ok(policy)

@@ -196,10 +196,15 @@ fn flushing_server() -> (TestServer, i64) {
 /// part (merge and group-by) and answers exactly as computing it afresh.
 #[test]
 fn moving_windows_reuse_segment_parts() {
-    let (s, t) = flushing_server();
+    // Two writes into the partition, flushed as one segment: the first minute,
+    // and 50 minutes in (a leaf the group-by's filter leaves out).
+    let s = TestServer::start_with(|o| o.store.flush_grace = Duration::from_secs(2));
+    let t = (profiledb_storage::now_ms() / HOUR - 4) * HOUR;
     let hour = HOUR;
     ingest(&s, t / 1000 + 60, "main;a 3\nmain;b 1\nmain;c 5\n");
+    ingest(&s, t / 1000 + 50 * 60, "main;d 2\n");
     wait_segments(&s, 1);
+    assert_eq!(metric(&s, "profiledb_segments"), 1);
     let hits = || metric(&s, "profiledb_query_segment_part_hits_total");
     let misses = || metric(&s, "profiledb_query_segment_part_misses_total");
 
@@ -223,7 +228,7 @@ fn moving_windows_reuse_segment_parts() {
     let (v1, _) = flamegraph_between(&s, t - 10, t + hour + 10);
     let (v2, _) = flamegraph_between(&s, t - 30, t + hour + 30);
     assert_eq!(v1, v2);
-    assert_eq!(v1["total"], 9 * SCALE);
+    assert_eq!(v1["total"], 11 * SCALE);
     assert_eq!((hits(), misses()), (h0 + 3, m0 + 3));
     // A window cutting into the partition on the ten-minute grid: three chunks,
     // computed once and kept...
@@ -244,9 +249,14 @@ fn moving_windows_reuse_segment_parts() {
     assert_eq!(v5, v3);
     assert_eq!((hits(), misses()), (h0 + 7, m0 + 6));
     // A window holding none of the partition's data does not read it.
-    let (v6, _) = flamegraph_between(&s, t + 30 * 60_000, t + hour);
+    let (v6, _) = flamegraph_between(&s, t + 55 * 60_000, t + hour);
     assert_eq!(v6["total"], 0);
     assert_eq!((hits(), misses()), (h0 + 7, m0 + 6));
+    // One holding all of it, though not the whole hour, asks what the whole
+    // partition does: its kept part.
+    let (v7, _) = flamegraph_between(&s, t + 30_000, t + 55 * 60_000);
+    assert_eq!(v7, v1);
+    assert_eq!((hits(), misses()), (h0 + 8, m0 + 6));
 }
 
 /// A window over two flushed partitions sums their parts; moved by milliseconds

@@ -176,6 +176,7 @@ mod tests {
                 delay_ms: 2 * HOUR,
                 part_width_ms: 0,
                 wide_width_ms: 0,
+                wider_width_ms: 0,
             },
             ..policy()
         }

@@ -65,6 +65,11 @@ pub trait SummarySource {
     fn partition_steps(&self) -> u32 {
         u32::MAX
     }
+    /// The first and last step holding data, for immutable sources: a range
+    /// holding both asks what one covering the whole partition does.
+    fn data_steps(&self) -> Option<(u32, u32)> {
+        None
+    }
     /// Bytes the source occupies on disk (0 for the in-memory head).
     fn stored_bytes(&self) -> u64 {
         0
@@ -117,6 +122,9 @@ impl SummarySource for LoadedSegment {
     fn partition_steps(&self) -> u32 {
         self.summary.partition_steps()
     }
+    fn data_steps(&self) -> Option<(u32, u32)> {
+        self.summary.data_steps()
+    }
     fn stored_bytes(&self) -> u64 {
         self.summary.stored_bytes()
     }
@@ -165,6 +173,14 @@ impl SummarySource for SegmentSummary {
     fn partition_steps(&self) -> u32 {
         let n = self.meta.partition_ms / self.meta.step_ms.max(1);
         u32::try_from(n.max(0)).unwrap_or(u32::MAX)
+    }
+    fn data_steps(&self) -> Option<(u32, u32)> {
+        let m = &self.meta;
+        let step = |t: i64| u32::try_from((t - m.partition_start_ms) / m.step_ms.max(1)).ok();
+        if m.rows == 0 {
+            return None;
+        }
+        Some((step(m.min_time_ms)?, step(m.max_time_ms)?))
     }
     fn stored_bytes(&self) -> u64 {
         self.meta.size_bytes

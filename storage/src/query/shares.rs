@@ -43,13 +43,25 @@ pub(crate) fn shares(src: &dyn Source, range: TimeRange) -> Shares {
             fresh: vec![range],
         };
     };
-    let (lo, hi) = steps(src, range);
+    let (lo, hi) = whole_if_all_data(steps(src, range), src.data_steps());
     let layout = Layout {
         start_ms: src.partition_start(),
         step_ms: src.step(),
         steps: src.partition_steps(),
     };
     layout.split(segment, range, lo, hi)
+}
+
+/// Steps `(lo, hi)` of a range, or the whole partition's when they hold every
+/// step with data (`data`: the first and last): the answer is the same, and the
+/// whole share is one cached piece where the cut range would be one per hour.
+/// A 30-day window starting where a 4-week block's data does reads the block as
+/// one share, not some 500 hours.
+fn whole_if_all_data((lo, hi): (u32, u32), data: Option<(u32, u32)>) -> (u32, u32) {
+    match data {
+        Some((first, last)) if lo <= first && hi > last => (0, u32::MAX),
+        _ => (lo, hi),
+    }
 }
 
 /// A partition's time grid.
@@ -152,6 +164,39 @@ mod tests {
 
     fn steps_of(layout: Layout, r: TimeRange) -> (u32, u32) {
         step_range(layout.start_ms, layout.step_ms, r.start_ms, r.end_ms)
+    }
+
+    /// A range holding every step with data is read as the whole partition,
+    /// one share; one cutting into the data is split as before.
+    #[test]
+    fn a_range_holding_all_the_data_reads_the_whole_partition() {
+        let day = Layout {
+            start_ms: 1000 * HOUR,
+            step_ms: 10_000,
+            steps: 8640,
+        };
+        // Data from 05:00 to 20:00 (steps 1800 to 7200).
+        let data = Some((1800, 7200));
+        let whole = |start: i64, end: i64| {
+            let r = TimeRange::new(start, end);
+            let (lo, hi) = whole_if_all_data(steps_of(day, r), data);
+            day.split(7, r, lo, hi)
+        };
+        let one = whole(1004 * HOUR, 1021 * HOUR);
+        assert_eq!(one.cached.len(), 1);
+        assert_eq!(
+            one.cached[0].0,
+            Share {
+                segment: 7,
+                lo: 0,
+                hi: 8640
+            }
+        );
+        assert!(one.fresh.is_empty());
+        // The last step with data is 20:00 itself: a range ending there misses it.
+        assert_eq!(whole(1004 * HOUR, 1020 * HOUR).cached.len(), 16);
+        assert_eq!(whole(1006 * HOUR, 1021 * HOUR).cached.len(), 15);
+        assert_eq!(whole_if_all_data((3, 9), None), (3, 9));
     }
 
     #[test]

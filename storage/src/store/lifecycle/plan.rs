@@ -10,7 +10,8 @@
 //! partition's end has passed coarsens the step).
 //!
 //! A partition whose block (`BlockPolicy`: a UTC day by default, a week once the
-//! week and the day after it are over) ended long enough ago is merged into that
+//! week and the day after it are over, four weeks once those and the week after
+//! them are over) ended long enough ago is merged into that
 //! block instead: the block's segment first, then its partitions oldest first, as
 //! many as the compaction memory budget holds, so a day too big for one merge
 //! still grows run by run. A block is not formed while a
