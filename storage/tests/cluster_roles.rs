@@ -92,6 +92,7 @@ fn compactor(bucket: &Bucket, downsample: Vec<DownsampleRule>) -> Compactor {
             retention: None,
             downsample,
             zstd_level: 3,
+            wide_zstd_level: 15,
             pause_before_swap: None,
         },
     )

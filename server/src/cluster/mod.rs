@@ -105,6 +105,7 @@ pub fn open(
                 retention: opts.retention,
                 downsample: base.downsample.clone(),
                 zstd_level: base.zstd_level,
+                wide_zstd_level: base.wide_zstd_level,
                 pause_before_swap: opts.compactor_pause,
             },
         )?)

@@ -49,6 +49,8 @@ pub struct CompactorConfig {
     pub downsample: Vec<DownsampleRule>,
     /// zstd level of merged segments.
     pub zstd_level: i32,
+    /// zstd level of wide and wider blocks, when higher (`BlockPolicy::zstd_level`).
+    pub wide_zstd_level: i32,
     /// Fault injection for tests: sleep this long between uploading a merged
     /// segment and swapping it into the index (a window to kill the process in).
     pub pause_before_swap: Option<Duration>,
@@ -250,7 +252,12 @@ impl Shared {
         let expected = segs
             .iter()
             .fold(0i64, |a, s| a.wrapping_add(s.meta.value_total));
-        let (bytes, mut meta) = encode_segment(merger.finish(meta), self.cfg.zstd_level)?;
+        let level = self.cfg.policy.blocks.zstd_level(
+            meta.partition_ms,
+            self.cfg.zstd_level,
+            self.cfg.wide_zstd_level,
+        );
+        let (bytes, mut meta) = encode_segment(merger.finish(meta), level)?;
         if meta.value_total != expected {
             error!(
                 tenant,

@@ -118,7 +118,12 @@ impl Inner {
             return Ok(Outcome::Skipped(SkipReason::NoSegments));
         };
         let input = merger.finish(meta);
-        let meta = segment::write_segment(&self.dir, input, self.cfg.zstd_level)?;
+        let level = self.cfg.blocks.zstd_level(
+            frame.width_ms,
+            self.cfg.zstd_level,
+            self.cfg.wide_zstd_level,
+        );
+        let meta = segment::write_segment(&self.dir, input, level)?;
         let path = self.dir.join(&meta.file);
         let expected = handles
             .iter()
