@@ -338,11 +338,19 @@ impl SegmentFile {
         let rows_raw = sec(SectionKind::SeriesRows)?;
         let ranges = self.series_rows(&rows_raw, n)?;
         let nodes = dict.node_count() as u64;
-        let ranks = match self.entry(SectionKind::StackRanks) {
-            Ok(_) if self.version >= 4 => Some(
-                super::stack_ranks::decode(&sec(SectionKind::StackRanks)?, nodes, n, self.version)
-                    .map_err(|why| corrupt(&self.path, &why))?,
-            ),
+        // Optional: looked up once, without an error for its absence.
+        let ranks_entry = self
+            .sections
+            .iter()
+            .find(|e| e.kind == SectionKind::StackRanks);
+        let ranks = match ranks_entry {
+            Some(e) if self.version >= 4 => {
+                let raw = self.decode_section(e, self.stored(&file, e)?)?;
+                Some(
+                    super::stack_ranks::decode(&raw, nodes, n, self.version)
+                        .map_err(|why| corrupt(&self.path, &why))?,
+                )
+            }
             // Before version 4 a kind 13 section was not defined: not read.
             _ => None,
         };

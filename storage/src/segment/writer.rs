@@ -171,8 +171,11 @@ pub(super) fn encode_segment_as(
     for (si, (_, rows)) in series.iter().enumerate() {
         let own = repeat_of[si].is_none();
         // With ranks, the rows as stored: stacks by rank, in `(t, rank)` order.
-        let ranked = own.then(|| ranks.as_mut().and_then(|r| r.ranked(si, rows)));
-        let rows: Cow<'_, [Row]> = match ranked.flatten() {
+        let ranked = match ranks.as_mut() {
+            Some(r) if own => r.ranked(si, rows),
+            _ => None,
+        };
+        let rows: Cow<'_, [Row]> = match ranked {
             Some(ranked) => Cow::Owned(ranked),
             None => Cow::Borrowed(&rows[..]),
         };
