@@ -27,7 +27,7 @@ use serde_json::{json, Value};
 
 use crate::fleet::{Fleet, FleetConfig};
 use crate::report::{self, human_bytes};
-use crate::storage_suite::dir_bytes;
+use crate::storage_suite::stored_bytes;
 
 const STEP_MS: i64 = 10_000;
 const HOUR: i64 = 3_600_000;
@@ -386,7 +386,7 @@ fn reopen_checked(dir: &Path) -> anyhow::Result<(Store, u64)> {
             }
         }
     }
-    let on_disk = dir_bytes(&seg_dir, "seg");
+    let on_disk = stored_bytes(&seg_dir);
     ensure!(
         files == store.segments().len() && on_disk == live,
         "{files} segment files ({on_disk} bytes) on disk, {} live segments ({live} bytes)",

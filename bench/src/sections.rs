@@ -2,9 +2,10 @@
 //! parts a reader thinks in (stack tree, dictionaries, sample columns, series,
 //! label index), printed and returned as JSON by the suites that measure bytes.
 
-use std::path::Path;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 
-use profiledb_storage::{SectionKind, SegmentFile};
+use profiledb_storage::{base_path, SectionKind, SegmentFile, SymbolBase};
 use serde_json::{json, Value};
 
 use crate::report::human_bytes;
@@ -42,13 +43,19 @@ const PARTS: [(&str, &[SectionKind]); 5] = [
 ];
 
 /// Stored and decompressed bytes per part over a set of segment files, plus what
-/// no section holds (head magic, footer, trailer).
+/// no section holds (head magic, footer, trailer), plus the symbol bases the
+/// segments were written on (each counted once).
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Breakdown {
     pub files: u64,
+    /// Bytes of the segment files and of their bases.
     pub file_bytes: u64,
     /// `(stored, raw)` per entry of [`PARTS`].
     pub parts: [(u64, u64); PARTS.len()],
+    /// The base files counted.
+    pub bases: BTreeSet<PathBuf>,
+    /// `(file bytes, decompressed bytes)` of those bases.
+    pub base_bytes: (u64, u64),
 }
 
 impl Breakdown {
@@ -93,12 +100,22 @@ impl Breakdown {
                 self.parts[i].1 += s.raw_bytes;
             }
         }
+        if let Some(b) = file.meta.base {
+            let path = base_path(path, b.id);
+            if self.bases.insert(path.clone()) {
+                let stored = std::fs::metadata(&path)?.len();
+                let raw = SymbolBase::read(&path)?.approx_bytes() as u64;
+                self.file_bytes += stored;
+                self.base_bytes.0 += stored;
+                self.base_bytes.1 += raw;
+            }
+        }
         Ok(())
     }
 
-    /// Bytes outside every section.
+    /// Bytes outside every section and base.
     pub fn framing(&self) -> u64 {
-        let stored: u64 = self.parts.iter().map(|p| p.0).sum();
+        let stored: u64 = self.parts.iter().map(|p| p.0).sum::<u64>() + self.base_bytes.0;
         self.file_bytes.saturating_sub(stored)
     }
 
@@ -117,6 +134,18 @@ impl Breakdown {
                 human_bytes(stored as f64),
                 100.0 * stored as f64 / total,
                 human_bytes(raw as f64),
+                per_row(stored)
+            );
+        }
+        if !self.bases.is_empty() {
+            let (stored, raw) = self.base_bytes;
+            println!(
+                "{indent}{:<15} {:>11} {:>5.1} %  ({} decompressed, {} file(s)){}",
+                "symbol bases",
+                human_bytes(stored as f64),
+                100.0 * stored as f64 / total,
+                human_bytes(raw as f64),
+                self.bases.len(),
                 per_row(stored)
             );
         }
@@ -140,6 +169,10 @@ impl Breakdown {
         parts.insert(
             "footers".to_string(),
             json!({"stored_bytes": self.framing()}),
+        );
+        parts.insert(
+            "symbol bases".to_string(),
+            json!({"stored_bytes": self.base_bytes.0, "raw_bytes": self.base_bytes.1, "files": self.bases.len()}),
         );
         json!({"files": self.files, "bytes": self.file_bytes, "parts": parts})
     }

@@ -40,8 +40,14 @@ pub struct Args {
     data_dir: Option<PathBuf>,
 }
 
+/// What a store's segments take on disk: the segment files under `dir` and the
+/// symbol bases they were written on.
+pub(crate) fn stored_bytes(dir: &std::path::Path) -> u64 {
+    dir_bytes(dir, "seg") + dir_bytes(dir, "base")
+}
+
 /// Total size of the files under `dir` (recursively) whose extension is `ext`.
-pub(crate) fn dir_bytes(dir: &std::path::Path, ext: &str) -> u64 {
+fn dir_bytes(dir: &std::path::Path, ext: &str) -> u64 {
     let mut total = 0;
     let Ok(rd) = std::fs::read_dir(dir) else {
         return 0;
@@ -141,7 +147,7 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
     let flush_secs = flush_start.elapsed().as_secs_f64();
     pb.finish_with_message("done");
 
-    let seg_bytes = dir_bytes(&dir.join("segments"), "seg");
+    let seg_bytes = stored_bytes(&dir.join("segments"));
     let breakdown = Breakdown::of_dir(&dir.join("segments"))?;
     let segments = store.segments().len();
     let values = values_per_profile * total_profiles;

@@ -249,6 +249,27 @@ pub fn render(
         );
         family(
             &mut out,
+            "profiledb_symbol_bases",
+            "gauge",
+            "Symbol base files (stack trees and symbols shared by a tenant's blocks), as of the last lifecycle run.",
+            g.symbol_bases,
+        );
+        family(
+            &mut out,
+            "profiledb_symbol_base_bytes",
+            "gauge",
+            "Bytes of symbol base files, beside profiledb_segment_bytes.",
+            g.symbol_base_bytes,
+        );
+        family(
+            &mut out,
+            "profiledb_symbol_base_cache_bytes",
+            "gauge",
+            "Bytes of symbol bases held in memory for decoding and writing segments (at most four bases).",
+            g.symbol_base_cache_bytes,
+        );
+        family(
+            &mut out,
             "profiledb_segment_cache_bytes",
             "gauge",
             "Approximate bytes of decoded segments held for queries (bounded by --segment-cache-mb).",

@@ -78,6 +78,11 @@ pub struct StoreConfig {
     /// block 7 % fewer bytes than level 3, for about 3 s more of compaction per
     /// 13 MB block.
     pub wide_zstd_level: i32,
+    /// Write compacted blocks a day wide or wider on a symbol base shared by the
+    /// tenant's blocks (their stack tree and symbols stored once, see
+    /// `segment/base.rs`). Default on; the cluster's writers keep their local
+    /// segments self-contained.
+    pub symbol_bases: bool,
     /// Run the background flusher clock (tests turn it off to flush by hand).
     pub background_flush: bool,
     /// Run the background compactor (compaction, downsampling, retention) every
@@ -348,6 +353,7 @@ impl Default for StoreConfig {
             query_threads: 0,
             zstd_level: 3,
             wide_zstd_level: 15,
+            symbol_bases: true,
             background_flush: true,
             background_compaction: true,
             compaction_interval: Duration::from_secs(600),

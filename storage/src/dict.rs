@@ -169,6 +169,32 @@ impl DictBuilder {
         b
     }
 
+    /// A builder that goes on from `dict`, every id as it was: what a segment
+    /// written on a symbol base numbers its symbols and nodes after.
+    pub(crate) fn from_dict(dict: Dict) -> Self {
+        let mut b = DictBuilder::default();
+        for (i, s) in dict.strings.iter().enumerate() {
+            b.string_ids.entry(s.clone()).or_insert(i as u32);
+            b.string_bytes += s.len();
+        }
+        for (i, m) in dict.mappings.iter().enumerate() {
+            b.mapping_ids.entry(*m).or_insert(i as u32);
+        }
+        for (i, f) in dict.functions.iter().enumerate() {
+            b.function_ids.entry(*f).or_insert(i as u32);
+        }
+        for (i, l) in dict.locations.iter().enumerate() {
+            b.location_ids.entry(*l).or_insert(i as u32);
+        }
+        b.children.reserve(dict.parents.len());
+        for (i, (&p, &l)) in dict.parents.iter().zip(&dict.node_locations).enumerate() {
+            let key = (u64::from(p) << 32) | u64::from(l);
+            b.children.entry(key).or_insert(i as u32);
+        }
+        b.dict = dict;
+        b
+    }
+
     pub fn dict(&self) -> &Dict {
         &self.dict
     }
@@ -193,6 +219,11 @@ impl DictBuilder {
             file: self.intern(file),
             build_id: self.intern(build_id),
         };
+        self.mapping_rec(rec)
+    }
+
+    /// Interns a mapping whose string ids already belong to this builder.
+    pub(crate) fn mapping_rec(&mut self, rec: MappingRec) -> u32 {
         *self.mapping_ids.entry(rec).or_insert_with(|| {
             self.dict.mappings.push(rec);
             (self.dict.mappings.len() - 1) as u32
@@ -204,6 +235,11 @@ impl DictBuilder {
             name: self.intern(name),
             file: self.intern(file),
         };
+        self.function_rec(rec)
+    }
+
+    /// Interns a function whose string ids already belong to this builder.
+    pub(crate) fn function_rec(&mut self, rec: FunctionRec) -> u32 {
         *self.function_ids.entry(rec).or_insert_with(|| {
             self.dict.functions.push(rec);
             (self.dict.functions.len() - 1) as u32

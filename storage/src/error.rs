@@ -44,6 +44,15 @@ pub enum StorageError {
         /// The checksum of the bytes read.
         computed: u32,
     },
+    /// A segment was written on a symbol base (`segment/base.rs`) whose file is
+    /// gone: the segment cannot be decoded, so it counts as damaged.
+    #[error("{segment} was written on the symbol base {base}, which is missing")]
+    MissingBase {
+        /// The segment file.
+        segment: PathBuf,
+        /// Where its base should be.
+        base: PathBuf,
+    },
     /// The sled catalog failed.
     #[error("catalog error: {0}")]
     Catalog(String),
@@ -137,7 +146,9 @@ impl StorageError {
     pub fn is_corruption(&self) -> bool {
         matches!(
             self,
-            StorageError::Corrupt(_) | StorageError::Checksum { .. }
+            StorageError::Corrupt(_)
+                | StorageError::Checksum { .. }
+                | StorageError::MissingBase { .. }
         )
     }
 }

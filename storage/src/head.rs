@@ -283,6 +283,7 @@ impl HeadPartition {
                 file: String::new(),
                 size_bytes: 0,
                 checksum: 0,
+                base: None,
             },
             dict: Cow::Borrowed(self.dict.dict()),
             series: self

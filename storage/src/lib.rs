@@ -120,7 +120,8 @@ pub use query::merged::{flamegraph_diff_merged, Merged};
 pub use query::timeseries::SeriesPoints;
 pub use query::{CallTree, TimeRange, TreeNode};
 pub use segment::{
-    encode_segment, SectionKind, SectionSize, SegmentFile, SegmentMeta, SegmentSummary,
+    base_path, encode_segment, BaseRef, SectionKind, SectionSize, SegmentFile, SegmentMeta,
+    SegmentSummary, SymbolBase,
 };
 pub use selector::{MatchOp, Matcher, Selector};
 pub use stats::{Gauges, StoreStats};

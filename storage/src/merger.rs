@@ -205,6 +205,7 @@ impl Merger {
             file: String::new(),
             size_bytes: 0,
             checksum: 0,
+            base: None,
         })
     }
 

@@ -100,4 +100,10 @@ pub struct Gauges {
     pub head_index_bytes: u64,
     /// Bytes of the head's dictionaries (strings, functions, locations, stack tree).
     pub head_dictionary_bytes: u64,
+    /// Symbol base files on disk, as of the last lifecycle run.
+    pub symbol_bases: u64,
+    /// Bytes of those files (beside `segment_bytes`).
+    pub symbol_base_bytes: u64,
+    /// Bytes of symbol bases held in memory for reading and writing segments.
+    pub symbol_base_cache_bytes: u64,
 }

@@ -6,7 +6,6 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,27 +28,6 @@ fn cfg(downsample: Vec<DownsampleRule>) -> StoreConfig {
         downsample,
         ..test_config()
     }
-}
-
-fn seg_files(dir: &Path) -> Vec<String> {
-    let mut out = Vec::new();
-    let root = dir.join("segments");
-    for t in std::fs::read_dir(&root).unwrap() {
-        let t = t.unwrap().path();
-        for f in std::fs::read_dir(&t).unwrap() {
-            let p = f.unwrap().path();
-            out.push(p.strip_prefix(dir).unwrap().to_string_lossy().into_owned());
-        }
-    }
-    out.sort();
-    out
-}
-
-/// Files on disk are exactly the live segments.
-fn assert_no_orphans(store: &Store) {
-    let mut live: Vec<String> = store.segments().into_iter().map(|m| m.file).collect();
-    live.sort();
-    assert_eq!(seg_files(store.dir()), live, "segment files vs live set");
 }
 
 #[derive(Debug, PartialEq)]
@@ -170,7 +148,7 @@ proptest! {
             prop_assert_eq!(r.segments_before, n_before);
             prop_assert!(per_partition_segments(&store).values().all(|&n| n == 1));
             prop_assert_eq!(&answers(&store, &t, range), &before);
-            assert_no_orphans(&store);
+            assert_files_are_live(&store);
             // Nothing left to do: a second run is a no-op.
             let again = store.compact(None, None, &|_| {}).unwrap();
             prop_assert!(again.compacted.is_empty(), "second run compacted {:?}", again.compacted);
@@ -192,7 +170,7 @@ proptest! {
             prop_assert_eq!(&after.folded_svc1, &before.folded_svc1);
             prop_assert_eq!(&after.groups, &before.groups);
             prop_assert_eq!(&after.totals, &rebucket(&before.totals, step));
-            assert_no_orphans(&store);
+            assert_files_are_live(&store);
             prev = Some(after);
         }
     }
@@ -245,7 +223,7 @@ fn retention_deletes_old_segments_everywhere() {
                 .total(),
             205
         );
-        assert_no_orphans(&store);
+        assert_files_are_live(&store);
         // Idempotent.
         assert!(store.apply_retention().unwrap().deleted.is_empty());
     }
@@ -367,7 +345,7 @@ fn queries_and_ingest_during_compaction() {
         .unwrap()
         .total();
     assert_eq!(total, acked.load(Ordering::SeqCst));
-    assert_no_orphans(&store);
+    assert_files_are_live(&store);
     eprintln!("concurrency: {compactions} partition compactions, {queries} query rounds");
     assert!(compactions > 0 && queries > 0);
 }

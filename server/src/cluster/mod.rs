@@ -51,6 +51,8 @@ pub fn open(
     // The bucket, not a local store, compacts and expires: local lifecycle off.
     let local = StoreConfig {
         background_compaction: false,
+        // Segments go to the bucket, whose readers fetch no symbol bases.
+        symbol_bases: false,
         ..base.clone()
     };
     let (mut writer, mut uploader) = (None, None);

@@ -207,6 +207,15 @@ impl Shared {
                     continue;
                 }
                 let path = store.dir().join(&meta.file);
+                if let Some(b) = meta.base {
+                    // Queriers fetch no bases: a writer's store writes none
+                    // (`StoreConfig::symbol_bases` off), and one that did is refused.
+                    return Err(crate::StorageError::Invalid(format!(
+                        "{} was written on symbol base {}; the bucket takes self-contained segments only (run the writer with symbol bases off)",
+                        path.display(),
+                        b.id
+                    )));
+                }
                 let bytes = std::fs::read(&path).at(&path)?;
                 // Labels are all the entry needs: the summary sections, not the rows.
                 let seg = SegmentFile::open(&path)?.load_summary()?;

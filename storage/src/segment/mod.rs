@@ -4,9 +4,13 @@
 //! implementation. A segment is written once (to a temporary name, fsynced, renamed)
 //! and never modified; compaction writes new segments instead.
 
+mod base;
+#[cfg(test)]
+mod base_tests;
 mod frames;
 mod gid_memo;
 mod reader;
+mod rebase;
 mod rows;
 mod stack_index;
 mod stack_ranks;
@@ -15,7 +19,12 @@ mod tree_order;
 mod unzstd;
 mod writer;
 
+pub use base::{base_path, loaded_bytes as loaded_base_bytes, BaseRef, SymbolBase, BASES_DIR};
+pub(crate) use base::{
+    forget as forget_base, id_from_file_name as base_id_from_file_name, load as load_base,
+};
 pub use gid_memo::{GidMemo, GidSlots};
+pub use rebase::{BaseDecision, BaseFit};
 
 pub(crate) use reader::step_range;
 pub use reader::{LoadedSegment, SectionSize, SegmentFile};
@@ -24,7 +33,7 @@ pub use summary::SegmentSummary;
 #[cfg(test)]
 pub(crate) use tree_order::depth_first_for_tests;
 pub use writer::encode_segment;
-pub use writer::{write_segment, Row, SegmentInput};
+pub use writer::{write_segment, write_segment_on, BaseChoice, Row, SegmentInput};
 
 use serde::{Deserialize, Serialize};
 
@@ -41,8 +50,9 @@ pub const MAGIC_TAIL: &[u8; 8] = b"PRFDBEND";
 /// columns one frame per chunk of series and lets a series repeat an earlier
 /// one's rows; version 4 may name stacks in StackIds by rank, through an optional
 /// StackRanks section (`stack_ranks.rs`); version 5 ranks each service's series
-/// apart, with a table per group of series.
-pub const FORMAT_VERSION: u16 = 5;
+/// apart, with a table per group of series; version 6 may write a segment on a
+/// symbol base (`base.rs`), named in the footer, with codec 3 sections.
+pub const FORMAT_VERSION: u16 = 6;
 /// The oldest version this build still reads.
 pub const OLDEST_READABLE_VERSION: u16 = 1;
 /// Fixed-size trailer: footer offset (u64), footer length (u32), footer crc (u32),
@@ -118,6 +128,9 @@ pub const CODEC_NONE: u8 = 0;
 pub const CODEC_ZSTD: u8 = 1;
 /// Row columns since version 3: one zstd frame per chunk of series (`frames.rs`).
 pub const CODEC_ZSTD_FRAMES: u8 = 2;
+/// Since version 6, for the sections a base holds but Strings: one zstd frame
+/// compressed with the base's same section as a raw-content prefix.
+pub const CODEC_ZSTD_BASE: u8 = 3;
 
 /// What the catalog knows about a segment. The part stored in the file footer is
 /// enough to rebuild it, so the catalog can always be reconstructed from the files.
@@ -161,6 +174,9 @@ pub struct SegmentMeta {
     /// CRC-32 of the footer, which covers every section's CRC.
     #[serde(default)]
     pub checksum: u32,
+    /// The symbol base it was written on (version 6), if any.
+    #[serde(default)]
+    pub base: Option<BaseRef>,
 }
 
 impl SegmentMeta {
@@ -180,7 +196,7 @@ impl SegmentMeta {
         self.min_time_ms < end && self.max_time_ms + self.step_ms > start
     }
 
-    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+    pub(crate) fn encode(&self, out: &mut Vec<u8>, version: u16) {
         put_bytes(out, self.tenant.as_str().as_bytes());
         put_uvarint(out, self.id);
         put_ivarint(out, self.partition_start_ms);
@@ -198,9 +214,19 @@ impl SegmentMeta {
         for s in &self.sources {
             put_uvarint(out, *s);
         }
+        if version >= 6 {
+            match self.base {
+                None => out.push(0),
+                Some(b) => {
+                    out.push(1);
+                    put_uvarint(out, b.id);
+                    out.extend_from_slice(&b.checksum.to_le_bytes());
+                }
+            }
+        }
     }
 
-    pub(crate) fn decode(r: &mut Reader<'_>) -> Result<Self> {
+    pub(crate) fn decode(r: &mut Reader<'_>, version: u16) -> Result<Self> {
         let tenant = TenantId::new(r.str()?)
             .map_err(|e| crate::StorageError::Corrupt(format!("segment footer: {e}")))?;
         let mut m = SegmentMeta {
@@ -221,10 +247,25 @@ impl SegmentMeta {
             file: String::new(),
             size_bytes: 0,
             checksum: 0,
+            base: None,
         };
         let n = r.count(1)?;
         for _ in 0..n {
             m.sources.push(r.uvarint()?);
+        }
+        if version >= 6 {
+            m.base = match r.u8()? {
+                0 => None,
+                1 => Some(BaseRef {
+                    id: r.uvarint()?,
+                    checksum: r.u32_le()?,
+                }),
+                _ => {
+                    return Err(crate::StorageError::Corrupt(
+                        "segment footer: bad symbol base flag".into(),
+                    ))
+                }
+            };
         }
         if m.step_ms <= 0 || m.partition_ms <= 0 || m.partition_ms % m.step_ms != 0 {
             return Err(crate::StorageError::Corrupt(
@@ -258,6 +299,7 @@ impl SegmentMeta {
             file: String::new(),
             size_bytes: 0,
             checksum: 0,
+            base: None,
         }
     }
 }
@@ -649,7 +691,9 @@ mod tests {
         input: SegmentInput<'_>,
         version: u16,
     ) -> SegmentFile {
-        let (bytes, _) = writer::encode_segment_as(input, 3, version).unwrap();
+        let bytes = writer::encode_segment_as(input, 3, version, writer::BaseChoice::None)
+            .unwrap()
+            .bytes;
         let path = dir.join(name);
         std::fs::write(&path, bytes).unwrap();
         SegmentFile::open(&path).unwrap()
@@ -746,7 +790,10 @@ mod tests {
     fn a_version_this_build_does_not_know_is_refused_by_name() {
         let dir = tempfile::tempdir().unwrap();
         let input = scaled_input(&[&[1]]);
-        let (bytes, _) = writer::encode_segment_as(input, 3, FORMAT_VERSION + 1).unwrap();
+        let bytes =
+            writer::encode_segment_as(input, 3, FORMAT_VERSION + 1, writer::BaseChoice::None)
+                .unwrap()
+                .bytes;
         let path = dir.path().join("future.seg");
         std::fs::write(&path, bytes).unwrap();
         match SegmentFile::open(&path) {

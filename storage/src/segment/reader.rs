@@ -6,12 +6,13 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 
+use super::base::{self, base_coded};
 use super::frames::{Column, CHUNK_SERIES};
 use super::rows::{RowRange, Rows, SeriesRows};
 use super::summary::{decode_series, decode_totals, SegmentSummary};
 use super::{
-    SectionKind, SegmentMeta, CODEC_NONE, CODEC_ZSTD, CODEC_ZSTD_FRAMES, FORMAT_VERSION,
-    MAGIC_HEAD, MAGIC_TAIL, OLDEST_READABLE_VERSION, TRAILER_LEN,
+    SectionKind, SegmentMeta, CODEC_NONE, CODEC_ZSTD, CODEC_ZSTD_BASE, CODEC_ZSTD_FRAMES,
+    FORMAT_VERSION, MAGIC_HEAD, MAGIC_TAIL, OLDEST_READABLE_VERSION, TRAILER_LEN,
 };
 use crate::codec::Reader;
 use crate::dict::{self, Dict};
@@ -148,6 +149,7 @@ impl SegmentFile {
             let known = match codec {
                 CODEC_NONE | CODEC_ZSTD => true,
                 CODEC_ZSTD_FRAMES => framed_kind && version >= 3,
+                CODEC_ZSTD_BASE => base_coded(kind) && version >= 6,
                 _ => false,
             };
             if !known {
@@ -172,7 +174,13 @@ impl SegmentFile {
                 crc,
             });
         }
-        let mut meta = SegmentMeta::decode(&mut r)?;
+        let mut meta = SegmentMeta::decode(&mut r, version)?;
+        if meta.base.is_none() && sections.iter().any(|s| s.codec == CODEC_ZSTD_BASE) {
+            return Err(corrupt(
+                path,
+                "a section is coded on a base the footer lacks",
+            ));
+        }
         meta.size_bytes = size;
         meta.checksum = footer_crc;
         for k in SectionKind::ALL {
@@ -260,8 +268,15 @@ impl SegmentFile {
         }
         let raw_len =
             usize::try_from(e.raw_len).map_err(|_| corrupt(&self.path, "section too large"))?;
-        let raw = super::unzstd::decompress(stored, raw_len)
-            .map_err(|err| corrupt(&self.path, format!("section {kind:?}: zstd: {err}")))?;
+        let raw = match (e.codec, self.meta.base) {
+            (CODEC_ZSTD_BASE, Some(want)) => {
+                let b = base::load(&self.path, want)?;
+                let prefix = b.raw(kind).unwrap_or_default();
+                super::unzstd::decompress_on(stored, raw_len, prefix)
+            }
+            _ => super::unzstd::decompress(stored, raw_len),
+        }
+        .map_err(|err| corrupt(&self.path, format!("section {kind:?}: zstd: {err}")))?;
         if raw.len() != raw_len {
             return Err(corrupt(
                 &self.path,

@@ -91,6 +91,10 @@ struct Inner {
     /// Lifecycle: bytes the running compaction holds (the merge so far and the
     /// source being added), bounded by `compaction_max_bytes`.
     compaction_bytes: AtomicU64,
+    /// Lifecycle: symbol base files on disk and their bytes, as of the last
+    /// collection (`lifecycle/bases.rs`).
+    base_files: AtomicU64,
+    base_bytes: AtomicU64,
     /// Flusher: estimated bytes of the encode under way (rows copied for sorting
     /// and the column buffers), beside the partition it reads.
     flush_bytes: AtomicU64,
@@ -174,6 +178,8 @@ impl Store {
             wal_buffer_bytes: AtomicU64::new(0),
             head_bytes: AtomicU64::new(head_bytes),
             compaction_bytes: AtomicU64::new(0),
+            base_files: AtomicU64::new(0),
+            base_bytes: AtomicU64::new(0),
             flush_bytes: AtomicU64::new(0),
             dir: dir.clone(),
             state: RwLock::new(r.state),
@@ -198,6 +204,8 @@ impl Store {
             cfg,
             _lock: r.lock,
         };
+        // Bases nothing names (a crash between a base and its segment) go now.
+        inner.collect_bases()?;
         let inner = Arc::new(inner);
         let (tx, rx) = channel::bounded(inner.cfg.write_queue);
         let (ftx, frx) = channel::unbounded();
@@ -409,6 +417,9 @@ impl Store {
             stack_interner_resets: self.inner.interner.resets(),
             compaction_bytes: self.inner.compaction_bytes.load(Ordering::Relaxed),
             flush_bytes: self.inner.flush_bytes.load(Ordering::Relaxed),
+            symbol_bases: self.inner.base_files.load(Ordering::Relaxed),
+            symbol_base_bytes: self.inner.base_bytes.load(Ordering::Relaxed),
+            symbol_base_cache_bytes: crate::segment::loaded_base_bytes(),
             ..Default::default()
         };
         for p in st.partitions() {

@@ -75,7 +75,8 @@ pub(super) fn recover(
             }
         }
         max_seg_lsn = max_seg_lsn.max(m.max_lsn);
-        max_id = max_id.max(m.id);
+        // Bases take their ids from the same sequence.
+        max_id = max_id.max(m.id).max(m.base.map_or(0, |b| b.id));
     }
 
     // Records at or below the floor are in segments stored elsewhere (a bucket).
@@ -171,6 +172,10 @@ fn reconcile(
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default();
+            if name == segment::BASES_DIR {
+                // Symbol bases: collected once the store is open.
+                continue;
+            }
             if name.ends_with(".tmp") {
                 info!(file = %path.display(), "removing unfinished segment file");
                 fs::remove_file(&path).at(&path)?;
@@ -246,6 +251,25 @@ fn reconcile(
             info!(segment = id, "removing segment replaced by a compacted one");
             catalog.remove(id)?;
             fs::remove_file(&h.file.path).at(&h.file.path)?;
+        }
+    }
+    // A segment whose symbol base is gone cannot be decoded: isolated now, not
+    // at the first query that reads it.
+    let baseless: Vec<u64> = handles
+        .values()
+        .filter(|h| {
+            h.meta
+                .base
+                .is_some_and(|b| !segment::base_path(&h.file.path, b.id).exists())
+        })
+        .map(|h| h.meta.id)
+        .collect();
+    for id in baseless {
+        if let Some(h) = handles.remove(&id) {
+            inc(&stats.segments_quarantined, 1);
+            error!(segment = id, file = %h.file.path.display(), "the symbol base this segment was written on is missing; quarantined");
+            catalog.remove(id)?;
+            move_to_quarantine(dir, &h.file.path)?;
         }
     }
     catalog.flush()?;

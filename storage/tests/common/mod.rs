@@ -222,3 +222,47 @@ pub fn check_acknowledged(
     assert_eq!(tree.total(), stored.values().sum::<i64>());
     stored.len()
 }
+
+/// Files on disk are exactly the live segments, and the symbol bases beside
+/// them exactly those the live segments name: none orphaned, none missing.
+pub fn assert_files_are_live(store: &Store) {
+    let dir = store.dir();
+    let (mut segments, mut bases) = (Vec::new(), std::collections::BTreeSet::new());
+    let relative =
+        |p: &std::path::Path| p.strip_prefix(dir).unwrap().to_string_lossy().into_owned();
+    if let Ok(tenants) = std::fs::read_dir(dir.join("segments")) {
+        for t in tenants {
+            for f in std::fs::read_dir(t.unwrap().path()).unwrap() {
+                let p = f.unwrap().path();
+                if p.is_dir() {
+                    for b in std::fs::read_dir(&p).unwrap() {
+                        bases.insert(relative(&b.unwrap().path()));
+                    }
+                } else {
+                    segments.push(relative(&p));
+                }
+            }
+        }
+    }
+    segments.sort();
+    let live = store.segments();
+    let mut files: Vec<String> = live.iter().map(|m| m.file.clone()).collect();
+    files.sort();
+    assert_eq!(segments, files, "segment files vs live set");
+    let named: std::collections::BTreeSet<String> = live
+        .iter()
+        .filter_map(|m| {
+            let b = m.base?;
+            let base = std::path::Path::new(&m.file).parent()?.join("bases");
+            Some(
+                base.join(format!("{:016x}.base", b.id))
+                    .to_string_lossy()
+                    .into_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        bases, named,
+        "symbol base files vs the bases live segments name"
+    );
+}

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use super::report::CompactedPartition;
 use crate::error::{IoContext, Result};
 use crate::merger::{Merger, OutputFrame};
-use crate::segment::{self, SegmentFile};
+use crate::segment::{self, BaseChoice, SegmentFile};
 use crate::store::state::SegmentHandle;
 use crate::store::{now_ms, Inner};
 
@@ -123,7 +123,19 @@ impl Inner {
             self.cfg.zstd_level,
             self.cfg.wide_zstd_level,
         );
-        let meta = segment::write_segment(&self.dir, input, level)?;
+        let on_base = self.cfg.symbol_bases && super::bases::block_uses_bases(frame.width_ms);
+        let current = on_base
+            .then(|| self.current_base(&input.meta.tenant))
+            .flatten();
+        let choice = match on_base {
+            true => BaseChoice::Shared {
+                current: current.as_deref(),
+                new_id: self.next_segment_id.fetch_add(1, Ordering::SeqCst),
+                decide: &super::bases::decide,
+            },
+            false => BaseChoice::None,
+        };
+        let (meta, _) = segment::write_segment_on(&self.dir, input, level, choice)?;
         let path = self.dir.join(&meta.file);
         let expected = handles
             .iter()

@@ -7,6 +7,7 @@
 //! write lock; retention (`retention.rs`) drops whole expired segments. Replaced and
 //! expired files are deleted once no query reads them (`super::segments`).
 
+mod bases;
 mod merge;
 mod plan;
 mod report;
@@ -317,6 +318,7 @@ impl Inner {
             &self.stats.compaction_skipped_partitions,
             report.skipped.len() as u64,
         );
+        self.collect_bases()?;
         Ok(report)
     }
 }

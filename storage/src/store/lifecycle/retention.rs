@@ -38,6 +38,7 @@ impl Inner {
         };
         let deleted: Vec<u64> = expired.iter().map(|h| h.meta.id).collect();
         self.retire(expired)?;
+        self.collect_bases()?;
         let (segments_after, bytes_after) = self.live_totals();
         let report = RetentionReport {
             deleted,
