@@ -22,6 +22,7 @@ mod writer;
 pub use base::{base_path, loaded_bytes as loaded_base_bytes, BaseRef, SymbolBase, BASES_DIR};
 pub(crate) use base::{
     forget as forget_base, id_from_file_name as base_id_from_file_name, load as load_base,
+    LOADED_MAX as LOADED_BASES,
 };
 pub use gid_memo::{GidMemo, GidSlots};
 pub use rebase::{BaseDecision, BaseFit};

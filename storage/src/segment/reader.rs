@@ -270,9 +270,7 @@ impl SegmentFile {
             usize::try_from(e.raw_len).map_err(|_| corrupt(&self.path, "section too large"))?;
         let raw = match (e.codec, self.meta.base) {
             (CODEC_ZSTD_BASE, Some(want)) => {
-                let b = base::load(&self.path, want)?;
-                let prefix = b.raw(kind).unwrap_or_default();
-                super::unzstd::decompress_on(stored, raw_len, prefix)
+                base::load(&self.path, want)?.decompress(kind, stored, raw_len)
             }
             _ => super::unzstd::decompress(stored, raw_len),
         }

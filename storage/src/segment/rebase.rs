@@ -8,12 +8,72 @@
 //! the sections are then the base's bytes followed by the added ones, which
 //! zstd, given the base's section as a prefix, stores in a few bytes.
 
+use std::borrow::Cow;
+
+use super::base::SymbolBase;
 use super::tree_order::OrderedTree;
+use super::writer::{BaseChoice, Row};
 use crate::dict::{Dict, DictBuilder, FunctionRec, LocationRec, MappingRec, NO_PARENT};
 use crate::error::{Result, StorageError};
+use crate::model::Labels;
+
+/// Where a segment's dictionary sections come from.
+#[derive(Clone, Copy)]
+pub(super) enum On<'b> {
+    /// Its own tables, whole.
+    Own,
+    /// A base's tables, then its additions.
+    Base(&'b SymbolBase),
+    /// Its own tables, which become base `id`.
+    Cut(u64),
+}
+
+/// The tables a segment is written with, and on what, as `choice` says
+/// (before version 6, and without a choice, its own tables whole). On a base,
+/// or on a base grown from it, the rows' stacks are renumbered to match.
+pub(super) fn tables_for<'d, 'b>(
+    choice: BaseChoice<'b>,
+    dict: Cow<'d, Dict>,
+    tree: OrderedTree,
+    series: &mut [(Labels, Vec<Row>)],
+    version: u16,
+) -> Result<(Cow<'d, Dict>, OrderedTree, On<'b>)> {
+    let BaseChoice::Shared {
+        current,
+        new_id,
+        decide,
+    } = choice
+    else {
+        return Ok((dict, tree, On::Own));
+    };
+    let Some(base) = current.filter(|_| version >= 6) else {
+        return Ok(match version {
+            6.. => (dict, tree, On::Cut(new_id)),
+            _ => (dict, tree, On::Own),
+        });
+    };
+    let r = onto(base.dict()?, &dict, &tree)?;
+    let on = match decide(&r.fit) {
+        BaseDecision::Fresh => return Ok((dict, tree, On::Cut(new_id))),
+        BaseDecision::Use => On::Base(base),
+        BaseDecision::Grow => On::Cut(new_id),
+    };
+    for (_, rows) in series.iter_mut() {
+        for row in rows.iter_mut() {
+            // `preorder` numbered every row's node below the tree's length.
+            row.stack = r.node_map[row.stack as usize];
+        }
+    }
+    let mut d = r.dict;
+    let tree = OrderedTree {
+        parents: std::mem::take(&mut d.parents),
+        node_locations: std::mem::take(&mut d.node_locations),
+    };
+    Ok((Cow::Owned(d), tree, on))
+}
 
 /// A segment's tables on a base, and how well the base fitted it.
-pub(super) struct Rebased {
+struct Rebased {
     /// The base's tables followed by the segment's additions, the stack tree
     /// included.
     pub dict: Dict,
@@ -51,7 +111,7 @@ fn out_of_range(what: &str) -> StorageError {
 }
 
 /// `dict`'s tables and `tree` numbered on `base` (its decoded tables).
-pub(super) fn onto(base: Dict, dict: &Dict, tree: &OrderedTree) -> Result<Rebased> {
+fn onto(base: Dict, dict: &Dict, tree: &OrderedTree) -> Result<Rebased> {
     let base_nodes = base.parents.len();
     let mut b = DictBuilder::from_dict(base);
     let strings: Vec<u32> = dict.strings.iter().map(|s| b.intern(s)).collect();

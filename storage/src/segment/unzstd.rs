@@ -29,20 +29,6 @@ pub(crate) fn decompress(stored: &[u8], capacity: usize) -> std::io::Result<Vec<
     })
 }
 
-/// The zstd frame `stored`, compressed with `prefix` as its raw-content
-/// dictionary (a section written on a symbol base, see `base.rs`); at most
-/// `capacity` bytes. Rare (a segment's four base-coded sections): a context of
-/// its own.
-pub(crate) fn decompress_on(
-    stored: &[u8],
-    capacity: usize,
-    prefix: &[u8],
-) -> std::io::Result<Vec<u8>> {
-    // As the writer compressed it: a dictionary without zstd's magic number is
-    // raw content.
-    zstd::bulk::Decompressor::with_dictionary(prefix)?.decompress(stored, capacity)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,9 +11,9 @@ use rustc_hash::FxHashMap;
 
 use super::base::{self, base_coded, SymbolBase};
 use super::frames::{self, CHUNK_SERIES};
-use super::rebase::{self, BaseDecision, BaseFit};
+use super::rebase::{self, BaseDecision, BaseFit, On};
 use super::stack_ranks::StackRanks;
-use super::tree_order::{self, OrderedTree};
+use super::tree_order;
 use super::{
     file_name, SectionKind, SegmentMeta, CODEC_ZSTD, CODEC_ZSTD_BASE, CODEC_ZSTD_FRAMES,
     FORMAT_VERSION, MAGIC_HEAD, MAGIC_TAIL,
@@ -89,42 +89,7 @@ pub(super) fn encode_segment_as(
         mut series,
     } = input;
     let tree = tree_order::preorder(&dict, &mut series)?;
-    let (dict, tree, on) = match choice {
-        BaseChoice::Shared {
-            current: Some(b),
-            new_id,
-            decide,
-        } if version >= 6 => {
-            let r = rebase::onto(b.dict()?, &dict, &tree)?;
-            match decide(&r.fit) {
-                BaseDecision::Fresh => (dict, tree, On::Cut(new_id)),
-                how => {
-                    for (_, rows) in series.iter_mut() {
-                        for row in rows.iter_mut() {
-                            // `preorder` numbered every row's node below its length.
-                            row.stack = r.node_map[row.stack as usize];
-                        }
-                    }
-                    let mut d = r.dict;
-                    let tree = OrderedTree {
-                        parents: std::mem::take(&mut d.parents),
-                        node_locations: std::mem::take(&mut d.node_locations),
-                    };
-                    let on = match how {
-                        BaseDecision::Use => On::Base(b),
-                        _ => On::Cut(new_id),
-                    };
-                    (Cow::Owned(d), tree, on)
-                }
-            }
-        }
-        BaseChoice::Shared {
-            current: None,
-            new_id,
-            ..
-        } if version >= 6 => (dict, tree, On::Cut(new_id)),
-        _ => (dict, tree, On::Own),
-    };
+    let (dict, tree, on) = rebase::tables_for(choice, dict, tree, &mut series, version)?;
     let dict: &Dict = &dict;
 
     for (_, rows) in series.iter_mut() {
@@ -322,7 +287,7 @@ pub(super) fn encode_segment_as(
                 CODEC_ZSTD_FRAMES,
                 frames::encode(raw, &bounds, CHUNK_SERIES, zstd_level),
             ),
-            Coding::OnPrefix(prefix) => match compress_on(raw, prefix, zstd_level) {
+            Coding::OnPrefix(prefix) => match base::compress_on(raw, prefix, zstd_level) {
                 Some(stored) => (CODEC_ZSTD_BASE, stored),
                 None => (CODEC_ZSTD, compress_section(raw, zstd_level)),
             },
@@ -425,17 +390,6 @@ pub(super) fn encode_segment_as(
     })
 }
 
-/// Where a segment's dictionary sections come from.
-#[derive(Clone, Copy)]
-enum On<'b> {
-    /// Its own tables, whole.
-    Own,
-    /// A base's tables, then its additions.
-    Base(&'b SymbolBase),
-    /// Its own tables, which become base `id`.
-    Cut(u64),
-}
-
 /// How a section is compressed.
 enum Coding<'p> {
     /// One zstd frame.
@@ -446,40 +400,6 @@ enum Coding<'p> {
     /// One frame on a base's same section (codec 3).
     OnPrefix(&'p [u8]),
 }
-
-/// Compresses a section with `prefix` (its base's same section) as a
-/// raw-content dictionary whose runs, most of the section, cost a few bytes
-/// each; the window covers both. `None` for a
-/// prefix zstd would take for a trained dictionary (it starts with their magic
-/// number; a uvarint-encoded section almost never does): such a section is
-/// compressed on its own instead. zstd's `refPrefix` would say "raw content"
-/// outright, but through `ZSTD_compress2` it left the prefix unused.
-fn compress_on(raw: &[u8], prefix: &[u8], level: i32) -> Option<std::io::Result<Vec<u8>>> {
-    if prefix.starts_with(&ZSTD_DICT_MAGIC) {
-        return None;
-    }
-    let log2 = |n: usize| usize::BITS - (n.max(2) - 1).leading_zeros();
-    let compress = || {
-        let window_log = log2(prefix.len() + raw.len()).clamp(10, MAX_WINDOW_LOG);
-        let mut c = zstd::bulk::Compressor::with_dictionary(level, prefix)?;
-        c.set_parameter(zstd::zstd_safe::CParameter::WindowLog(window_log))?;
-        // zstd indexes only the last 2^(hashLog + 3) bytes of a dictionary; the
-        // fast levels' tables are too small for a base's stack tree (at level 3
-        // a day block's 4.6 MB Stacks on its base: 2.05 MB as is, 0.28 MB with
-        // the table raised). The slow levels' are large enough already.
-        let needed = log2(prefix.len()).saturating_sub(3);
-        if level < 10 && needed > 17 {
-            c.set_parameter(zstd::zstd_safe::CParameter::HashLog(needed.min(26)))?;
-        }
-        // No long-distance matching: it does not see a dictionary, and its
-        // matches displaced the dictionary's (level 15: 0.31 MB against 0.26).
-        c.compress(raw)
-    };
-    Some(compress())
-}
-
-/// The first bytes of a trained zstd dictionary (`ZSTD_MAGIC_DICTIONARY`).
-pub(super) const ZSTD_DICT_MAGIC: [u8; 4] = 0xEC30_A437u32.to_le_bytes();
 
 /// For each series, the earlier series whose rows it repeats (version 3; see
 /// `rows.rs`): the same steps and stacks, and values alike once divided by each
@@ -518,7 +438,7 @@ fn repeats(series: &[(Labels, Vec<Row>)], scales: &[i64]) -> Vec<Option<usize>> 
 const LONG_SECTION_BYTES: usize = 1 << 20;
 
 /// zstd's largest window a decoder accepts without being told to (2^27).
-const MAX_WINDOW_LOG: u32 = 27;
+pub(super) const MAX_WINDOW_LOG: u32 = 27;
 
 /// The groups of series ranked apart (see `stack_ranks.rs`): since version 5,
 /// each run of series of one profile type and service (neighbours: see

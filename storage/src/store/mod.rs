@@ -204,8 +204,10 @@ impl Store {
             cfg,
             _lock: r.lock,
         };
-        // Bases nothing names (a crash between a base and its segment) go now.
+        // Bases nothing names (a crash between a base and its segment) go now;
+        // those the newest blocks name are read now, not by the first query.
         inner.collect_bases()?;
+        inner.preload_bases();
         let inner = Arc::new(inner);
         let (tx, rx) = channel::bounded(inner.cfg.write_queue);
         let (ftx, frx) = channel::unbounded();

@@ -283,6 +283,7 @@ impl Inner {
             ..Default::default()
         };
         progress(&prog);
+        let merged_any = !planned.partitions.is_empty();
         for p in planned.partitions {
             if self.closed.load(Ordering::SeqCst) {
                 break;
@@ -318,7 +319,10 @@ impl Inner {
             &self.stats.compaction_skipped_partitions,
             report.skipped.len() as u64,
         );
-        self.collect_bases()?;
+        // A merge may have cut a base, or replaced the last segment naming one.
+        if merged_any {
+            self.collect_bases()?;
+        }
         Ok(report)
     }
 }
