@@ -242,11 +242,12 @@ impl SymbolBase {
 
 /// Compresses a section with `prefix` (its base's same section) as a
 /// raw-content dictionary whose runs, most of the section, cost a few bytes
-/// each; the window covers both. `None` for a
-/// prefix zstd would take for a trained dictionary (it starts with their magic
-/// number; a uvarint-encoded section almost never does): such a section is
-/// compressed on its own instead. zstd's `refPrefix` would say "raw content"
-/// outright, but through `ZSTD_compress2` it left the prefix unused.
+/// each; the window covers both. `None` for a prefix zstd would take for a
+/// trained dictionary (it starts with their magic number; a uvarint-encoded
+/// section almost never does): such a section is compressed on its own
+/// instead. zstd's `refPrefix` would say "raw content" outright, but in a
+/// probe through the bulk compressor it left the prefix unused (40 KB of
+/// noise against itself stayed 40 KB), where a loaded dictionary took 19 bytes.
 pub(super) fn compress_on(
     raw: &[u8],
     prefix: &[u8],

@@ -7,6 +7,8 @@
 //! part keeps the runs that compress well. Every base node stays, used or not:
 //! the sections are then the base's bytes followed by the added ones, which
 //! zstd, given the base's section as a prefix, stores in a few bytes.
+//! [`tables_for`] applies the lifecycle's decision (use the base, grow it, or
+//! cut a fresh one) to the writer's tables.
 
 use std::borrow::Cow;
 
