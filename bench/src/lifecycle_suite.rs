@@ -27,7 +27,7 @@ use serde_json::{json, Value};
 
 use crate::fleet::{Fleet, FleetConfig};
 use crate::report::{self, human_bytes};
-use crate::storage_suite::stored_bytes;
+use crate::storage_suite::{dir_bytes, stored_bytes};
 
 const STEP_MS: i64 = 10_000;
 const HOUR: i64 = 3_600_000;
@@ -373,7 +373,8 @@ fn disk_json(d: &Disk) -> Value {
 }
 
 /// Reopens the store and checks that the segment files on disk are exactly the live
-/// segments (no orphan left by the step), returning the `.seg` bytes on disk.
+/// segments (no orphan left by the step), returning the bytes on disk (segments
+/// and their symbol bases).
 fn reopen_checked(dir: &Path) -> anyhow::Result<(Store, u64)> {
     let store = Store::open(dir, config(true))?;
     let live: u64 = store.segments().iter().map(|s| s.size_bytes).sum();
@@ -386,13 +387,14 @@ fn reopen_checked(dir: &Path) -> anyhow::Result<(Store, u64)> {
             }
         }
     }
-    let on_disk = stored_bytes(&seg_dir);
+    let seg_bytes = dir_bytes(&seg_dir, "seg");
     ensure!(
-        files == store.segments().len() && on_disk == live,
-        "{files} segment files ({on_disk} bytes) on disk, {} live segments ({live} bytes)",
+        files == store.segments().len() && seg_bytes == live,
+        "{files} segment files ({seg_bytes} bytes) on disk, {} live segments ({live} bytes)",
         store.segments().len()
     );
-    Ok((store, on_disk))
+    // What the step left on disk: the segments and the symbol bases they name.
+    Ok((store, stored_bytes(&seg_dir)))
 }
 
 struct Step {

@@ -47,7 +47,7 @@ pub(crate) fn stored_bytes(dir: &std::path::Path) -> u64 {
 }
 
 /// Total size of the files under `dir` (recursively) whose extension is `ext`.
-fn dir_bytes(dir: &std::path::Path, ext: &str) -> u64 {
+pub(crate) fn dir_bytes(dir: &std::path::Path, ext: &str) -> u64 {
     let mut total = 0;
     let Ok(rd) = std::fs::read_dir(dir) else {
         return 0;
