@@ -17,8 +17,7 @@
 //! checksum in its footer. Which base a block is written on, and when a base is
 //! deleted, is the lifecycle's business (`store/lifecycle/bases.rs`).
 
-use std::fs::{self, File};
-use std::io::Write;
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -28,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use super::SectionKind;
 use crate::codec::{put_uvarint, Reader};
 use crate::dict::{self, Dict};
-use crate::durable::sync_dir;
+use crate::durable::{sync_dir, write_file};
 use crate::error::{IoContext, Result, StorageError};
 
 /// First 8 bytes of a base file.
@@ -321,14 +320,7 @@ pub(crate) fn write_base(tenant_dir: &Path, base: &SymbolBase, zstd_level: i32) 
             path.display()
         )));
     }
-    let tmp = path.with_extension("base.tmp");
-    {
-        let mut f = File::create(&tmp).at(&tmp)?;
-        f.write_all(&bytes).at(&tmp)?;
-        f.sync_all().at(&tmp)?;
-    }
-    fs::rename(&tmp, &path).at(&path)?;
-    sync_dir(&dir)?;
+    write_file(&path, &bytes)?;
     Ok(path)
 }
 

@@ -2,8 +2,7 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::fs::{self, File};
-use std::io::Write;
+use std::fs;
 use std::ops::Range;
 use std::path::Path;
 
@@ -20,7 +19,7 @@ use super::{
 };
 use crate::codec::{put_ivarint, put_uvarint};
 use crate::dict::{self, Dict};
-use crate::durable::sync_dir;
+use crate::durable::write_file;
 use crate::error::{IoContext, Result, StorageError};
 use crate::index::LabelIndex;
 use crate::model::{Labels, SERVICE_NAME_LABEL};
@@ -542,15 +541,7 @@ pub fn write_segment_on(
     if let Some(b) = &new_base {
         base::write_base(&dir, b, zstd_level)?;
     }
-    let final_path = data_dir.join(&rel);
-    let tmp = final_path.with_extension("seg.tmp");
-    {
-        let mut f = File::create(&tmp).at(&tmp)?;
-        f.write_all(&bytes).at(&tmp)?;
-        f.sync_all().at(&tmp)?;
-    }
-    fs::rename(&tmp, &final_path).at(&final_path)?;
-    sync_dir(&dir)?;
+    write_file(&data_dir.join(&rel), &bytes)?;
     meta.file = rel.to_string_lossy().into_owned();
     Ok((meta, new_base))
 }

@@ -13,15 +13,14 @@
 //!   their catalog, and the download directory is only a cache.
 
 use std::fs;
-use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::state::SegmentHandle;
 use super::Store;
-use crate::durable::sync_dir;
-use crate::error::{IoContext, Result, StorageError};
+use crate::durable::write_file;
+use crate::error::{Result, StorageError};
 use crate::segment::{SegmentFile, SegmentSummary};
 
 /// The file holding the replay floor (decimal LSN).
@@ -46,12 +45,7 @@ fn read_number(dir: &Path, name: &str) -> Result<u64> {
 
 /// Writes `value` to a file of `dir` durably (written, fsynced, renamed).
 fn write_number(dir: &Path, name: &str, value: u64) -> Result<()> {
-    let tmp = dir.join(format!("{name}.tmp"));
-    let mut f = fs::File::create(&tmp).at(&tmp)?;
-    f.write_all(value.to_string().as_bytes()).at(&tmp)?;
-    f.sync_all().at(&tmp)?;
-    fs::rename(&tmp, dir.join(name)).at(&tmp)?;
-    sync_dir(dir)
+    write_file(&dir.join(name), value.to_string().as_bytes())
 }
 
 /// The replay floor stored in `dir`, 0 when none was ever set.
