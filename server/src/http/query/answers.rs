@@ -15,10 +15,10 @@
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
 use profiledb_storage::{AskedBefore, TenantId, TimeRange};
 
 use crate::error::ApiResult;
@@ -38,8 +38,8 @@ struct AnswerKey {
 #[derive(Clone)]
 struct BodyWeight;
 
-impl quick_cache::Weighter<AnswerKey, Arc<[u8]>> for BodyWeight {
-    fn weight(&self, k: &AnswerKey, v: &Arc<[u8]>) -> u64 {
+impl quick_cache::Weighter<AnswerKey, Bytes> for BodyWeight {
+    fn weight(&self, k: &AnswerKey, v: &Bytes) -> u64 {
         (k.request.len() + k.ranges.len() * 16 + v.len() + 64) as u64
     }
 }
@@ -63,7 +63,7 @@ impl AnswerStats {
 /// dashboard sliding "the last hour" asks each once (see
 /// `profiledb_storage::AskedBefore`).
 pub struct AnswerCache {
-    bodies: quick_cache::sync::Cache<AnswerKey, Arc<[u8]>, BodyWeight>,
+    bodies: quick_cache::sync::Cache<AnswerKey, Bytes, BodyWeight>,
     asked: AskedBefore,
     enabled: bool,
     pub stats: AnswerStats,
@@ -97,13 +97,13 @@ impl AnswerCache {
         query_cache_bytes - query_cache_bytes / 4
     }
 
-    fn get(&self, key: &AnswerKey) -> Option<Arc<[u8]>> {
+    fn get(&self, key: &AnswerKey) -> Option<Bytes> {
         let found = self.enabled.then(|| self.bodies.get(key)).flatten();
         self.stats.count(found.is_some());
         found
     }
 
-    fn insert(&self, key: AnswerKey, body: Arc<[u8]>) {
+    fn insert(&self, key: AnswerKey, body: Bytes) {
         if self.enabled && self.asked.asked_before(&key) {
             self.bodies.insert(key, body);
         }
@@ -139,7 +139,7 @@ where
     if let Some(b) = state.answers.get(&key) {
         return Ok(body(content_type, b));
     }
-    let computed: Arc<[u8]> = compute().await?.into();
+    let computed = answer_bytes(compute().await?);
     // Kept only if nothing reached these ranges while it was computed.
     if store.segments_only_version(tenant, ranges) == Some(version) {
         state.answers.insert(key, computed.clone());
@@ -147,19 +147,13 @@ where
     Ok(body(content_type, computed))
 }
 
-fn body(content_type: &'static str, b: Arc<[u8]>) -> Response {
-    (
-        [(header::CONTENT_TYPE, content_type)],
-        bytes::Bytes::from_owner(ArcBytes(b)),
-    )
-        .into_response()
+fn body(content_type: &'static str, b: Bytes) -> Response {
+    ([(header::CONTENT_TYPE, content_type)], b).into_response()
 }
 
-/// Lets a cached body be sent without copying it.
-struct ArcBytes(Arc<[u8]>);
-
-impl AsRef<[u8]> for ArcBytes {
-    fn as_ref(&self) -> &[u8] {
-        &self.0
-    }
+/// An encoded answer as a body that is sent and cached without copying. The
+/// spare capacity is given back first, so a cached answer weighs what it holds.
+fn answer_bytes(mut v: Vec<u8>) -> Bytes {
+    v.shrink_to_fit();
+    Bytes::from(v)
 }
