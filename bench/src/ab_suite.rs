@@ -11,6 +11,7 @@
 //! server is started over its copy, asked one query right after `/ready` and
 //! stopped, A and B alternating, N times each. `--data-dir-b` gives B another
 //! directory (the same fleet written another way, e.g. in another segment format).
+//! `--idle-ms N` leaves both servers idle N ms before each request.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -57,6 +58,11 @@ pub struct Args {
     /// to 0), not right after `/ready`; the time to each point is printed.
     #[arg(long)]
     after_warm_up: bool,
+    /// Idle this long before every request (0 = back to back), as a dashboard's
+    /// requests arrive: an idle server's threads sleep and its CPU caches cool,
+    /// which back-to-back requests never see.
+    #[arg(long, default_value_t = 0)]
+    idle_ms: u64,
 }
 
 /// A server process over its own copy of the data (deleted after it).
@@ -239,13 +245,21 @@ fn requests(
             // uncached runs ask.
             let req = (s.http)(i as i64 + 1);
             for k in [i % 2, 1 - i % 2] {
+                if args.idle_ms > 0 {
+                    std::thread::sleep(Duration::from_millis(args.idle_ms));
+                }
                 let (t, _) = timed(client, &servers[k].process.url, &req)?;
                 if i >= 3 {
                     ms[k].push(t);
                 }
             }
         }
-        let row = compare(s, "p50", ms);
+        let what = match args.idle_ms {
+            0 => "p50".to_string(),
+            n => format!("p50 after {n} ms idle"),
+        };
+        let mut row = compare(s, &what, ms);
+        row["idle_ms"] = json!(args.idle_ms);
         rows.push(row);
     }
     Ok(rows)
