@@ -13,6 +13,7 @@ use axum::extract::{FromRequestParts, Query};
 use axum::http::request::Parts;
 use profiledb_storage::{now_ms, MatchOp, Matcher, Selector, TimeRange, PROFILE_TYPE_LABEL};
 use serde::de::DeserializeOwned;
+use tokio::runtime::RuntimeFlavor;
 
 use crate::error::{ApiError, ApiResult};
 use crate::time::parse_instant;
@@ -43,14 +44,28 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Params<T> {
     }
 }
 
-/// Runs a store call on the blocking pool.
+/// Runs a store call where it may block: on the asking worker thread of the
+/// server's multi-threaded runtime (its other tasks move to another thread), else
+/// on the blocking pool. A panic is this request's 500, not the server's.
+///
+/// In place, a query skips the hand-off to a blocking thread and the wake-up of
+/// the worker after it: `bench ab` measured 0.03–0.04 ms off a 0.4–0.7 ms query
+/// asked back to back and 0.05–0.08 ms off one asked after 20 ms idle, when both
+/// threads had gone to sleep.
 pub async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> ApiResult<T> + Send + 'static,
 ) -> ApiResult<T> {
+    let failed = |e: &dyn std::fmt::Display| ApiError::internal(format!("query task failed: {e}"));
+    if tokio::runtime::Handle::current().runtime_flavor() == RuntimeFlavor::MultiThread {
+        return tokio::task::block_in_place(|| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+                .unwrap_or_else(|_| Err(failed(&"panicked")))
+        });
+    }
     // The tenant's query limits follow the work onto the blocking thread.
     tokio::task::spawn_blocking(crate::tenancy::scope::carried(f))
         .await
-        .map_err(|e| ApiError::internal(format!("query task failed: {e}")))?
+        .map_err(|e| failed(&e))?
 }
 
 /// A time in a JSON body: milliseconds since the epoch, or text (`"now-1h"`,
@@ -285,6 +300,36 @@ mod tests {
 
     fn err(r: ApiResult<impl std::fmt::Debug>) -> String {
         r.expect_err("should be refused").message
+    }
+
+    /// A store call runs in place on the server's runtime and on the blocking pool
+    /// on a single-threaded one; either way its answer comes back and a panic is
+    /// this request's 500.
+    #[test]
+    fn blocking_calls_answer_and_contain_panics() {
+        for rt in [
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .build(),
+            tokio::runtime::Builder::new_current_thread().build(),
+        ] {
+            let rt = rt.unwrap();
+            // Spawned, so the call is on a runtime thread, as a handler's is.
+            let on = |f: fn() -> ApiResult<bool>| {
+                rt.block_on(rt.spawn(async move {
+                    let here = std::thread::current().id();
+                    blocking(move || f().map(|v| v && std::thread::current().id() == here)).await
+                }))
+                .expect("the task ends")
+            };
+            let in_place = rt.handle().runtime_flavor() == RuntimeFlavor::MultiThread;
+            assert_eq!(on(|| Ok(true)).unwrap(), in_place);
+            let e = on(|| panic!("boom")).expect_err("a panic is an error");
+            assert_eq!(e.status, axum::http::StatusCode::INTERNAL_SERVER_ERROR);
+            assert!(e.message.starts_with("query task failed"), "{}", e.message);
+            // The runtime still serves after it.
+            assert!(on(|| Ok(true)).is_ok());
+        }
     }
 
     #[test]
