@@ -142,14 +142,11 @@ fn by_slot<const K: usize>(
 ) -> Option<Vec<(u32, [i64; K])>> {
     let ch = skel.chains();
     let mut rows: Vec<(u32, [i64; K])> = Vec::new();
-    let mut side: Vec<(u32, i64)> = Vec::new();
     for (k, pairs) in sides.iter().enumerate() {
         if pairs.iter().any(|p| p.1 < 0) {
             return None;
         }
-        side.clear();
-        side.extend(pairs.iter().filter(|p| p.1 != 0));
-        rows = merge_side(rows, &side, k);
+        rows = merge_side(rows, pairs, k);
     }
     let mut sorted = true;
     let mut last = None;
@@ -173,7 +170,8 @@ fn by_slot<const K: usize>(
     Some(rows)
 }
 
-/// `at` (sorted by key) with `side` (sorted by key) added in column `k`.
+/// `at` (sorted by key) with `side` (sorted by key) added in column `k`; a zero
+/// of `side` adds no row.
 ///
 /// Rows are built whole (`with`), not written at `[k]` and then copied: a row
 /// read back right after an 8-byte store into it stalled on store forwarding:
@@ -206,7 +204,9 @@ fn merge_side<const K: usize>(
                 j += 1;
             }
             (_, Some(b)) => {
-                out.push((b.0, with([0; K], b.1)));
+                if b.1 != 0 {
+                    out.push((b.0, with([0; K], b.1)));
+                }
                 j += 1;
             }
             (Some(a), None) => {

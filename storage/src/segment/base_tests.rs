@@ -102,21 +102,26 @@ fn write(dir: &Path, input: SegmentInput<'_>, choice: BaseChoice<'_>) -> Segment
     SegmentFile::open(&dir.join(meta.file)).unwrap()
 }
 
+/// A tenant's first block: no base to go on, so it cuts base `new_id` from its own tables.
+fn write_first(dir: &Path, input: SegmentInput<'_>, new_id: u64) -> SegmentFile {
+    let always = |_: &BaseFit| BaseDecision::Use;
+    write(
+        dir,
+        input,
+        BaseChoice::Shared {
+            current: None,
+            new_id,
+            decide: &always,
+        },
+    )
+}
+
 #[test]
 fn blocks_on_a_base_read_back_as_whole_ones_and_store_only_what_they_add() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let always = |_: &BaseFit| BaseDecision::Use;
     // The first block has no base to go on: it cuts one from its own tables.
-    let first = write(
-        d,
-        input(1, 0, STACKS, false),
-        BaseChoice::Shared {
-            current: None,
-            new_id: 100,
-            decide: &always,
-        },
-    );
+    let first = write_first(d, input(1, 0, STACKS, false), 100);
     let want = first.meta.base.expect("a base was cut");
     assert_eq!(want.id, 100);
     let whole_first = write(d, input(2, 0, STACKS, false), BaseChoice::None);
@@ -202,16 +207,7 @@ fn blocks_on_a_base_read_back_as_whole_ones_and_store_only_what_they_add() {
 fn a_block_whose_base_is_gone_or_damaged_is_refused_as_damaged() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let always = |_: &BaseFit| BaseDecision::Use;
-    let seg = write(
-        d,
-        input(1, 0, 200, false),
-        BaseChoice::Shared {
-            current: None,
-            new_id: 50,
-            decide: &always,
-        },
-    );
+    let seg = write_first(d, input(1, 0, 200, false), 50);
     let want = seg.meta.base.unwrap();
     let path = base_path(&seg.path, want.id);
     let bytes = std::fs::read(&path).unwrap();
