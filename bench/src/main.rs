@@ -13,6 +13,7 @@ mod fleet;
 mod fleet_suite;
 mod ingest_suite;
 mod lifecycle_suite;
+mod memtouch_suite;
 mod pprof_writer;
 mod query_suite;
 mod report;
@@ -94,6 +95,11 @@ enum Suite {
     /// once, each request sent to both: the median per-request difference, which
     /// the machine's drift cancels out of.
     Ab(ab_suite::Args),
+    /// What fresh memory costs here: pages faulted in and zeroed, with and
+    /// without transparent huge pages, right after other pages were freed and
+    /// after memory rested (a VM's balloon reports rested free memory to its
+    /// host, and faulting it in again waits for the host).
+    Memtouch(memtouch_suite::Args),
     /// One compaction pass of the `lifecycle` suite in a process of its own (its
     /// peak RSS is that pass's alone). Internal.
     #[command(hide = true)]
@@ -114,6 +120,7 @@ fn main() -> anyhow::Result<()> {
         Suite::Fleet(args) => fleet_suite::run(args),
         Suite::Soak(args) => soak_suite::run(args),
         Suite::Ab(args) => ab_suite::run(args),
+        Suite::Memtouch(args) => memtouch_suite::run(args),
         Suite::LifecycleStep(args) => lifecycle_suite::run_step(args),
     }
 }

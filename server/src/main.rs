@@ -119,6 +119,12 @@ enum Command {
         /// Queries running longer than this many seconds fail with 503.
         #[arg(long, default_value_t = 60)]
         query_timeout_secs: u64,
+        /// `/ready` answers 503 ("warming") until the segments holding the last
+        /// day are decoded after a start, at most this many seconds; queries are
+        /// answered meanwhile, the first ones over recent data slower. 0: ready
+        /// as soon as the store is open.
+        #[arg(long, default_value_t = 30)]
+        ready_warm_up_secs: u64,
         /// Bearer token required by the /api/v1/admin endpoints (open when unset).
         #[arg(long)]
         admin_token: Option<String>,
@@ -528,6 +534,7 @@ fn main() -> anyhow::Result<()> {
             ingest_memory_mb,
             compaction_memory_mb,
             query_timeout_secs,
+            ready_warm_up_secs,
             admin_token,
             compaction_interval_minutes,
             open_merge_segments,
@@ -620,6 +627,7 @@ fn main() -> anyhow::Result<()> {
                     seed: control_seed,
                     max_agents: control_max_agents.max(1),
                 },
+                ready_warm_up: Duration::from_secs(ready_warm_up_secs),
             };
             plan.apply(&mut opts);
             opts.store.validate().context("invalid storage options")?;

@@ -291,6 +291,13 @@ pub fn render(
         );
         family(
             &mut out,
+            "profiledb_segment_cache_recent_warm",
+            "gauge",
+            "1 once the warm-up after start is past the segments holding the last day (their rows decoded, stacks resolved, query scratch mapped in); /ready waits for it (--ready-warm-up-secs).",
+            g.segment_cache_recent_warm,
+        );
+        family(
+            &mut out,
             "profiledb_query_scratch_bytes",
             "gauge",
             "Bytes of the per-thread query scratch spaces kept between queries (at most 4, each sized by the largest segment read and the frame tree).",

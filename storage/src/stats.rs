@@ -73,6 +73,9 @@ pub struct Gauges {
     pub summary_cache_bytes: u64,
     /// 1 while the after-open warm-up is decoding segments into the cache.
     pub segment_cache_warming: u64,
+    /// 1 once the warm-up is past the last day's segments (see
+    /// `Store::recent_data_warm`).
+    pub segment_cache_recent_warm: u64,
     /// Bytes in the WAL files (what a replay after a crash would read).
     pub wal_bytes: u64,
     /// Bytes the WAL writer's group-commit buffer holds.

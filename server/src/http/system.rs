@@ -8,6 +8,7 @@ use axum::Router;
 
 use super::AppRef;
 use crate::metrics;
+use crate::Readiness;
 
 pub fn routes() -> Router<AppRef> {
     Router::new()
@@ -16,19 +17,28 @@ pub fn routes() -> Router<AppRef> {
         .route("/metrics", get(prometheus))
 }
 
-/// 200 `ready` once the store is open; until then 503 with the replay's progress,
-/// `{"status": "replaying", "replayed_bytes": …, "total_bytes": …}`.
+/// 200 `ready` once the store is open and the last day's segments are warm;
+/// until then 503 with `Retry-After: 1` and where it stands: the replay's
+/// progress, `{"status": "replaying", "replayed_bytes": …, "total_bytes": …}`,
+/// then `{"status": "warming", …}` (queries are answered meanwhile).
 async fn ready(State(state): State<AppRef>) -> Response {
-    if state.ready() {
-        return (StatusCode::OK, "ready\n").into_response();
-    }
-    let (replayed, total) = state.replay.bytes();
-    let body = serde_json::json!({
-        "status": "replaying",
-        "message": "opening the store (replaying the WAL)",
-        "replayed_bytes": replayed,
-        "total_bytes": total,
-    });
+    let body = match state.readiness() {
+        Readiness::Ready => return (StatusCode::OK, "ready\n").into_response(),
+        Readiness::Opening => {
+            let (replayed, total) = state.replay.bytes();
+            serde_json::json!({
+                "status": "replaying",
+                "message": "opening the store (replaying the WAL)",
+                "replayed_bytes": replayed,
+                "total_bytes": total,
+            })
+        }
+        Readiness::Warming => serde_json::json!({
+            "status": "warming",
+            "message": "decoding the last day of segments for queries (answered meanwhile, the first ones slower)",
+            "waited_secs_max": state.options.ready_warm_up.as_secs(),
+        }),
+    };
     (
         StatusCode::SERVICE_UNAVAILABLE,
         [(header::RETRY_AFTER, "1")],
@@ -75,6 +85,24 @@ mod tests {
 
     use super::*;
     use crate::{AppState, ServeOptions};
+
+    /// A serving process is ready once its last day is warm, or once it has
+    /// waited as long as configured (zero: at once); warming until then.
+    #[test]
+    fn readiness_waits_for_the_warm_up_up_to_its_limit() {
+        let s = std::time::Duration::from_secs;
+        assert_eq!(
+            Readiness::of_serving(false, s(0), s(30)),
+            Readiness::Warming
+        );
+        assert_eq!(
+            Readiness::of_serving(false, s(29), s(30)),
+            Readiness::Warming
+        );
+        assert_eq!(Readiness::of_serving(false, s(30), s(30)), Readiness::Ready);
+        assert_eq!(Readiness::of_serving(true, s(0), s(30)), Readiness::Ready);
+        assert_eq!(Readiness::of_serving(false, s(0), s(0)), Readiness::Ready);
+    }
 
     /// Before the store is open `/ready` is 503 with the replay's progress as JSON.
     #[tokio::test]

@@ -119,6 +119,10 @@ struct Inner {
     closed: AtomicBool,
     /// Segments: the after-open warm-up of the cache is still decoding.
     warming: AtomicBool,
+    /// Segments: the warm-up is past the segments holding the last day (or
+    /// there is no warm-up): what a first query over recent data needs is
+    /// decoded, resolved and its scratch mapped in.
+    recent_warm: AtomicBool,
     /// Queries: scans running now; the warm-up waits while any runs, so a query
     /// right after a restart has the CPUs (and the memory bandwidth) to itself.
     scans: AtomicUsize,
@@ -197,6 +201,7 @@ impl Store {
             stats: r.stats,
             closed: AtomicBool::new(false),
             warming: AtomicBool::new(cfg.warm_segment_cache),
+            recent_warm: AtomicBool::new(!cfg.warm_segment_cache),
             scans: AtomicUsize::new(0),
             lifecycle: Mutex::new(()),
             flushed: channel::bounded(1),
@@ -401,6 +406,14 @@ impl Store {
         &self.inner.stats
     }
 
+    /// Whether the warm-up after open is past the segments holding the last day
+    /// of data (always, without a warm-up): a first query over recent data
+    /// then finds its segments decoded and resolved. A server's `/ready` waits
+    /// for it, as a load balancer should before sending queries.
+    pub fn recent_data_warm(&self) -> bool {
+        self.inner.recent_warm.load(Ordering::Acquire)
+    }
+
     /// Current sizes of the head, the segments and the segment cache.
     pub fn gauges(&self) -> Gauges {
         let st = self.inner.state.read();
@@ -410,6 +423,7 @@ impl Store {
             segment_cache_bytes: self.inner.cache.weight(),
             summary_cache_bytes: self.inner.summaries.weight(),
             segment_cache_warming: u64::from(self.inner.warming.load(Ordering::Relaxed)),
+            segment_cache_recent_warm: u64::from(self.recent_data_warm()),
             wal_bytes: self.inner.wal_bytes.load(Ordering::Relaxed),
             wal_buffer_bytes: self.inner.wal_buffer_bytes.load(Ordering::Relaxed),
             frame_tree_bytes: self.inner.frames.approx_bytes() as u64,

@@ -226,8 +226,26 @@ impl Inner {
                 std::thread::sleep(Duration::from_millis(5));
             }
         };
+        let recent = |max_time: i64| max_time > newest - RESOLVE_WINDOW_MS;
+        let mut recent_left = ids.iter().filter(|&&(_, _, max)| recent(max)).count();
+        // Once the last day is done, the query threads' scratch is mapped in and
+        // the store says so (`/ready` waits for it); older segments follow.
+        let recent_done = |recent_left: usize| {
+            if recent_left == 0 && !self.recent_warm.load(Ordering::Acquire) {
+                self.prefault_query_scratch();
+                self.recent_warm.store(true, Ordering::Release);
+                info!(
+                    ms = t.elapsed().as_millis() as u64,
+                    "segment cache warm for the last day"
+                );
+            }
+        };
+        recent_done(recent_left);
         let mut scratch = crate::query::scratch::Scratch::take();
         for (_, id, max_time) in ids {
+            if recent(max_time) {
+                recent_left -= 1;
+            }
             yield_to_queries();
             if self.closed.load(Ordering::SeqCst)
                 || self.cache.weight() >= self.cfg.segment_cache_bytes / 2
@@ -240,7 +258,7 @@ impl Inner {
             match self.load(&h) {
                 Ok(Some(seg)) => {
                     loaded += 1;
-                    if max_time > newest - RESOLVE_WINDOW_MS {
+                    if recent(max_time) {
                         if let Err(e) = seg.decode_rows(yield_to_queries) {
                             warn!(segment = h.meta.id, error = %e, "warming the segment cache");
                         }
@@ -258,11 +276,15 @@ impl Inner {
                 Ok(None) => {}
                 Err(e) => warn!(segment = h.meta.id, error = %e, "warming the segment cache"),
             }
+            recent_done(recent_left);
         }
         scratch.give_back();
+        // Stopped early (budget, close) or the day's segments were compacted away
+        // meanwhile: nothing more will be warmed for queries.
         if !self.closed.load(Ordering::SeqCst) {
-            self.prefault_query_scratch();
+            recent_done(0);
         }
+        self.recent_warm.store(true, Ordering::Release);
         self.warming.store(false, Ordering::Relaxed);
         info!(
             segments = loaded,
@@ -508,7 +530,8 @@ mod tests {
         assert_eq!(cold.len(), hours as usize);
     }
 
-    /// The warm-up decodes nothing while a scan runs, and everything once none does.
+    /// The warm-up decodes nothing while a scan runs, and everything once none does;
+    /// the store says recent data is warm only then.
     #[test]
     fn the_warm_up_waits_while_a_scan_runs() {
         let (_dir, store) = flushed_without_warm_up(hours_of_samples(3));
@@ -518,6 +541,12 @@ mod tests {
             0,
             "nothing decoded before the warm-up"
         );
+        assert!(
+            store.recent_data_warm(),
+            "no warm-up configured: nothing to wait for"
+        );
+        // As a store opened with its warm-up.
+        inner.recent_warm.store(false, Ordering::SeqCst);
 
         inner.scans.fetch_add(1, Ordering::SeqCst);
         let warming = {
@@ -527,9 +556,11 @@ mod tests {
         std::thread::sleep(Duration::from_millis(200));
         assert_eq!(inner.cache.weight(), 0, "the warm-up decoded during a scan");
         assert!(!warming.is_finished());
+        assert!(!store.recent_data_warm());
 
         inner.scans.fetch_sub(1, Ordering::SeqCst);
         warming.join().unwrap();
+        assert!(store.recent_data_warm());
         assert_eq!(
             inner.cache.len(),
             3,
