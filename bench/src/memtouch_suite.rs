@@ -3,8 +3,8 @@
 //! after another mapping freed its pages and after memory rested.
 //!
 //! The first queries after a restart decode segments into fresh memory, and on
-//! the VMs this project runs on their time moved by a factor of three from one
-//! restart to the next with no change in the work. A VM whose balloon driver
+//! the VMs this project runs on their time moved by up to a factor of four from
+//! one restart to the next with no change in the work. A VM whose balloon driver
 //! reports free memory to its host (free page reporting, which reports free
 //! blocks of 2 MiB and up) gets those blocks taken away; the next fault on one
 //! waits for the host to provide it again. A page freed a moment ago is not

@@ -101,8 +101,9 @@ pub enum Readiness {
     Opening,
     /// Everything serves, and the warm-up is still decoding the segments of the
     /// last day: queries are answered, the first ones over recent data doing
-    /// that work themselves (and, on the bench fleet, waiting for it: 55–200 ms
-    /// instead of 8–60 ms), so a load balancer should wait.
+    /// that work themselves, competing with it (on the bench fleet the first
+    /// 1-day queries' medians are 14–84 ms then, 3–58 ms after), so a load
+    /// balancer should wait.
     Warming,
     Ready,
 }
