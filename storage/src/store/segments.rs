@@ -279,8 +279,9 @@ impl Inner {
             recent_done(recent_left);
         }
         scratch.give_back();
-        // Stopped early (budget, close) or the day's segments were compacted away
-        // meanwhile: nothing more will be warmed for queries.
+        // Stopped early at the budget, or the day's segments were compacted away
+        // meanwhile: nothing more will be warmed for queries, so say so now. A
+        // closing store maps no scratch, but `/ready` must not wait on it either.
         if !self.closed.load(Ordering::SeqCst) {
             recent_done(0);
         }
