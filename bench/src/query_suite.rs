@@ -82,6 +82,10 @@ pub struct Args {
     /// Skip the baselines (DuckDB, ClickHouse).
     #[arg(long)]
     no_baseline: bool,
+    /// Stop once the fleet is ingested and its figures printed: no same-rows
+    /// store, no queries (for comparing ingest builds).
+    #[arg(long, conflicts_with = "reuse")]
+    ingest_only: bool,
     /// Keep the data (server directory, CSV, Parquet, the baselines' tables) here
     /// instead of a temp dir.
     #[arg(long)]
@@ -731,6 +735,10 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
             m
         }
     };
+
+    if args.ingest_only {
+        return Ok(());
+    }
 
     // The same rows as the baselines, in a store of their own (built once per
     // data directory).

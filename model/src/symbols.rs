@@ -80,6 +80,11 @@ impl Stacks {
         self.offsets.len().saturating_sub(1)
     }
 
+    /// Location references of all stacks together.
+    pub fn frame_count(&self) -> usize {
+        self.locations.len()
+    }
+
     /// Whether there are no stacks.
     pub fn is_empty(&self) -> bool {
         self.len() == 0

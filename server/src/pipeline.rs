@@ -15,7 +15,7 @@ use std::thread::JoinHandle;
 
 use bytes::Bytes;
 use crossbeam::channel::{self, Receiver, Sender, TrySendError};
-use profiledb_storage::{now_ms, Batch, StorageError, Store, TenantId};
+use profiledb_storage::{now_ms, Batch, Spent, StorageError, Store, TenantId};
 use tracing::debug;
 
 use crate::tenancy::{Admission, LimitExceeded};
@@ -316,12 +316,23 @@ fn worker(
     stats: Arc<PipelineStats>,
     config: PipelineConfig,
 ) {
-    for (job, reply, inflight) in rx.iter() {
+    // What the writer is done with comes back here to be freed on the thread
+    // that allocated it (see `Spent`), before the next upload is taken and while
+    // none waits. The upload's memory share travels with it: it is given back
+    // when the batch and its WAL record are freed, not when the upload is
+    // answered.
+    let (spent_tx, spent_rx) = channel::unbounded::<(Spent, Inflight)>();
+    loop {
+        while spent_rx.try_recv().is_ok() {}
+        let queued = channel::select! {
+            recv(spent_rx) -> _ => continue,
+            recv(rx) -> q => q,
+        };
+        let Ok((job, reply, inflight)) = queued else {
+            break;
+        };
         let stats = stats.clone();
-        // The upload's memory share is given back only once it is answered: until
-        // the writer has applied it, its batch and WAL record are still held.
         let answer = move |res: Result<Stored, PipelineError>| {
-            drop(inflight);
             match &res {
                 Ok(s) => {
                     stats.samples.fetch_add(s.samples, Ordering::Relaxed);
@@ -336,22 +347,33 @@ fn worker(
             let _ = reply.send(res);
         };
         match prepare(&config, job) {
-            Err(e) => answer(Err(e)),
-            Ok((None, stored)) => answer(Ok(stored)),
+            Err(e) => {
+                drop(inflight);
+                answer(Err(e))
+            }
+            Ok((None, stored)) => {
+                drop(inflight);
+                answer(Ok(stored))
+            }
             // The worker does not wait for the WAL commit: it decodes the next
             // upload while the writer commits this one, and the writer answers.
-            Ok((Some(batch), stored)) => store.submit(
-                batch,
-                Box::new(move |res| {
-                    answer(
-                        res.map(|lsn| Stored {
-                            lsn: Some(lsn),
-                            ..stored
-                        })
-                        .map_err(PipelineError::from),
-                    )
-                }),
-            ),
+            Ok((Some(batch), stored)) => {
+                let spent_tx = spent_tx.clone();
+                store.submit(
+                    batch,
+                    Box::new(move |res, spent| {
+                        answer(
+                            res.map(|lsn| Stored {
+                                lsn: Some(lsn),
+                                ..stored
+                            })
+                            .map_err(PipelineError::from),
+                        );
+                        // Once this worker has stopped, both are freed here.
+                        let _ = spent_tx.send((spent, inflight));
+                    }),
+                )
+            }
         }
     }
 }

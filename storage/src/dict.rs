@@ -115,6 +115,9 @@ impl Dict {
 pub struct DictBuilder {
     dict: Dict,
     string_ids: FxHashMap<String, u32>,
+    /// The empty string's id once interned. It never goes through `string_ids`:
+    /// see [`crate::bytes`].
+    empty_id: Option<u32>,
     mapping_ids: FxHashMap<MappingRec, u32>,
     function_ids: FxHashMap<FunctionRec, u32>,
     location_ids: FxHashMap<LocationRec, u32>,
@@ -174,6 +177,10 @@ impl DictBuilder {
     pub(crate) fn from_dict(dict: Dict) -> Self {
         let mut b = DictBuilder::default();
         for (i, s) in dict.strings.iter().enumerate() {
+            if s.is_empty() {
+                b.empty_id.get_or_insert(i as u32);
+                continue;
+            }
             b.string_ids.entry(s.clone()).or_insert(i as u32);
             b.string_bytes += s.len();
         }
@@ -204,12 +211,20 @@ impl DictBuilder {
     }
 
     pub fn intern(&mut self, s: &str) -> u32 {
-        if let Some(&id) = self.string_ids.get(s) {
+        if s.is_empty() {
+            if let Some(id) = self.empty_id {
+                return id;
+            }
+        } else if let Some(&id) = self.string_ids.get(s) {
             return id;
         }
         let id = self.dict.strings.len() as u32;
         self.dict.strings.push(s.to_owned());
-        self.string_ids.insert(s.to_owned(), id);
+        if s.is_empty() {
+            self.empty_id = Some(id);
+        } else {
+            self.string_ids.insert(s.to_owned(), id);
+        }
         self.string_bytes += s.len();
         id
     }
@@ -523,6 +538,21 @@ mod tests {
             &encode_stacks(&d.parents, &d.node_locations),
         )
         .unwrap()
+    }
+
+    #[test]
+    fn the_empty_string_keeps_one_id_wherever_it_is_interned() {
+        // Not first: a builder on a dict whose empty string is not string 0.
+        let mut b = DictBuilder::default();
+        assert_eq!((b.intern("a"), b.intern(""), b.intern("b")), (0, 1, 2));
+        assert_eq!((b.intern(""), b.intern("a")), (1, 0));
+        let f = b.function("f", "");
+        let m = b.mapping("", "");
+        assert_eq!(b.dict().strings, ["a", "", "b", "f"]);
+        let mut c = DictBuilder::from_dict(b.finish());
+        assert_eq!((c.intern(""), c.intern("f"), c.intern("new")), (1, 3, 4));
+        assert_eq!((c.function("f", ""), c.mapping("", "")), (f, m));
+        assert_eq!(c.dict().strings.len(), 5);
     }
 
     #[test]

@@ -93,27 +93,27 @@ struct LocationKey {
 #[derive(Default)]
 struct Tables {
     generation: u64,
-    /// Pairs of names in one allocation each (see [`pair`]): the comparison that
-    /// confirms a hit reads one block, not two.
-    functions: Table<Box<[u8]>>,
-    mappings: Table<Box<[u8]>>,
+    /// Pairs of names as spans of `names` (see [`Pair`]).
+    functions: Table<Pair>,
+    mappings: Table<Pair>,
     locations: Table<LocationKey>,
     /// Each stack's path as `(start, len)` in `paths`.
     stacks: Table<(u32, u32)>,
     /// Every stack's location ids, root first, end to end: no allocation per stack.
     paths: Vec<u32>,
-    string_bytes: usize,
+    /// Every pair's two names, end to end: no allocation per pair.
+    names: Vec<u8>,
 }
 
 /// Bytes per entry of each table: the item, its hash-map slot and slack (and for
 /// strings and paths, their allocations' headers).
-const FUNCTION_BYTES: usize = 64;
+const FUNCTION_BYTES: usize = 32;
 const LOCATION_BYTES: usize = 48;
 const STACK_BYTES: usize = 48;
 
 impl Tables {
     fn approx_bytes(&self) -> usize {
-        self.string_bytes
+        self.names.capacity()
             + (self.functions.items.len() + self.mappings.items.len()) * FUNCTION_BYTES
             + self.locations.items.len() * LOCATION_BYTES
             + self.stacks.items.len() * STACK_BYTES
@@ -150,44 +150,67 @@ impl Tables {
     }
 }
 
-/// The id of a pair of names (a function's name and file, a mapping's file and
-/// build id) in `table`; `string_bytes` counts what a new pair adds.
-fn names(
-    table: &mut Table<Box<[u8]>>,
-    string_bytes: &mut usize,
-    hash: u64,
-    a: &str,
-    b: &str,
-) -> u32 {
-    table.id(
-        hash,
-        |k| is_pair(k, a, b),
-        || {
-            *string_bytes += a.len() + b.len();
-            pair(a, b)
-        },
-    )
+/// Two names (a function's name and file, a mapping's file and build id) as a
+/// span of [`Tables::names`]: `a` is `len_a` bytes from `start`, `b` follows.
+#[derive(Clone, Copy)]
+struct Pair {
+    start: u32,
+    len_a: u32,
+    len_b: u32,
 }
 
-/// `a` and `b` in one block: `a`'s length (4 bytes, little endian), `a`, `b`.
-/// A name over 4 GiB (the decoders' limits refuse one long before) would make a
-/// block no later pair matches: a miss, never a wrong id.
-fn pair(a: &str, b: &str) -> Box<[u8]> {
-    let mut k = Vec::with_capacity(4 + a.len() + b.len());
-    k.extend_from_slice(&u32::try_from(a.len()).unwrap_or(u32::MAX).to_le_bytes());
-    k.extend_from_slice(a.as_bytes());
-    k.extend_from_slice(b.as_bytes());
-    k.into_boxed_slice()
+impl Pair {
+    fn is(self, names: &[u8], a: &str, b: &str) -> bool {
+        let (s, la, lb) = (
+            self.start as usize,
+            self.len_a as usize,
+            self.len_b as usize,
+        );
+        la == a.len()
+            && lb == b.len()
+            && names
+                .get(s..s + la)
+                .is_some_and(|x| crate::bytes::eq(x, a.as_bytes()))
+            && names
+                .get(s + la..s + la + lb)
+                .is_some_and(|x| crate::bytes::eq(x, b.as_bytes()))
+    }
 }
 
-fn is_pair(k: &[u8], a: &str, b: &str) -> bool {
-    let Some((len, rest)) = k.split_first_chunk::<4>() else {
-        return false;
+/// The id of the pair `a`, `b` in `table`, its names kept in `names`. A pair whose
+/// span would not fit in `u32`s (the decoders' limits refuse names that long
+/// long before) gets no id: a miss, never a wrong id.
+fn names(table: &mut Table<Pair>, names: &mut Vec<u8>, hash: u64, a: &str, b: &str) -> u32 {
+    let span = (
+        u32::try_from(names.len()),
+        u32::try_from(a.len()),
+        u32::try_from(b.len()),
+    );
+    let (Ok(start), Ok(len_a), Ok(len_b)) = span else {
+        return NOT_INTERNED;
     };
-    u32::from_le_bytes(*len) as usize == a.len()
-        && rest.len() == a.len() + b.len()
-        && rest.get(..a.len()) == Some(a.as_bytes())
-        && rest.get(a.len()..) == Some(b.as_bytes())
+    if start
+        .checked_add(len_a)
+        .and_then(|e| e.checked_add(len_b))
+        .is_none()
+    {
+        return NOT_INTERNED;
+    }
+    let before = table.items.len();
+    let id = table.id(
+        hash,
+        |k| k.is(names, a, b),
+        || Pair {
+            start,
+            len_a,
+            len_b,
+        },
+    );
+    if table.items.len() > before {
+        names.extend_from_slice(a.as_bytes());
+        names.extend_from_slice(b.as_bytes());
+    }
+    id
 }
 
 fn pair_hash(a: &str, b: &str) -> u64 {
@@ -243,20 +266,14 @@ impl StackInterner {
             .functions
             .iter()
             .zip(&function_hashes)
-            .map(|(f, &h)| names(&mut t.functions, &mut t.string_bytes, h, &f.name, &f.file))
+            .map(|(f, &h)| names(&mut t.functions, &mut t.names, h, &f.name, &f.file))
             .collect();
         let mappings: Vec<u32> = syms
             .mappings
             .iter()
             .map(|m| {
                 let h = pair_hash(&m.file, &m.build_id);
-                names(
-                    &mut t.mappings,
-                    &mut t.string_bytes,
-                    h,
-                    &m.file,
-                    &m.build_id,
-                )
+                names(&mut t.mappings, &mut t.names, h, &m.file, &m.build_id)
             })
             .collect();
         // A location's function or mapping as a key: 0 for none, id + 1 for one;
@@ -436,13 +453,22 @@ mod tests {
 
     #[test]
     fn a_pair_matches_only_its_own_split() {
-        let k = pair("ab", "c");
-        assert!(is_pair(&k, "ab", "c"));
-        assert!(!is_pair(&k, "a", "bc"));
-        assert!(!is_pair(&k, "abc", ""));
-        assert!(!is_pair(&k, "ab", "cd"));
-        assert!(is_pair(&pair("", ""), "", ""));
-        assert!(!is_pair(&[1, 0], "", ""));
+        let (mut table, mut arena) = (Table::default(), Vec::new());
+        let h = pair_hash("ab", "c");
+        assert_eq!(names(&mut table, &mut arena, h, "ab", "c"), 0);
+        assert_eq!(names(&mut table, &mut arena, h, "ab", "c"), 0);
+        // Same hash, other split or other bytes: no id, never the first pair's.
+        for (a, b) in [("a", "bc"), ("abc", ""), ("ab", "cd"), ("", "abc")] {
+            assert_eq!(
+                names(&mut table, &mut arena, h, a, b),
+                NOT_INTERNED,
+                "{a:?} {b:?}"
+            );
+        }
+        let e = pair_hash("", "");
+        assert_eq!(names(&mut table, &mut arena, e, "", ""), 1);
+        assert_eq!(names(&mut table, &mut arena, e, "", ""), 1);
+        assert_eq!(arena, b"abc");
     }
 
     #[test]

@@ -65,6 +65,7 @@
 
 pub mod analysis;
 mod bucket;
+mod bytes;
 mod cache;
 mod catalog;
 mod cluster;
@@ -127,6 +128,6 @@ pub use selector::{MatchOp, Matcher, Selector};
 pub use stats::{Gauges, StoreStats};
 pub use store::{
     now_ms, CompactProgress, CompactReport, CompactedPartition, Fetch, Fetcher, RetentionReport,
-    SkippedPartition, Store, WriteDone,
+    SkippedPartition, Spent, Store, WriteDone,
 };
 pub use wal::ReplayProgress;

@@ -151,7 +151,7 @@ fn submit_answers_once_stored_or_refused() {
         let tx = tx.clone();
         store.submit(
             build_batch(&tenant, &samples),
-            Box::new(move |r| tx.send(r).unwrap()),
+            Box::new(move |r, _| tx.send(r).unwrap()),
         );
     }
     let lsns: Vec<u64> = (0..20).map(|_| rx.recv().unwrap().unwrap()).collect();
@@ -163,7 +163,7 @@ fn submit_answers_once_stored_or_refused() {
         labels: Labels::new([("service_name", "x")]),
         samples: Vec::new(),
     });
-    store.submit(bad, Box::new(move |r| tx.send(r).unwrap()));
+    store.submit(bad, Box::new(move |r, _| tx.send(r).unwrap()));
     match rx.recv().unwrap() {
         Err(StorageError::Invalid(m)) => assert!(m.contains("__profile_type__"), "{m}"),
         other => panic!("expected a refusal, got {other:?}"),

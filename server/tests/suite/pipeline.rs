@@ -55,6 +55,17 @@ fn full_queue_refuses_at_once_and_accepted_jobs_are_stored() {
         stored += s.samples;
     }
     assert_eq!(stored % 2000, 0);
+    // The memory share comes back once the writer has handed each batch back
+    // and the worker has freed it, with no next upload to wake the worker.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while pipeline.inflight_bytes() != 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} bytes still reserved after every answer",
+            pipeline.inflight_bytes()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
     // Every acknowledged job is in the store (2000 stacks of 1 sample × 1e7 ns each).
     let tree = Querier::new(&store, 0, QueryLimits::default())
         .merge_tree(&TenantId::default(), &Selector::default(), TimeRange::all())

@@ -28,9 +28,25 @@ use crate::intern::Interned;
 use crate::model::{Batch, TenantId};
 use crate::stats::inc;
 
-/// Called by the writer with a write's outcome: its WAL sequence number once the
-/// batch is durable and applied, or why it was not stored.
-pub type WriteDone = Box<dyn FnOnce(Result<u64>) + Send>;
+/// Called by the writer with a write's outcome (its WAL sequence number once the
+/// batch is durable and applied, or why it was not stored) and what the write no
+/// longer needs.
+pub type WriteDone = Box<dyn FnOnce(Result<u64>, Spent) + Send>;
+
+/// A write's batch, stack ids and WAL record, handed back once it is answered.
+/// Dropping it frees them. A caller that built the batch on another thread than
+/// the writer's can drop it there: mimalloc frees a block on the thread that
+/// allocated it with no atomic operation, while a free from another thread goes
+/// through the block's page and the owner collects it later. Freeing a push's
+/// thousands of strings on the writer thread was 3 % of the full-density ingest's
+/// CPU (`mi_free` on the writer), and the decoders' collection of those frees
+/// another 1.7 %.
+#[derive(Default)]
+pub struct Spent {
+    _batch: Option<Batch>,
+    _interned: Interned,
+    _payload: Vec<u8>,
+}
 
 /// A batch on its way to the WAL and the head.
 pub(super) struct PendingWrite {
@@ -233,7 +249,18 @@ impl Inner {
                         for (i, w) in writes.into_iter().enumerate() {
                             inc(&self.stats.samples_written, w.batch.sample_count() as u64);
                             inc(&self.stats.batches_written, 1);
-                            (w.done)(Ok(first_lsn + i as u64));
+                            let PendingWrite {
+                                batch,
+                                interned,
+                                payload,
+                                done,
+                            } = w;
+                            let spent = Spent {
+                                _batch: Some(batch),
+                                _interned: interned,
+                                _payload: payload,
+                            };
+                            done(Ok(first_lsn + i as u64), spent);
                         }
                     }
                     Err(e) => {
@@ -244,10 +271,13 @@ impl Inner {
                         drop(wal);
                         let msg = e.to_string();
                         for w in writes {
-                            (w.done)(Err(StorageError::io(
-                                self.dir.join("wal"),
-                                std::io::Error::other(msg.clone()),
-                            )));
+                            (w.done)(
+                                Err(StorageError::io(
+                                    self.dir.join("wal"),
+                                    std::io::Error::other(msg.clone()),
+                                )),
+                                Spent::default(),
+                            );
                         }
                     }
                 }
