@@ -2,9 +2,10 @@
 //!
 //! A push's record is hundreds of KB, and growing the buffer by doubling copied it
 //! again and again, so it is sized first. `postcard::experimental::serialized_size`
-//! sized it by running the whole serializer once to count: 2 % of the
-//! full-density ingest's CPU. [`encoded_len`] adds up the varints' lengths
-//! directly; a test holds it to postcard's own output, byte for byte in length.
+//! sized it by running the whole serializer once to count. [`encoded_len`] adds up
+//! the varints' lengths directly: the record's encoding went from 6.6 % to 5.3 % of
+//! the full-density ingest's CPU samples. A test holds it to postcard's own output
+//! length.
 
 use crate::model::{Batch, Location, Sample};
 
