@@ -105,8 +105,8 @@ struct Tables {
     names: Vec<u8>,
 }
 
-/// Bytes per entry of each table: the item, its hash-map slot and slack (and for
-/// strings and paths, their allocations' headers).
+/// Bytes per entry of each table: the item, its hash-map slot and slack (names and
+/// paths are counted in their arenas).
 const FUNCTION_BYTES: usize = 32;
 const LOCATION_BYTES: usize = 48;
 const STACK_BYTES: usize = 48;
@@ -166,14 +166,12 @@ impl Pair {
             self.len_a as usize,
             self.len_b as usize,
         );
-        la == a.len()
-            && lb == b.len()
-            && names
-                .get(s..s + la)
-                .is_some_and(|x| crate::bytes::eq(x, a.as_bytes()))
-            && names
-                .get(s + la..s + la + lb)
-                .is_some_and(|x| crate::bytes::eq(x, b.as_bytes()))
+        let matches = |from: usize, len: usize, x: &str| {
+            names
+                .get(from..from + len)
+                .is_some_and(|y| crate::bytes::eq(y, x.as_bytes()))
+        };
+        matches(s, la, a) && matches(s + la, lb, b)
     }
 }
 
