@@ -7,16 +7,12 @@
 //! the full-density ingest's CPU samples. A test holds it to postcard's own output
 //! length; a wrong length would cost the buffer a regrowth, never a wrong record.
 
+use crate::codec::{uvarint_len as varint, zigzag};
 use crate::model::{Batch, Location, Sample};
 
-/// Bytes of the varint of `v`: seven bits a byte, and 0 takes one.
-fn varint(v: u64) -> usize {
-    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
-}
-
-/// Bytes of a signed integer, zigzag-encoded as postcard does.
-fn zigzag(v: i64) -> usize {
-    varint(((v << 1) ^ (v >> 63)) as u64)
+/// Bytes of a signed integer: zigzag, then a varint, as postcard writes it.
+fn signed(v: i64) -> usize {
+    varint(zigzag(v))
 }
 
 fn string(s: &str) -> usize {
@@ -32,7 +28,7 @@ fn location(l: &Location) -> usize {
 }
 
 fn sample(s: &Sample) -> usize {
-    zigzag(s.timestamp_ms) + varint(u64::from(s.stack)) + zigzag(s.value)
+    signed(s.timestamp_ms) + varint(u64::from(s.stack)) + signed(s.value)
 }
 
 fn seq<T>(items: &[T], each: impl Fn(&T) -> usize) -> usize {
@@ -154,7 +150,7 @@ mod tests {
             (i64::MIN, 10),
             (i64::MAX, 10),
         ] {
-            assert_eq!(zigzag(v), n, "{v}");
+            assert_eq!(signed(v), n, "{v}");
         }
         let widest = batch(
             vec![("f".repeat(200), String::new())],
