@@ -52,8 +52,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // type): `extern_path` maps `google.v1` onto `perftools.profiles`, whose bytes
     // are the same message, so a field of type `google.v1.Profile` is our pprof.
     prost_build::Config::new()
-        // Zero-copy string table: entries become `Bytes` slices of the input buffer.
-        .bytes([".perftools.profiles.Profile.string_table"])
+        // Zero-copy: string table entries, and a push's profiles, become `Bytes`
+        // slices of the input buffer.
+        .bytes([
+            ".perftools.profiles.Profile.string_table",
+            ".push.v1.RawSample.raw_profile",
+        ])
         .extern_path(".google.v1", "crate::perftools::profiles")
         .compile_fds(all)?;
     Ok(())

@@ -497,7 +497,7 @@ impl Fleet {
             series.push(RawProfileSeries {
                 labels: self.labels("process_cpu", s, host, ts_ms),
                 samples: vec![RawSample {
-                    raw_profile: cpu,
+                    raw_profile: cpu.into(),
                     id: String::new(),
                 }],
             });
@@ -517,7 +517,7 @@ impl Fleet {
                 series.push(RawProfileSeries {
                     labels: self.labels("memory", s, host, ts_ms),
                     samples: vec![RawSample {
-                        raw_profile: mem,
+                        raw_profile: mem.into(),
                         id: String::new(),
                     }],
                 });
@@ -571,7 +571,7 @@ impl Fleet {
                 series.push(RawProfileSeries {
                     labels,
                     samples: vec![RawSample {
-                        raw_profile,
+                        raw_profile: raw_profile.into(),
                         id: String::new(),
                     }],
                 });
@@ -702,7 +702,7 @@ impl Replay {
                 kv("host", format!("replay-{host:03}")),
             ],
             samples: vec![RawSample {
-                raw_profile: p.encode_to_vec(),
+                raw_profile: p.encode_to_vec().into(),
                 id: String::new(),
             }],
         })

@@ -372,6 +372,14 @@ fn compact(url: &str) -> anyhow::Result<Value> {
     Ok(out)
 }
 
+/// The value of the counter or gauge `name` (no labels) in `url`'s `/metrics`.
+fn counter(client: &reqwest::blocking::Client, url: &str, name: &str) -> anyhow::Result<f64> {
+    let text = client.get(format!("{url}/metrics")).send()?.text()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .with_context(|| format!("{name} missing from /metrics"))
+}
+
 /// Waits until the server's segment-cache warm-up is over (its metric reads 0).
 pub(crate) fn wait_warm(client: &reqwest::blocking::Client, url: &str) -> anyhow::Result<()> {
     let t = Instant::now();
@@ -668,6 +676,11 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
             pb.finish();
             let ingest_peak_rss = report::peak_rss_bytes();
             let ingest_cpu = thread_cpu::Snapshot::now().since(&cpu_before);
+            let wal_written = counter(
+                &reqwest::blocking::Client::new(),
+                &server.url,
+                "profiledb_storage_wal_bytes_written_total",
+            )?;
             let t_flush = Instant::now();
             server.stop()?;
             let flush_secs = t_flush.elapsed().as_secs_f64();
@@ -679,8 +692,10 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
             let stored = dir_bytes(&server_dir.join("segments"));
             let values = values.load(Ordering::Relaxed);
             println!(
-            "ingested {values} values ({} of push bodies) in {ingest_secs:.1} s = {:.0} values/s over HTTP; shutdown flush {flush_secs:.1} s; {} of segments; peak RSS {}",
+            "ingested {values} values ({} of push bodies, {} of WAL records = {:.1} B/value) in {ingest_secs:.1} s = {:.0} values/s over HTTP; shutdown flush {flush_secs:.1} s; {} of segments; peak RSS {}",
             human_bytes(bytes_sent.load(Ordering::Relaxed) as f64),
+            human_bytes(wal_written),
+            wal_written / values.max(1) as f64,
             values as f64 / ingest_secs,
             human_bytes(stored as f64),
             human_bytes(ingest_peak_rss as f64)

@@ -56,7 +56,7 @@ fn cpu_only_push(fleet: &Fleet, host: usize, ts_ms: i64) -> (PushRequest, u64, i
             RawProfileSeries {
                 labels: fleet.labels("process_cpu", s, host, ts_ms),
                 samples: vec![RawSample {
-                    raw_profile: cpu,
+                    raw_profile: cpu.into(),
                     id: String::new(),
                 }],
             }
@@ -93,7 +93,7 @@ pub fn build(fleet: &Arc<Fleet>, ticks: &[i64], hosts: usize, dir: &Path) -> any
                         };
                         let (req, r, t) = cpu_only_push(fleet, host, ts);
                         let series =
-                            decode_push(&req.encode_to_vec(), PushEncoding::Proto, &limits)?;
+                            decode_push(&req.encode_to_vec().into(), PushEncoding::Proto, &limits)?;
                         let batch = push_to_batch(&series, TenantId::default(), ts, &limits)?;
                         store.write(batch)?;
                         rows.fetch_add(r, Ordering::Relaxed);

@@ -199,7 +199,7 @@ pub fn push_series(labels: &Labels, profile: &Profile) -> RawProfileSeries {
             })
             .collect(),
         samples: vec![RawSample {
-            raw_profile: profile.encode_to_vec(),
+            raw_profile: profile.encode_to_vec().into(),
             id: String::new(),
         }],
     }

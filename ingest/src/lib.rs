@@ -19,7 +19,7 @@
 
 #![deny(missing_docs)]
 
-pub mod append;
+pub mod builder;
 pub mod error;
 pub mod folded;
 pub mod gzip;
@@ -36,13 +36,13 @@ pub mod time;
 /// The generated wire messages the decoders read.
 pub use profiledb_proto as proto;
 
-pub use append::append_batch;
+pub use builder::BatchBuilder;
 pub use error::IngestError;
 pub use folded::{decode_folded, FoldedFormat, FoldedOptions, ValueScale};
 pub use jfr::{decode_jfr, JfrOptions};
 pub use limits::Limits;
 pub use otlp::{decode_otlp, otlp_to_batch, OtlpError};
-pub use pprof::{decode_pprof, PprofOptions};
+pub use pprof::{decode_pprof, decode_pprof_into, PprofOptions};
 pub use profile_type::{
     infer_profile_name, parse_sample_type_config, ProfileType, SampleTypeConfig, SampleTypeSettings,
 };

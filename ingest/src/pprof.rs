@@ -27,13 +27,13 @@ use std::collections::HashMap;
 use bytes::Bytes;
 
 use profiledb_model::{
-    Batch, Function, Labels, Location, Mapping, Sample, SeriesSamples, TenantId, NAME_LABEL,
-    PROFILE_TYPE_LABEL,
+    Batch, Function, Labels, Location, Mapping, Sample, TenantId, NAME_LABEL, PROFILE_TYPE_LABEL,
 };
 use prost::Message;
 use rustc_hash::FxHashMap;
 use std::collections::hash_map::Entry;
 
+use crate::builder::BatchBuilder;
 use crate::error::IngestError;
 use crate::gzip::decompress_body;
 use crate::label_rules::{
@@ -68,9 +68,22 @@ pub struct PprofOptions {
 
 /// Decodes a pprof profile (gzip-framed or plain) into a new batch.
 pub fn decode_pprof(data: &[u8], opts: &PprofOptions) -> Result<Batch, IngestError> {
+    let mut out = BatchBuilder::new(opts.tenant.clone());
+    decode_pprof_into(data, opts, &mut out)?;
+    Ok(out.finish())
+}
+
+/// Decodes a pprof profile (gzip-framed or plain) into `out`, after what it holds
+/// (`opts.tenant` is not used: `out` has its tenant). On an error `out` holds part
+/// of this profile and must be discarded.
+pub fn decode_pprof_into(
+    data: &[u8],
+    opts: &PprofOptions,
+    out: &mut BatchBuilder,
+) -> Result<(), IngestError> {
     let bytes = decompress_body(data, &opts.limits)?;
     match RawProfile::parse(&bytes) {
-        Ok(raw) => convert(&raw, opts),
+        Ok(raw) => convert(&raw, opts, out),
         // The streaming reader accepts exactly what prost accepts but keeps no error
         // details: decode again with prost for its error.
         Err(wire::Malformed) => match Profile::decode(&*bytes) {
@@ -79,23 +92,29 @@ pub fn decode_pprof(data: &[u8], opts: &PprofOptions) -> Result<Batch, IngestErr
                 source,
             }),
             // Unreachable unless the two decoders disagree; prost is the reference.
-            Ok(profile) => profile_to_batch(&profile, opts),
+            Ok(profile) => convert(&RawProfile::from_prost(&profile), opts, out),
         },
     }
 }
 
 /// Converts an already decoded profile into a new batch.
 pub fn profile_to_batch(profile: &Profile, opts: &PprofOptions) -> Result<Batch, IngestError> {
-    convert(&RawProfile::from_prost(profile), opts)
+    let mut out = BatchBuilder::new(opts.tenant.clone());
+    convert(&RawProfile::from_prost(profile), opts, &mut out)?;
+    Ok(out.finish())
 }
 
-fn convert(profile: &RawProfile<'_>, opts: &PprofOptions) -> Result<Batch, IngestError> {
+fn convert(
+    profile: &RawProfile<'_>,
+    opts: &PprofOptions,
+    out: &mut BatchBuilder,
+) -> Result<(), IngestError> {
     let limits = &opts.limits;
     limits.check_samples(profile.sample_count(), "samples in profile")?;
     let strings = Strings::new(&profile.strings)?;
     let (name, out_types) = output_types(profile, &strings, opts)?;
-    let mut batch = Batch::new(opts.tenant.clone());
-    let ids = build_symbols(profile, &strings, &mut batch)?;
+    let batch = out.batch_mut();
+    let ids = build_symbols(profile, &strings, batch)?;
 
     let timestamp_ms = sample_time_ms(profile.time_nanos, opts.fallback_time_ms);
     let n_values = profile.sample_type.len();
@@ -200,9 +219,8 @@ fn convert(profile: &RawProfile<'_>, opts: &PprofOptions) -> Result<Batch, Inges
         }
     }
 
-    // Label sets that resolve to the same labels (duplicate strings in the table) are
-    // merged here, once per set rather than once per sample.
-    let mut by_labels: HashMap<Labels, usize> = HashMap::new();
+    // Label sets that resolve to the same labels (duplicate strings in the table),
+    // and series of earlier profiles with the same labels, are merged by `out`.
     for (set, row) in series_samples.chunks_mut(n_out.max(1)).enumerate() {
         if row.iter().all(|s| s.is_empty()) {
             continue;
@@ -215,21 +233,10 @@ fn convert(profile: &RawProfile<'_>, opts: &PprofOptions) -> Result<Batch, Inges
             let mut labels = set_labels.clone();
             labels.set(PROFILE_TYPE_LABEL, t.id.as_str());
             check_series_labels(&labels, limits)?;
-            let samples = std::mem::take(samples);
-            match by_labels.get(&labels) {
-                Some(&idx) => {
-                    if let Some(s) = batch.series.get_mut(idx) {
-                        s.samples.extend(samples);
-                    }
-                }
-                None => {
-                    by_labels.insert(labels.clone(), batch.series.len());
-                    batch.series.push(SeriesSamples { labels, samples });
-                }
-            }
+            out.add_series(labels, std::mem::take(samples));
         }
     }
-    Ok(batch)
+    Ok(())
 }
 
 /// A pprof sample's identity for merging: its label set and location ids.
@@ -445,10 +452,14 @@ fn build_symbols(
     batch: &mut Batch,
 ) -> Result<SymbolIds, IngestError> {
     let syms = &mut batch.symbols;
+    // Indices in the batch follow what earlier profiles put there.
+    let mapping_base = syms.mappings.len();
+    let function_base = syms.functions.len();
+    to_u32(mapping_base + profile.mappings.len(), "mappings")?;
+    to_u32(function_base + profile.functions.len(), "functions")?;
     let mapping_ids = build_id_map("mapping", profile.mappings.iter().map(|m| m.id), |p| {
-        p as u32
+        (mapping_base + p) as u32
     })?;
-    to_u32(profile.mappings.len(), "mappings")?;
     syms.mappings.reserve(profile.mappings.len());
     for m in &profile.mappings {
         syms.mappings.push(Mapping {
@@ -462,9 +473,8 @@ fn build_symbols(
     }
 
     let function_ids = build_id_map("function", profile.functions.iter().map(|f| f.id), |p| {
-        p as u32
+        (function_base + p) as u32
     })?;
-    to_u32(profile.functions.len(), "functions")?;
     syms.functions.reserve(profile.functions.len());
     for f in &profile.functions {
         let mut name = strings.get(f.name, || format!("function {} name", f.id))?;

@@ -9,19 +9,22 @@
 //! other `__*` labels are dropped (clients cannot set `__profile_type__`), and the rest
 //! — `service_name`, `otel.scope.name`, user tags — are kept as series labels.
 
+use std::borrow::Cow;
+
 use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
 use base64::engine::DecodePaddingMode;
 use base64::{alphabet, Engine};
+use bytes::Bytes;
 use profiledb_model::{Batch, Labels, TenantId, NAME_LABEL};
 use prost::Message;
 use serde::Deserialize;
 
-use crate::append::append_batch;
+use crate::builder::BatchBuilder;
 use crate::error::IngestError;
 use crate::gzip::decompress_body;
 use crate::label_rules::{check_label_name, is_reserved};
 use crate::limits::Limits;
-use crate::pprof::{decode_pprof, PprofOptions};
+use crate::pprof::{decode_pprof_into, PprofOptions};
 use crate::proto::push::v1::PushRequest;
 
 /// How the request body is encoded, from its `Content-Type`.
@@ -59,8 +62,9 @@ impl PushEncoding {
 pub struct PushProfile {
     /// Client-chosen id (a UUID); may be empty.
     pub id: String,
-    /// pprof bytes, gzip-framed or not.
-    pub raw: Vec<u8>,
+    /// pprof bytes, gzip-framed or not: a slice of the request body when that was
+    /// not compressed (no copy).
+    pub raw: Bytes,
 }
 
 /// One `RawProfileSeries`, with its labels already sorted out.
@@ -76,17 +80,22 @@ pub struct PushSeries {
 
 /// Decodes a Push request body into its series.
 pub fn decode_push(
-    body: &[u8],
+    body: &Bytes,
     encoding: PushEncoding,
     limits: &Limits,
 ) -> Result<Vec<PushSeries>, IngestError> {
-    let body = decompress_body(body, limits)?;
+    let body = match decompress_body(body, limits)? {
+        Cow::Borrowed(_) => body.clone(),
+        Cow::Owned(inflated) => Bytes::from(inflated),
+    };
     let raw: Vec<RawSeries> = match encoding {
         PushEncoding::Proto => {
-            let req = PushRequest::decode(&*body).map_err(|source| IngestError::Protobuf {
-                what: "push.v1.PushRequest",
-                source,
-            })?;
+            // From `Bytes`, each profile is a slice of the body, not a copy.
+            let req =
+                PushRequest::decode(body.clone()).map_err(|source| IngestError::Protobuf {
+                    what: "push.v1.PushRequest",
+                    source,
+                })?;
             req.series
                 .into_iter()
                 .map(|s| {
@@ -148,7 +157,7 @@ pub fn push_to_batch(
     fallback_time_ms: i64,
     limits: &Limits,
 ) -> Result<Batch, IngestError> {
-    let mut batch = Batch::new(tenant.clone());
+    let mut batch = BatchBuilder::new(tenant.clone());
     for s in series {
         let opts = PprofOptions {
             tenant: tenant.clone(),
@@ -159,10 +168,10 @@ pub fn push_to_batch(
             sample_type_config: None,
         };
         for p in &s.profiles {
-            append_batch(&mut batch, decode_pprof(&p.raw, &opts)?);
+            decode_pprof_into(&p.raw, &opts, &mut batch)?;
         }
     }
-    Ok(batch)
+    Ok(batch.finish())
 }
 
 #[derive(Deserialize, Default)]
@@ -220,7 +229,7 @@ fn json_series(body: &[u8]) -> Result<Vec<RawSeries>, IngestError> {
             })?;
             profiles.push(PushProfile {
                 id: p.id.unwrap_or_default(),
-                raw,
+                raw: raw.into(),
             });
         }
         out.push((labels, profiles));

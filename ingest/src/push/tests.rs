@@ -100,11 +100,16 @@ fn request() -> PushRequest {
                 ("__session_id__", "abc"),
             ]),
             samples: vec![RawSample {
-                raw_profile: sdk_profile(),
+                raw_profile: sdk_profile().into(),
                 id: "6f1c".into(),
             }],
         }],
     }
+}
+
+/// A request body as the server holds it.
+fn body(data: impl AsRef<[u8]>) -> Bytes {
+    Bytes::copy_from_slice(data.as_ref())
 }
 
 fn gz(data: &[u8]) -> Vec<u8> {
@@ -131,8 +136,8 @@ fn check_series(series: &[PushSeries]) {
 
 #[test]
 fn binary_gzipped_request() {
-    let body = gz(&request().encode_to_vec());
-    let series = decode_push(&body, PushEncoding::Proto, &Limits::default()).unwrap();
+    let gzipped = gz(&request().encode_to_vec());
+    let series = decode_push(&body(&gzipped), PushEncoding::Proto, &Limits::default()).unwrap();
     check_series(&series);
 
     let batch = push_to_batch(&series, TenantId::default(), 5, &Limits::default()).unwrap();
@@ -175,7 +180,14 @@ fn protojson_request_in_both_name_styles() {
             {{"name":"service_name","value":"rust-app"}},{{"name":"otel.scope.name","value":"pyroscope"}}],
             "samples":[{{"rawProfile":"{b64}","ID":"6f1c","unknownField":{{"x":1}}}}]}}],"extra":null}}"#
     );
-    check_series(&decode_push(camel.as_bytes(), PushEncoding::Json, &Limits::default()).unwrap());
+    check_series(
+        &decode_push(
+            &body(camel.as_bytes()),
+            PushEncoding::Json,
+            &Limits::default(),
+        )
+        .unwrap(),
+    );
 
     let url_unpadded = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sdk_profile());
     let snake = format!(
@@ -185,14 +197,14 @@ fn protojson_request_in_both_name_styles() {
     );
     check_series(
         &decode_push(
-            &gz(snake.as_bytes()),
+            &body(&gz(snake.as_bytes())),
             PushEncoding::Json,
             &Limits::default(),
         )
         .unwrap(),
     );
 
-    let empty = decode_push(b"{}", PushEncoding::Json, &Limits::default()).unwrap();
+    let empty = decode_push(&body(b"{}"), PushEncoding::Json, &Limits::default()).unwrap();
     assert!(empty.is_empty());
 }
 
@@ -200,7 +212,7 @@ fn protojson_request_in_both_name_styles() {
 fn bad_bodies_are_errors() {
     let l = Limits::default();
     let err = decode_push(
-        b"{\"series\":[{\"samples\":[{\"rawProfile\":\"!!\"}]}]}",
+        &body(b"{\"series\":[{\"samples\":[{\"rawProfile\":\"!!\"}]}]}"),
         PushEncoding::Json,
         &l,
     )
@@ -211,9 +223,9 @@ fn bad_bodies_are_errors() {
         ),
         "{err}"
     );
-    let err = decode_push(b"[", PushEncoding::Json, &l).unwrap_err();
+    let err = decode_push(&body(b"["), PushEncoding::Json, &l).unwrap_err();
     assert_eq!(err.code(), "invalid_argument");
-    let err = decode_push(b"\x0a\x05\x0a", PushEncoding::Proto, &l).unwrap_err();
+    let err = decode_push(&body(b"\x0a\x05\x0a"), PushEncoding::Proto, &l).unwrap_err();
     assert!(matches!(
         err,
         IngestError::Protobuf {
@@ -224,16 +236,16 @@ fn bad_bodies_are_errors() {
 
     let mut req = request();
     req.series[0].labels = labels(&[("bad-name", "x")]);
-    let err = decode_push(&req.encode_to_vec(), PushEncoding::Proto, &l).unwrap_err();
+    let err = decode_push(&body(&req.encode_to_vec()), PushEncoding::Proto, &l).unwrap_err();
     assert!(matches!(err, IngestError::InvalidLabel { .. }));
 
     // A bad profile inside fails the whole request.
     let mut req = request();
     req.series[0].samples.push(RawSample {
-        raw_profile: b"\x0a\xff".to_vec(),
+        raw_profile: Bytes::from_static(b"\x0a\xff"),
         id: String::new(),
     });
-    let series = decode_push(&req.encode_to_vec(), PushEncoding::Proto, &l).unwrap();
+    let series = decode_push(&body(&req.encode_to_vec()), PushEncoding::Proto, &l).unwrap();
     assert!(push_to_batch(&series, TenantId::default(), 0, &l).is_err());
 }
 
@@ -248,4 +260,86 @@ fn content_types() {
         Some(PushEncoding::Proto)
     );
     assert_eq!(PushEncoding::from_content_type("text/plain"), None);
+}
+
+/// Every sample of `batch` as (labels, function names root first, value, time).
+fn flat(batch: &profiledb_model::Batch) -> Vec<(String, Vec<String>, i64, i64)> {
+    let mut out: Vec<_> = batch
+        .series
+        .iter()
+        .flat_map(|s| {
+            s.samples.iter().map(|x| {
+                let names = batch
+                    .stacks
+                    .get(x.stack)
+                    .unwrap()
+                    .iter()
+                    .map(|&l| {
+                        let f = batch.symbols.locations[l as usize].function.unwrap();
+                        batch.symbols.functions[f as usize].name.clone()
+                    })
+                    .collect();
+                (format!("{:?}", s.labels), names, x.value, x.timestamp_ms)
+            })
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn profiles_of_a_request_share_one_batch_with_their_own_symbols() {
+    // A second profile whose function ids and string indices overlap the first's
+    // but name other functions: read with the first's offsets, it would name them.
+    let mut other = Profile::decode(&sdk_profile()[..]).unwrap();
+    other.string_table[3] = "other_main".into();
+    other.string_table[4] = "other_work".into();
+    other.sample.truncate(1);
+    other.sample[0].label.clear();
+    other.sample[0].value = vec![70_000_000];
+    let other = other.encode_to_vec();
+    let service = |name: &str, profiles: Vec<Vec<u8>>| RawProfileSeries {
+        labels: labels(&[("__name__", "process_cpu"), ("service_name", name)]),
+        samples: profiles
+            .into_iter()
+            .map(|p| RawSample {
+                raw_profile: p.into(),
+                id: String::new(),
+            })
+            .collect(),
+    };
+    let req = PushRequest {
+        series: vec![
+            service("a", vec![sdk_profile()]),
+            service("a", vec![other.clone()]),
+            service("b", vec![sdk_profile(), other]),
+        ],
+    };
+    let l = Limits::default();
+    let series = decode_push(&body(req.encode_to_vec()), PushEncoding::Proto, &l).unwrap();
+    let batch = push_to_batch(&series, TenantId::default(), 5, &l).unwrap();
+    assert_eq!(batch.validate(), Ok(()));
+    // Per service: the unlabeled samples of both profiles in one series, and the
+    // `route=/x` one in another.
+    assert_eq!(batch.series.len(), 4);
+
+    // The same samples as each profile decoded into a batch of its own.
+    let mut alone = Vec::new();
+    for s in &series {
+        let opts = PprofOptions {
+            base_labels: s.labels.clone(),
+            name: s.name.clone(),
+            fallback_time_ms: 5,
+            limits: l.clone(),
+            ..Default::default()
+        };
+        for p in &s.profiles {
+            alone.extend(flat(&crate::pprof::decode_pprof(&p.raw, &opts).unwrap()));
+        }
+    }
+    alone.sort();
+    let got = flat(&batch);
+    assert_eq!(got, alone);
+    let names: Vec<&[String]> = got.iter().map(|x| x.1.as_slice()).collect();
+    assert!(names.contains(&["other_main".to_string(), "other_work".to_string()].as_slice()));
 }

@@ -128,7 +128,7 @@ fn cases() -> Vec<Case> {
                     value: "p".into(),
                 }],
                 samples: vec![profiledb_ingest::proto::push::v1::RawSample {
-                    raw_profile: raw,
+                    raw_profile: raw.into(),
                     id: String::new(),
                 }],
             }],

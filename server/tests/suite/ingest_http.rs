@@ -40,7 +40,7 @@ fn push_request(labels: &[(&str, &str)], profiles: Vec<Vec<u8>>) -> pushpb::Push
             samples: profiles
                 .into_iter()
                 .map(|raw| pushpb::RawSample {
-                    raw_profile: raw,
+                    raw_profile: raw.into(),
                     id: "00000000-0000-0000-0000-000000000000".into(),
                 })
                 .collect(),
