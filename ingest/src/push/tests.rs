@@ -197,7 +197,7 @@ fn protojson_request_in_both_name_styles() {
     );
     check_series(
         &decode_push(
-            &body(&gz(snake.as_bytes())),
+            &body(gz(snake.as_bytes())),
             PushEncoding::Json,
             &Limits::default(),
         )
@@ -236,7 +236,7 @@ fn bad_bodies_are_errors() {
 
     let mut req = request();
     req.series[0].labels = labels(&[("bad-name", "x")]);
-    let err = decode_push(&body(&req.encode_to_vec()), PushEncoding::Proto, &l).unwrap_err();
+    let err = decode_push(&body(req.encode_to_vec()), PushEncoding::Proto, &l).unwrap_err();
     assert!(matches!(err, IngestError::InvalidLabel { .. }));
 
     // A bad profile inside fails the whole request.
@@ -245,7 +245,7 @@ fn bad_bodies_are_errors() {
         raw_profile: Bytes::from_static(b"\x0a\xff"),
         id: String::new(),
     });
-    let series = decode_push(&body(&req.encode_to_vec()), PushEncoding::Proto, &l).unwrap();
+    let series = decode_push(&body(req.encode_to_vec()), PushEncoding::Proto, &l).unwrap();
     assert!(push_to_batch(&series, TenantId::default(), 0, &l).is_err());
 }
 
