@@ -372,9 +372,11 @@ impl Fleet {
         period_type
             .int(1, s(period.0, &mut strings, &mut n_strings))
             .int(2, s(period.1, &mut strings, &mut n_strings));
-        // One function and one location per distinct function used.
-        let mut loc_of: FxHashMap<u32, u64> =
-            FxHashMap::with_capacity_and_hasher(4 * drawn.counts.len(), Default::default());
+        // One function and one location per distinct function used: its id by
+        // function index (0: none yet), in a vector since the indices are dense (a
+        // hash map lookup per frame was a tenth of the generator's time).
+        let mut loc_of: Vec<u64> = vec![0; self.functions.len()];
+        let mut n_locations = 0u64;
         let mut samples = Msg {
             buf: Vec::with_capacity(64 * drawn.counts.len()),
         };
@@ -388,9 +390,17 @@ impl Fleet {
             };
             location_id.clear();
             for &f in st.iter().rev() {
-                let next = loc_of.len() as u64 + 1;
-                let id = *loc_of.entry(f).or_insert(next);
-                if id == next {
+                if f as usize >= loc_of.len() {
+                    loc_of.resize(f as usize + 1, 0);
+                }
+                let slot = &mut loc_of[f as usize];
+                let new = *slot == 0;
+                if new {
+                    n_locations += 1;
+                    *slot = n_locations;
+                }
+                let id = *slot;
+                if new {
                     let name_i = n_strings;
                     let name = self.functions.get(f as usize);
                     strings.bytes(6, name.map_or(b"?".as_slice(), |n| n.as_bytes()));

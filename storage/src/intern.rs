@@ -32,6 +32,21 @@ pub struct Interned {
     pub generation: u64,
     /// Indexed by the batch's stack index; [`NOT_INTERNED`] where there is none.
     pub stacks: Vec<u32>,
+    /// The ids of the batch's functions, indexed like its table ([`NOT_INTERNED`]
+    /// where there is none). With the two below, what a WAL record that names
+    /// stacks by id needs to define them (`store::symlog`).
+    pub functions: Vec<u32>,
+    /// The ids of the batch's mappings.
+    pub mappings: Vec<u32>,
+    /// The ids of the batch's locations.
+    pub locations: Vec<u32>,
+}
+
+impl Interned {
+    /// Whether every stack of the batch has an id.
+    pub fn is_complete(&self) -> bool {
+        !self.stacks.contains(&NOT_INTERNED)
+    }
 }
 
 /// Store-wide ids for functions, mappings, locations and stacks (see the module
@@ -243,6 +258,7 @@ impl StackInterner {
             return Interned {
                 generation: 0,
                 stacks: vec![NOT_INTERNED; batch.stacks.len()],
+                ..Interned::default()
             };
         }
         let syms = &batch.symbols;
@@ -324,6 +340,9 @@ impl StackInterner {
         Interned {
             generation: t.generation,
             stacks,
+            functions,
+            mappings,
+            locations,
         }
     }
 

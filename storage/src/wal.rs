@@ -18,6 +18,9 @@ use crate::error::{IoContext, Result};
 
 const HEADER_LEN: usize = 16;
 
+/// Bytes each record takes besides its payload.
+pub const RECORD_HEADER_BYTES: u64 = HEADER_LEN as u64;
+
 #[derive(Debug)]
 struct WalFile {
     path: PathBuf,
@@ -71,6 +74,9 @@ pub struct Wal {
     rotate_bytes: u64,
     buf: Vec<u8>,
     pending_last: Option<u64>,
+    /// Files started since open: which file a commit goes to (see
+    /// [`Wal::next_commit_file`]).
+    started: u64,
 }
 
 fn file_name(first_lsn: u64) -> String {
@@ -78,12 +84,13 @@ fn file_name(first_lsn: u64) -> String {
 }
 
 impl Wal {
-    /// Opens the WAL directory and replays every record through `apply` in LSN order.
+    /// Opens the WAL directory and replays every record through `apply` in LSN
+    /// order: its LSN, its payload and whether it is the first of its file.
     pub fn open(
         dir: &Path,
         rotate_bytes: u64,
         progress: &ReplayProgress,
-        mut apply: impl FnMut(u64, &[u8]),
+        mut apply: impl FnMut(u64, &[u8], bool),
     ) -> Result<(Wal, ReplayReport)> {
         fs::create_dir_all(dir).at(dir)?;
         let mut names: Vec<PathBuf> = fs::read_dir(dir)
@@ -131,6 +138,7 @@ impl Wal {
                 rotate_bytes,
                 buf: Vec::new(),
                 pending_last: None,
+                started: 0,
             },
             report,
         ))
@@ -138,15 +146,33 @@ impl Wal {
 
     /// Queues a record; it reaches the file at the next [`Wal::commit`].
     pub fn append(&mut self, lsn: u64, payload: &[u8]) {
+        self.append_parts(lsn, &[payload]);
+    }
+
+    /// Queues a record whose payload is `parts` end to end.
+    pub fn append_parts(&mut self, lsn: u64, parts: &[&[u8]]) {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
         let mut crc = crc32fast::Hasher::new();
         crc.update(&lsn.to_le_bytes());
-        crc.update(payload);
-        self.buf
-            .extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        for p in parts {
+            crc.update(p);
+        }
+        self.buf.extend_from_slice(&(len as u32).to_le_bytes());
         self.buf.extend_from_slice(&crc.finalize().to_le_bytes());
         self.buf.extend_from_slice(&lsn.to_le_bytes());
-        self.buf.extend_from_slice(payload);
+        for p in parts {
+            self.buf.extend_from_slice(p);
+        }
         self.pending_last = Some(lsn);
+    }
+
+    /// A number for the file the next [`Wal::commit`] writes to, the same for every
+    /// commit to one file and different from any earlier file's since open: a
+    /// record that must be readable without the files before it (their deletion
+    /// does not wait for it) can tell what its file already holds.
+    pub fn next_commit_file(&self) -> u64 {
+        let rotates = self.active.is_none() || self.active_bytes >= self.rotate_bytes;
+        self.started + u64::from(rotates)
     }
 
     /// Writes queued records in one call and, if `sync`, fsyncs them.
@@ -210,6 +236,7 @@ impl Wal {
         sync_dir(&self.dir)?;
         self.active = Some(f);
         self.active_bytes = 0;
+        self.started += 1;
         self.files.push(WalFile {
             path,
             last_lsn: 0,
@@ -273,7 +300,7 @@ impl Wal {
 fn replay_file(
     path: &Path,
     prev_lsn: u64,
-    apply: &mut impl FnMut(u64, &[u8]),
+    apply: &mut impl FnMut(u64, &[u8], bool),
     report: &mut ReplayReport,
     progress: &ReplayProgress,
 ) -> Result<(u64, u64)> {
@@ -308,7 +335,7 @@ fn replay_file(
         if lsn <= prev {
             break Some("record sequence number out of order");
         }
-        apply(lsn, payload);
+        apply(lsn, payload, pos == 0);
         prev = lsn;
         last = lsn;
         report.records += 1;
@@ -340,7 +367,7 @@ mod tests {
 
     fn replay(dir: &Path) -> (Vec<(u64, Vec<u8>)>, ReplayReport, Wal) {
         let mut got = Vec::new();
-        let (wal, rep) = Wal::open(dir, 1 << 20, &ReplayProgress::default(), |l, p| {
+        let (wal, rep) = Wal::open(dir, 1 << 20, &ReplayProgress::default(), |l, p, _| {
             got.push((l, p.to_vec()))
         })
         .unwrap();
@@ -424,7 +451,7 @@ mod tests {
     #[test]
     fn truncation_removes_only_fully_flushed_files() {
         let tmp = tempfile::tempdir().unwrap();
-        let (_, _, mut wal) = Wal::open(tmp.path(), 10, &ReplayProgress::default(), |_, _| {})
+        let (_, _, mut wal) = Wal::open(tmp.path(), 10, &ReplayProgress::default(), |_, _, _| {})
             .map(|(w, r)| ((), r, w))
             .unwrap();
         for lsn in 1..=4u64 {
@@ -445,11 +472,50 @@ mod tests {
         drop(wal);
         let progress = ReplayProgress::default();
         let mut got = Vec::new();
-        let (mut wal, _) = Wal::open(tmp.path(), 10, &progress, |l, _| got.push(l)).unwrap();
+        let (mut wal, _) = Wal::open(tmp.path(), 10, &progress, |l, _, _| got.push(l)).unwrap();
         assert_eq!(got, vec![3, 4]);
         assert_eq!(progress.bytes(), (2 * record, 2 * record));
         assert_eq!(wal.truncate_before(5).unwrap().files, 2);
         assert_eq!(wal.file_count(), 0);
         assert_eq!(wal.retained_bytes(), 0);
+    }
+
+    #[test]
+    fn commits_know_their_file_and_replay_marks_each_files_first_record() {
+        let tmp = tempfile::tempdir().unwrap();
+        let open = |got: &mut Vec<(u64, Vec<u8>, bool)>| {
+            // Records of 22 bytes (16 of header): a file takes two, then rotates.
+            Wal::open(tmp.path(), 40, &ReplayProgress::default(), |l, p, first| {
+                got.push((l, p.to_vec(), first))
+            })
+            .unwrap()
+            .0
+        };
+        let mut wal = open(&mut Vec::new());
+        let mut files = Vec::new();
+        for lsn in 1..=5u64 {
+            files.push(wal.next_commit_file());
+            wal.append_parts(lsn, &[b"ab", b"", b"cdef"]);
+            wal.commit(lsn, false).unwrap();
+        }
+        assert_eq!(files, vec![1, 1, 2, 2, 3]);
+        assert_eq!(wal.next_commit_file(), 3);
+        drop(wal);
+
+        let mut got = Vec::new();
+        let mut wal = open(&mut got);
+        let firsts: Vec<(u64, bool)> = got.iter().map(|g| (g.0, g.2)).collect();
+        assert_eq!(
+            firsts,
+            vec![(1, true), (2, false), (3, true), (4, false), (5, true)]
+        );
+        assert!(got.iter().all(|g| g.1 == b"abcdef"));
+        // After open, and after the active file is deleted, a new file starts.
+        assert_eq!(wal.next_commit_file(), 1);
+        wal.append(6, b"x");
+        wal.commit(6, false).unwrap();
+        assert_eq!(wal.next_commit_file(), 1);
+        wal.truncate_before(u64::MAX).unwrap();
+        assert_eq!(wal.next_commit_file(), 2);
     }
 }

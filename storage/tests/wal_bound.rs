@@ -21,13 +21,17 @@ fn config() -> StoreConfig {
     StoreConfig {
         head_max_bytes: HEAD_BUDGET,
         fsync: profiledb_storage::FsyncPolicy::Never,
+        // Full WAL records, which repeat every stack's names: the WAL outgrows the
+        // head. (With the interner on, records name stacks by id, and the WAL of
+        // this workload grows slower than its head.)
+        stack_interner_bytes: 0,
         ..test_config()
     }
 }
 
 /// Batch `i`: one series, 30 samples over the same 30 stacks as every other batch,
-/// all in one open partition. The head stores those stacks once; the WAL repeats
-/// them in every record, so it outgrows the head long before the head reaches its
+/// all in one open partition. The head stores those stacks once; full WAL records
+/// repeat them in every record, so it outgrows the head long before the head reaches its
 /// budget — the steady state of a service whose stacks do not change.
 fn batch_samples(i: u64) -> Vec<TSample> {
     let ts = 1_700_000_000_000i64 + (i as i64 % 300) * 1_000;
@@ -120,5 +124,56 @@ fn early_flush_deletes_the_wal_before_its_lsn_and_replay_is_exact() {
     assert_eq!(progress.bytes(), (wal_bytes, wal_bytes));
     let stored = check_acknowledged(&store, &acked, written, expected);
     assert_eq!(stored as u64, written);
+    store.close_without_flush();
+}
+
+/// With the interner on, records name stacks by id and define each id once per
+/// WAL file. Flushes delete the files that first defined this workload's stacks
+/// while later records keep using them: a replay after a crash must still read
+/// every record of the files left (each file defines what it uses).
+#[test]
+fn id_records_replay_after_the_files_that_first_defined_their_stacks_are_deleted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tenant = TenantId::default();
+    let cfg = StoreConfig {
+        stack_interner_bytes: 64 << 20,
+        ..config()
+    };
+    let store = Store::open(tmp.path(), cfg.clone()).unwrap();
+    let mut acked = BTreeSet::new();
+    let removed = || store.stats().wal_removed_files.load(Ordering::Relaxed);
+    let mut i = 0u64;
+    // Until files were deleted twice, then as many batches again.
+    let mut stop = None;
+    while stop.is_none_or(|s| i < s) {
+        assert!(i < 50_000, "no WAL file was ever deleted");
+        store
+            .write(build_batch(&tenant, &batch_samples(i)))
+            .unwrap();
+        acked.insert(i);
+        i += 1;
+        if stop.is_none() && removed() >= 2 {
+            stop = Some(2 * i);
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while store.stats().segments_flushed.load(Ordering::Relaxed)
+        < store.stats().early_flushes_head.load(Ordering::Relaxed)
+            + store.stats().early_flushes_wal.load(Ordering::Relaxed)
+    {
+        assert!(Instant::now() < deadline, "flushes did not finish");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    store.close_without_flush();
+    let files = wal_files(tmp.path());
+    assert!(
+        files.first().is_some_and(|&(first, _)| first > 1),
+        "the first WAL files were deleted: {files:?}"
+    );
+
+    let store = Store::open(tmp.path(), cfg).unwrap();
+    assert!(store.stats().wal_replayed_records.load(Ordering::Relaxed) > 0);
+    let stored = check_acknowledged(&store, &acked, i, expected);
+    assert_eq!(stored as u64, i);
     store.close_without_flush();
 }

@@ -33,6 +33,7 @@ mod recovery;
 mod scan;
 mod segments;
 pub(crate) mod state;
+mod symlog;
 mod writer;
 
 use std::collections::BTreeSet;
@@ -64,7 +65,7 @@ use crate::stats::{inc, Gauges, StoreStats};
 use crate::wal::{ReplayProgress, Wal};
 use segments::{SegmentCache, SummaryCache};
 use state::{SegmentHandle, State};
-use writer::{PendingWrite, WriterMsg};
+use writer::{PendingWrite, Record, WriterMsg};
 pub use writer::{Spent, WriteDone};
 
 /// Everything the roles share, each field annotated with the role that owns it.
@@ -295,14 +296,23 @@ impl Store {
         } else {
             batch.validate().map_err(StorageError::Invalid)
         };
-        let payload = checked.and_then(|()| {
-            record::encode(&batch)
-                .map_err(|e| StorageError::Invalid(format!("batch cannot be encoded: {e}")))
-        });
+        if let Err(e) = checked {
+            return Err((e, done));
+        }
+        let interned = self.inner.interner.intern(&batch);
+        // By ids when every stack has one; in full otherwise (interning off, or a
+        // hash collision).
+        let payload = match symlog::encode_body(&batch, &interned) {
+            Some(body) => body.map(Record::Ids),
+            None => record::encode(&batch).map(Record::Full),
+        };
         match payload {
-            Err(e) => Err((e, done)),
+            Err(e) => Err((
+                StorageError::Invalid(format!("batch cannot be encoded: {e}")),
+                done,
+            )),
             Ok(payload) => Ok(WriterMsg::Write(Box::new(PendingWrite {
-                interned: self.inner.interner.intern(&batch),
+                interned,
                 batch,
                 payload,
                 done,

@@ -27,8 +27,8 @@ fn location(l: &Location) -> usize {
     option(l.function) + option(l.mapping) + varint(l.address) + varint(u64::from(l.line))
 }
 
-fn sample(s: &Sample) -> usize {
-    signed(s.timestamp_ms) + varint(u64::from(s.stack)) + signed(s.value)
+fn sample(s: &Sample, stack: u32) -> usize {
+    signed(s.timestamp_ms) + varint(u64::from(stack)) + signed(s.value)
 }
 
 fn seq<T>(items: &[T], each: impl Fn(&T) -> usize) -> usize {
@@ -58,19 +58,27 @@ pub(super) fn encoded_len(batch: &Batch) -> usize {
             .flatten()
             .map(|&l| varint(u64::from(l)))
             .sum::<usize>();
-    string(batch.tenant.as_str())
-        + seq(&syms.mappings, |m| string(&m.file) + string(&m.build_id))
+    seq(&syms.mappings, |m| string(&m.file) + string(&m.build_id))
         + seq(&syms.functions, |f| string(&f.name) + string(&f.file))
         + seq(&syms.locations, location)
         + offsets
         + frames
+        + body_len(batch, Some)
+}
+
+/// The length of the postcard encoding of `batch`'s tenant and series, each
+/// sample's stack written as `stack(index)` (an id record's body, `symlog.rs`).
+pub(super) fn body_len(batch: &Batch, stack: impl Fn(u32) -> Option<u32>) -> usize {
+    string(batch.tenant.as_str())
         + seq(&batch.series, |s| {
             varint(s.labels.len() as u64)
                 + s.labels
                     .iter()
                     .map(|(k, v)| string(k) + string(v))
                     .sum::<usize>()
-                + seq(&s.samples, sample)
+                + seq(&s.samples, |x| {
+                    sample(x, stack(x.stack).unwrap_or(crate::intern::NOT_INTERNED))
+                })
         })
 }
 

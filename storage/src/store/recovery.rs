@@ -14,11 +14,12 @@ use tracing::{error, info, warn};
 
 use super::now_ms;
 use super::state::{SegmentHandle, State};
+use super::symlog::{RecordError, Resolver};
 use super::writer::apply_batch;
 use crate::catalog::Catalog;
 use crate::config::StoreConfig;
 use crate::error::{IoContext, Result, StorageError};
-use crate::model::{Batch, TenantId};
+use crate::model::TenantId;
 use crate::segment::{self, SegmentFile, SegmentMeta};
 use crate::stats::{inc, StoreStats};
 use crate::wal::{ReplayProgress, Wal};
@@ -86,18 +87,26 @@ pub(super) fn recover(
         ..Default::default()
     });
     let mut replay_err = 0u64;
+    // Reads every record, even those already in segments: a later record of the
+    // same file may use their definitions.
+    let mut resolver = Resolver::default();
     let (wal, report) = Wal::open(
         &dir.join("wal"),
         cfg.wal_rotate_bytes(),
         progress,
-        |lsn, payload| match postcard::from_bytes::<Batch>(payload) {
-            Ok(_) if lsn <= replay_floor => {}
-            Ok(batch) if batch.validate().is_ok() => {
-                apply_batch(&state, cfg, lsn, &batch, None, Some(&flushed));
-            }
-            _ => {
-                replay_err += 1;
-                error!(lsn, "undecodable WAL record skipped");
+        |lsn, payload, first_in_file| {
+            let batch = resolver
+                .decode(payload, first_in_file)
+                .and_then(|b| b.validate().map(|()| b).map_err(RecordError::Invalid));
+            match batch {
+                Ok(_) if lsn <= replay_floor => {}
+                Ok(batch) => {
+                    apply_batch(&state, cfg, lsn, &batch, None, Some(&flushed));
+                }
+                Err(e) => {
+                    replay_err += 1;
+                    error!(lsn, error = %e, "undecodable WAL record skipped");
+                }
             }
         },
     )?;

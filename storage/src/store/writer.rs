@@ -2,8 +2,10 @@
 //!
 //! Callers check and encode their batch, give its stacks their store-wide ids
 //! (`crate::intern`), and hand it over a bounded channel with a callback. The writer
-//! group-commits the queued batches to the WAL (one write, one fsync), applies them
-//! to the head and only then acknowledges. Between groups it seals head partitions
+//! puts before each record the symbol definitions its WAL file lacks (`symlog.rs`:
+//! only the writer knows the order records reach the file), group-commits the
+//! queued batches to the WAL (one write, one fsync), applies them to the head and
+//! only then acknowledges. Between groups it seals head partitions
 //! that are due and passes them to the flusher.
 //!
 //! The WAL lock is held across commit *and* apply (the flusher takes it to
@@ -19,7 +21,9 @@ use parking_lot::RwLock;
 use tracing::error;
 
 use super::flusher::FlushMsg;
+use super::record;
 use super::state::{PartitionRef, State};
+use super::symlog::Defined;
 use super::{now_ms, Inner};
 use crate::config::{FsyncPolicy, StoreConfig};
 use crate::error::{Result, StorageError};
@@ -27,6 +31,7 @@ use crate::head::HeadPartition;
 use crate::intern::Interned;
 use crate::model::{Batch, TenantId};
 use crate::stats::inc;
+use crate::wal::{Wal, RECORD_HEADER_BYTES};
 
 /// Called by the writer with a write's outcome (its WAL sequence number once the
 /// batch is durable and applied, or why it was not stored) and what the write no
@@ -45,7 +50,16 @@ pub type WriteDone = Box<dyn FnOnce(Result<u64>, Spent) + Send>;
 pub struct Spent {
     _batch: Option<Batch>,
     _interned: Interned,
-    _payload: Vec<u8>,
+    _payload: Option<Record>,
+}
+
+/// A batch's WAL record, encoded on the caller's thread.
+pub(super) enum Record {
+    /// The whole batch (`record.rs`).
+    Full(Vec<u8>),
+    /// The body of an id record; the writer puts the definitions it needs before
+    /// it (`symlog.rs`).
+    Ids(Vec<u8>),
 }
 
 /// A batch on its way to the WAL and the head.
@@ -54,8 +68,46 @@ pub(super) struct PendingWrite {
     /// The batch's stack ids, given on the caller's thread.
     pub interned: Interned,
     /// The WAL record.
-    pub payload: Vec<u8>,
+    pub payload: Record,
     pub done: WriteDone,
+}
+
+impl Record {
+    fn len(&self) -> usize {
+        match self {
+            Record::Full(b) | Record::Ids(b) => b.len(),
+        }
+    }
+}
+
+/// Queues `w`'s record at `lsn` in WAL file `file`, with the definitions its ids
+/// need there; returns the bytes queued.
+fn append(wal: &mut Wal, defined: &mut Defined, file: u64, lsn: u64, w: &PendingWrite) -> u64 {
+    let parts = match &w.payload {
+        Record::Full(full) => {
+            wal.append(lsn, full);
+            full.len()
+        }
+        Record::Ids(body) => match defined.prefix(file, &w.batch, &w.interned) {
+            Some(prefix) => {
+                wal.append_parts(lsn, &[&prefix, body]);
+                prefix.len() + body.len()
+            }
+            // Not reached while the interner gives complete ids, which the body
+            // was only encoded for; the full record is always right.
+            None => match record::encode(&w.batch) {
+                Ok(full) => {
+                    wal.append(lsn, &full);
+                    full.len()
+                }
+                Err(e) => {
+                    error!(error = %e, "WAL record cannot be encoded");
+                    0
+                }
+            },
+        },
+    };
+    parts as u64 + RECORD_HEADER_BYTES
 }
 
 /// What the writer thread is asked to do.
@@ -134,10 +186,11 @@ impl Inner {
     }
 
     /// The open partition holding the oldest WAL record, when the WAL files have
-    /// outgrown the head budget. A batch in the WAL weighs more than in the head
-    /// (it repeats its symbols), so without this an hour's partition that never
-    /// reaches the head budget would keep every WAL file of the hour, and a replay
-    /// after a crash would read all of them. Flushing it lets the flusher delete
+    /// outgrown the head budget. A batch in the WAL can weigh more than in the
+    /// head (a full record repeats its symbols, an id record its labels), so
+    /// without this an hour's partition that never reaches the head budget would
+    /// keep every WAL file of the hour, and a replay after a crash would read all
+    /// of them. Flushing it lets the flusher delete
     /// the files before the next-oldest record. Not while a flush is running: that
     /// one may already be the partition pinning the WAL.
     fn pinning_wal(&self, st: &State) -> Option<(TenantId, i64)> {
@@ -154,6 +207,7 @@ impl Inner {
 
     pub(super) fn writer_loop(self: Arc<Self>, rx: Receiver<WriterMsg>, ftx: Sender<FlushMsg>) {
         let tick = Duration::from_millis(500);
+        let mut defined = Defined::default();
         let mut last_sync = Instant::now();
         let mut unsynced = false;
         loop {
@@ -222,9 +276,9 @@ impl Inner {
                 let first_lsn = self.next_lsn.load(Ordering::SeqCst);
                 let mut lsn = first_lsn;
                 let mut wal_bytes = 0;
+                let file = wal.next_commit_file();
                 for w in &writes {
-                    wal.append(lsn, &w.payload);
-                    wal_bytes += w.payload.len() as u64 + 16;
+                    wal_bytes += append(&mut wal, &mut defined, file, lsn, w);
                     lsn += 1;
                 }
                 let committed = wal.commit(first_lsn, sync);
@@ -258,7 +312,7 @@ impl Inner {
                             let spent = Spent {
                                 _batch: Some(batch),
                                 _interned: interned,
-                                _payload: payload,
+                                _payload: Some(payload),
                             };
                             done(Ok(first_lsn + i as u64), spent);
                         }
@@ -269,6 +323,8 @@ impl Inner {
                         // tail — but a later record could follow it, so rotate.
                         error!(error = %e, "WAL commit failed; rejecting the group");
                         drop(wal);
+                        // Its definitions may not be in the file.
+                        defined.reset();
                         let msg = e.to_string();
                         for w in writes {
                             (w.done)(
