@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use profiledb_ingest::{decode_pprof, PprofOptions};
 use profiledb_proto::gzip::{gzip, is_gzip, Compression};
@@ -38,6 +39,10 @@ pub struct Args {
     /// Keep the data directory here instead of a temporary one.
     #[arg(long)]
     data_dir: Option<PathBuf>,
+    /// Write every WAL record in full (stack interning off), as before records
+    /// named stacks by id: to compare WAL bytes and replay time.
+    #[arg(long)]
+    full_wal_records: bool,
 }
 
 /// What a store's segments take on disk: the segment files under `dir` and the
@@ -100,7 +105,15 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
             tmp.path().to_path_buf()
         }
     };
-    let store = Arc::new(Store::open(&dir, StoreConfig::default())?);
+    let cfg = StoreConfig {
+        stack_interner_bytes: if args.full_wal_records {
+            0
+        } else {
+            StoreConfig::default().stack_interner_bytes
+        },
+        ..StoreConfig::default()
+    };
+    let store = Arc::new(Store::open(&dir, cfg.clone())?);
     let total_profiles = u64::from(args.series) * u64::from(args.minutes);
     let pb = ProgressBar::new(total_profiles).with_style(
         ProgressStyle::with_template(
@@ -141,6 +154,15 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
         h.join().map_err(|_| anyhow::anyhow!("writer panicked"))??;
     }
     let ingest_secs = start.elapsed().as_secs_f64();
+    // A crash now: the head is lost and the WAL replayed at the next open.
+    let wal_bytes = store.stats().wal_bytes_written.load(Ordering::Relaxed);
+    Arc::into_inner(store)
+        .context("a writer still holds the store")?
+        .close_without_flush();
+    let replay_start = Instant::now();
+    let store = Store::open(&dir, cfg)?;
+    let replay_secs = replay_start.elapsed().as_secs_f64();
+    let replayed = store.stats().wal_replayed_records.load(Ordering::Relaxed);
     pb.set_message("flush");
     let flush_start = Instant::now();
     store.flush()?;
@@ -188,6 +210,11 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
         "ingest_values_per_second": values as f64 / ingest_secs,
         "ingest_pprof_gz_mb_per_second": pprof_total as f64 / 1e6 / ingest_secs,
         "flush_seconds": flush_secs,
+        "full_wal_records": args.full_wal_records,
+        "wal_bytes": wal_bytes,
+        "wal_bytes_per_value": wal_bytes as f64 / values as f64,
+        "wal_replay_seconds": replay_secs,
+        "wal_replayed_records": replayed,
         "merge_all_cold_ms": cold_ms,
         "merge_all_warm_ms": warm_ms,
         "merged_total": tree.total(),
@@ -220,6 +247,12 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
         pprof_total as f64 / seg_bytes.max(1) as f64
     );
     println!("  ingest                 {:.0} values/s, {:.1} MB/s of pprof.gz ({ingest_secs:.1} s, {} writers, fsync always)", values as f64 / ingest_secs, pprof_total as f64 / 1e6 / ingest_secs, args.writers);
+    println!(
+        "  WAL ({} records)      {} = {:.1} B/value; reopen after a crash: {replayed} records replayed in {replay_secs:.2} s",
+        if args.full_wal_records { "full" } else { "id" },
+        human_bytes(wal_bytes as f64),
+        wal_bytes as f64 / values as f64
+    );
     println!("  final flush            {flush_secs:.2} s");
     println!("  merge all cpu (cold)   {cold_ms:.1} ms, warm {warm_ms:.1} ms");
     let path = report::write("storage", figures)?;

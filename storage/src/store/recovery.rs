@@ -97,11 +97,15 @@ pub(super) fn recover(
         |lsn, payload, first_in_file| {
             let batch = resolver
                 .decode(payload, first_in_file)
-                .and_then(|b| b.validate().map(|()| b).map_err(RecordError::Invalid));
+                .and_then(|(b, ids)| {
+                    b.validate()
+                        .map(|()| (b, ids))
+                        .map_err(RecordError::Invalid)
+                });
             match batch {
                 Ok(_) if lsn <= replay_floor => {}
-                Ok(batch) => {
-                    apply_batch(&state, cfg, lsn, &batch, None, Some(&flushed));
+                Ok((batch, ids)) => {
+                    apply_batch(&state, cfg, lsn, &batch, ids.as_ref(), Some(&flushed));
                 }
                 Err(e) => {
                     replay_err += 1;

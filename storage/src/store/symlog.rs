@@ -291,9 +291,16 @@ pub(super) enum RecordError {
     Invalid(String),
 }
 
+/// Where the generations replay gives its ids start: far above any the live
+/// interner reaches (it counts up from 0), so the head never takes a replayed id
+/// for a live one.
+const REPLAY_GENERATIONS: u64 = 1 << 63;
+
 /// Reads WAL records of both kinds back into batches, in WAL order.
 #[derive(Default)]
 pub(super) struct Resolver {
+    /// Tables emptied so far: each emptying starts a new replay generation.
+    epoch: u64,
     generation: Option<u64>,
     functions: FxHashMap<u32, Function>,
     mappings: FxHashMap<u32, Mapping>,
@@ -308,30 +315,44 @@ struct Local {
     mappings: FxHashMap<u32, u32>,
     locations: FxHashMap<u32, u32>,
     stacks: FxHashMap<u32, u32>,
+    /// The store id of each batch stack, in batch order.
+    ids: Vec<u32>,
 }
 
 impl Resolver {
+    /// Empties the tables for a new file or generation.
+    fn reset(&mut self, generation: Option<u64>) {
+        *self = Resolver {
+            epoch: self.epoch + 1,
+            generation,
+            ..Resolver::default()
+        };
+    }
+
     /// The batch of one record; `first_in_file` empties the tables first, so a
-    /// file is read as if the files before it were deleted.
-    pub fn decode(&mut self, payload: &[u8], first_in_file: bool) -> Result<Batch, RecordError> {
+    /// file is read as if the files before it were deleted. An id record's batch
+    /// comes with its stacks' ids, in a generation of replay's own: the head then
+    /// finds a stack it saw in an earlier record by one lookup, as it does live.
+    pub fn decode(
+        &mut self,
+        payload: &[u8],
+        first_in_file: bool,
+    ) -> Result<(Batch, Option<Interned>), RecordError> {
         if first_in_file {
-            *self = Resolver::default();
+            self.reset(None);
         }
         match payload {
-            [0, 1, rest @ ..] => self.id_record(rest),
+            [0, 1, rest @ ..] => self.id_record(rest).map(|(b, i)| (b, Some(i))),
             [0, kind, ..] => Err(RecordError::Kind(*kind)),
-            _ => Ok(postcard::from_bytes::<Batch>(payload)?),
+            _ => Ok((postcard::from_bytes::<Batch>(payload)?, None)),
         }
     }
 
-    fn id_record(&mut self, bytes: &[u8]) -> Result<Batch, RecordError> {
+    fn id_record(&mut self, bytes: &[u8]) -> Result<(Batch, Interned), RecordError> {
         let (defs, body) = postcard::take_from_bytes::<Defs<'_>>(bytes)?;
         let body: Body = postcard::from_bytes(body)?;
         if self.generation != Some(defs.generation) {
-            *self = Resolver {
-                generation: Some(defs.generation),
-                ..Resolver::default()
-            };
+            self.reset(Some(defs.generation));
         }
         for f in defs.functions {
             let (name, file) = (f.a.into_owned(), f.b.into_owned());
@@ -354,7 +375,12 @@ impl Resolver {
             x.stack = self.stack(x.stack, &mut batch, &mut local)?;
         }
         batch.series = series;
-        Ok(batch)
+        let ids = Interned {
+            generation: REPLAY_GENERATIONS + self.epoch,
+            stacks: local.ids,
+            ..Interned::default()
+        };
+        Ok((batch, ids))
     }
 
     /// The batch index of store stack `id`, added with its symbols on first use.
@@ -400,6 +426,7 @@ impl Resolver {
         }
         let i = batch.stacks.push(&frames);
         local.stacks.insert(id, i);
+        local.ids.push(id);
         Ok(i)
     }
 }

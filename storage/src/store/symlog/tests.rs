@@ -128,14 +128,26 @@ fn records_read_back_as_their_batches_with_each_id_defined_once_per_file() {
     let mut r = Resolver::default();
     for (i, (&(file, b), rec)) in plan.iter().zip(&records).enumerate() {
         let first = i == 0 || plan[i - 1].0 != file;
-        let got = r.decode(rec, first).unwrap();
+        let got = r.decode(rec, first).unwrap().0;
         assert_eq!(got.validate(), Ok(()));
         assert_eq!(flat(&got), flat(b), "record {i}");
     }
+    // The batch comes with its stacks' ids, in a generation live ids never have,
+    // and a new one at each file.
+    let ids = |rec: &[u8]| Resolver::default().decode(rec, true).unwrap().1.unwrap();
+    let first = ids(&records[0]);
+    assert!(first.generation >= REPLAY_GENERATIONS);
+    assert_eq!(first.stacks, interner.intern(&b1).stacks);
+    let mut r = Resolver::default();
+    let g0 = r.decode(&records[0], true).unwrap().1.unwrap().generation;
+    let g1 = r.decode(&records[1], false).unwrap().1.unwrap().generation;
+    let g2 = r.decode(&records[3], true).unwrap().1.unwrap().generation;
+    assert_eq!(g0, g1);
+    assert_ne!(g1, g2);
     // File 2 alone (file 1 deleted) reads back whole.
     let mut r = Resolver::default();
-    assert_eq!(flat(&r.decode(&records[3], true).unwrap()), flat(&b1));
-    assert_eq!(flat(&r.decode(&records[4], false).unwrap()), flat(&b2));
+    assert_eq!(flat(&r.decode(&records[3], true).unwrap().0), flat(&b1));
+    assert_eq!(flat(&r.decode(&records[4], false).unwrap().0), flat(&b2));
     // A record whose ids an earlier record of its file defined does not read
     // without it, and says which id is missing.
     let err = Resolver::default().decode(&records[1], true).unwrap_err();
@@ -167,7 +179,7 @@ fn a_change_of_generation_defines_everything_again_on_both_sides() {
         .collect();
     let mut r = Resolver::default();
     for (&k, rec) in order.iter().zip(&records) {
-        assert_eq!(flat(&r.decode(rec, k == 1).unwrap()), flat(ids[k].0));
+        assert_eq!(flat(&r.decode(rec, k == 1).unwrap().0), flat(ids[k].0));
     }
 }
 
@@ -175,7 +187,10 @@ fn a_change_of_generation_defines_everything_again_on_both_sides() {
 fn full_records_still_read_and_only_complete_ids_make_an_id_record() {
     let b = batch(&[MAIN_A_B, MAIN_C], 5);
     let full = record::encode(&b).unwrap();
-    assert_eq!(Resolver::default().decode(&full, true).unwrap(), b);
+    assert_eq!(
+        Resolver::default().decode(&full, true).unwrap(),
+        (b.clone(), None)
+    );
     // Interning off: no ids, so no id record.
     let off = StackInterner::new(0).intern(&b);
     assert!(encode_body(&b, &off).is_none());
