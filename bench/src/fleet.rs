@@ -374,7 +374,7 @@ impl Fleet {
             .int(2, s(period.1, &mut strings, &mut n_strings));
         // One function and one location per distinct function used: its id by
         // function index (0: none yet), in a vector since the indices are dense (a
-        // hash map lookup per frame was a tenth of the generator's time).
+        // hash map lookup per frame was 7 % of the generator's `perf` samples).
         let mut loc_of: Vec<u64> = vec![0; self.functions.len()];
         let mut n_locations = 0u64;
         let mut samples = Msg {
@@ -393,14 +393,11 @@ impl Fleet {
                 if f as usize >= loc_of.len() {
                     loc_of.resize(f as usize + 1, 0);
                 }
-                let slot = &mut loc_of[f as usize];
-                let new = *slot == 0;
-                if new {
+                let mut id = loc_of[f as usize];
+                if id == 0 {
                     n_locations += 1;
-                    *slot = n_locations;
-                }
-                let id = *slot;
-                if new {
+                    id = n_locations;
+                    loc_of[f as usize] = id;
                     let name_i = n_strings;
                     let name = self.functions.get(f as usize);
                     strings.bytes(6, name.map_or(b"?".as_slice(), |n| n.as_bytes()));

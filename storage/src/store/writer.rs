@@ -81,8 +81,15 @@ impl Record {
 }
 
 /// Queues `w`'s record at `lsn` in WAL file `file`, with the definitions its ids
-/// need there; returns the bytes queued.
-fn append(wal: &mut Wal, defined: &mut Defined, file: u64, lsn: u64, w: &PendingWrite) -> u64 {
+/// need there; returns the bytes queued, or `None` when nothing could be queued
+/// (the write must then be refused, not acknowledged).
+fn append(
+    wal: &mut Wal,
+    defined: &mut Defined,
+    file: u64,
+    lsn: u64,
+    w: &PendingWrite,
+) -> Option<u64> {
     let parts = match &w.payload {
         Record::Full(full) => {
             wal.append(lsn, full);
@@ -95,19 +102,16 @@ fn append(wal: &mut Wal, defined: &mut Defined, file: u64, lsn: u64, w: &Pending
             }
             // Not reached while the interner gives complete ids, which the body
             // was only encoded for; the full record is always right.
-            None => match record::encode(&w.batch) {
-                Ok(full) => {
-                    wal.append(lsn, &full);
-                    full.len()
-                }
-                Err(e) => {
-                    error!(error = %e, "WAL record cannot be encoded");
-                    0
-                }
-            },
+            None => {
+                let full = record::encode(&w.batch)
+                    .inspect_err(|e| error!(error = %e, "WAL record cannot be encoded"))
+                    .ok()?;
+                wal.append(lsn, &full);
+                full.len()
+            }
         },
     };
-    parts as u64 + RECORD_HEADER_BYTES
+    Some(parts as u64 + RECORD_HEADER_BYTES)
 }
 
 /// What the writer thread is asked to do.
@@ -277,8 +281,13 @@ impl Inner {
                 let mut lsn = first_lsn;
                 let mut wal_bytes = 0;
                 let file = wal.next_commit_file();
-                for w in &writes {
-                    wal_bytes += append(&mut wal, &mut defined, file, lsn, w);
+                // Writes whose record could not be encoded: their LSN stays unused.
+                let mut unwritten = Vec::new();
+                for (i, w) in writes.iter().enumerate() {
+                    match append(&mut wal, &mut defined, file, lsn, w) {
+                        Some(n) => wal_bytes += n,
+                        None => unwritten.push(i),
+                    }
                     lsn += 1;
                 }
                 let committed = wal.commit(first_lsn, sync);
@@ -297,10 +306,17 @@ impl Inner {
                             unsynced = self.cfg.fsync != FsyncPolicy::Never;
                         }
                         for (i, w) in writes.iter().enumerate() {
-                            self.apply(first_lsn + i as u64, &w.batch, &w.interned);
+                            if !unwritten.contains(&i) {
+                                self.apply(first_lsn + i as u64, &w.batch, &w.interned);
+                            }
                         }
                         drop(wal);
                         for (i, w) in writes.into_iter().enumerate() {
+                            if unwritten.contains(&i) {
+                                let e = StorageError::Invalid("batch cannot be encoded".into());
+                                (w.done)(Err(e), Spent::default());
+                                continue;
+                            }
                             inc(&self.stats.samples_written, w.batch.sample_count() as u64);
                             inc(&self.stats.batches_written, 1);
                             let PendingWrite {
