@@ -90,12 +90,8 @@ impl Node {
     }
 
     pub(crate) fn metric(&self, name: &str) -> anyhow::Result<f64> {
-        let text = reqwest::blocking::get(format!("{}/metrics", self.url))?.text()?;
-        Ok(text
-            .lines()
-            .find_map(|l| l.strip_prefix(&format!("{name} ")))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0.0))
+        let client = reqwest::blocking::Client::new();
+        Ok(crate::server::metric(&client, &self.url, name)?.unwrap_or(0.0))
     }
 }
 

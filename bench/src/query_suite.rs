@@ -372,24 +372,12 @@ fn compact(url: &str) -> anyhow::Result<Value> {
     Ok(out)
 }
 
-/// The value of the counter or gauge `name` (no labels) in `url`'s `/metrics`.
-fn counter(client: &reqwest::blocking::Client, url: &str, name: &str) -> anyhow::Result<f64> {
-    let text = client.get(format!("{url}/metrics")).send()?.text()?;
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-        .with_context(|| format!("{name} missing from /metrics"))
-}
-
 /// Waits until the server's segment-cache warm-up is over (its metric reads 0).
 pub(crate) fn wait_warm(client: &reqwest::blocking::Client, url: &str) -> anyhow::Result<()> {
     let t = Instant::now();
     loop {
-        let text = client.get(format!("{url}/metrics")).send()?.text()?;
-        let warming = text
-            .lines()
-            .find_map(|l| l.strip_prefix("profiledb_segment_cache_warming "))
-            .map(str::trim);
-        if warming != Some("1") {
+        let warming = crate::server::metric(client, url, "profiledb_segment_cache_warming")?;
+        if warming != Some(1.0) {
             return Ok(());
         }
         if t.elapsed() > Duration::from_secs(300) {
@@ -676,11 +664,10 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
             pb.finish();
             let ingest_peak_rss = report::peak_rss_bytes();
             let ingest_cpu = thread_cpu::Snapshot::now().since(&cpu_before);
-            let wal_written = counter(
-                &reqwest::blocking::Client::new(),
-                &server.url,
-                "profiledb_storage_wal_bytes_written_total",
-            )?;
+            let wal_name = "profiledb_storage_wal_bytes_written_total";
+            let wal_written =
+                crate::server::metric(&reqwest::blocking::Client::new(), &server.url, wal_name)?
+                    .with_context(|| format!("{wal_name} missing from /metrics"))?;
             let t_flush = Instant::now();
             server.stop()?;
             let flush_secs = t_flush.elapsed().as_secs_f64();

@@ -142,6 +142,18 @@ pub fn workspace_binary(package: &str, bin: &str) -> anyhow::Result<PathBuf> {
     Ok(p)
 }
 
+/// The value of the unlabelled metric `name` in `url`'s `/metrics`, if it is there.
+pub fn metric(
+    client: &reqwest::blocking::Client,
+    url: &str,
+    name: &str,
+) -> anyhow::Result<Option<f64>> {
+    let text = client.get(format!("{url}/metrics")).send()?.text()?;
+    Ok(text
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok()))
+}
+
 /// Polls `url/ready` until it answers 200; fails once `limit` has passed since `t`.
 pub fn wait_ready(url: &str, t: Instant, limit: Duration) -> anyhow::Result<()> {
     let client = reqwest::blocking::Client::new();

@@ -171,8 +171,12 @@ impl Wal {
     /// record that must be readable without the files before it (their deletion
     /// does not wait for it) can tell what its file already holds.
     pub fn next_commit_file(&self) -> u64 {
-        let rotates = self.active.is_none() || self.active_bytes >= self.rotate_bytes;
-        self.started + u64::from(rotates)
+        self.started + u64::from(self.commit_rotates())
+    }
+
+    /// Whether the next commit starts a new file.
+    fn commit_rotates(&self) -> bool {
+        self.active.is_none() || self.active_bytes >= self.rotate_bytes
     }
 
     /// Writes queued records in one call and, if `sync`, fsyncs them.
@@ -180,7 +184,7 @@ impl Wal {
         if self.buf.is_empty() {
             return Ok(());
         }
-        if self.active.is_none() || self.active_bytes >= self.rotate_bytes {
+        if self.commit_rotates() {
             self.rotate(first_lsn)?;
         }
         let path = self
