@@ -25,8 +25,9 @@ use profiledb_proto::push::v1::{PushRequest, RawProfileSeries, RawSample};
 use profiledb_proto::types::v1::LabelPair;
 use prost::Message;
 
-use crate::pprof_writer::Message as Msg;
-use rustc_hash::FxHashMap;
+use crate::pprof_writer::{
+    field_len, packed_len, payload_len, string_field, uint_len, Message as Msg, Parts,
+};
 
 /// The profile type the query suites read.
 pub const CPU_TYPE: &str = "process_cpu:cpu:nanoseconds:cpu:nanoseconds";
@@ -158,6 +159,8 @@ pub struct Fleet {
     pub cfg: FleetConfig,
     /// Function names; id = index.
     pub functions: Vec<String>,
+    /// Each function name as a string-table entry (field 6), ready to copy.
+    name_fields: Vec<Vec<u8>>,
     services: Vec<Service>,
 }
 
@@ -256,9 +259,11 @@ impl Fleet {
                 compression,
             });
         }
+        let name_fields = functions.iter().map(|f| string_field(6, f)).collect();
         Fleet {
             cfg,
             functions,
+            name_fields,
             services,
         }
     }
@@ -312,27 +317,34 @@ impl Fleet {
         let n = ((draws as f64) * (0.7 + 0.6 * rng.unit())).max(1.0) as usize;
         let total = svc.cdf.last().copied().unwrap_or(1.0);
         let regress = ts_ms >= self.cfg.deploy_ms && !svc.compression.is_empty();
-        let mut counts: FxHashMap<u32, i64> =
-            FxHashMap::with_capacity_and_hasher(n, Default::default());
-        for _ in 0..n {
-            let idx = if regress && rng.below(8) == 0 {
-                svc.compression[rng.below(svc.compression.len())]
-            } else {
-                let x = rng.unit() * total;
-                svc.cdf
-                    .partition_point(|&c| c < x)
-                    .min(svc.stacks.len() - 1) as u32
-            };
-            *counts.entry(idx).or_default() += 1;
+        let mut drawn: Vec<u32> = (0..n)
+            .map(|_| {
+                if regress && rng.below(8) == 0 {
+                    svc.compression[rng.below(svc.compression.len())]
+                } else {
+                    let x = rng.unit() * total;
+                    svc.cdf
+                        .partition_point(|&c| c < x)
+                        .min(svc.stacks.len() - 1) as u32
+                }
+            })
+            .collect();
+        // Sorted, then counted by runs: no hash map per profile.
+        drawn.sort_unstable();
+        let mut counts: Vec<(u32, i64)> = Vec::with_capacity(n);
+        for idx in drawn {
+            match counts.last_mut() {
+                Some((last, c)) if *last == idx => *c += 1,
+                _ => counts.push((idx, 1)),
+            }
         }
-        let mut counts: Vec<(u32, i64)> = counts.into_iter().collect();
-        counts.sort_unstable();
         Drawn { counts }
     }
 
     /// A pprof profile: sample types `types` (name, unit), one value column per type
     /// computed as `count × scale`. Written straight to bytes (see
-    /// [`crate::pprof_writer`]); the same bytes as `prost` would write.
+    /// [`crate::pprof_writer`]); the same bytes as `prost` would write, in parts to
+    /// be copied once, into a push body (or joined by [`Parts::to_vec`]).
     pub fn pprof<'a>(
         &self,
         service: usize,
@@ -340,9 +352,9 @@ impl Fleet {
         ts_ms: i64,
         period: (&'a str, &'a str, i64),
         types: &[(&'a str, &'a str, i64)],
-    ) -> Vec<u8> {
+    ) -> Parts {
         let Some(svc) = self.services.get(service) else {
-            return Vec::new();
+            return Parts::default();
         };
         // The string table, written as it grows. The few type names come first and
         // are looked up in `named` (the i-th is string i + 1); function names are
@@ -380,9 +392,10 @@ impl Fleet {
         let mut samples = Msg {
             buf: Vec::with_capacity(64 * drawn.counts.len()),
         };
+        // Records are written in place, their lengths counted first: no record
+        // is built apart and copied in.
         let mut locations = Msg::default();
         let mut functions = Msg::default();
-        let (mut sample, mut line, mut item) = (Msg::default(), Msg::default(), Msg::default());
         let mut location_id: Vec<u64> = Vec::with_capacity(64);
         for &(stack, count) in &drawn.counts {
             let Some(st) = svc.stacks.get(stack as usize) else {
@@ -399,28 +412,45 @@ impl Fleet {
                     id = n_locations;
                     loc_of[f as usize] = id;
                     let name_i = n_strings;
-                    let name = self.functions.get(f as usize);
-                    strings.bytes(6, name.map_or(b"?".as_slice(), |n| n.as_bytes()));
+                    let entry = self.name_fields.get(f as usize);
+                    strings
+                        .buf
+                        .extend_from_slice(entry.map_or(&b"\x32\x01?"[..], Vec::as_slice));
                     n_strings += 1;
-                    item.clear();
-                    item.uint(1, id).int(2, name_i).int(3, name_i);
-                    functions.bytes(5, &item.buf);
-                    line.clear();
-                    line.uint(1, id).int(2, i64::from(f % 500) + 1);
-                    item.clear();
-                    item.uint(1, id)
+                    let name = name_i as u64;
+                    let len = uint_len(1, id) + uint_len(2, name) + uint_len(3, name);
+                    functions
+                        .header(5, len)
+                        .uint(1, id)
+                        .uint(2, name)
+                        .uint(3, name);
+                    let (line_no, address) =
+                        (u64::from(f % 500) + 1, 0x40_0000 + u64::from(f) * 64);
+                    let line_len = uint_len(1, id) + uint_len(2, line_no);
+                    let len = uint_len(1, id)
+                        + uint_len(2, 1)
+                        + uint_len(3, address)
+                        + field_len(4, line_len);
+                    locations
+                        .header(4, len)
+                        .uint(1, id)
                         .uint(2, 1)
-                        .uint(3, 0x40_0000 + u64::from(f) * 64)
-                        .bytes(4, &line.buf);
-                    locations.bytes(4, &item.buf);
+                        .uint(3, address)
+                        .header(4, line_len)
+                        .uint(1, id)
+                        .uint(2, line_no);
                 }
                 location_id.push(id);
             }
-            sample.clear();
-            sample
-                .packed(1, location_id.iter().copied())
-                .packed(2, types.iter().map(|t| (count * t.2) as u64));
-            samples.bytes(2, &sample.buf);
+            let values = types.iter().map(|t| (count * t.2) as u64);
+            let (ids_len, values_len) = (
+                payload_len(location_id.iter().copied()),
+                payload_len(values.clone()),
+            );
+            samples
+                .header(2, packed_len(1, ids_len) + packed_len(2, values_len))
+                .packed(1, ids_len, location_id.iter().copied())
+                .packed(2, values_len, values);
         }
         let bin = n_strings;
         strings.bytes(6, format!("/usr/bin/{}", svc.name).as_bytes());
@@ -431,20 +461,23 @@ impl Fleet {
             .uint(3, 0x4000_0000)
             .int(5, bin)
             .uint(7, 1);
-        let mut out = head;
-        out.buf.reserve(
-            samples.buf.len() + locations.buf.len() + functions.buf.len() + strings.buf.len() + 64,
-        );
-        out.buf.extend_from_slice(&samples.buf);
-        out.bytes(3, &mapping.buf);
-        out.buf.extend_from_slice(&locations.buf);
-        out.buf.extend_from_slice(&functions.buf);
-        out.buf.extend_from_slice(&strings.buf);
-        out.int(9, ts_ms * 1_000_000)
+        let mut mapping_field = Msg::default();
+        mapping_field.bytes(3, &mapping.buf);
+        let mut tail = Msg::default();
+        tail.int(9, ts_ms * 1_000_000)
             .int(10, 10_000_000_000)
             .bytes(11, &period_type.buf)
             .int(12, period.2);
-        out.buf
+        // Fields in tag order, as prost writes them.
+        Parts(vec![
+            head.buf,
+            samples.buf,
+            mapping_field.buf,
+            locations.buf,
+            functions.buf,
+            strings.buf,
+            tail.buf,
+        ])
     }
 
     /// The labels of one process's series.
@@ -474,6 +507,78 @@ impl Fleet {
         rows: Option<&mut Vec<u8>>,
     ) -> (PushRequest, u64) {
         let mut series = Vec::new();
+        let values = self.host_profiles(host, ts_ms, heap, rows, |labels, profile| {
+            series.push(RawProfileSeries {
+                labels,
+                samples: vec![RawSample {
+                    raw_profile: profile.to_vec().into(),
+                    id: String::new(),
+                }],
+            });
+        });
+        (PushRequest { series }, values)
+    }
+
+    /// [`Fleet::host_push`] as the bytes of its `PushRequest`, each profile copied
+    /// once, from its parts into the body.
+    pub fn host_push_body(
+        &self,
+        host: usize,
+        ts_ms: i64,
+        heap: bool,
+        rows: Option<&mut Vec<u8>>,
+    ) -> (Vec<u8>, u64) {
+        let mut body = Msg::default();
+        let values = self.host_profiles(host, ts_ms, heap, rows, |labels, profile| {
+            // RawProfileSeries { labels = 1, samples = 2 }, LabelPair { name = 1,
+            // value = 2 }, RawSample { raw_profile = 1 }.
+            let pair_len = |l: &LabelPair| {
+                let f = |s: &str| {
+                    if s.is_empty() {
+                        0
+                    } else {
+                        field_len(1, s.len())
+                    }
+                };
+                f(&l.name) + f(&l.value)
+            };
+            let profile_len = profile.len();
+            let sample_len = if profile_len == 0 {
+                0
+            } else {
+                field_len(1, profile_len)
+            };
+            let series_len = labels
+                .iter()
+                .map(|l| field_len(1, pair_len(l)))
+                .sum::<usize>()
+                + field_len(2, sample_len);
+            body.buf.reserve(field_len(1, series_len));
+            body.header(1, series_len);
+            for l in &labels {
+                body.header(1, pair_len(l))
+                    .string(1, &l.name)
+                    .string(2, &l.value);
+            }
+            body.header(2, sample_len);
+            if profile_len > 0 {
+                body.header(1, profile_len);
+                profile.write_to(&mut body.buf);
+            }
+        });
+        (body.buf, values)
+    }
+
+    /// Each profile of [`Fleet::host_push`] with its series labels, in push order;
+    /// returns the number of values.
+    fn host_profiles(
+        &self,
+        host: usize,
+        ts_ms: i64,
+        heap: bool,
+        rows: Option<&mut Vec<u8>>,
+        mut each: impl FnMut(Vec<LabelPair>, Parts),
+    ) -> u64 {
         let mut values = 0u64;
         let mut rows = rows;
         for s in 0..self.cfg.services {
@@ -501,13 +606,7 @@ impl Fleet {
                     );
                 }
             }
-            series.push(RawProfileSeries {
-                labels: self.labels("process_cpu", s, host, ts_ms),
-                samples: vec![RawSample {
-                    raw_profile: cpu.into(),
-                    id: String::new(),
-                }],
-            });
+            each(self.labels("process_cpu", s, host, ts_ms), cpu);
             if heap {
                 let d = self.draw(s, host, ts_ms ^ 0x5a5a, self.cfg.draws_per_profile / 4);
                 values += 2 * d.counts.len() as u64;
@@ -521,16 +620,10 @@ impl Fleet {
                         ("alloc_space", "bytes", 524_288),
                     ],
                 );
-                series.push(RawProfileSeries {
-                    labels: self.labels("memory", s, host, ts_ms),
-                    samples: vec![RawSample {
-                        raw_profile: mem.into(),
-                        id: String::new(),
-                    }],
-                });
+                each(self.labels("memory", s, host, ts_ms), mem);
             }
         }
-        (PushRequest { series }, values)
+        values
     }
 
     /// The hardware platform (CPU model) of a host, and its clock in GHz.
@@ -559,13 +652,15 @@ impl Fleet {
             let d = self.draw(s, host, ts_ms ^ 0x4857, self.cfg.draws_per_profile);
             let cycles_per_sample = (self.cpi(s, host % PLATFORMS.len()) * HW_PERIOD as f64) as i64;
             for (event, scale) in [("cycles", cycles_per_sample), ("instructions", HW_PERIOD)] {
-                let raw_profile = self.pprof(
-                    s,
-                    &d,
-                    ts_ms,
-                    (event, "count", scale),
-                    &[(event, "count", scale)],
-                );
+                let raw_profile = self
+                    .pprof(
+                        s,
+                        &d,
+                        ts_ms,
+                        (event, "count", scale),
+                        &[(event, "count", scale)],
+                    )
+                    .to_vec();
                 let mut labels = self.labels(event, s, host, ts_ms);
                 labels.push(LabelPair {
                     name: "platform".into(),
@@ -635,6 +730,7 @@ pub fn generated_profile() -> Vec<u8> {
         ("cpu", "nanoseconds", 10_000_000),
         &[("samples", "count", 1), ("cpu", "nanoseconds", 10_000_000)],
     )
+    .to_vec()
 }
 
 /// The bytes of `path`, or a generated profile (with a note) when it does not exist.
@@ -719,6 +815,7 @@ impl Replay {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rustc_hash::FxHashMap;
 
     fn cfg() -> FleetConfig {
         FleetConfig {
@@ -858,7 +955,7 @@ mod tests {
                 assert!(!d.counts.is_empty());
                 for types in [&cpu_types[..], &heap_types[..], &cpu_types[..1]] {
                     assert_eq!(
-                        f.pprof(service, &d, ts, cpu, types),
+                        f.pprof(service, &d, ts, cpu, types).to_vec(),
                         f.pprof_by_prost(service, &d, ts, cpu, types),
                         "service {service}, host {host}, {types:?}"
                     );
@@ -869,9 +966,22 @@ mod tests {
         assert_eq!(checked, 18);
         let empty = Drawn { counts: Vec::new() };
         assert_eq!(
-            f.pprof(1, &empty, 5, cpu, &cpu_types),
+            f.pprof(1, &empty, 5, cpu, &cpu_types).to_vec(),
             f.pprof_by_prost(1, &empty, 5, cpu, &cpu_types)
         );
+    }
+
+    #[test]
+    fn push_bodies_are_what_prost_writes() {
+        let f = Fleet::new(cfg());
+        for (host, ts, heap) in [(0, 20_000, false), (3, 2_000_000, true), (9, 7, true)] {
+            let (mut rows_a, mut rows_b) = (Vec::new(), Vec::new());
+            let (req, va) = f.host_push(host, ts, heap, Some(&mut rows_a));
+            let (body, vb) = f.host_push_body(host, ts, heap, Some(&mut rows_b));
+            assert_eq!(body, req.encode_to_vec(), "host {host}, {ts}, heap {heap}");
+            assert_eq!((va, &rows_a), (vb, &rows_b));
+            assert!(va > 0 && !rows_a.is_empty());
+        }
     }
 
     #[test]

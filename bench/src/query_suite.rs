@@ -23,7 +23,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
-use prost::Message;
 use serde_json::{json, Value};
 
 use crate::baselines::{self, Installed, Sql, Total};
@@ -607,7 +606,7 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
                             let (tick, host) = ((i as usize) / hosts, (i as usize) % hosts);
                             let Some(&ts) = ticks.get(tick) else { break };
                             rows.clear();
-                            let (mut req, v) = fleet.host_push(
+                            let (mut body, v) = fleet.host_push_body(
                                 host,
                                 ts,
                                 ts % 60_000 == 0,
@@ -617,7 +616,8 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
                             if let Some(r) = &replay {
                                 if host < replay_hosts && ts >= t_end - HOUR && ts % 300_000 == 0 {
                                     if let Some(s) = r.push(seed, host, ts) {
-                                        req.series.push(s);
+                                        // One more `series` (field 1) after the fleet's.
+                                        prost::encoding::message::encode(1, &s, &mut body);
                                     }
                                 }
                             }
@@ -625,7 +625,7 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
                                 std::io::Write::write_all(f, &rows)?;
                             }
                             // Shared bytes: a retry re-sends without copying the body.
-                            let body = bytes::Bytes::from(req.encode_to_vec());
+                            let body = bytes::Bytes::from(body);
                             bytes_sent.fetch_add(body.len() as u64, Ordering::Relaxed);
                             loop {
                                 let r = client

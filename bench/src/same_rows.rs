@@ -56,7 +56,7 @@ fn cpu_only_push(fleet: &Fleet, host: usize, ts_ms: i64) -> (PushRequest, u64, i
             RawProfileSeries {
                 labels: fleet.labels("process_cpu", s, host, ts_ms),
                 samples: vec![RawSample {
-                    raw_profile: cpu.into(),
+                    raw_profile: cpu.to_vec().into(),
                     id: String::new(),
                 }],
             }

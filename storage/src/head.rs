@@ -34,6 +34,10 @@ pub struct HeadPartition {
     /// id: ids are numbered across the store (every tenant), so a partition that
     /// sees a few late ids would otherwise hold room for all the ids before them.
     by_id: FxHashMap<u32, u32>,
+    /// Dictionary location of each interned location id seen here, same
+    /// generation rule: a stack new to the partition then costs a lookup a frame,
+    /// not its function's names hashed and compared again in every batch.
+    locations_by_id: FxHashMap<u32, u32>,
     by_id_generation: u64,
     /// First and last WAL sequence numbers applied here.
     pub min_lsn: u64,
@@ -54,6 +58,13 @@ struct Remap {
 
 const UNMAPPED: u32 = u32::MAX;
 
+/// The partition's dictionary locations by interned location id, and the batch's
+/// interned location ids (empty when it has none).
+struct Known<'a> {
+    ids: &'a [u32],
+    by_id: &'a mut FxHashMap<u32, u32>,
+}
+
 impl Remap {
     fn new(b: &Batch) -> Self {
         Remap {
@@ -66,10 +77,15 @@ impl Remap {
     }
 
     // Callers only pass ids that `Batch::validate` checked, so indexing is in range.
-    fn location(&mut self, d: &mut DictBuilder, b: &Batch, l: u32) -> u32 {
+    fn location(&mut self, d: &mut DictBuilder, b: &Batch, l: u32, known: &mut Known<'_>) -> u32 {
         let cached = self.locations[l as usize];
         if cached != UNMAPPED {
             return cached;
+        }
+        let interned = known.ids.get(l as usize).copied().unwrap_or(NOT_INTERNED);
+        if let Some(&id) = known.by_id.get(&interned) {
+            self.locations[l as usize] = id;
+            return id;
         }
         let loc = b.symbols.locations[l as usize];
         let function = loc.function.map(|f| {
@@ -95,10 +111,13 @@ impl Remap {
             line: loc.line,
         });
         self.locations[l as usize] = id;
+        if interned != NOT_INTERNED {
+            known.by_id.insert(interned, id);
+        }
         id
     }
 
-    fn stack(&mut self, d: &mut DictBuilder, b: &Batch, s: u32) -> u32 {
+    fn stack(&mut self, d: &mut DictBuilder, b: &Batch, s: u32, known: &mut Known<'_>) -> u32 {
         let cached = self.stacks[s as usize];
         if cached != UNMAPPED {
             return cached;
@@ -106,7 +125,7 @@ impl Remap {
         let mut path = std::mem::take(&mut self.path);
         path.clear();
         for &l in b.stacks.get(s).unwrap_or(&[]) {
-            path.push(self.location(d, b, l));
+            path.push(self.location(d, b, l, known));
         }
         let id = d.stack(&path);
         self.path = path;
@@ -128,6 +147,7 @@ impl HeadPartition {
             index: LabelIndex::default(),
             samples: Vec::new(),
             by_id: FxHashMap::default(),
+            locations_by_id: FxHashMap::default(),
             by_id_generation: 0,
             min_lsn: 0,
             max_lsn: 0,
@@ -167,24 +187,27 @@ impl HeadPartition {
         interned: Option<&Interned>,
         s: u32,
     ) -> u32 {
-        // Built on the first stack that needs it: with every stack known by id, a
-        // batch costs no per-symbol tables at all.
-        let mut by_frames = |dict: &mut DictBuilder| {
-            remap
-                .get_or_insert_with(|| Remap::new(batch))
-                .stack(dict, batch, s)
-        };
         let id = interned.map_or(NOT_INTERNED, |i| {
             i.stacks.get(s as usize).copied().unwrap_or(NOT_INTERNED)
         });
-        if id == NOT_INTERNED {
-            return by_frames(&mut self.dict);
-        }
         if let Some(&node) = self.by_id.get(&id) {
             return node;
         }
-        let node = by_frames(&mut self.dict);
-        self.by_id.insert(id, node);
+        let mut known = Known {
+            ids: interned.map_or(&[], |i| i.locations.as_slice()),
+            by_id: &mut self.locations_by_id,
+        };
+        // Built on the first stack that needs it: with every stack known by id, a
+        // batch costs no per-symbol tables at all.
+        let node = remap.get_or_insert_with(|| Remap::new(batch)).stack(
+            &mut self.dict,
+            batch,
+            s,
+            &mut known,
+        );
+        if id != NOT_INTERNED {
+            self.by_id.insert(id, node);
+        }
         node
     }
 
@@ -195,6 +218,7 @@ impl HeadPartition {
         if let Some(i) = interned {
             if i.generation != self.by_id_generation {
                 self.by_id = FxHashMap::default();
+                self.locations_by_id = FxHashMap::default();
                 self.by_id_generation = i.generation;
             }
         }
@@ -259,7 +283,10 @@ impl HeadPartition {
     /// Rough heap footprint; the head's memory bound is enforced on this.
     pub fn approx_bytes(&self) -> usize {
         // hashbrown entry (12-byte key + 8-byte value) plus control byte and slack.
-        self.dict.approx_bytes() + self.rows * 40 + self.label_bytes + self.by_id.capacity() * 9
+        self.dict.approx_bytes()
+            + self.rows * 40
+            + self.label_bytes
+            + (self.by_id.capacity() + self.locations_by_id.capacity()) * 9
     }
 
     /// The data as a segment to be written.

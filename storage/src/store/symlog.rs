@@ -318,6 +318,8 @@ struct Local {
     stacks: FxHashMap<u32, u32>,
     /// The store id of each batch stack, in batch order.
     ids: Vec<u32>,
+    /// The store id of each batch location, in batch order.
+    location_ids: Vec<u32>,
 }
 
 impl Resolver {
@@ -379,6 +381,7 @@ impl Resolver {
         let ids = Interned {
             generation: REPLAY_GENERATIONS + self.epoch,
             stacks: local.ids,
+            locations: local.location_ids,
             ..Interned::default()
         };
         Ok((batch, ids))
@@ -420,6 +423,7 @@ impl Resolver {
                         line: l.line,
                     });
                     local.locations.insert(lid, i);
+                    local.location_ids.push(lid);
                     i
                 }
             };
