@@ -412,10 +412,12 @@ impl Fleet {
                     id = n_locations;
                     loc_of[f as usize] = id;
                     let name_i = n_strings;
-                    let entry = self.name_fields.get(f as usize);
-                    strings
-                        .buf
-                        .extend_from_slice(entry.map_or(&b"\x32\x01?"[..], Vec::as_slice));
+                    match self.name_fields.get(f as usize) {
+                        Some(entry) => strings.buf.extend_from_slice(entry),
+                        None => {
+                            strings.bytes(6, b"?");
+                        }
+                    }
                     n_strings += 1;
                     let name = name_i as u64;
                     let len = uint_len(1, id) + uint_len(2, name) + uint_len(3, name);
@@ -520,7 +522,7 @@ impl Fleet {
     }
 
     /// [`Fleet::host_push`] as the bytes of its `PushRequest`, each profile copied
-    /// once, from its parts into the body.
+    /// once, from its parts into the body ([`Msg::series`]).
     pub fn host_push_body(
         &self,
         host: usize,
@@ -530,41 +532,7 @@ impl Fleet {
     ) -> (Vec<u8>, u64) {
         let mut body = Msg::default();
         let values = self.host_profiles(host, ts_ms, heap, rows, |labels, profile| {
-            // RawProfileSeries { labels = 1, samples = 2 }, LabelPair { name = 1,
-            // value = 2 }, RawSample { raw_profile = 1 }.
-            let pair_len = |l: &LabelPair| {
-                let f = |s: &str| {
-                    if s.is_empty() {
-                        0
-                    } else {
-                        field_len(1, s.len())
-                    }
-                };
-                f(&l.name) + f(&l.value)
-            };
-            let profile_len = profile.len();
-            let sample_len = if profile_len == 0 {
-                0
-            } else {
-                field_len(1, profile_len)
-            };
-            let series_len = labels
-                .iter()
-                .map(|l| field_len(1, pair_len(l)))
-                .sum::<usize>()
-                + field_len(2, sample_len);
-            body.buf.reserve(field_len(1, series_len));
-            body.header(1, series_len);
-            for l in &labels {
-                body.header(1, pair_len(l))
-                    .string(1, &l.name)
-                    .string(2, &l.value);
-            }
-            body.header(2, sample_len);
-            if profile_len > 0 {
-                body.header(1, profile_len);
-                profile.write_to(&mut body.buf);
-            }
+            body.series(&labels, &profile);
         });
         (body.buf, values)
     }

@@ -8,8 +8,11 @@
 //! zero values left out), which a test checks.
 //!
 //! A profile is kept in [`Parts`] (its tables are built side by side) until it is
-//! written into the push body: joining the parts into a profile and then encoding
-//! the `PushRequest` around it copied every pushed byte twice more.
+//! written into the push body ([`Message::series`]): joining the parts into a
+//! profile and then encoding the `PushRequest` around it copied every pushed byte
+//! twice more.
+
+use profiledb_proto::types::v1::LabelPair;
 
 /// A message under construction: its fields are appended to `buf`.
 #[derive(Default)]
@@ -73,6 +76,38 @@ impl Message {
         self
     }
 
+    /// A push's `RawProfileSeries` (field 1 of `PushRequest`): `labels`, then one
+    /// `RawSample` whose `raw_profile` is `profile`, copied here from its parts.
+    pub fn series(&mut self, labels: &[LabelPair], profile: &Parts) -> &mut Self {
+        // RawProfileSeries { labels = 1, samples = 2 }, LabelPair { name = 1,
+        // value = 2 }, RawSample { raw_profile = 1 }.
+        let pair_len = |l: &LabelPair| string_len(1, &l.name) + string_len(2, &l.value);
+        let profile_len = profile.len();
+        let sample_len = if profile_len == 0 {
+            0
+        } else {
+            field_len(1, profile_len)
+        };
+        let series_len = labels
+            .iter()
+            .map(|l| field_len(1, pair_len(l)))
+            .sum::<usize>()
+            + field_len(2, sample_len);
+        self.buf.reserve(field_len(1, series_len));
+        self.header(1, series_len);
+        for l in labels {
+            self.header(1, pair_len(l))
+                .string(1, &l.name)
+                .string(2, &l.value);
+        }
+        self.header(2, sample_len);
+        if profile_len > 0 {
+            self.header(1, profile_len);
+            profile.write_to(&mut self.buf);
+        }
+        self
+    }
+
     /// A packed repeated varint field, left out when empty; `len` is its
     /// payload's length ([`payload_len`]), which the caller counts once for this
     /// and for the enclosing record's length.
@@ -103,6 +138,15 @@ pub fn string_field(field: u32, s: &str) -> Vec<u8> {
     let mut m = Message::default();
     m.bytes(field, s.as_bytes());
     m.buf
+}
+
+/// Bytes of a string field as [`Message::string`] writes it (none when empty).
+pub fn string_len(field: u32, s: &str) -> usize {
+    if s.is_empty() {
+        0
+    } else {
+        field_len(field, s.len())
+    }
 }
 
 /// Bytes of a varint field as [`Message::uint`] writes it (none for 0).
@@ -171,6 +215,11 @@ mod tests {
         let mut m = Message::default();
         m.bytes(200, &[7; 130]);
         assert_eq!(m.buf.len(), field_len(200, 130));
+        for s in ["", "x"] {
+            let mut m = Message::default();
+            m.string(2, s);
+            assert_eq!(m.buf.len(), string_len(2, s), "{s:?}");
+        }
     }
 
     #[test]

@@ -15,12 +15,11 @@
 //! record's stacks and locations ids of a generation of its own (`store::symlog`),
 //! and a full record takes the old way.
 
+use std::collections::hash_map::Entry;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
-use std::collections::hash_map::Entry;
-
 use rustc_hash::{FxHashMap, FxHasher};
 
 use crate::model::Batch;
