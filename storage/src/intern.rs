@@ -15,7 +15,6 @@
 //! record's stacks and locations ids of a generation of its own (`store::symlog`),
 //! and a full record takes the old way.
 
-use std::collections::hash_map::Entry;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -64,42 +63,36 @@ pub struct StackInterner {
 
 /// Items found by a 64-bit hash and confirmed by comparison. Two different items
 /// with one hash: the later one gets no id (its stacks take the slow way, as they
-/// did before the interner), so a collision costs speed, never a wrong id. An
-/// item is kept beside its id in the map's slot: the comparison reads it there,
-/// not from a second table one more cache miss away.
+/// did before the interner), so a collision costs speed, never a wrong id.
 struct Table<K> {
-    by_hash: FxHashMap<u64, (u32, K)>,
+    by_hash: FxHashMap<u64, u32>,
+    items: Vec<K>,
 }
 
 impl<K> Default for Table<K> {
     fn default() -> Self {
         Table {
             by_hash: FxHashMap::default(),
+            items: Vec::new(),
         }
     }
 }
 
 impl<K> Table<K> {
-    fn len(&self) -> usize {
-        self.by_hash.len()
-    }
-
-    /// The id of the item hashing to `hash` that `is` confirms, or a new id for
-    /// the item `make` gives when no item has that hash.
     fn id(&mut self, hash: u64, is: impl FnOnce(&K) -> bool, make: impl FnOnce() -> K) -> u32 {
-        let next = self.by_hash.len() as u32;
-        match self.by_hash.entry(hash) {
-            Entry::Occupied(o) => {
-                let (id, item) = o.get();
-                if is(item) {
-                    *id
+        match self.by_hash.get(&hash) {
+            Some(&id) => {
+                if is(&self.items[id as usize]) {
+                    id
                 } else {
                     NOT_INTERNED
                 }
             }
-            Entry::Vacant(v) => {
-                v.insert((next, make()));
-                next
+            None => {
+                let id = self.items.len() as u32;
+                self.items.push(make());
+                self.by_hash.insert(hash, id);
+                id
             }
         }
     }
@@ -128,18 +121,18 @@ struct Tables {
     names: Vec<u8>,
 }
 
-/// Bytes per entry of each table: its hash-map slot (hash, id, item) and slack (names and
+/// Bytes per entry of each table: the item, its hash-map slot and slack (names and
 /// paths are counted in their arenas).
-const FUNCTION_BYTES: usize = 40;
-const LOCATION_BYTES: usize = 64;
+const FUNCTION_BYTES: usize = 32;
+const LOCATION_BYTES: usize = 48;
 const STACK_BYTES: usize = 48;
 
 impl Tables {
     fn approx_bytes(&self) -> usize {
         self.names.capacity()
-            + (self.functions.len() + self.mappings.len()) * FUNCTION_BYTES
-            + self.locations.len() * LOCATION_BYTES
-            + self.stacks.len() * STACK_BYTES
+            + (self.functions.items.len() + self.mappings.items.len()) * FUNCTION_BYTES
+            + self.locations.items.len() * LOCATION_BYTES
+            + self.stacks.items.len() * STACK_BYTES
             + self.paths.capacity() * 4
     }
 
@@ -159,14 +152,14 @@ impl Tables {
             return NOT_INTERNED;
         }
         let hash = hash_of(|h| path.hash(h));
-        let before = self.stacks.len();
+        let before = self.stacks.items.len();
         let paths = &self.paths;
         let id = self.stacks.id(
             hash,
             |&(s, l)| paths.get(s as usize..(s + l) as usize) == Some(path),
             || (start, len),
         );
-        if self.stacks.len() > before {
+        if self.stacks.items.len() > before {
             self.paths.extend_from_slice(path);
         }
         id
@@ -217,7 +210,7 @@ fn names(table: &mut Table<Pair>, names: &mut Vec<u8>, hash: u64, a: &str, b: &s
     {
         return NOT_INTERNED;
     }
-    let before = table.len();
+    let before = table.items.len();
     let id = table.id(
         hash,
         |k| k.is(names, a, b),
@@ -227,7 +220,7 @@ fn names(table: &mut Table<Pair>, names: &mut Vec<u8>, hash: u64, a: &str, b: &s
             len_b,
         },
     );
-    if table.len() > before {
+    if table.items.len() > before {
         names.extend_from_slice(a.as_bytes());
         names.extend_from_slice(b.as_bytes());
     }
@@ -343,7 +336,8 @@ impl StackInterner {
             })
             .collect();
         self.bytes.store(t.approx_bytes() as u64, Ordering::Relaxed);
-        self.stacks.store(t.stacks.len() as u64, Ordering::Relaxed);
+        self.stacks
+            .store(t.stacks.items.len() as u64, Ordering::Relaxed);
         Interned {
             generation: t.generation,
             stacks,
