@@ -26,7 +26,7 @@ use profiledb_proto::types::v1::LabelPair;
 use prost::Message;
 
 use crate::pprof_writer::{
-    field_len, packed_len, payload_len, string_field, uint_len, Message as Msg, Parts,
+    field_len, optional_len, payload_len, string_field, uint_len, Message as Msg, Parts,
 };
 
 /// The profile type the query suites read.
@@ -450,7 +450,7 @@ impl Fleet {
                 payload_len(values.clone()),
             );
             samples
-                .header(2, packed_len(1, ids_len) + packed_len(2, values_len))
+                .header(2, optional_len(1, ids_len) + optional_len(2, values_len))
                 .packed(1, ids_len, location_id.iter().copied())
                 .packed(2, values_len, values);
         }

@@ -81,13 +81,10 @@ impl Message {
     pub fn series(&mut self, labels: &[LabelPair], profile: &Parts) -> &mut Self {
         // RawProfileSeries { labels = 1, samples = 2 }, LabelPair { name = 1,
         // value = 2 }, RawSample { raw_profile = 1 }.
-        let pair_len = |l: &LabelPair| string_len(1, &l.name) + string_len(2, &l.value);
+        let pair_len =
+            |l: &LabelPair| optional_len(1, l.name.len()) + optional_len(2, l.value.len());
         let profile_len = profile.len();
-        let sample_len = if profile_len == 0 {
-            0
-        } else {
-            field_len(1, profile_len)
-        };
+        let sample_len = optional_len(1, profile_len);
         let series_len = labels
             .iter()
             .map(|l| field_len(1, pair_len(l)))
@@ -140,15 +137,6 @@ pub fn string_field(field: u32, s: &str) -> Vec<u8> {
     m.buf
 }
 
-/// Bytes of a string field as [`Message::string`] writes it (none when empty).
-pub fn string_len(field: u32, s: &str) -> usize {
-    if s.is_empty() {
-        0
-    } else {
-        field_len(field, s.len())
-    }
-}
-
 /// Bytes of a varint field as [`Message::uint`] writes it (none for 0).
 pub fn uint_len(field: u32, v: u64) -> usize {
     if v == 0 {
@@ -163,12 +151,13 @@ pub fn payload_len(values: impl Iterator<Item = u64>) -> usize {
     values.map(varint_len).sum()
 }
 
-/// Bytes of a packed field as [`Message::packed`] writes it (none when empty).
-pub fn packed_len(field: u32, payload: usize) -> usize {
-    if payload == 0 {
+/// Bytes of a length-delimited field that is left out when empty (a packed field
+/// as [`Message::packed`] writes it, a string as [`Message::string`] does).
+pub fn optional_len(field: u32, len: usize) -> usize {
+    if len == 0 {
         0
     } else {
-        field_len(field, payload)
+        field_len(field, len)
     }
 }
 
@@ -210,7 +199,7 @@ mod tests {
             let mut m = Message::default();
             let payload = payload_len(values.iter().copied());
             m.packed(17, payload, values.iter().copied());
-            assert_eq!(m.buf.len(), packed_len(17, payload), "{values:?}");
+            assert_eq!(m.buf.len(), optional_len(17, payload), "{values:?}");
         }
         let mut m = Message::default();
         m.bytes(200, &[7; 130]);
@@ -218,7 +207,7 @@ mod tests {
         for s in ["", "x"] {
             let mut m = Message::default();
             m.string(2, s);
-            assert_eq!(m.buf.len(), string_len(2, s), "{s:?}");
+            assert_eq!(m.buf.len(), optional_len(2, s.len()), "{s:?}");
         }
     }
 
