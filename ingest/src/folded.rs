@@ -255,16 +255,7 @@ mod tests {
         let mut out = Vec::new();
         for s in &b.series {
             for x in &s.samples {
-                let names: Vec<&str> = b
-                    .stacks
-                    .get(x.stack)
-                    .unwrap()
-                    .iter()
-                    .map(|&l| {
-                        let f = b.symbols.locations[l as usize].function.unwrap();
-                        b.symbols.functions[f as usize].name.as_str()
-                    })
-                    .collect();
+                let names = b.frame_names(x.stack).unwrap();
                 out.push((names.join(";"), x.value));
             }
         }

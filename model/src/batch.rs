@@ -58,6 +58,24 @@ impl Batch {
         self.series.iter().map(|s| s.samples.len()).sum()
     }
 
+    /// The frames of stack `stack`, root first, as a flame graph labels them: the
+    /// function's name, or the address (`0x…`) of an unsymbolized frame. `None` when
+    /// the stack or one of its references is out of range.
+    pub fn frame_names(&self, stack: u32) -> Option<Vec<String>> {
+        let syms = &self.symbols;
+        self.stacks
+            .get(stack)?
+            .iter()
+            .map(|&l| {
+                let loc = syms.locations.get(l as usize)?;
+                Some(match loc.function {
+                    Some(f) => syms.functions.get(f as usize)?.name.clone(),
+                    None => format!("{:#x}", loc.address),
+                })
+            })
+            .collect()
+    }
+
     /// Checks every index and label rule, so the head never sees a dangling reference.
     pub fn validate(&self) -> Result<(), String> {
         let syms = &self.symbols;
@@ -94,6 +112,30 @@ impl Batch {
 mod tests {
     use super::*;
     use crate::symbols::Location;
+
+    #[test]
+    fn frame_names_are_functions_or_addresses_root_first() {
+        let mut b = Batch::new(TenantId::default());
+        b.symbols.functions.push(crate::symbols::Function {
+            name: "main".into(),
+            file: String::new(),
+        });
+        b.symbols.locations.push(Location {
+            function: Some(0),
+            ..Default::default()
+        });
+        b.symbols.locations.push(Location {
+            address: 0x4010,
+            ..Default::default()
+        });
+        let st = b.stacks.push(&[0, 1]);
+        assert_eq!(b.frame_names(st).unwrap(), ["main", "0x4010"]);
+        assert_eq!(b.frame_names(st + 1), None);
+        let dangling = b.stacks.push(&[2]);
+        assert_eq!(b.frame_names(dangling), None);
+        b.symbols.locations[0].function = Some(9);
+        assert_eq!(b.frame_names(st), None);
+    }
 
     #[test]
     fn validate_catches_dangling_indices() {

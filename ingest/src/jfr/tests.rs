@@ -348,14 +348,11 @@ fn rows(b: &Batch) -> Vec<(String, String, Vec<String>, i64)> {
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
         for x in &s.samples {
-            let names = b.stacks.get(x.stack).unwrap().iter().map(|&l| {
-                let f = b.symbols.locations[l as usize].function.unwrap();
-                b.symbols.functions[f as usize].name.clone()
-            });
+            let names = b.frame_names(x.stack).unwrap();
             out.push((
                 s.labels.profile_type().unwrap().to_string(),
                 extra.join(","),
-                names.collect(),
+                names,
                 x.value,
             ));
             assert_eq!(x.timestamp_ms, 42);

@@ -212,19 +212,7 @@ fn pairs(p: &[(&str, &str)]) -> Vec<(String, String)> {
 
 /// Function names of a stack, root first.
 fn frames(batch: &Batch, stack: u32) -> Vec<String> {
-    batch
-        .stacks
-        .get(stack)
-        .unwrap()
-        .iter()
-        .map(|&l| {
-            let loc = batch.symbols.locations[l as usize];
-            match loc.function {
-                Some(f) => batch.symbols.functions[f as usize].name.clone(),
-                None => format!("{:#x}", loc.address),
-            }
-        })
-        .collect()
+    batch.frame_names(stack).unwrap()
 }
 
 #[test]

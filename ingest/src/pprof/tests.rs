@@ -165,18 +165,7 @@ fn go_cpu() -> Builder {
 
 /// Frame names of a stack, root first.
 fn names(b: &Batch, stack: u32) -> Vec<String> {
-    b.stacks
-        .get(stack)
-        .unwrap()
-        .iter()
-        .map(|&l| {
-            let loc = b.symbols.locations[l as usize];
-            match loc.function {
-                Some(f) => b.symbols.functions[f as usize].name.clone(),
-                None => format!("0x{:x}", loc.address),
-            }
-        })
-        .collect()
+    b.frame_names(stack).unwrap()
 }
 
 /// profile type id → [(root-first frames, value, timestamp)].

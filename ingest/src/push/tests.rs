@@ -269,16 +269,7 @@ fn flat(batch: &profiledb_model::Batch) -> Vec<(String, Vec<String>, i64, i64)> 
         .iter()
         .flat_map(|s| {
             s.samples.iter().map(|x| {
-                let names = batch
-                    .stacks
-                    .get(x.stack)
-                    .unwrap()
-                    .iter()
-                    .map(|&l| {
-                        let f = batch.symbols.locations[l as usize].function.unwrap();
-                        batch.symbols.functions[f as usize].name.clone()
-                    })
-                    .collect();
+                let names = batch.frame_names(x.stack).unwrap();
                 (format!("{:?}", s.labels), names, x.value, x.timestamp_ms)
             })
         })
