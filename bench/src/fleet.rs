@@ -153,6 +153,105 @@ struct Service {
     cdf: Vec<f64>,
     /// Stacks whose leaf is a compression frame: drawn more often after the deploy.
     compression: Vec<u32>,
+    /// The records its profiles are written from.
+    records: Records,
+}
+
+/// A service's pprof records, written once. Each of the service's functions has
+/// one function and one location, both with id = its index in `functions` + 1 in
+/// every profile (pprof ids are the producer's choice), so a location record and a
+/// stack's location ids are the same bytes in every profile; a profile only picks
+/// the ones its samples use ([`Fleet::pprof`]).
+struct Records {
+    /// Fleet function id of each of the service's functions.
+    functions: Vec<u32>,
+    /// Each function's location record (field 4, header included).
+    locations: Vec<Vec<u8>>,
+    /// Each stack's location ids, leaf first, as a sample's packed field 1.
+    ids: Vec<Vec<u8>>,
+    /// Each stack's functions, as a bit set of `words` words.
+    used: Vec<u64>,
+    words: usize,
+}
+
+impl Records {
+    fn new(stacks: &[Vec<u32>]) -> Records {
+        let mut index: HashMap<u32, u32> = HashMap::new();
+        let mut functions = Vec::new();
+        for &f in stacks.iter().flatten() {
+            index.entry(f).or_insert_with(|| {
+                functions.push(f);
+                functions.len() as u32 - 1
+            });
+        }
+        let words = functions.len().div_ceil(64);
+        let mut used = vec![0u64; stacks.len() * words];
+        let mut ids = Vec::with_capacity(stacks.len());
+        for (s, st) in stacks.iter().enumerate() {
+            let local: Vec<u64> = st.iter().rev().map(|f| u64::from(index[f])).collect();
+            for &k in &local {
+                used[s * words + k as usize / 64] |= 1 << (k % 64);
+            }
+            let ids_of = || local.iter().map(|k| k + 1);
+            let mut field = Msg::default();
+            field.packed(1, payload_len(ids_of()), ids_of());
+            ids.push(field.buf);
+        }
+        let locations = functions
+            .iter()
+            .enumerate()
+            .map(|(k, &f)| {
+                let id = k as u64 + 1;
+                let (line_no, address) = (u64::from(f % 500) + 1, 0x40_0000 + u64::from(f) * 64);
+                let line_len = uint_len(1, id) + uint_len(2, line_no);
+                let len = uint_len(1, id)
+                    + uint_len(2, 1)
+                    + uint_len(3, address)
+                    + field_len(4, line_len);
+                let mut record = Msg::default();
+                record
+                    .header(4, len)
+                    .uint(1, id)
+                    .uint(2, 1)
+                    .uint(3, address)
+                    .header(4, line_len)
+                    .uint(1, id)
+                    .uint(2, line_no);
+                record.buf
+            })
+            .collect();
+        Records {
+            functions,
+            locations,
+            ids,
+            used,
+            words,
+        }
+    }
+
+    /// The functions the drawn stacks use, as a bit set.
+    fn used_by(&self, drawn: &Drawn) -> Vec<u64> {
+        let mut used = vec![0u64; self.words];
+        for &(stack, _) in &drawn.counts {
+            let from = stack as usize * self.words;
+            if let Some(bits) = self.used.get(from..from + self.words) {
+                for (u, b) in used.iter_mut().zip(bits) {
+                    *u |= b;
+                }
+            }
+        }
+        used
+    }
+}
+
+/// The set bits of a bit set, in increasing order.
+fn bits(set: &[u64]) -> impl Iterator<Item = usize> + '_ {
+    set.iter().enumerate().flat_map(|(w, &word)| {
+        // `successors` also computes what follows the last word, 0: wrapping.
+        std::iter::successors(Some(word), |&b| Some(b & b.wrapping_sub(1)))
+            .take_while(|&b| b != 0)
+            .map(move |b| w * 64 + b.trailing_zeros() as usize)
+    })
 }
 
 pub struct Fleet {
@@ -254,6 +353,7 @@ impl Fleet {
             }
             services.push(Service {
                 name,
+                records: Records::new(&stacks),
                 stacks,
                 cdf,
                 compression,
@@ -357,8 +457,8 @@ impl Fleet {
             return Parts::default();
         };
         // The string table, written as it grows. The few type names come first and
-        // are looked up in `named` (the i-th is string i + 1); function names are
-        // added once per location.
+        // are looked up in `named` (the i-th is string i + 1); the names of the
+        // functions used follow.
         let mut strings = Msg::default();
         strings.bytes(6, b"");
         let mut n_strings = 1i64;
@@ -384,75 +484,47 @@ impl Fleet {
         period_type
             .int(1, s(period.0, &mut strings, &mut n_strings))
             .int(2, s(period.1, &mut strings, &mut n_strings));
-        // One function and one location per distinct function used: its id by
-        // function index (0: none yet), in a vector since the indices are dense (a
-        // hash map lookup per frame was 7 % of the generator's `perf` samples).
-        let mut loc_of: Vec<u64> = vec![0; self.functions.len()];
-        let mut n_locations = 0u64;
+        // The functions the samples use, each with its location, in id order;
+        // their names follow the type names in the string table.
+        let records = &svc.records;
+        let mut locations = Msg::default();
+        let mut functions = Msg::default();
+        for k in bits(&records.used_by(drawn)) {
+            let (Some(&f), Some(location)) = (records.functions.get(k), records.locations.get(k))
+            else {
+                continue;
+            };
+            let name = n_strings as u64;
+            match self.name_fields.get(f as usize) {
+                Some(entry) => strings.buf.extend_from_slice(entry),
+                None => {
+                    strings.bytes(6, b"?");
+                }
+            }
+            n_strings += 1;
+            let id = k as u64 + 1;
+            let len = uint_len(1, id) + uint_len(2, name) + uint_len(3, name);
+            functions
+                .header(5, len)
+                .uint(1, id)
+                .uint(2, name)
+                .uint(3, name);
+            locations.buf.extend_from_slice(location);
+        }
+        // Records are written in place, their lengths counted first: no record
+        // is built apart and copied in.
         let mut samples = Msg {
             buf: Vec::with_capacity(64 * drawn.counts.len()),
         };
-        // Records are written in place, their lengths counted first: no record
-        // is built apart and copied in.
-        let mut locations = Msg::default();
-        let mut functions = Msg::default();
-        let mut location_id: Vec<u64> = Vec::with_capacity(64);
         for &(stack, count) in &drawn.counts {
-            let Some(st) = svc.stacks.get(stack as usize) else {
+            let Some(ids) = records.ids.get(stack as usize) else {
                 continue;
             };
-            location_id.clear();
-            for &f in st.iter().rev() {
-                if f as usize >= loc_of.len() {
-                    loc_of.resize(f as usize + 1, 0);
-                }
-                let mut id = loc_of[f as usize];
-                if id == 0 {
-                    n_locations += 1;
-                    id = n_locations;
-                    loc_of[f as usize] = id;
-                    let name_i = n_strings;
-                    match self.name_fields.get(f as usize) {
-                        Some(entry) => strings.buf.extend_from_slice(entry),
-                        None => {
-                            strings.bytes(6, b"?");
-                        }
-                    }
-                    n_strings += 1;
-                    let name = name_i as u64;
-                    let len = uint_len(1, id) + uint_len(2, name) + uint_len(3, name);
-                    functions
-                        .header(5, len)
-                        .uint(1, id)
-                        .uint(2, name)
-                        .uint(3, name);
-                    let (line_no, address) =
-                        (u64::from(f % 500) + 1, 0x40_0000 + u64::from(f) * 64);
-                    let line_len = uint_len(1, id) + uint_len(2, line_no);
-                    let len = uint_len(1, id)
-                        + uint_len(2, 1)
-                        + uint_len(3, address)
-                        + field_len(4, line_len);
-                    locations
-                        .header(4, len)
-                        .uint(1, id)
-                        .uint(2, 1)
-                        .uint(3, address)
-                        .header(4, line_len)
-                        .uint(1, id)
-                        .uint(2, line_no);
-                }
-                location_id.push(id);
-            }
             let values = types.iter().map(|t| (count * t.2) as u64);
-            let (ids_len, values_len) = (
-                payload_len(location_id.iter().copied()),
-                payload_len(values.clone()),
-            );
-            samples
-                .header(2, optional_len(1, ids_len) + optional_len(2, values_len))
-                .packed(1, ids_len, location_id.iter().copied())
-                .packed(2, values_len, values);
+            let values_len = payload_len(values.clone());
+            samples.header(2, ids.len() + optional_len(2, values_len));
+            samples.buf.extend_from_slice(ids);
+            samples.packed(2, values_len, values);
         }
         let bin = n_strings;
         strings.bytes(6, format!("/usr/bin/{}", svc.name).as_bytes());
@@ -783,7 +855,6 @@ impl Replay {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rustc_hash::FxHashMap;
 
     fn cfg() -> FleetConfig {
         FleetConfig {
@@ -832,51 +903,61 @@ mod tests {
                 r#type: s(period.0, &mut strings),
                 unit: s(period.1, &mut strings),
             });
-            // One function and one location per distinct function used.
-            let mut loc_of: FxHashMap<u32, u64> = FxHashMap::default();
+            // One function and one location per distinct function used, in the
+            // order of their ids: the function's index in the service + 1.
+            let id_of = |f: u32| {
+                svc.records
+                    .functions
+                    .iter()
+                    .position(|&g| g == f)
+                    .map(|k| k as u64 + 1)
+            };
+            let mut used: Vec<(u64, u32)> = drawn
+                .counts
+                .iter()
+                .filter_map(|&(stack, _)| svc.stacks.get(stack as usize))
+                .flatten()
+                .filter_map(|&f| Some((id_of(f)?, f)))
+                .collect();
+            used.sort_unstable();
+            used.dedup();
             let mut functions = Vec::new();
             let mut locations = Vec::new();
+            for &(id, f) in &used {
+                let name_i = strings.len() as i64;
+                strings.push(
+                    self.functions
+                        .get(f as usize)
+                        .map_or(Bytes::from_static(b"?"), |n| {
+                            Bytes::copy_from_slice(n.as_bytes())
+                        }),
+                );
+                functions.push(pprof::Function {
+                    id,
+                    name: name_i,
+                    system_name: name_i,
+                    filename: 0,
+                    start_line: 0,
+                });
+                locations.push(pprof::Location {
+                    id,
+                    mapping_id: 1,
+                    address: 0x40_0000 + u64::from(f) * 64,
+                    line: vec![pprof::Line {
+                        function_id: id,
+                        line: i64::from(f % 500) + 1,
+                        column: 0,
+                    }],
+                    is_folded: false,
+                });
+            }
             let mut samples = Vec::with_capacity(drawn.counts.len());
             for &(stack, count) in &drawn.counts {
                 let Some(st) = svc.stacks.get(stack as usize) else {
                     continue;
                 };
-                let mut location_id = Vec::with_capacity(st.len());
-                for &f in st.iter().rev() {
-                    let id = *loc_of.entry(f).or_insert_with(|| {
-                        let id = locations.len() as u64 + 1;
-                        let name_i = strings.len() as i64;
-                        strings.push(
-                            self.functions
-                                .get(f as usize)
-                                .map_or(Bytes::from_static(b"?"), |n| {
-                                    Bytes::copy_from_slice(n.as_bytes())
-                                }),
-                        );
-                        functions.push(pprof::Function {
-                            id,
-                            name: name_i,
-                            system_name: name_i,
-                            filename: 0,
-                            start_line: 0,
-                        });
-                        locations.push(pprof::Location {
-                            id,
-                            mapping_id: 1,
-                            address: 0x40_0000 + u64::from(f) * 64,
-                            line: vec![pprof::Line {
-                                function_id: id,
-                                line: i64::from(f % 500) + 1,
-                                column: 0,
-                            }],
-                            is_folded: false,
-                        });
-                        id
-                    });
-                    location_id.push(id);
-                }
                 samples.push(pprof::Sample {
-                    location_id,
+                    location_id: st.iter().rev().filter_map(|&f| id_of(f)).collect(),
                     value: types.iter().map(|t| count * t.2).collect(),
                     label: Vec::new(),
                 });
@@ -937,6 +1018,47 @@ mod tests {
             f.pprof(1, &empty, 5, cpu, &cpu_types).to_vec(),
             f.pprof_by_prost(1, &empty, 5, cpu, &cpu_types)
         );
+    }
+
+    /// What the server decodes from a generated profile is the drawn stacks, by
+    /// name, each with its count × scale, whatever ids the profile gives them.
+    #[test]
+    fn decoded_profiles_hold_the_drawn_stacks() {
+        use profiledb_ingest::{decode_pprof, PprofOptions};
+        let f = Fleet::new(cfg());
+        let types = [("samples", "count", 1), ("cpu", "nanoseconds", 10_000_000)];
+        for (service, host, ts) in [(0, 0, 20_000), (1, 3, 2_000_000)] {
+            let d = f.draw(service, host, ts, 300);
+            let raw = f
+                .pprof(service, &d, ts, ("cpu", "nanoseconds", 10_000_000), &types)
+                .to_vec();
+            let batch = decode_pprof(&raw, &PprofOptions::default()).unwrap();
+            let mut want: Vec<(Vec<String>, i64)> = d
+                .counts
+                .iter()
+                .map(|&(stack, count)| {
+                    let names = f.services[service].stacks[stack as usize]
+                        .iter()
+                        .map(|&g| f.functions[g as usize].clone())
+                        .collect();
+                    (names, count * 10_000_000)
+                })
+                .collect();
+            let cpu = batch
+                .series
+                .iter()
+                .find(|s| s.labels.get("__profile_type__") == Some(CPU_TYPE))
+                .unwrap();
+            let mut got: Vec<(Vec<String>, i64)> = cpu
+                .samples
+                .iter()
+                .map(|s| (batch.frame_names(s.stack).unwrap(), s.value))
+                .collect();
+            want.sort();
+            got.sort();
+            assert!(want.len() > 10);
+            assert_eq!(got, want, "service {service}");
+        }
     }
 
     #[test]

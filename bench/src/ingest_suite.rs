@@ -29,6 +29,13 @@ pub struct Args {
     /// Concurrent HTTP clients.
     #[arg(long, default_value_t = 4)]
     clients: u32,
+    /// Full-density fleet pushes decoded and submitted on one thread, without HTTP
+    /// (0: skip that phase).
+    #[arg(long, default_value_t = 1000)]
+    fleet_pushes: usize,
+    /// Times the fleet pushes are decoded; the cheapest round is reported.
+    #[arg(long, default_value_t = 3)]
+    fleet_rounds: usize,
     /// Small run for CI.
     #[arg(long)]
     quick: bool,
@@ -38,7 +45,20 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
     if args.quick {
         args.decode_iterations = 10;
         args.requests = 20;
+        args.fleet_pushes = args.fleet_pushes.min(20);
+        args.fleet_rounds = 1;
     }
+    let fleet = if args.fleet_pushes > 0 {
+        let dir = tempfile::tempdir()?;
+        let f = crate::ingest_fleet::measure(dir.path(), args.fleet_pushes, args.fleet_rounds)?;
+        println!(
+            "fleet pushes, decode and submit on one thread (its CPU time): {}",
+            f.describe()
+        );
+        Some(f)
+    } else {
+        None
+    };
     let raw = crate::fleet::profile_or_generated(&args.profile)?;
     let opts = PprofOptions {
         tenant: TenantId::default(),
@@ -146,6 +166,7 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
         "http_mb_per_second": http_bytes as f64 / 1e6 / hsecs,
         "http_retries_429": retries.load(Ordering::Relaxed),
         "process_peak_rss_bytes": rss_peak,
+        "fleet": fleet.as_ref().map(crate::ingest_fleet::FleetDecode::to_json),
         "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
     });
     println!();

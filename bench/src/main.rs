@@ -11,6 +11,7 @@ mod cluster_suite;
 mod control_suite;
 mod fleet;
 mod fleet_suite;
+mod ingest_fleet;
 mod ingest_suite;
 mod lifecycle_suite;
 mod memtouch_suite;
