@@ -31,6 +31,23 @@ use crate::pprof_writer::{
 
 /// The profile type the query suites read.
 pub const CPU_TYPE: &str = "process_cpu:cpu:nanoseconds:cpu:nanoseconds";
+/// The query suite's fleet unless told otherwise, the full-density one, which
+/// `bench ingest` decodes too.
+pub mod dense {
+    pub const SEED: u64 = 42;
+    pub const HOSTS: usize = 100;
+    pub const SERVICES: usize = 10;
+    pub const STACKS_PER_SERVICE: usize = 5000;
+    pub const DRAWS_PER_PROFILE: usize = 100;
+    /// Seconds between a host's pushes in the last hour.
+    pub const INTERVAL_SECS: u64 = 10;
+}
+
+/// Whether a host's push at `ts_ms` carries heap profiles too: once a minute.
+pub fn heap_due(ts_ms: i64) -> bool {
+    ts_ms % 60_000 == 0
+}
+
 /// Function-name fragment only the compression layer's `deflate` frames contain.
 pub const FILTER_FUNCTION: &str = "deflate";
 

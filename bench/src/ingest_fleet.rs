@@ -17,12 +17,10 @@ use profiledb_ingest::{decode_push, push_to_batch, Limits, PushEncoding};
 use profiledb_storage::{Spent, Store, StoreConfig, TenantId};
 use serde_json::{json, Value};
 
-use crate::fleet::{Fleet, FleetConfig};
+use crate::fleet::{dense, heap_due, Fleet, FleetConfig};
+use crate::thread_cpu;
 
 const HOUR: i64 = 3_600_000;
-/// The query suite's fleet: hosts, and its push interval in the dense hour.
-const HOSTS: usize = 100;
-const INTERVAL_MS: i64 = 10_000;
 
 /// What the phase measured.
 pub struct FleetDecode {
@@ -77,10 +75,10 @@ pub fn measure(dir: &std::path::Path, pushes: usize, rounds: usize) -> anyhow::R
         .as_millis() as i64;
     let t0 = now_ms / HOUR * HOUR - HOUR;
     let fleet = Fleet::new(FleetConfig {
-        seed: 42,
-        services: 10,
-        stacks_per_service: 5000,
-        draws_per_profile: 100,
+        seed: dense::SEED,
+        services: dense::SERVICES,
+        stacks_per_service: dense::STACKS_PER_SERVICE,
+        draws_per_profile: dense::DRAWS_PER_PROFILE,
         zipf_s: 1.1,
         deploy_ms: t0 + HOUR / 2,
     });
@@ -88,8 +86,8 @@ pub fn measure(dir: &std::path::Path, pushes: usize, rounds: usize) -> anyhow::R
     let t = Instant::now();
     let bodies: Vec<bytes::Bytes> = (0..pushes)
         .map(|i| {
-            let ts = t0 + (i / HOSTS) as i64 * INTERVAL_MS;
-            let (body, v) = fleet.host_push_body(i % HOSTS, ts, ts % 60_000 == 0, None);
+            let ts = t0 + (i / dense::HOSTS) as i64 * dense::INTERVAL_SECS as i64 * 1000;
+            let (body, v) = fleet.host_push_body(i % dense::HOSTS, ts, heap_due(ts), None);
             values += v;
             body.into()
         })
@@ -115,10 +113,10 @@ pub fn measure(dir: &std::path::Path, pushes: usize, rounds: usize) -> anyhow::R
                 r?;
                 drop(spent);
             }
-            let t = thread_cpu_secs();
+            let t = thread_cpu::this_thread_secs();
             let series = decode_push(body, PushEncoding::Proto, &limits)?;
             let batch = push_to_batch(&series, TenantId::default(), now_ms, &limits)?;
-            let t1 = thread_cpu_secs();
+            let t1 = thread_cpu::this_thread_secs();
             let tx = tx.clone();
             store.submit(
                 batch,
@@ -127,7 +125,7 @@ pub fn measure(dir: &std::path::Path, pushes: usize, rounds: usize) -> anyhow::R
                 }),
             );
             decode += t1 - t;
-            submit += thread_cpu_secs() - t1;
+            submit += thread_cpu::this_thread_secs() - t1;
         }
         if decode + submit < decode_secs + submit_secs {
             (decode_secs, submit_secs) = (decode, submit);
@@ -146,16 +144,4 @@ pub fn measure(dir: &std::path::Path, pushes: usize, rounds: usize) -> anyhow::R
         decode_secs,
         submit_secs,
     })
-}
-
-/// CPU time of the calling thread: what the decoder spent, whichever core it ran
-/// on and whatever else the machine ran meanwhile.
-fn thread_cpu_secs() -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }

@@ -26,7 +26,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{json, Value};
 
 use crate::baselines::{self, Installed, Sql, Total};
-use crate::fleet::{Fleet, FleetConfig, Replay, CPU_TYPE, FILTER_FUNCTION};
+use crate::fleet::{dense, heap_due, Fleet, FleetConfig, Replay, CPU_TYPE, FILTER_FUNCTION};
 use crate::report::{self, human_bytes};
 use crate::same_rows;
 use crate::server::Running;
@@ -35,22 +35,22 @@ use crate::thread_cpu;
 #[derive(clap::Args, Clone)]
 pub struct Args {
     /// Seed of the fleet generator (same seed, same fleet).
-    #[arg(long, default_value_t = 42)]
+    #[arg(long, default_value_t = dense::SEED)]
     seed: u64,
     /// Simulated hosts.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = dense::HOSTS)]
     hosts: usize,
     /// Simulated services on every host.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = dense::SERVICES)]
     services: usize,
     /// Distinct stacks per service.
-    #[arg(long, default_value_t = 5000)]
+    #[arg(long, default_value_t = dense::STACKS_PER_SERVICE)]
     stacks: usize,
     /// CPU samples drawn per 10 s profile (before ±30 % host jitter).
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = dense::DRAWS_PER_PROFILE)]
     draws: usize,
     /// Seconds between pushes in the last hour.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = dense::INTERVAL_SECS)]
     interval: u64,
     /// Seconds between pushes in the 23 hours before it.
     #[arg(long, default_value_t = 300)]
@@ -609,7 +609,7 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
                             let (mut body, v) = fleet.host_push_body(
                                 host,
                                 ts,
-                                ts % 60_000 == 0,
+                                heap_due(ts),
                                 rows_file.as_ref().map(|_| &mut rows),
                             );
                             values.fetch_add(v, Ordering::Relaxed);

@@ -15,6 +15,19 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
+/// CPU seconds of the calling thread so far (user + system), read without
+/// `/proc`: what it spent, whichever core it ran on and whatever else the machine
+/// ran meanwhile.
+pub fn this_thread_secs() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
 /// CPU seconds per thread id, with the thread's name.
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {
