@@ -31,8 +31,8 @@ use crate::pprof_writer::{
 
 /// The profile type the query suites read.
 pub const CPU_TYPE: &str = "process_cpu:cpu:nanoseconds:cpu:nanoseconds";
-/// The query suite's fleet unless told otherwise, the full-density one, which
-/// `bench ingest` decodes too.
+/// The query suite's default fleet (the full-density one), which `bench ingest`
+/// decodes too.
 pub mod dense {
     pub const SEED: u64 = 42;
     pub const HOSTS: usize = 100;
@@ -528,8 +528,8 @@ impl Fleet {
                 .uint(3, name);
             locations.buf.extend_from_slice(location);
         }
-        // Records are written in place, their lengths counted first: no record
-        // is built apart and copied in.
+        // A sample: its stack's location ids as written once (`Records::ids`),
+        // then its values packed in place, the record's length counted first.
         let mut samples = Msg {
             buf: Vec::with_capacity(64 * drawn.counts.len()),
         };
