@@ -504,13 +504,29 @@ impl Fleet {
         // The functions the samples use, each with its location, in id order;
         // their names follow the type names in the string table.
         let records = &svc.records;
-        let mut locations = Msg::default();
-        let mut functions = Msg::default();
-        for k in bits(&records.used_by(drawn)) {
-            let (Some(&f), Some(location)) = (records.functions.get(k), records.locations.get(k))
-            else {
-                continue;
-            };
+        let used: Vec<(usize, u32, &[u8])> = bits(&records.used_by(drawn))
+            .filter_map(|k| {
+                Some((
+                    k,
+                    *records.functions.get(k)?,
+                    &records.locations.get(k)?[..],
+                ))
+            })
+            .collect();
+        // Each part sized once: growing them copied every byte again.
+        let mut locations = Msg {
+            buf: Vec::with_capacity(used.iter().map(|u| u.2.len()).sum()),
+        };
+        let mut functions = Msg {
+            buf: Vec::with_capacity(used.len() * 16),
+        };
+        strings.buf.reserve(
+            used.iter()
+                .map(|&(_, f, _)| self.name_fields.get(f as usize).map_or(3, Vec::len))
+                .sum::<usize>()
+                + 64,
+        );
+        for (k, f, location) in used {
             let name = n_strings as u64;
             match self.name_fields.get(f as usize) {
                 Some(entry) => strings.buf.extend_from_slice(entry),
@@ -531,7 +547,13 @@ impl Fleet {
         // A sample: its stack's location ids as written once (`Records::ids`),
         // then its values packed in place, the record's length counted first.
         let mut samples = Msg {
-            buf: Vec::with_capacity(64 * drawn.counts.len()),
+            buf: Vec::with_capacity(
+                drawn
+                    .counts
+                    .iter()
+                    .map(|&(stack, _)| records.ids.get(stack as usize).map_or(0, Vec::len) + 32)
+                    .sum(),
+            ),
         };
         for &(stack, count) in &drawn.counts {
             let Some(ids) = records.ids.get(stack as usize) else {
@@ -619,10 +641,20 @@ impl Fleet {
         heap: bool,
         rows: Option<&mut Vec<u8>>,
     ) -> (Vec<u8>, u64) {
-        let mut body = Msg::default();
+        let mut profiles = Vec::new();
         let values = self.host_profiles(host, ts_ms, heap, rows, |labels, profile| {
-            body.series(&labels, &profile);
+            profiles.push((labels, profile));
         });
+        let mut body = Msg::default();
+        body.buf.reserve_exact(
+            profiles
+                .iter()
+                .map(|(labels, profile)| Msg::series_len(labels, profile))
+                .sum(),
+        );
+        for (labels, profile) in &profiles {
+            body.series(labels, profile);
+        }
         (body.buf, values)
     }
 

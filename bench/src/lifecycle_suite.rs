@@ -214,8 +214,8 @@ fn host_batch(fleet: &Fleet, host: usize, from: i64, to: i64, draws: usize) -> (
                                 let loc = *locations.entry((s, f)).or_insert_with(|| {
                                     let function = *functions.entry(f).or_insert_with(|| {
                                         b.symbols.functions.push(Function {
-                                            name: fleet.functions[f as usize].clone(),
-                                            file: String::new(),
+                                            name: fleet.functions[f as usize].as_str().into(),
+                                            file: Default::default(),
                                         });
                                         (b.symbols.functions.len() - 1) as u32
                                     });

@@ -79,17 +79,7 @@ impl Message {
     /// A push's `RawProfileSeries` (field 1 of `PushRequest`): `labels`, then one
     /// `RawSample` whose `raw_profile` is `profile`, copied here from its parts.
     pub fn series(&mut self, labels: &[LabelPair], profile: &Parts) -> &mut Self {
-        // RawProfileSeries { labels = 1, samples = 2 }, LabelPair { name = 1,
-        // value = 2 }, RawSample { raw_profile = 1 }.
-        let pair_len =
-            |l: &LabelPair| optional_len(1, l.name.len()) + optional_len(2, l.value.len());
-        let profile_len = profile.len();
-        let sample_len = optional_len(1, profile_len);
-        let series_len = labels
-            .iter()
-            .map(|l| field_len(1, pair_len(l)))
-            .sum::<usize>()
-            + field_len(2, sample_len);
+        let (series_len, sample_len, profile_len) = series_lens(labels, profile);
         self.buf.reserve(field_len(1, series_len));
         self.header(1, series_len);
         for l in labels {
@@ -103,6 +93,12 @@ impl Message {
             profile.write_to(&mut self.buf);
         }
         self
+    }
+
+    /// Bytes [`Message::series`] writes for `labels` and `profile`: a caller
+    /// writing several reserves their sum once, not growing the body as it goes.
+    pub fn series_len(labels: &[LabelPair], profile: &Parts) -> usize {
+        field_len(1, series_lens(labels, profile).0)
     }
 
     /// A packed repeated varint field, left out when empty; `len` is its
@@ -164,6 +160,24 @@ pub fn optional_len(field: u32, len: usize) -> usize {
 /// A message as consecutive pieces, each already encoded.
 #[derive(Default)]
 pub struct Parts(pub Vec<Vec<u8>>);
+
+fn pair_len(l: &LabelPair) -> usize {
+    optional_len(1, l.name.len()) + optional_len(2, l.value.len())
+}
+
+/// A `RawProfileSeries`' payload length, its `RawSample`'s and the profile's.
+fn series_lens(labels: &[LabelPair], profile: &Parts) -> (usize, usize, usize) {
+    // RawProfileSeries { labels = 1, samples = 2 }, LabelPair { name = 1,
+    // value = 2 }, RawSample { raw_profile = 1 }.
+    let profile_len = profile.len();
+    let sample_len = optional_len(1, profile_len);
+    let series_len = labels
+        .iter()
+        .map(|l| field_len(1, pair_len(l)))
+        .sum::<usize>()
+        + field_len(2, sample_len);
+    (series_len, sample_len, profile_len)
+}
 
 impl Parts {
     pub fn len(&self) -> usize {

@@ -18,7 +18,7 @@
 use std::collections::HashMap;
 
 use profiledb_model::{
-    Batch, Function, Labels, Location, Sample, SeriesSamples, TenantId, NAME_LABEL,
+    Batch, Function, Labels, Location, Name, Sample, SeriesSamples, TenantId, NAME_LABEL,
     PROFILE_TYPE_LABEL,
 };
 
@@ -207,8 +207,8 @@ fn intern_frame(batch: &mut Batch, name: &str) -> Result<u32, IngestError> {
     let function = u32::try_from(batch.symbols.functions.len()).map_err(|_| too_many())?;
     let location = u32::try_from(batch.symbols.locations.len()).map_err(|_| too_many())?;
     batch.symbols.functions.push(Function {
-        name: name.to_string(),
-        file: String::new(),
+        name: name.into(),
+        file: Name::new(),
     });
     batch.symbols.locations.push(Location {
         function: Some(function),

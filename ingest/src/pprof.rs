@@ -21,13 +21,13 @@
 //! - Ids are looked up by id, never by position; id 0, duplicate ids, dangling ids
 //!   and out-of-range string indices are errors.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
-#[cfg(test)]
 use bytes::Bytes;
-
 use profiledb_model::{
-    Batch, Function, Labels, Location, Mapping, Sample, TenantId, NAME_LABEL, PROFILE_TYPE_LABEL,
+    Batch, Function, Labels, Location, Mapping, Name, Sample, TenantId, NAME_LABEL,
+    PROFILE_TYPE_LABEL,
 };
 use prost::Message;
 use rustc_hash::FxHashMap;
@@ -69,7 +69,8 @@ pub struct PprofOptions {
 /// Decodes a pprof profile (gzip-framed or plain) into a new batch.
 pub fn decode_pprof(data: &[u8], opts: &PprofOptions) -> Result<Batch, IngestError> {
     let mut out = BatchBuilder::new(opts.tenant.clone());
-    decode_pprof_into(data, opts, &mut out)?;
+    // One copy of the profile, which the batch's names then share (see `Name`).
+    decode_pprof_into(&Bytes::copy_from_slice(data), opts, &mut out)?;
     Ok(out.finish())
 }
 
@@ -77,13 +78,18 @@ pub fn decode_pprof(data: &[u8], opts: &PprofOptions) -> Result<Batch, IngestErr
 /// (`opts.tenant` is not used: `out` has its tenant). On an error `out` holds part
 /// of this profile and must be discarded.
 pub fn decode_pprof_into(
-    data: &[u8],
+    data: &Bytes,
     opts: &PprofOptions,
     out: &mut BatchBuilder,
 ) -> Result<(), IngestError> {
-    let bytes = decompress_body(data, &opts.limits)?;
-    match RawProfile::parse(&bytes) {
-        Ok(raw) => convert(&raw, opts, out),
+    // The batch's function names are slices of the plain profile (`Name`).
+    let bytes = match decompress_body(data, &opts.limits)? {
+        Cow::Borrowed(_) => data.clone(),
+        Cow::Owned(inflated) => Bytes::from(inflated),
+    };
+    let parsed = RawProfile::parse(&bytes);
+    match parsed {
+        Ok(raw) => convert(&raw, &bytes, opts, out),
         // The streaming reader accepts exactly what prost accepts but keeps no error
         // details: decode again with prost for its error.
         Err(wire::Malformed) => match Profile::decode(&*bytes) {
@@ -92,7 +98,7 @@ pub fn decode_pprof_into(
                 source,
             }),
             // Unreachable unless the two decoders disagree; prost is the reference.
-            Ok(profile) => convert(&RawProfile::from_prost(&profile), opts, out),
+            Ok(profile) => convert(&RawProfile::from_prost(&profile), &Bytes::new(), opts, out),
         },
     }
 }
@@ -100,18 +106,26 @@ pub fn decode_pprof_into(
 /// Converts an already decoded profile into a new batch.
 pub fn profile_to_batch(profile: &Profile, opts: &PprofOptions) -> Result<Batch, IngestError> {
     let mut out = BatchBuilder::new(opts.tenant.clone());
-    convert(&RawProfile::from_prost(profile), opts, &mut out)?;
+    convert(
+        &RawProfile::from_prost(profile),
+        &Bytes::new(),
+        opts,
+        &mut out,
+    )?;
     Ok(out.finish())
 }
 
+/// `owner` is the buffer `profile` was parsed from, which names share where they
+/// lie in it (elsewhere, as in a prost-decoded profile, they are copied).
 fn convert(
     profile: &RawProfile<'_>,
+    owner: &Bytes,
     opts: &PprofOptions,
     out: &mut BatchBuilder,
 ) -> Result<(), IngestError> {
     let limits = &opts.limits;
     limits.check_samples(profile.sample_count(), "samples in profile")?;
-    let strings = Strings::new(&profile.strings)?;
+    let strings = Strings::new(&profile.strings, owner)?;
     let (name, out_types) = output_types(profile, &strings, opts)?;
     let batch = out.batch_mut();
     let ids = build_symbols(profile, &strings, batch)?;
@@ -128,9 +142,19 @@ fn convert(
     // stacks that differ only in the numeric `bytes` label): (label set, location
     // ids) → row; row r is (label set, stack) in `rows[r]` and its summed values in
     // `sums[r * n_out..]`. Fx rather than SipHash: one lookup per sample.
-    let mut merged: FxHashMap<SampleKey<'_>, usize> = FxHashMap::default();
-    let mut rows: Vec<(usize, u32)> = Vec::new();
-    let mut sums: Vec<i64> = Vec::new();
+    // Sized for every sample up front: growing the map rehashed each key's
+    // location ids again.
+    let n_samples = profile.sample_count();
+    let mut merged: FxHashMap<SampleKey<'_>, usize> =
+        FxHashMap::with_capacity_and_hasher(n_samples, Default::default());
+    let mut rows: Vec<(usize, u32)> = Vec::with_capacity(n_samples);
+    // No more sums than the profile has values, however many output types.
+    let mut sums: Vec<i64> = Vec::with_capacity(
+        n_samples
+            .saturating_mul(n_out)
+            .min(profile.values.len() + n_samples),
+    );
+    batch.stacks.reserve(n_samples, profile.loc_ids.len());
 
     for i in 0..profile.sample_count() {
         let (location_ids, sample_values, sample_labels) = profile.sample(i);
@@ -201,10 +225,19 @@ fn convert(
         rows.push((set, stack));
         sums.extend_from_slice(&values);
     }
-    for (&(set, stack), row_sums) in rows.iter().zip(sums.chunks(n_out.max(1))) {
-        if series_samples.len() < (set + 1) * n_out {
-            series_samples.resize((set + 1) * n_out, Vec::new());
+    // Each series' samples sized once: the rows of its label set.
+    let mut per_set: Vec<usize> = Vec::new();
+    for &(set, _) in &rows {
+        if per_set.len() <= set {
+            per_set.resize(set + 1, 0);
         }
+        per_set[set] += 1;
+    }
+    series_samples.resize(per_set.len() * n_out, Vec::new());
+    for (row, &n) in series_samples.chunks_mut(n_out.max(1)).zip(&per_set) {
+        row.iter_mut().for_each(|v| v.reserve_exact(n));
+    }
+    for (&(set, stack), row_sums) in rows.iter().zip(sums.chunks(n_out.max(1))) {
         let row = series_samples
             .get_mut(set * n_out..(set + 1) * n_out)
             .ok_or_else(|| IngestError::profile("internal: series table out of range"))?;
@@ -254,38 +287,67 @@ pub(crate) fn sample_time_ms(time_nanos: i64, fallback_ms: i64) -> i64 {
 }
 
 /// The string table with checked lookups.
-struct Strings<'a>(&'a [&'a [u8]]);
+struct Strings<'a> {
+    table: &'a [&'a [u8]],
+    /// The buffer the table's entries may be slices of.
+    owner: &'a Bytes,
+}
 
 impl<'a> Strings<'a> {
-    fn new(table: &'a [&'a [u8]]) -> Result<Self, IngestError> {
+    fn new(table: &'a [&'a [u8]], owner: &'a Bytes) -> Result<Self, IngestError> {
         match table.first() {
             Some(s) if !s.is_empty() => Err(IngestError::profile(format!(
                 "string_table[0] must be \"\", found {:?}",
                 String::from_utf8_lossy(s)
             ))),
-            _ => Ok(Strings(table)),
+            _ => Ok(Strings { table, owner }),
         }
+    }
+
+    /// Entry `index` as a [`Name`]: a slice of the owner when it lies in it, which
+    /// costs a reference count, not an allocation and a copy.
+    fn name(&self, index: i64, what: impl FnOnce() -> String) -> Result<Name, IngestError> {
+        let bytes = self.bytes(index, what)?;
+        let (start, at) = (self.owner.as_ptr() as usize, bytes.as_ptr() as usize);
+        let inside = !bytes.is_empty()
+            && at
+                .checked_sub(start)
+                .and_then(|offset| offset.checked_add(bytes.len()))
+                .is_some_and(|end| end <= self.owner.len());
+        let name = if inside {
+            // In range, as just checked: `slice_ref` shares the owner's buffer.
+            Name::try_from(self.owner.slice_ref(bytes))
+        } else {
+            Name::try_from(bytes)
+        };
+        name.map_err(|_| not_utf8(index))
     }
 
     /// `what` names the referring field for the error message.
     fn get(&self, index: i64, what: impl FnOnce() -> String) -> Result<&'a str, IngestError> {
+        std::str::from_utf8(self.bytes(index, what)?).map_err(|_| not_utf8(index))
+    }
+
+    fn bytes(&self, index: i64, what: impl FnOnce() -> String) -> Result<&'a [u8], IngestError> {
         if index == 0 {
-            return Ok("");
+            return Ok(b"");
         }
-        let bytes = usize::try_from(index)
+        usize::try_from(index)
             .ok()
-            .and_then(|i| self.0.get(i))
+            .and_then(|i| self.table.get(i))
+            .copied()
             .ok_or_else(|| {
                 IngestError::profile(format!(
                     "{} refers to string index {index} but the string table has {} entries",
                     what(),
-                    self.0.len()
+                    self.table.len()
                 ))
-            })?;
-        std::str::from_utf8(bytes).map_err(|_| {
-            IngestError::profile(format!("string table entry {index} is not valid UTF-8"))
-        })
+            })
     }
+}
+
+fn not_utf8(index: i64) -> IngestError {
+    IngestError::profile(format!("string table entry {index} is not valid UTF-8"))
 }
 
 /// One output profile type: which sample value feeds it and by what factor.
@@ -477,15 +539,12 @@ fn build_symbols(
     })?;
     syms.functions.reserve(profile.functions.len());
     for f in &profile.functions {
-        let mut name = strings.get(f.name, || format!("function {} name", f.id))?;
+        let mut name = strings.name(f.name, || format!("function {} name", f.id))?;
         if name.is_empty() {
-            name = strings.get(f.system_name, || format!("function {} system_name", f.id))?;
+            name = strings.name(f.system_name, || format!("function {} system_name", f.id))?;
         }
-        let file = strings.get(f.filename, || format!("function {} filename", f.id))?;
-        syms.functions.push(Function {
-            name: name.to_string(),
-            file: file.to_string(),
-        });
+        let file = strings.name(f.filename, || format!("function {} filename", f.id))?;
+        syms.functions.push(Function { name, file });
     }
 
     let mut locations = IdMap::new(
@@ -577,7 +636,7 @@ impl LabelSets {
             .ok_or_else(|| {
                 IngestError::profile(format!(
                     "sample label key refers to string index {key} but the string table has {} entries",
-                    strings.0.len()
+                    strings.table.len()
                 ))
             })?;
         if *state == 0 {

@@ -124,12 +124,7 @@ fn dump2_frames_are_java_methods() {
         return;
     };
     let b = decode_jfr(&jfr, None, &options()).unwrap();
-    let names: Vec<&str> = b
-        .symbols
-        .functions
-        .iter()
-        .map(|f| f.name.as_str())
-        .collect();
+    let names: Vec<&str> = b.symbols.functions.iter().map(|f| &*f.name).collect();
     assert!(
         names.contains(&"java/lang/Thread.run"),
         "{:?}",

@@ -69,7 +69,7 @@ impl Batch {
             .map(|&l| {
                 let loc = syms.locations.get(l as usize)?;
                 Some(match loc.function {
-                    Some(f) => syms.functions.get(f as usize)?.name.clone(),
+                    Some(f) => syms.functions.get(f as usize)?.name.to_string(),
                     None => format!("{:#x}", loc.address),
                 })
             })
@@ -118,7 +118,7 @@ mod tests {
         let mut b = Batch::new(TenantId::default());
         b.symbols.functions.push(crate::symbols::Function {
             name: "main".into(),
-            file: String::new(),
+            file: Default::default(),
         });
         b.symbols.locations.push(Location {
             function: Some(0),

@@ -21,6 +21,6 @@ mod time_range;
 
 pub use batch::{Batch, Sample, SeriesSamples};
 pub use labels::{Labels, NAME_LABEL, PROFILE_TYPE_LABEL, SERVICE_NAME_LABEL};
-pub use symbols::{Function, Location, Mapping, Stacks, Symbols};
+pub use symbols::{Function, Location, Mapping, Name, Stacks, Symbols};
 pub use tenant::{InvalidTenant, TenantId, MAX_TENANT_LEN};
 pub use time_range::TimeRange;

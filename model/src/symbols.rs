@@ -2,6 +2,14 @@
 
 use serde::{Deserialize, Serialize};
 
+/// A function's name or file: immutable UTF-8 that may share the buffer it was
+/// decoded from. Every push repeats its profile's names, and a `String` per name
+/// (an allocation, a copy and a free, each on memory gone cold) was the decoders'
+/// largest single cost; a slice of the push body costs a reference count. What
+/// outlives the batch (dictionaries, the interner) copies the text out, so a kept
+/// name never holds a whole body.
+pub type Name = bytestring::ByteString;
+
 /// A binary or shared library a frame belongs to.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Mapping {
@@ -15,9 +23,9 @@ pub struct Mapping {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Function {
     /// Function name (demangled when the producer could).
-    pub name: String,
+    pub name: Name,
     /// Source file, empty when unknown.
-    pub file: String,
+    pub file: Name,
 }
 
 /// One frame of a stack. An inlined pprof location expands to several of these.
@@ -73,6 +81,12 @@ impl Stacks {
         self.locations[start..].reverse();
         self.offsets.push(self.locations.len() as u32);
         (self.offsets.len() - 2) as u32
+    }
+
+    /// Room for `stacks` more stacks of `frames` frames in all.
+    pub fn reserve(&mut self, stacks: usize, frames: usize) {
+        self.offsets.reserve(stacks + 1);
+        self.locations.reserve(frames);
     }
 
     /// Number of stacks.

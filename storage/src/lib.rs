@@ -19,7 +19,7 @@
 //! // One sample of 7 on the stack main → work.
 //! let mut batch = Batch::new(TenantId::default());
 //! for name in ["main", "work"] {
-//!     batch.symbols.functions.push(Function { name: name.into(), file: String::new() });
+//!     batch.symbols.functions.push(Function { name: name.into(), file: Default::default() });
 //!     let function = Some(batch.symbols.functions.len() as u32 - 1);
 //!     batch.symbols.locations.push(Location { function, mapping: None, address: 0, line: 0 });
 //! }

@@ -29,8 +29,8 @@ fn batch_at(at_ms: i64, i: i64, value: i64) -> Batch {
     let mut b = Batch::new(TenantId::default());
     for name in ["main".to_string(), format!("f{i}")] {
         b.symbols.functions.push(Function {
-            name,
-            file: String::new(),
+            name: name.into(),
+            file: Default::default(),
         });
         let function = Some(b.symbols.functions.len() as u32 - 1);
         b.symbols.locations.push(Location {

@@ -39,7 +39,7 @@ fn batch(service: u64) -> (Batch, Vec<(i64, i64)>) {
     let mut b = Batch::new(TenantId::default());
     let loc = |b: &mut Batch, name: String| {
         b.symbols.functions.push(Function {
-            name,
+            name: name.into(),
             file: "x.go".into(),
         });
         b.symbols.locations.push(Location {

@@ -19,7 +19,7 @@
 use std::collections::HashMap;
 
 use profiledb_model::{
-    Batch, Function, Labels, Location, Sample, SeriesSamples, NAME_LABEL, PROFILE_TYPE_LABEL,
+    Batch, Function, Labels, Location, Name, Sample, SeriesSamples, NAME_LABEL, PROFILE_TYPE_LABEL,
 };
 
 use super::events::{Observation, Source};
@@ -200,8 +200,8 @@ impl<'l> Converter<'l> {
             let next = self.functions.len() as u32;
             let function = *self.functions.entry(name).or_insert_with_key(|name| {
                 self.batch.symbols.functions.push(Function {
-                    name: name.clone(),
-                    file: String::new(),
+                    name: name.as_str().into(),
+                    file: Name::new(),
                 });
                 next
             });

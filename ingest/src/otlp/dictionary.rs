@@ -194,8 +194,8 @@ impl Symbols {
                 }
                 let file = dict.string(f.filename_strindex, || field("filename_strindex"))?;
                 batch.symbols.functions.push(Function {
-                    name: name.to_string(),
-                    file: file.to_string(),
+                    name: name.into(),
+                    file: file.into(),
                 });
                 Ok(to_u32(batch.symbols.functions.len() - 1))
             },

@@ -244,6 +244,72 @@ fn go_cpu_profile_with_inlined_lines() {
 }
 
 #[test]
+fn function_names_share_the_profile_bytes_and_let_go_of_them_with_the_batch() {
+    let body = Bytes::from(go_cpu().bytes());
+    let mut out = BatchBuilder::new(TenantId::default());
+    decode_pprof_into(&body, &opts(), &mut out).unwrap();
+    let batch = out.finish();
+    let inside = body.as_ptr() as usize..body.as_ptr() as usize + body.len();
+    let names: Vec<&Name> = batch
+        .symbols
+        .functions
+        .iter()
+        .flat_map(|f| [&f.name, &f.file])
+        .collect();
+    assert_eq!(
+        names.iter().map(|n| &***n).collect::<Vec<_>>(),
+        ["main", "main.go", "foo", "foo.go", "bar", "bar.go"]
+    );
+    for n in &names {
+        assert!(inside.contains(&(n.as_ptr() as usize)), "{n:?} was copied");
+    }
+    assert!(!body.is_unique());
+    drop(batch);
+    assert!(body.is_unique(), "something kept a slice of the profile");
+}
+
+#[test]
+fn a_gzip_framed_profiles_names_are_their_own_and_right() {
+    let mut gz = GzEncoder::new(Vec::new(), Compression::default());
+    gz.write_all(&go_cpu().bytes()).unwrap();
+    let body = Bytes::from(gz.finish().unwrap());
+    let mut out = BatchBuilder::new(TenantId::default());
+    decode_pprof_into(&body, &opts(), &mut out).unwrap();
+    let batch = out.finish();
+    assert!(
+        body.is_unique(),
+        "names point into the inflated profile, not the body"
+    );
+    let names: Vec<&str> = batch.symbols.functions.iter().map(|f| &*f.name).collect();
+    assert_eq!(names, ["main", "foo", "bar"]);
+}
+
+#[test]
+fn tables_kept_from_a_larger_profile_leave_nothing_in_the_next() {
+    // A decoder thread keeps its last profile's tables, emptied (`wire::Spare`):
+    // a small profile decoded after a large one must come out as on its own.
+    let mut large = Builder::new()
+        .sample_type("samples", "count")
+        .period("cpu", "nanoseconds", 10_000_000)
+        .mapping(1, "/bin/big", "");
+    for i in 1..=300u64 {
+        large = large.function(i, &format!("f{i}"), "big.go").location(
+            i,
+            1,
+            0x1000 * i,
+            &[(i, i as i64)],
+        );
+    }
+    for i in 1..=300u64 {
+        large = large.sample(&[i, (i % 7) + 1], &[i as i64]);
+    }
+    let small = go_cpu();
+    let alone = profile_to_batch(&Profile::decode(&*small.bytes()).unwrap(), &opts()).unwrap();
+    decode(&large).unwrap();
+    assert_eq!(decode(&small).unwrap(), alone);
+}
+
+#[test]
 fn gzip_framed_profile_decodes_the_same() {
     let plain = go_cpu().bytes();
     let mut e = GzEncoder::new(Vec::new(), Compression::default());

@@ -20,8 +20,8 @@ fn batch(tenant: &TenantId, ts: &[i64], value: i64) -> Batch {
     let mut b = Batch::new(tenant.clone());
     for (i, name) in ["main", "work"].iter().enumerate() {
         b.symbols.functions.push(Function {
-            name: name.to_string(),
-            file: String::new(),
+            name: (*name).into(),
+            file: Default::default(),
         });
         b.symbols.locations.push(Location {
             function: Some(i as u32),

@@ -103,8 +103,8 @@ mod tests {
         let mut b = Batch::new(TenantId::new("tenant-a").unwrap());
         for (a, c) in &names {
             b.symbols.functions.push(Function {
-                name: a.clone(),
-                file: c.clone(),
+                name: a.clone().into(),
+                file: c.clone().into(),
             });
             b.symbols.mappings.push(Mapping {
                 file: c.clone(),

@@ -412,7 +412,7 @@ mod tests {
         let mut batch = Batch::new(TenantId::default());
         batch.symbols.functions.push(Function {
             name: "main".into(),
-            file: String::new(),
+            file: Default::default(),
         });
         batch.symbols.locations.push(Location {
             function: Some(0),
@@ -454,8 +454,8 @@ mod tests {
         let mut batch = hours_of_samples(hours);
         for (h, sample) in batch.series[0].samples.iter_mut().enumerate() {
             batch.symbols.functions.push(Function {
-                name: format!("f{h}"),
-                file: String::new(),
+                name: format!("f{h}").into(),
+                file: Default::default(),
             });
             batch.symbols.locations.push(Location {
                 function: Some(h as u32 + 1),
@@ -579,8 +579,8 @@ mod tests {
         let last = batch.series[0].samples[2];
         for k in 0..300u32 {
             batch.symbols.functions.push(Function {
-                name: format!("wide{k}"),
-                file: String::new(),
+                name: format!("wide{k}").into(),
+                file: Default::default(),
             });
             batch.symbols.locations.push(Location {
                 function: Some(batch.symbols.functions.len() as u32 - 1),

@@ -227,7 +227,7 @@ impl Defined {
                         id(&ids.functions, f)?,
                         &mut self.functions,
                         &mut defs.functions,
-                        || syms.functions.get(f as usize).map(|x| (&x.name, &x.file)),
+                        || syms.functions.get(f as usize).map(|x| (&*x.name, &*x.file)),
                     )?),
                 };
                 let mapping = match loc.mapping {
@@ -239,7 +239,7 @@ impl Defined {
                         || {
                             syms.mappings
                                 .get(m as usize)
-                                .map(|x| (&x.file, &x.build_id))
+                                .map(|x| (x.file.as_str(), x.build_id.as_str()))
                         },
                     )?),
                 };
@@ -262,7 +262,7 @@ fn names_def<'b>(
     id: u32,
     defined: &mut Bits,
     defs: &mut Vec<NamesDef<'b>>,
-    names: impl FnOnce() -> Option<(&'b String, &'b String)>,
+    names: impl FnOnce() -> Option<(&'b str, &'b str)>,
 ) -> Option<u32> {
     if defined.insert(id) {
         let (a, b) = names()?;
@@ -359,7 +359,13 @@ impl Resolver {
         }
         for f in defs.functions {
             let (name, file) = (f.a.into_owned(), f.b.into_owned());
-            self.functions.insert(f.id, Function { name, file });
+            self.functions.insert(
+                f.id,
+                Function {
+                    name: name.into(),
+                    file: file.into(),
+                },
+            );
         }
         for m in defs.mappings {
             let (file, build_id) = (m.a.into_owned(), m.b.into_owned());

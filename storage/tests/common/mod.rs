@@ -58,8 +58,8 @@ pub fn build_batch(tenant: &TenantId, samples: &[TSample]) -> Batch {
         let loc = match f {
             TFrame::Func(n) => {
                 b.symbols.functions.push(Function {
-                    name: n.clone(),
-                    file: format!("{n}.rs"),
+                    name: n.as_str().into(),
+                    file: format!("{n}.rs").into(),
                 });
                 Location {
                     function: Some((b.symbols.functions.len() - 1) as u32),

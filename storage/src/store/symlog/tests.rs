@@ -22,7 +22,7 @@ fn batch(stacks: &[&[&str]], value: i64) -> Batch {
                 None => {
                     b.symbols.functions.push(Function {
                         name: name.into(),
-                        file: format!("{name}.rs"),
+                        file: format!("{name}.rs").into(),
                     });
                     b.symbols.locations.push(Location {
                         function: Some(b.symbols.functions.len() as u32 - 1),
@@ -67,7 +67,7 @@ fn flat(b: &Batch) -> Vec<(String, Vec<Frame>, i64, i64)> {
                         let loc = b.symbols.locations[l as usize];
                         let f = &b.symbols.functions[loc.function.unwrap() as usize];
                         let m = &b.symbols.mappings[loc.mapping.unwrap() as usize];
-                        let (name, file) = (f.name.clone(), f.file.clone());
+                        let (name, file) = (f.name.to_string(), f.file.to_string());
                         let (mfile, build) = (m.file.clone(), m.build_id.clone());
                         (name, file, mfile, build, loc.address, loc.line)
                     })
