@@ -133,33 +133,27 @@ impl Spare {
 
 impl Drop for RawProfile<'_> {
     fn drop(&mut self) {
-        let mut spare = Spare {
-            loc_ids: std::mem::take(&mut self.loc_ids),
-            loc_off: std::mem::take(&mut self.loc_off),
-            values: std::mem::take(&mut self.values),
-            value_off: std::mem::take(&mut self.value_off),
-            labels: std::mem::take(&mut self.labels),
-            label_off: std::mem::take(&mut self.label_off),
-            mappings: std::mem::take(&mut self.mappings),
-            locations: std::mem::take(&mut self.locations),
-            lines: std::mem::take(&mut self.lines),
-            functions: std::mem::take(&mut self.functions),
-        };
-        if spare.bytes() > SPARE_MAX_BYTES {
-            return;
+        fn emptied<T>(v: &mut Vec<T>) -> Vec<T> {
+            let mut v = std::mem::take(v);
+            v.clear();
+            v
         }
-        spare.loc_ids.clear();
-        spare.loc_off.clear();
-        spare.values.clear();
-        spare.value_off.clear();
-        spare.labels.clear();
-        spare.label_off.clear();
-        spare.mappings.clear();
-        spare.locations.clear();
-        spare.lines.clear();
-        spare.functions.clear();
-        // Not there while the thread is being torn down: then the tables are freed.
-        let _ = SPARE.try_with(|s| s.set(Some(spare)));
+        let spare = Spare {
+            loc_ids: emptied(&mut self.loc_ids),
+            loc_off: emptied(&mut self.loc_off),
+            values: emptied(&mut self.values),
+            value_off: emptied(&mut self.value_off),
+            labels: emptied(&mut self.labels),
+            label_off: emptied(&mut self.label_off),
+            mappings: emptied(&mut self.mappings),
+            locations: emptied(&mut self.locations),
+            lines: emptied(&mut self.lines),
+            functions: emptied(&mut self.functions),
+        };
+        if spare.bytes() <= SPARE_MAX_BYTES {
+            // Not there while the thread is being torn down: then the tables are freed.
+            let _ = SPARE.try_with(|s| s.set(Some(spare)));
+        }
     }
 }
 
