@@ -9,15 +9,19 @@ use std::time::Instant;
 
 use rustc_hash::FxHashMap;
 
+mod rows;
+mod size_hint;
+
+use rows::SeriesRows;
+pub use size_hint::SizeHint;
+use size_hint::{ID_BYTES, ROW_BYTES};
+
 use crate::dict::{Dict, DictBuilder, LocationRec};
 use crate::error::Result;
 use crate::index::LabelIndex;
 use crate::intern::{Interned, NOT_INTERNED};
 use crate::model::{Batch, Labels, TenantId};
 use crate::segment::{Row, SegmentInput, SegmentMeta};
-
-/// Per-series aggregation map: `(step index, stack node) → value`.
-type SeriesSamples = FxHashMap<(u32, u32), i64>;
 
 pub struct HeadPartition {
     pub tenant: TenantId,
@@ -28,7 +32,7 @@ pub struct HeadPartition {
     series_ids: FxHashMap<Labels, u32>,
     series: Vec<Labels>,
     index: LabelIndex,
-    samples: Vec<SeriesSamples>,
+    samples: Vec<SeriesRows>,
     /// Stack node of each interned stack id seen here, for ids of generation
     /// `by_id_generation` (see `crate::intern`). A map, not an array indexed by
     /// id: ids are numbered across the store (every tenant), so a partition that
@@ -45,6 +49,14 @@ pub struct HeadPartition {
     pub last_write: Instant,
     rows: usize,
     label_bytes: usize,
+    /// Rows each new series makes room for, while `rows_left` lasts: the room
+    /// its [`SizeHint`] gave, handed out as series arrive.
+    rows_per_series: usize,
+    rows_left: usize,
+    /// Rows made room for so far, counted in the footprint until filled.
+    rows_reserved: usize,
+    /// Series made room for at creation, counted likewise.
+    series_reserved: usize,
 }
 
 /// Remaps one batch's symbol ids into a head dictionary, each id at most once.
@@ -135,25 +147,59 @@ impl Remap {
 }
 
 impl HeadPartition {
+    /// An empty partition that makes no room beforehand.
+    #[cfg(test)]
     pub fn new(tenant: TenantId, start_ms: i64, partition_ms: i64, step_ms: i64) -> Self {
+        Self::with_hint(tenant, start_ms, partition_ms, step_ms, SizeHint::default())
+    }
+
+    /// A partition with room for `hint` made at once (see [`SizeHint`]).
+    pub fn with_hint(
+        tenant: TenantId,
+        start_ms: i64,
+        partition_ms: i64,
+        step_ms: i64,
+        hint: SizeHint,
+    ) -> Self {
+        let mut dict = DictBuilder::new();
+        dict.reserve(hint.dict);
         HeadPartition {
             tenant,
             start_ms,
             partition_ms,
             step_ms,
-            dict: DictBuilder::new(),
-            series_ids: FxHashMap::default(),
-            series: Vec::new(),
+            dict,
+            series_ids: FxHashMap::with_capacity_and_hasher(hint.series, Default::default()),
+            series: Vec::with_capacity(hint.series),
             index: LabelIndex::default(),
-            samples: Vec::new(),
-            by_id: FxHashMap::default(),
-            locations_by_id: FxHashMap::default(),
+            samples: Vec::with_capacity(hint.series),
+            by_id: FxHashMap::with_capacity_and_hasher(hint.stack_ids, Default::default()),
+            locations_by_id: FxHashMap::with_capacity_and_hasher(
+                hint.location_ids,
+                Default::default(),
+            ),
             by_id_generation: 0,
             min_lsn: 0,
             max_lsn: 0,
             last_write: Instant::now(),
             rows: 0,
             label_bytes: 0,
+            rows_per_series: hint.rows_per_series(),
+            rows_left: hint.rows,
+            rows_reserved: 0,
+            series_reserved: hint.series,
+        }
+    }
+
+    /// The sizes this partition reached: what the tenant's next partition makes
+    /// room for.
+    pub fn size_hint(&self) -> SizeHint {
+        SizeHint {
+            dict: self.dict.room(),
+            series: self.series.len(),
+            rows: self.rows,
+            stack_ids: self.by_id.len(),
+            location_ids: self.locations_by_id.len(),
         }
     }
 
@@ -174,7 +220,10 @@ impl HeadPartition {
         self.label_bytes += 160;
         self.series.push(labels.clone());
         self.series_ids.insert(labels.clone(), id);
-        self.samples.push(FxHashMap::default());
+        let room = self.rows_per_series.min(self.rows_left);
+        self.rows_left -= room;
+        self.rows_reserved += room;
+        self.samples.push(SeriesRows::with_capacity(room));
         id
     }
 
@@ -217,12 +266,24 @@ impl HeadPartition {
     pub fn apply(&mut self, lsn: u64, batch: &Batch, interned: Option<&Interned>) -> u64 {
         if let Some(i) = interned {
             if i.generation != self.by_id_generation {
-                self.by_id = FxHashMap::default();
-                self.locations_by_id = FxHashMap::default();
+                // Emptied, not dropped: the room a new partition made for them
+                // stays, and a generation's ids refill them as before.
+                self.by_id.clear();
+                self.locations_by_id.clear();
                 self.by_id_generation = i.generation;
             }
         }
         let mut remap = None;
+        // Each batch stack's node where the partition knows its id, looked up in
+        // one pass so the cache misses overlap; the others on first use.
+        let mut nodes: Vec<u32> = match interned {
+            Some(i) => i
+                .stacks
+                .iter()
+                .map(|id| self.by_id.get(id).copied().unwrap_or(UNMAPPED))
+                .collect(),
+            None => vec![UNMAPPED; batch.stacks.len()],
+        };
         let (start, end, step) = (self.start_ms, self.end_ms(), self.step_ms);
         let mut applied = 0u64;
         for s in &batch.series {
@@ -239,15 +300,20 @@ impl HeadPartition {
                         id
                     }
                 };
-                let stack = self.stack_node(&mut remap, batch, interned, sample.stack);
+                let stack = match nodes.get_mut(sample.stack as usize) {
+                    Some(n) if *n != UNMAPPED => *n,
+                    found => {
+                        let n = self.stack_node(&mut remap, batch, interned, sample.stack);
+                        if let Some(slot) = found {
+                            *slot = n;
+                        }
+                        n
+                    }
+                };
                 let t = ((sample.timestamp_ms - start) / step) as u32;
-                let slot = self.samples[sid as usize]
-                    .entry((t, stack))
-                    .or_insert_with(|| {
-                        self.rows += 1;
-                        0
-                    });
-                *slot = slot.saturating_add(sample.value);
+                if self.samples[sid as usize].add(t, stack, sample.value) {
+                    self.rows += 1;
+                }
                 applied += 1;
             }
         }
@@ -280,13 +346,15 @@ impl HeadPartition {
         )
     }
 
-    /// Rough heap footprint; the head's memory bound is enforced on this.
+    /// Rough heap footprint, room made but not yet filled included; the head's
+    /// memory bound is enforced on this.
     pub fn approx_bytes(&self) -> usize {
-        // hashbrown entry (12-byte key + 8-byte value) plus control byte and slack.
+        let empty_series = self.series_reserved.saturating_sub(self.series.len());
         self.dict.approx_bytes()
-            + self.rows * 40
+            + self.rows.max(self.rows_reserved) * ROW_BYTES
             + self.label_bytes
-            + (self.by_id.capacity() + self.locations_by_id.capacity()) * 9
+            + empty_series * size_hint::SERIES_BYTES
+            + (self.by_id.capacity() + self.locations_by_id.capacity()) * ID_BYTES
     }
 
     /// The data as a segment to be written.
@@ -320,7 +388,11 @@ impl HeadPartition {
                 .map(|(l, m)| {
                     let rows = m
                         .iter()
-                        .map(|(&(t, stack), &value)| Row { t, stack, value })
+                        .map(|r| Row {
+                            t: r.t,
+                            stack: r.stack,
+                            value: r.value,
+                        })
                         .collect();
                     (l.clone(), rows)
                 })
@@ -354,8 +426,8 @@ impl HeadPartition {
     /// `f(step index, stack node, value)` for each aggregated row of `series`.
     pub fn for_each_row(&self, series: u32, f: &mut dyn FnMut(u32, u32, i64)) -> Result<()> {
         if let Some(m) = self.samples.get(series as usize) {
-            for (&(t, stack), &v) in m {
-                f(t, stack, v);
+            for r in m.iter() {
+                f(r.t, r.stack, r.value);
             }
         }
         Ok(())
@@ -364,8 +436,8 @@ impl HeadPartition {
     pub fn step_totals(&self, series: u32, f: &mut dyn FnMut(u32, i64)) -> Result<()> {
         let mut totals: FxHashMap<u32, i64> = FxHashMap::default();
         if let Some(m) = self.samples.get(series as usize) {
-            for (&(t, _), &v) in m {
-                *totals.entry(t).or_default() += v;
+            for r in m.iter() {
+                *totals.entry(r.t).or_default() += r.value;
             }
         }
         for (t, v) in totals {
