@@ -110,41 +110,6 @@ impl Dict {
     }
 }
 
-/// How many of each table a [`DictBuilder`] holds, or makes room for before it is
-/// filled (`crate::head::SizeHint`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct DictRoom {
-    pub strings: usize,
-    pub functions: usize,
-    pub locations: usize,
-    /// Stack-tree nodes.
-    pub nodes: usize,
-    /// Whole stacks (the shortcut map).
-    pub stacks: usize,
-}
-
-impl DictRoom {
-    /// Heap bytes of tables this size with their reverse maps (names' text apart).
-    pub fn approx_bytes(&self) -> usize {
-        self.strings * 56
-            + self.functions * 24
-            + self.locations * 64
-            + self.nodes * 28
-            + self.stacks * 20
-    }
-
-    /// The larger of `self` and `other`, table by table.
-    fn max(self, other: DictRoom) -> DictRoom {
-        DictRoom {
-            strings: self.strings.max(other.strings),
-            functions: self.functions.max(other.functions),
-            locations: self.locations.max(other.locations),
-            nodes: self.nodes.max(other.nodes),
-            stacks: self.stacks.max(other.stacks),
-        }
-    }
-}
-
 /// A [`Dict`] under construction, with the reverse maps needed to intern.
 #[derive(Default)]
 pub struct DictBuilder {
@@ -161,9 +126,6 @@ pub struct DictBuilder {
     /// Verified against the tree on every hit, so a hash collision only costs a walk.
     stack_hashes: FxHashMap<u64, u32>,
     string_bytes: usize,
-    /// Room made by [`DictBuilder::reserve`]: counted in the footprint until the
-    /// tables outgrow it.
-    reserved: DictRoom,
 }
 
 #[cfg(test)]
@@ -366,48 +328,15 @@ impl DictBuilder {
         self.dict.parents.len()
     }
 
-    /// How many of each table the builder holds.
-    pub fn room(&self) -> DictRoom {
-        DictRoom {
-            strings: self.dict.strings.len(),
-            functions: self.dict.functions.len(),
-            locations: self.dict.locations.len(),
-            nodes: self.dict.parents.len(),
-            stacks: self.stack_hashes.len(),
-        }
-    }
-
-    /// Makes room for `room` of each table at once. A builder filled from empty
-    /// rehashes each map at every doubling, on fresh pages each time: a third of
-    /// the writer thread's time when every hourly partition regrew the fleet's
-    /// stack tree.
-    pub fn reserve(&mut self, room: DictRoom) {
-        let more = |have: usize, want: usize| want.saturating_sub(have);
-        let d = &mut self.dict;
-        d.strings.reserve(more(d.strings.len(), room.strings));
-        self.string_ids
-            .reserve(more(self.string_ids.len(), room.strings));
-        d.functions.reserve(more(d.functions.len(), room.functions));
-        self.function_ids
-            .reserve(more(self.function_ids.len(), room.functions));
-        d.locations.reserve(more(d.locations.len(), room.locations));
-        self.location_ids
-            .reserve(more(self.location_ids.len(), room.locations));
-        d.parents.reserve(more(d.parents.len(), room.nodes));
-        d.node_locations
-            .reserve(more(d.node_locations.len(), room.nodes));
-        self.children.reserve(more(self.children.len(), room.nodes));
-        self.stack_hashes
-            .reserve(more(self.stack_hashes.len(), room.stacks));
-        self.reserved = self.reserved.max(room);
-    }
-
-    /// Heap footprint including the reverse maps (roughly twice the tables), and
-    /// the room reserved but not yet filled.
+    /// Heap footprint including the reverse maps (roughly twice the tables).
     pub fn approx_bytes(&self) -> usize {
         self.string_bytes * 2
+            + self.dict.strings.len() * 56
             + self.dict.mappings.len() * 24
-            + self.room().max(self.reserved).approx_bytes()
+            + self.dict.functions.len() * 24
+            + self.dict.locations.len() * 64
+            + self.dict.parents.len() * 28
+            + self.stack_hashes.len() * 20
     }
 }
 

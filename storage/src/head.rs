@@ -10,11 +10,8 @@ use std::time::Instant;
 use rustc_hash::FxHashMap;
 
 mod rows;
-mod size_hint;
 
 use rows::SeriesRows;
-pub use size_hint::SizeHint;
-use size_hint::{ID_BYTES, ROW_BYTES};
 
 use crate::dict::{Dict, DictBuilder, LocationRec};
 use crate::error::Result;
@@ -49,14 +46,6 @@ pub struct HeadPartition {
     pub last_write: Instant,
     rows: usize,
     label_bytes: usize,
-    /// Rows each new series makes room for, while `rows_left` lasts: the room
-    /// its [`SizeHint`] gave, handed out as series arrive.
-    rows_per_series: usize,
-    rows_left: usize,
-    /// Rows made room for so far, counted in the footprint until filled.
-    rows_reserved: usize,
-    /// Series made room for at creation, counted likewise.
-    series_reserved: usize,
 }
 
 /// Remaps one batch's symbol ids into a head dictionary, each id at most once.
@@ -147,59 +136,25 @@ impl Remap {
 }
 
 impl HeadPartition {
-    /// An empty partition that makes no room beforehand.
-    #[cfg(test)]
     pub fn new(tenant: TenantId, start_ms: i64, partition_ms: i64, step_ms: i64) -> Self {
-        Self::with_hint(tenant, start_ms, partition_ms, step_ms, SizeHint::default())
-    }
-
-    /// A partition with room for `hint` made at once (see [`SizeHint`]).
-    pub fn with_hint(
-        tenant: TenantId,
-        start_ms: i64,
-        partition_ms: i64,
-        step_ms: i64,
-        hint: SizeHint,
-    ) -> Self {
-        let mut dict = DictBuilder::new();
-        dict.reserve(hint.dict);
         HeadPartition {
             tenant,
             start_ms,
             partition_ms,
             step_ms,
-            dict,
-            series_ids: FxHashMap::with_capacity_and_hasher(hint.series, Default::default()),
-            series: Vec::with_capacity(hint.series),
+            dict: DictBuilder::new(),
+            series_ids: FxHashMap::default(),
+            series: Vec::new(),
             index: LabelIndex::default(),
-            samples: Vec::with_capacity(hint.series),
-            by_id: FxHashMap::with_capacity_and_hasher(hint.stack_ids, Default::default()),
-            locations_by_id: FxHashMap::with_capacity_and_hasher(
-                hint.location_ids,
-                Default::default(),
-            ),
+            samples: Vec::new(),
+            by_id: FxHashMap::default(),
+            locations_by_id: FxHashMap::default(),
             by_id_generation: 0,
             min_lsn: 0,
             max_lsn: 0,
             last_write: Instant::now(),
             rows: 0,
             label_bytes: 0,
-            rows_per_series: hint.rows_per_series(),
-            rows_left: hint.rows,
-            rows_reserved: 0,
-            series_reserved: hint.series,
-        }
-    }
-
-    /// The sizes this partition reached: what the tenant's next partition makes
-    /// room for.
-    pub fn size_hint(&self) -> SizeHint {
-        SizeHint {
-            dict: self.dict.room(),
-            series: self.series.len(),
-            rows: self.rows,
-            stack_ids: self.by_id.len(),
-            location_ids: self.locations_by_id.len(),
         }
     }
 
@@ -220,10 +175,7 @@ impl HeadPartition {
         self.label_bytes += 160;
         self.series.push(labels.clone());
         self.series_ids.insert(labels.clone(), id);
-        let room = self.rows_per_series.min(self.rows_left);
-        self.rows_left -= room;
-        self.rows_reserved += room;
-        self.samples.push(SeriesRows::with_capacity(room));
+        self.samples.push(SeriesRows::default());
         id
     }
 
@@ -266,10 +218,8 @@ impl HeadPartition {
     pub fn apply(&mut self, lsn: u64, batch: &Batch, interned: Option<&Interned>) -> u64 {
         if let Some(i) = interned {
             if i.generation != self.by_id_generation {
-                // Emptied, not dropped: the room a new partition made for them
-                // stays, and a generation's ids refill them as before.
-                self.by_id.clear();
-                self.locations_by_id.clear();
+                self.by_id = FxHashMap::default();
+                self.locations_by_id = FxHashMap::default();
                 self.by_id_generation = i.generation;
             }
         }
@@ -346,15 +296,15 @@ impl HeadPartition {
         )
     }
 
-    /// Rough heap footprint, room made but not yet filled included; the head's
-    /// memory bound is enforced on this.
+    /// Rough heap footprint; the head's memory bound is enforced on this.
     pub fn approx_bytes(&self) -> usize {
-        let empty_series = self.series_reserved.saturating_sub(self.series.len());
+        // A row: 16 bytes, its vector's slack and its share of the step's map, or
+        // of the index of every row once its series had a late sample (`rows.rs`):
+        // as much as the hash-map entry it was before.
         self.dict.approx_bytes()
-            + self.rows.max(self.rows_reserved) * ROW_BYTES
+            + self.rows * 40
             + self.label_bytes
-            + empty_series * size_hint::SERIES_BYTES
-            + (self.by_id.capacity() + self.locations_by_id.capacity()) * ID_BYTES
+            + (self.by_id.capacity() + self.locations_by_id.capacity()) * 9
     }
 
     /// The data as a segment to be written.

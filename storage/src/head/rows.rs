@@ -32,14 +32,6 @@ pub(super) struct SeriesRows {
 }
 
 impl SeriesRows {
-    /// Rows with room for `rows` made at once.
-    pub fn with_capacity(rows: usize) -> Self {
-        SeriesRows {
-            rows: Vec::with_capacity(rows),
-            ..SeriesRows::default()
-        }
-    }
-
     /// Adds `value` to the row `(t, stack)`; whether that made a new row.
     pub fn add(&mut self, t: u32, stack: u32, value: i64) -> bool {
         let at = self.rows.len() as u32;
@@ -141,7 +133,7 @@ mod tests {
         fn rows_are_what_a_map_of_every_row_holds(
             samples in prop::collection::vec((0u32..6, 0u32..5, -3i64..10), 0..80),
         ) {
-            let mut r = SeriesRows::with_capacity(4);
+            let mut r = SeriesRows::default();
             let mut want: BTreeMap<(u32, u32), i64> = BTreeMap::new();
             for &(t, s, v) in &samples {
                 let new = !want.contains_key(&(t, s));

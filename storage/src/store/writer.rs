@@ -407,26 +407,19 @@ pub(super) fn apply_batch(
             let found = state.read().head.get(&key).cloned();
             match found {
                 Some(x) => x,
-                None => {
-                    let mut st = state.write();
-                    // A quarter of the open share: the room alone never seals a
-                    // partition, and the one it came from may still be open.
-                    let hint = st
-                        .size_hint(&batch.tenant, p)
-                        .capped(cfg.head_seal_bytes() / 4);
-                    st.head
-                        .entry(key)
-                        .or_insert_with(|| {
-                            Arc::new(RwLock::new(HeadPartition::with_hint(
-                                batch.tenant.clone(),
-                                p,
-                                cfg.partition_ms,
-                                cfg.step_ms,
-                                hint,
-                            )))
-                        })
-                        .clone()
-                }
+                None => state
+                    .write()
+                    .head
+                    .entry(key)
+                    .or_insert_with(|| {
+                        Arc::new(RwLock::new(HeadPartition::new(
+                            batch.tenant.clone(),
+                            p,
+                            cfg.partition_ms,
+                            cfg.step_ms,
+                        )))
+                    })
+                    .clone(),
             }
         };
         applied += part.write().apply(lsn, batch, interned);
