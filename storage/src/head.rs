@@ -18,7 +18,7 @@ use crate::error::Result;
 use crate::index::LabelIndex;
 use crate::intern::{Interned, NOT_INTERNED};
 use crate::model::{Batch, Labels, TenantId};
-use crate::segment::{Row, SegmentInput, SegmentMeta};
+use crate::segment::{SegmentInput, SegmentMeta};
 
 pub struct HeadPartition {
     pub tenant: TenantId,
@@ -335,17 +335,7 @@ impl HeadPartition {
                 .series
                 .iter()
                 .zip(&self.samples)
-                .map(|(l, m)| {
-                    let rows = m
-                        .iter()
-                        .map(|r| Row {
-                            t: r.t,
-                            stack: r.stack,
-                            value: r.value,
-                        })
-                        .collect();
-                    (l.clone(), rows)
-                })
+                .map(|(l, m)| (l.clone(), m.iter().copied().collect()))
                 .collect(),
         }
     }

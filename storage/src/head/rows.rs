@@ -13,17 +13,11 @@
 
 use rustc_hash::FxHashMap;
 
-/// One aggregated row.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct HeadRow {
-    pub t: u32,
-    pub stack: u32,
-    pub value: i64,
-}
+use crate::segment::Row;
 
 #[derive(Default)]
 pub(super) struct SeriesRows {
-    rows: Vec<HeadRow>,
+    rows: Vec<Row>,
     /// The newest step, and its rows' positions by stack node.
     step: u32,
     newest: FxHashMap<u32, u32>,
@@ -57,7 +51,7 @@ impl SeriesRows {
                 false
             }
             None => {
-                self.rows.push(HeadRow { t, stack, value });
+                self.rows.push(Row { t, stack, value });
                 true
             }
         }
@@ -84,7 +78,7 @@ impl SeriesRows {
         self.rows.len()
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = &HeadRow> {
+    pub fn iter(&self) -> impl Iterator<Item = &Row> {
         self.rows.iter()
     }
 }
