@@ -10,7 +10,6 @@ pub mod cli;
 pub mod cluster;
 pub mod control;
 pub mod error;
-pub mod fleet_cli;
 pub mod http;
 pub mod memory;
 pub mod metrics;
