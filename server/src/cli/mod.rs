@@ -2,13 +2,16 @@
 //! struct per command (the flags `compact`, `segments` and `retention` share are
 //! [`offline::OfflineArgs`]); `serve`'s are then converted once into
 //! [`crate::ServeOptions`] by [`serve::ServeArgs::options`], which the tests call
-//! directly.
+//! directly. `serve --config FILE` reads the file first and parses again with its
+//! settings as the defaults ([`config_file`]).
 //!
 //! Each command lives in its own module; the binary only calls [`main`].
 
 pub mod auth;
 pub mod client;
 pub mod compact;
+pub mod config;
+pub mod config_file;
 pub mod diff;
 pub mod fleet;
 mod logging;
@@ -20,8 +23,9 @@ pub mod serve;
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
+pub use config_file::{ConfigError, ConfigFile};
 pub use logging::LogFormat;
 pub use offline::DirectoryInUse;
 
@@ -49,6 +53,12 @@ pub struct Cli {
 pub enum Command {
     /// Run the server.
     Serve(serve::ServeArgs),
+    /// Check a configuration file for `serve --config`, or print one with every
+    /// setting at its default.
+    Config {
+        #[command(subcommand)]
+        command: config::ConfigCommand,
+    },
     /// Manage the auth file: tenants and their tokens.
     Auth {
         #[command(subcommand)]
@@ -80,25 +90,61 @@ pub enum Command {
     Retention(retention::RetentionArgs),
 }
 
+/// Why the command line was not taken.
+#[derive(Debug, thiserror::Error)]
+pub enum ParseError {
+    /// A flag clap refused, or `--help`/`--version` (which clap prints).
+    #[error(transparent)]
+    Clap(#[from] clap::Error),
+    /// The file of `serve --config`.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+}
+
 impl Cli {
-    /// Parses `argv` (program name first).
-    pub fn try_parse_args<I, T>(argv: I) -> Result<Cli, clap::Error>
+    /// Parses `argv` (program name first). With `serve --config FILE` the file's
+    /// settings become the defaults of a second parse of the same `argv`: a flag
+    /// given on the command line wins over the file, the file over the built-in
+    /// defaults.
+    pub fn try_parse_args<I, T>(argv: I) -> Result<Cli, ParseError>
     where
         I: IntoIterator<Item = T>,
         T: Into<OsString> + Clone,
     {
-        Cli::try_parse_from(argv)
+        let argv: Vec<OsString> = argv.into_iter().map(Into::into).collect();
+        let cli = Cli::try_parse_from(&argv)?;
+        let Command::Serve(serve) = &cli.command else {
+            return Ok(cli);
+        };
+        let Some(path) = &serve.config else {
+            return Ok(cli);
+        };
+        let file = ConfigFile::read(path, &Cli::command())?;
+        Ok(Cli::try_parse_with(&file, &argv)?)
+    }
+
+    /// Parses `argv` with `file`'s settings as the defaults.
+    pub fn try_parse_with(file: &ConfigFile, argv: &[OsString]) -> Result<Cli, clap::Error> {
+        let matches = file.apply(Cli::command()).try_get_matches_from(argv)?;
+        Cli::from_arg_matches(&matches)
     }
 }
 
 /// Exit status when the data directory is held by another process.
 const EXIT_LOCKED: u8 = 3;
+/// Exit status of a command line or configuration file that is not taken
+/// (clap's own).
+const EXIT_USAGE: u8 = 2;
 
 /// The `profiledb` binary: parse, start logging, run the command.
 pub fn main() -> ExitCode {
     let cli = match Cli::try_parse_args(std::env::args_os()) {
         Ok(cli) => cli,
-        Err(e) => e.exit(),
+        Err(ParseError::Clap(e)) => e.exit(),
+        Err(ParseError::Config(e)) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
     };
     logging::init(cli.log_format);
     match run(cli.command) {
@@ -108,7 +154,11 @@ pub fn main() -> ExitCode {
                 eprintln!("error: {locked}");
                 return ExitCode::from(EXIT_LOCKED);
             }
-            eprintln!("Error: {e:?}");
+            match e.downcast_ref::<ConfigError>() {
+                // `config check`: the problems are the whole message.
+                Some(c) => eprintln!("error: {c}"),
+                None => eprintln!("Error: {e:?}"),
+            }
             ExitCode::FAILURE
         }
     }
@@ -118,6 +168,7 @@ pub fn main() -> ExitCode {
 pub fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Serve(args) => args.run(),
+        Command::Config { command } => command.run(),
         Command::Auth { command } => command.run(),
         Command::Diff(args) => args.run(),
         Command::Fleet(args) => args.run(),
@@ -130,7 +181,6 @@ pub fn run(command: Command) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
 
     #[test]
     fn the_command_line_is_well_formed() {

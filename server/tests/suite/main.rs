@@ -12,6 +12,7 @@ mod alerts;
 mod bad_input;
 mod clear_answers;
 mod cluster;
+mod config_file;
 mod control_api;
 mod docs_examples;
 mod fleet_api;

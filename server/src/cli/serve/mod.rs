@@ -1,10 +1,12 @@
 //! `profiledb serve`: its flags, one struct per section, converted once into
 //! [`ServeOptions`] by [`ServeArgs::options`].
 //!
-//! A section is a flag's heading in `serve --help`; each lives in the module of
-//! its name, next to the conversion of its flags into options. Adding a flag is
-//! one change in that module: the field (its doc comment is the help, its default
-//! the one default) and the line of `apply` that sets its option.
+//! A section is a flag's heading in `serve --help` and its section in the
+//! configuration file (`--max-body-mb` under "Server" is `server.max_body_mb`,
+//! see [`crate::cli::config_file`]); each lives in the module of its name, next
+//! to the conversion of its flags into options. Adding a flag is one change in
+//! that module: the field (its doc comment is the help and the file's comment,
+//! its default the one default) and the line of `apply` that sets its option.
 
 mod alerts;
 mod cluster;
@@ -18,6 +20,8 @@ mod storage;
 mod tenancy;
 #[cfg(test)]
 mod tests;
+
+use std::path::PathBuf;
 
 use anyhow::Context;
 
@@ -37,6 +41,12 @@ pub use tenancy::TenancyArgs;
 /// The flags of `profiledb serve`.
 #[derive(clap::Args, Clone, Debug)]
 pub struct ServeArgs {
+    /// Read settings from this YAML file: each section of it is a heading below,
+    /// each key a flag's name with underscores (`server: {max_body_mb: 16}`).
+    /// Flags given as well win over it; `profiledb config print-defaults` prints
+    /// one with every key at its default.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
     #[command(flatten)]
     pub server: ServerArgs,
     #[command(flatten)]
@@ -61,7 +71,7 @@ pub struct ServeArgs {
 
 impl ServeArgs {
     /// Everything the server runs with, checked: the one conversion from flags
-    /// to options.
+    /// (and the configuration file, see [`crate::cli::config_file`]) to options.
     pub fn options(&self) -> anyhow::Result<ServeOptions> {
         let mut o = ServeOptions::default();
         self.server.apply(&mut o)?;
