@@ -1,5 +1,6 @@
 //! HTTP routes. Each submodule owns one family of endpoints.
 
+pub mod access;
 mod admin;
 pub mod admission;
 mod alerts;
@@ -13,11 +14,10 @@ pub(crate) mod request;
 mod system;
 mod ui;
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
-use axum::middleware::{self, Next};
+use axum::extract::Request;
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 
@@ -75,9 +75,8 @@ pub fn router(state: AppRef) -> Router {
         ))
         .layer(middleware::from_fn_with_state(
             state.clone(),
-            count_requests,
+            access::observe,
         ))
-        .layer(tower_http::trace::TraceLayer::new_for_http())
         .with_state(state)
 }
 
@@ -102,16 +101,4 @@ async fn method_not_allowed(req: Request) -> ApiError {
         "method_not_allowed",
         format!("{} is not allowed on {}", req.method(), req.uri().path()),
     )
-}
-
-async fn count_requests(State(state): State<AppRef>, req: Request, next: Next) -> Response {
-    let resp = next.run(req).await;
-    let m = &state.http;
-    m.requests.fetch_add(1, Ordering::Relaxed);
-    if resp.status().is_client_error() {
-        m.client_errors.fetch_add(1, Ordering::Relaxed);
-    } else if resp.status().is_server_error() {
-        m.server_errors.fetch_add(1, Ordering::Relaxed);
-    }
-    resp
 }

@@ -287,6 +287,13 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// The value of the series written exactly `series` (name and labels) in a
+/// `/metrics` text.
+pub fn metric_value(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
 /// Polls until `f` returns Some, failing after `secs`.
 pub fn wait_for<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + Duration::from_secs(secs);

@@ -3,9 +3,8 @@
 //! mistaken file refused before anything starts.
 
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
-use crate::common::free_port;
+use crate::common::{free_port, wait_for};
 
 const BIN: &str = env!("CARGO_BIN_EXE_profiledb");
 
@@ -38,16 +37,11 @@ fn serve_takes_its_settings_from_the_file_and_flags_win_over_it() {
         .unwrap();
     let url = format!("http://127.0.0.1:{port}");
     let client = reqwest::blocking::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
     // Listening where the file says.
-    while !client
-        .get(format!("{url}/ready"))
-        .send()
-        .is_ok_and(|r| r.status() == 200)
-    {
-        assert!(Instant::now() < deadline, "no server on the file's address");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for(30, "a server on the file's address", || {
+        let r = client.get(format!("{url}/ready")).send().ok()?;
+        (r.status() == 200).then_some(())
+    });
     assert!(data.join("LOCK").exists(), "the file's data directory");
     // A body between the file's 1 MiB and the flag's 2 MiB is taken; past 2 MiB
     // it is refused.

@@ -7,6 +7,7 @@
 mod browser;
 mod common;
 
+mod access_log;
 mod admin_api;
 mod alerts;
 mod bad_input;

@@ -1,5 +1,7 @@
 //! Prometheus text exposition of the server's and the store's counters.
 
+pub mod latency;
+
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -17,6 +19,8 @@ pub struct HttpMetrics {
     pub query_requests: AtomicU64,
     /// Uploads whose newest sample is more than an hour before they arrived.
     pub ingest_backdated: AtomicU64,
+    /// Request latency by route template, method and status class.
+    pub latency: latency::RequestLatency,
 }
 
 pub(crate) fn family(out: &mut String, name: &str, kind: &str, help: &str, value: u64) {
@@ -71,6 +75,7 @@ pub fn render(
         "HTTP requests answered with a 5xx status.",
         c(&http.server_errors),
     );
+    http.latency.render(&mut out);
     family(
         &mut out,
         "profiledb_ingest_requests_total",
