@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
+use super::escape;
+
 /// Upper bounds of the buckets, in seconds: from a cached answer (a millisecond)
 /// to the default query timeout (a minute).
 pub const BUCKETS: [f64; 15] = [
@@ -132,13 +134,6 @@ impl RequestLatency {
             }
         }
     }
-}
-
-/// A label value as the text format wants it.
-fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 #[cfg(test)]

@@ -23,6 +23,13 @@ pub struct HttpMetrics {
     pub latency: latency::RequestLatency,
 }
 
+/// A Prometheus label value: backslash, quote and newline escaped.
+pub(crate) fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
 pub(crate) fn family(out: &mut String, name: &str, kind: &str, help: &str, value: u64) {
     let _ = writeln!(out, "# HELP {name} {help}");
     let _ = writeln!(out, "# TYPE {name} {kind}");

@@ -13,6 +13,7 @@ use profiledb_storage::{Batch, TenantId};
 use super::bucket::{Refusal, TokenBucket};
 use super::limits::{LimitExceeded, LimitName, Limits};
 use super::series::{fingerprint, ActiveSeries};
+use crate::metrics::escape;
 
 /// What one tenant has used.
 #[derive(Debug, Default)]
@@ -356,13 +357,6 @@ fn family(out: &mut String, (name, kind): (&str, &str), help: &str, samples: Vec
     for (labels, v) in samples {
         let _ = writeln!(out, "{name}{{{labels}}} {v}");
     }
-}
-
-/// A Prometheus label value: backslash, quote and newline escaped.
-fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 #[cfg(test)]

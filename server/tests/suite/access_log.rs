@@ -4,11 +4,11 @@
 //! `/metrics` counts the requests made per route template and status class.
 
 use std::collections::BTreeSet;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use serde_json::Value;
 
-use crate::common::{free_port, metric_value, wait_for};
+use crate::common::{free_port, metric_value, spawn_ready};
 
 const BIN: &str = env!("CARGO_BIN_EXE_profiledb");
 
@@ -17,22 +17,16 @@ fn json_logs_carry_tenant_and_request_id_and_metrics_count_each_route() {
     let dir = tempfile::tempdir().unwrap();
     let log_path = dir.path().join("stderr.log");
     let port = free_port();
-    let mut child = Command::new(BIN)
-        .args(["--log-format", "json", "serve", "--data-dir"])
+    let url = format!("http://127.0.0.1:{port}");
+    let mut cmd = Command::new(BIN);
+    cmd.args(["--log-format", "json", "serve", "--data-dir"])
         .arg(dir.path().join("data"))
         .args(["--listen", &format!("127.0.0.1:{port}")])
         .args(["--fsync", "never", "--compaction-interval-minutes", "0"])
         .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log_path).unwrap())
-        .spawn()
-        .unwrap();
-    let url = format!("http://127.0.0.1:{port}");
+        .stderr(std::fs::File::create(&log_path).unwrap());
+    let mut child = spawn_ready(cmd, &url);
     let client = reqwest::blocking::Client::new();
-    wait_for(30, "the server to be ready", || {
-        let r = client.get(format!("{url}/ready")).send().ok()?;
-        (r.status() == 200).then_some(())
-    });
 
     // Three uploads of tenant acme, the first with the client's own request id.
     let mut ids = BTreeSet::new();

@@ -294,6 +294,18 @@ pub fn metric_value(text: &str, series: &str) -> Option<f64> {
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
 
+/// Starts a `profiledb serve` process (`cmd`, stdout dropped) and waits until
+/// `url`/ready answers 200.
+pub fn spawn_ready(mut cmd: std::process::Command, url: &str) -> std::process::Child {
+    let child = cmd.stdout(std::process::Stdio::null()).spawn().unwrap();
+    let client = reqwest::blocking::Client::new();
+    wait_for(30, &format!("{url}/ready"), || {
+        let r = client.get(format!("{url}/ready")).send().ok()?;
+        (r.status() == 200).then_some(())
+    });
+    child
+}
+
 /// Polls until `f` returns Some, failing after `secs`.
 pub fn wait_for<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + Duration::from_secs(secs);

@@ -4,7 +4,7 @@
 
 use std::process::{Command, Stdio};
 
-use crate::common::{free_port, wait_for};
+use crate::common::{free_port, spawn_ready};
 
 const BIN: &str = env!("CARGO_BIN_EXE_profiledb");
 
@@ -27,21 +27,15 @@ fn serve_takes_its_settings_from_the_file_and_flags_win_over_it() {
         ),
     )
     .unwrap();
-    let mut child = Command::new(BIN)
-        .args(["serve", "--config"])
+    let url = format!("http://127.0.0.1:{port}");
+    let mut cmd = Command::new(BIN);
+    cmd.args(["serve", "--config"])
         .arg(&file)
         .args(["--max-body-mb", "2"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let url = format!("http://127.0.0.1:{port}");
-    let client = reqwest::blocking::Client::new();
+        .stderr(Stdio::null());
     // Listening where the file says.
-    wait_for(30, "a server on the file's address", || {
-        let r = client.get(format!("{url}/ready")).send().ok()?;
-        (r.status() == 200).then_some(())
-    });
+    let mut child = spawn_ready(cmd, &url);
+    let client = reqwest::blocking::Client::new();
     assert!(data.join("LOCK").exists(), "the file's data directory");
     // A body between the file's 1 MiB and the flag's 2 MiB is taken; past 2 MiB
     // it is refused.
