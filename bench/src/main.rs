@@ -9,6 +9,8 @@ mod agent_suite;
 mod baselines;
 mod cluster_suite;
 mod control_suite;
+#[path = "../../storage/tests/support/external.rs"]
+mod external;
 mod fleet;
 mod fleet_suite;
 mod ingest_fleet;
@@ -56,7 +58,8 @@ enum Suite {
     /// query's ratio taken against the fastest of them.
     Query(query_suite::Args),
     /// The `query` suite with the baselines required (in `--quick` mode a missing
-    /// engine only skips its side, with a message).
+    /// engine only skips its side, with a message, unless
+    /// PROFILEDB_REQUIRE_EXTERNAL=1).
     Baseline(query_suite::Args),
     /// A generated fleet over 7 simulated days written with several level-0 segments
     /// per hourly partition, then compacted and downsampled to 60 s and 1 h: bytes on

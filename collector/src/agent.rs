@@ -602,8 +602,9 @@ pub fn run(cfg: AgentConfig, stop: &AtomicBool) -> Result<Summary, AgentError> {
         if now >= next_guard {
             next_guard = now + Duration::from_secs(1);
             // Every second, not every window: in 10 s the unwinder touches enough
-            // of other processes' big binaries (rustc, test binaries) to add ~15 MB
-            // of file-backed RSS; one madvise per cached file costs microseconds.
+            // of other processes' big binaries (rustc, test binaries) to add
+            // megabytes of file-backed RSS; one madvise per cached file costs
+            // microseconds.
             state.unwinder.release_pages();
             if let Some(pct) = plan_guard.guard.check()? {
                 if !cfg.control {

@@ -457,7 +457,7 @@ impl HostSymbolizer {
 
 /// Gives freed heap memory back to the OS. A window's batch, frames and pprof are
 /// a burst of allocations on this thread's malloc arena; without this, glibc keeps
-/// the arena at its high-water mark (measured: +6 MB of RSS at 99 Hz).
+/// the arena at its high-water mark (docs/perf-log/2026-11-22-agent.md).
 fn trim_heap() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only releases free memory; it has no preconditions.

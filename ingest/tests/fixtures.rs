@@ -1,7 +1,8 @@
 //! Decodes every real pprof fixture and checks the batch against totals computed
 //! independently from the raw prost `Profile`, and against the sample counts and
 //! profile type ids that the fixtures' SOURCES.md (and Pyroscope's ingest tests)
-//! state. Skips, with a message, when the fixtures directory is absent.
+//! state. Skips, with a message, when the fixtures directory is absent (fails
+//! instead with `PROFILEDB_REQUIRE_EXTERNAL=1`: docs/testing.md).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
@@ -12,12 +13,18 @@ use profiledb_ingest::{decode_pprof, PprofOptions};
 use profiledb_model::{Batch, Labels, NAME_LABEL, SERVICE_NAME_LABEL};
 use prost::Message;
 
+#[path = "../../storage/tests/support/external.rs"]
+mod external;
+
 fn fixtures_dir() -> Option<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures");
     if dir.join("pprof").is_dir() {
         Some(dir)
     } else {
-        println!("skipping: fixtures not found at {}", dir.display());
+        external::missing(
+            "the shared fixtures",
+            format!("not found at {}", dir.display()),
+        );
         None
     }
 }

@@ -3,7 +3,8 @@
 //! what Pyroscope gives for the same upload: the golden profiles its ingest test
 //! keeps next to the fixture (`pkg/og/convert/jfr/testdata/dump2.jfr.gz.<type>.*`,
 //! SelectMergeProfile answers after `/ingest?format=jfr` with the default
-//! `sampleRate` of 100). Skips, with a message, when the fixtures are absent.
+//! `sampleRate` of 100). Skips, with a message, when the fixtures are absent (fails
+//! instead with `PROFILEDB_REQUIRE_EXTERNAL=1`: docs/testing.md).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -11,14 +12,17 @@ use std::path::{Path, PathBuf};
 use profiledb_ingest::{decode_jfr, JfrOptions};
 use profiledb_model::{Batch, Labels, SERVICE_NAME_LABEL};
 
+#[path = "../../storage/tests/support/external.rs"]
+mod external;
+
 fn fixture(name: &str) -> Option<Vec<u8>> {
     let path: PathBuf = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../shared/fixtures/pyroscope")
         .join(name);
     match std::fs::read(&path) {
         Ok(b) => Some(b),
-        Err(_) => {
-            println!("skipping: fixture not found at {}", path.display());
+        Err(e) => {
+            external::missing("the shared fixtures", format!("{}: {e}", path.display()));
             None
         }
     }

@@ -100,8 +100,8 @@ pub enum Readiness {
     Opening,
     /// Everything serves, and the warm-up is still decoding the segments of the
     /// last day: queries are answered, the first ones over recent data doing
-    /// that work themselves, competing with it (on the bench fleet the first
-    /// 1-day queries' medians are 14–84 ms then, 3–58 ms after), so a load
+    /// that work themselves, competing with it (several times slower:
+    /// docs/perf-log/2026-11-27-round-19-ready-after-warm-up.md), so a load
     /// balancer should wait.
     Warming,
     Ready,

@@ -2,7 +2,7 @@
 //! (the command line is `profiledb::cli`).
 
 // glibc's allocator returns freed memory to the kernel between uploads and pays for
-// it in page faults (~40% of pprof decode time measured); mimalloc keeps it.
+// it in page faults on the decode path; mimalloc keeps it.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

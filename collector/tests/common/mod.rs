@@ -9,6 +9,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "../../../storage/tests/support/external.rs"]
+mod external;
+
 /// Kills and reaps a child process when dropped.
 pub struct Kill(pub Child);
 
@@ -87,6 +90,24 @@ fn dechunk(mut s: &str) -> String {
 
 /// Starts `profiledb serve` on a free port with its data in `dir`; waits until it
 /// accepts connections. `None` when the binary is not built.
+/// A server in `dir` for an agent test to push to, or `None` after saying why:
+/// the kernel refuses perf_event_open (a skip wherever), or the `profiledb`
+/// binary is not built (a failure with `PROFILEDB_REQUIRE_EXTERNAL=1`).
+pub fn server_for_agent(dir: &Path) -> Option<(Kill, SocketAddr)> {
+    if let Err(reason) = profiledb_agent::perf::probe_system_wide() {
+        external::refused("perf_event_open", reason);
+        return None;
+    }
+    let server = start_server(dir);
+    if server.is_none() {
+        external::missing(
+            "the profiledb server binary",
+            "it is not built next to this test (run `cargo build -p profiledb` first)",
+        );
+    }
+    server
+}
+
 pub fn start_server(dir: &Path) -> Option<(Kill, SocketAddr)> {
     let server = server_binary()?;
     let addr = free_addr();

@@ -49,9 +49,9 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Params<T> {
 /// on the blocking pool. A panic is this request's 500, not the server's.
 ///
 /// In place, a query skips the hand-off to a blocking thread and the wake-up of
-/// the worker after it: `bench ab` measured 0.02–0.04 ms off a 0.4–0.7 ms query
-/// asked back to back and 0.05–0.12 ms off one asked after 20 ms idle, when both
-/// threads had gone to sleep.
+/// the worker after it, which `bench ab` sees on sub-millisecond queries, most
+/// after idle time, when both threads have gone to sleep
+/// (docs/perf-log/2026-11-27-round-18-diff-without-stall.md).
 pub async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> ApiResult<T> + Send + 'static,
 ) -> ApiResult<T> {

@@ -10,6 +10,7 @@
 
 #[path = "../../../storage/tests/support/moto.rs"]
 mod moto;
+use crate::external;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;

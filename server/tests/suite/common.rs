@@ -155,13 +155,17 @@ impl Drop for TestServer {
     }
 }
 
-/// `../shared/fixtures`, or `None` (and a message) when absent.
+/// `../shared/fixtures`, or `None` (and a message) when absent; a failure instead
+/// with `PROFILEDB_REQUIRE_EXTERNAL=1`.
 pub fn fixtures() -> Option<PathBuf> {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures");
     if p.is_dir() {
         Some(p)
     } else {
-        eprintln!("skipping: fixtures not found at {}", p.display());
+        crate::external::missing(
+            "the shared fixtures",
+            format!("not found at {}", p.display()),
+        );
         None
     }
 }

@@ -6,6 +6,8 @@
 
 mod browser;
 mod common;
+#[path = "../../../storage/tests/support/external.rs"]
+mod external;
 
 mod access_log;
 mod admin_api;

@@ -5,7 +5,8 @@
 //! tenants and admin, and the Fleet view's tables (and its boost) against the fleet
 //! API. Assertions read DOM text and the page's own JS API
 //! (`window.profiledbUI`), never pixels. Screenshots go to `target/ui-screenshots/`.
-//! Skips (passing, with a message) where chromium or chromedriver is absent.
+//! Skips (passing, with a message) where chromium or chromedriver is absent; fails
+//! instead with `PROFILEDB_REQUIRE_EXTERNAL=1`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -477,7 +478,10 @@ fn tenants_fixtures_and_admin() {
     let fixture =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/pyroscope/cpu.pb.gz");
     match std::fs::read(&fixture) {
-        Err(e) => eprintln!("SKIP fixture part: {}: {e}", fixture.display()),
+        Err(e) => crate::external::missing(
+            "the shared fixtures",
+            format!("{} (the fixture part of this test): {e}", fixture.display()),
+        ),
         Ok(bytes) => {
             // pprof samples keep their own time (years ago), so the page reads all time.
             ingest(

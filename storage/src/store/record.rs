@@ -3,8 +3,9 @@
 //! A push's record is hundreds of KB, and growing the buffer by doubling copied it
 //! again and again, so it is sized first. `postcard::experimental::serialized_size`
 //! sized it by running the whole serializer once to count. [`encoded_len`] adds up
-//! the varints' lengths directly: the record's encoding went from 6.6 % to 5.3 % of
-//! the full-density ingest's CPU samples. A test holds it to postcard's own output
+//! the varints' lengths directly
+//! (docs/perf-log/2026-11-27-round-20-empty-memcmp-batches-freed.md). A test holds
+//! it to postcard's own output
 //! length; a wrong length would cost the buffer a regrowth, never a wrong record.
 
 use crate::codec::{uvarint_len as varint, zigzag};

@@ -2,9 +2,8 @@
 //! WAL file.
 //!
 //! A push repeats its profile's symbol table, and a full record (`record.rs`)
-//! wrote every name, location and stack of it again: 207 bytes per value in the
-//! bench's fleet, four fifths of the push body, copied into the page cache and
-//! synced.
+//! wrote every name, location and stack of it again, most of the push body, copied
+//! into the page cache and synced (docs/perf-log/2026-11-27-round-21-id-wal-records.md).
 //! An *id record* carries its samples with store-wide stack ids (`crate::intern`)
 //! and, before them, the definition of each id its file does not hold yet: a
 //! stack's path, a location, a function's or a mapping's names.
