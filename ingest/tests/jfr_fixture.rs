@@ -28,7 +28,7 @@ fn options() -> JfrOptions {
     JfrOptions {
         base_labels: Labels::new([(SERVICE_NAME_LABEL, "javaapp")]),
         time_ms: 1_700_000_000_000,
-        sample_rate: 100,
+        sample_rate: Some(100),
         ..JfrOptions::default()
     }
 }
