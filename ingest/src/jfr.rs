@@ -124,6 +124,7 @@ pub fn decode_jfr(
                 }
             }
         }
+        conv.end_chunk();
     }
     conv.finish(&opts.base_labels, opts.time_ms, limits)
 }

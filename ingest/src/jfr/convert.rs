@@ -15,8 +15,9 @@
 //!   contention and the duration as delay.
 //! - `profiler.LiveObject`: one live object.
 //!
-//! The `event` and `period` settings are applied from where they appear in the
-//! event stream on, as Pyroscope does with `event`. Every sample is stored at its
+//! The `event` setting is applied from where it appears in the event stream on, as
+//! Pyroscope does; a `period` applies to its whole chunk, since the JDK writes its
+//! settings events after some samples of the chunk. Every sample is stored at its
 //! event's own time (`startTime`, to the second), or at the upload's time when the
 //! event has none. A sample whose stack trace is missing is dropped; frames whose
 //! method or class is missing are left out of their stack.
@@ -82,6 +83,9 @@ fn counted(source: Source) -> Option<(usize, Option<usize>)> {
 /// Pyroscope's default of 100 Hz.
 pub const DEFAULT_PERIOD_NS: i64 = 10_000_000;
 
+/// (profile type, context, stack, time in ms or `None`: the upload's).
+type Key = (usize, u64, u32, Option<i64>);
+
 /// Accumulates a recording's samples, summed per (type, context, stack, second).
 pub struct Converter<'l> {
     batch: Batch,
@@ -94,7 +98,10 @@ pub struct Converter<'l> {
     locations: HashMap<(u32, u32), u32>,
     stacks: HashMap<Vec<u32>, u32>,
     /// (type, context, stack, time in ms) → value; `None` time: the upload's.
-    totals: HashMap<(usize, u64, u32, Option<i64>), i64>,
+    totals: HashMap<Key, i64>,
+    /// CPU and wall samples of the current chunk, counted in sampling periods
+    /// until the chunk's period is known (when the upload names none).
+    periods: HashMap<Key, i64>,
     /// The recording's `event` setting (`cpu`, `itimer`, `wall`, …).
     event: String,
     max_stack_depth: usize,
@@ -130,6 +137,7 @@ impl<'l> Converter<'l> {
             locations: HashMap::new(),
             stacks: HashMap::new(),
             totals: HashMap::new(),
+            periods: HashMap::new(),
             event: String::new(),
             max_stack_depth: limits.max_stack_depth,
         }
@@ -149,11 +157,13 @@ impl<'l> Converter<'l> {
         }
     }
 
-    /// What one CPU or wall sample weighs now.
-    fn period_ns(&self) -> i64 {
-        self.request_period_ns
-            .or(self.recording_period_ns)
-            .unwrap_or(DEFAULT_PERIOD_NS)
+    /// Weighs the chunk's CPU and wall samples with its period (the recording's
+    /// as last stated, else 10 ms); call at the end of every chunk.
+    pub fn end_chunk(&mut self) {
+        let period = self.recording_period_ns.unwrap_or(DEFAULT_PERIOD_NS);
+        for (key, n) in self.periods.drain() {
+            bump(&mut self.totals, key, n.saturating_mul(period));
+        }
     }
 
     /// The recording's `event` setting, as last seen.
@@ -176,41 +186,45 @@ impl<'l> Converter<'l> {
         };
         let state = o.state.as_deref();
         let wall_mode = self.event == "wall";
-        let period = self.period_ns();
         // To the second: finer than any storage step, and a recording of many
         // events per second and stack keeps one sample per second and stack.
         let time = o
             .ticks
             .and_then(|ticks| t.header.time_ms(ticks))
             .map(|ms| ms - ms.rem_euclid(1000));
-        let mut add = |ty: usize, v: i64| {
-            let e = self.totals.entry((ty, o.context, stack, time)).or_insert(0);
-            *e = e.saturating_add(v);
-        };
+        let key = |ty: usize| (ty, o.context, stack, time);
         match (o.source, counted(o.source)) {
             (_, Some((count, weight))) => {
-                add(count, 1);
+                bump(&mut self.totals, key(count), 1);
                 if let Some(w) = weight {
-                    add(w, o.value);
+                    bump(&mut self.totals, key(w), o.value);
                 }
             }
             (Source::Execution, None) => {
                 if state.is_some_and(|s| s != "STATE_SLEEPING") {
-                    add(CPU, period);
+                    self.sampled(key(CPU), 1);
                 }
                 if wall_mode {
-                    add(WALL, period);
+                    self.sampled(key(WALL), 1);
                 }
             }
             (_, None) => {
-                let v = o.value.saturating_mul(period);
                 if wall_mode && state == Some("STATE_RUNNABLE") {
-                    add(CPU, v);
+                    self.sampled(key(CPU), o.value);
                 }
-                add(WALL, v);
+                self.sampled(key(WALL), o.value);
             }
         }
         Ok(())
+    }
+
+    /// `n` sampling periods of CPU or wall time: weighed now with the upload's
+    /// period, or at the chunk's end with the recording's.
+    fn sampled(&mut self, key: Key, n: i64) {
+        match self.request_period_ns {
+            Some(p) => bump(&mut self.totals, key, n.saturating_mul(p)),
+            None => bump(&mut self.periods, key, n),
+        }
     }
 
     fn intern_stack(
@@ -345,6 +359,11 @@ pub(crate) fn period_ns_of(value: &str) -> Option<i64> {
         _ => return None,
     };
     n.checked_mul(scale)
+}
+
+fn bump(map: &mut HashMap<Key, i64>, key: Key, v: i64) {
+    let e = map.entry(key).or_insert(0);
+    *e = e.saturating_add(v);
 }
 
 /// Series label Pyroscope adds with the recording's `event` setting.

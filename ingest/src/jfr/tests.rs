@@ -406,11 +406,12 @@ fn cpu_recording_counts_running_samples_only() {
 
 #[test]
 fn the_recordings_period_weighs_samples_when_the_upload_names_none() {
-    // The JDK's recorder with its default settings: every 20 ms.
+    // The JDK's recorder with its default settings: every 20 ms, stated in the
+    // chunk after some of its samples (the JDK flushes settings late).
     let data = recording(&[
+        ev(EXECUTION, &[1, 1, 0]),
         setting_of(IN_TLAB, "period", "5 ms"), // another event's: ignored
         setting_of(EXECUTION, "period", "20 ms"),
-        ev(EXECUTION, &[1, 1, 0]),
         ev(EXECUTION, &[1, 1, 0]),
     ]);
     let cpu = "process_cpu:cpu:nanoseconds:cpu:nanoseconds".to_string();

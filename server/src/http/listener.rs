@@ -119,7 +119,7 @@ fn replacement(head: &[u8]) -> Option<Vec<u8>> {
         let (name, value) = line.split_once(':')?;
         match name.trim().to_ascii_lowercase().as_str() {
             "content-length" if value.trim() == "0" => bodiless = true,
-            "date" => kept.push(line),
+            "date" | "connection" => kept.push(line),
             // Anything else means the router wrote it: leave it alone.
             _ => return None,
         }
@@ -129,9 +129,15 @@ fn replacement(head: &[u8]) -> Option<Vec<u8>> {
     }
     let body = serde_json::json!({ "code": code, "message": message }).to_string();
     let mut out = format!(
-        "{first}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n",
+        "{first}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
         body.len()
     );
+    if !kept
+        .iter()
+        .any(|l| l.to_ascii_lowercase().starts_with("connection"))
+    {
+        out.push_str("connection: close\r\n");
+    }
     for line in kept {
         out.push_str(line);
         out.push_str("\r\n");
@@ -215,13 +221,14 @@ mod tests {
 
     #[test]
     fn hypers_own_answers_get_a_json_body() {
-        let head = b"HTTP/1.1 414 URI Too Long\r\ncontent-length: 0\r\ndate: Sun, 29 Nov 2026 06:00:00 GMT\r\n\r\n";
+        let head = b"HTTP/1.1 414 URI Too Long\r\nconnection: close\r\ncontent-length: 0\r\ndate: Sun, 29 Nov 2026 06:00:00 GMT\r\n\r\n";
         let out = String::from_utf8(replacement(head).expect("replaced")).unwrap();
         let (head, body) = out.split_once("\r\n\r\n").unwrap();
         assert!(head.starts_with("HTTP/1.1 414 URI Too Long\r\n"), "{head}");
         assert!(head.contains("content-type: application/json"));
         assert!(head.contains(&format!("content-length: {}", body.len())));
         assert!(head.contains("date: Sun, 29 Nov 2026"));
+        assert_eq!(head.matches("connection: close").count(), 1);
         let v: serde_json::Value = serde_json::from_str(body).unwrap();
         assert_eq!(v["code"], "uri_too_long");
     }

@@ -37,13 +37,19 @@ impl Element {
 
 impl Browser {
     /// Starts chromedriver and a 1280x800 headless Chromium session, or answers `None`
-    /// (after saying why) where they are not installed.
+    /// (after saying why) where they are not installed; with
+    /// `PROFILEDB_REQUIRE_EXTERNAL=1` a missing browser fails the test instead.
     pub fn start() -> Option<Browser> {
         for bin in [CHROMIUM, CHROMEDRIVER] {
             if !Path::new(bin).exists() {
-                eprintln!(
-                    "SKIP: {bin} is absent; install Debian's chromium and chromium-driver (.ci/run does) to run the browser tests"
+                let msg = format!(
+                    "{bin} is absent; install Debian's chromium and chromium-driver (.ci/run does) to run the browser tests"
                 );
+                assert!(
+                    !crate::jdk::required(),
+                    "PROFILEDB_REQUIRE_EXTERNAL=1: {msg}"
+                );
+                eprintln!("SKIP: {msg}");
                 return None;
             }
         }

@@ -6,6 +6,8 @@
 
 mod browser;
 mod common;
+mod jdk;
+mod pprof_oracle;
 
 mod admin_api;
 mod alerts;
@@ -22,6 +24,7 @@ mod ingest_jfr;
 mod otlp;
 mod pipeline;
 mod process;
+mod query_answers;
 mod query_api;
 mod query_cache;
 mod sdk_python;
@@ -29,3 +32,4 @@ mod tenancy_isolation;
 mod tenancy_limits;
 mod ui_assets;
 mod ui_browser;
+mod ui_oracle;
