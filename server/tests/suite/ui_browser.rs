@@ -274,8 +274,13 @@ fn explore_zoom_search_and_sandwich_match_the_api() {
     let want = (deflate + json_total) as f64 / total as f64;
     let got = num(&flame(&b, "searchShare()"));
     assert!(close(got, want), "{got} vs {want}");
-    let stat = b.text(&b.find(".flame-bar .stat[aria-live]"));
-    assert!(stat.starts_with("matches: "), "{stat}");
+    // The shown share is the server's, of the whole merge: it comes a moment later.
+    wait_for(20, "the search share", || {
+        let stat = b.text(&b.find(".flame-bar .stat[aria-live]"));
+        stat.starts_with("matches: ").then_some(())
+    });
+    let server = num(&b.js("return window.profiledbUI.search.share;", json!([])));
+    assert!(close(server, want), "{server} vs {want}");
     assert!(b.url().contains("search=deflate%7Cjson"), "{}", b.url());
     b.screenshot(&screenshots(), "explore-search");
 
@@ -426,12 +431,19 @@ fn compare_group_by_and_alert_links() {
     let url = b.url();
     let body = &links["diff"]["body"];
     assert!(url.contains("/ui/compare?"), "{url}");
-    assert!(
-        url.contains(&format!("bfrom={}", body["base"]["start"])),
-        "{url} {body}"
-    );
-    assert!(
-        url.contains(&format!("cuntil={}", body["compare"]["end"])),
+    // Readable times (RFC 3339), the very ranges the rule measured.
+    let param = |k: &str| -> String {
+        let q = url.split_once('?').map_or("", |(_, q)| q);
+        q.split('&')
+            .find_map(|p| p.strip_prefix(&format!("{k}=")))
+            .map(|v| v.replace("%3A", ":"))
+            .unwrap_or_default()
+    };
+    let rfc = |v: &Value| profiledb::time::rfc3339(v.as_i64().unwrap()).replace(".000Z", "Z");
+    assert_eq!(param("bfrom"), rfc(&body["base"]["start"]), "{url} {body}");
+    assert_eq!(
+        param("cuntil"),
+        rfc(&body["compare"]["end"]),
         "{url} {body}"
     );
     let api = post(&s, "/api/v1/diff", body);

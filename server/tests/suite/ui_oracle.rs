@@ -5,7 +5,8 @@
 //! with `jfr print --json` (`jdk`). Views: Explore (top functions, search share both
 //! ways, sandwich, the rate timeline), Labels, Compare (movers, with selectors
 //! that combine), Group by, Fleet (hottest code, a group without spread) and
-//! Alerts (the state's reason). Screenshots of each go to `target/ui-screenshots/`.
+//! Alerts (the state's reason). Screenshots of each go to
+//! `target/ui-screenshots/oracle-*.png`.
 //! Skips without chromium, the JDK or the fixtures, unless
 //! `PROFILEDB_REQUIRE_EXTERNAL=1`.
 
@@ -173,7 +174,7 @@ fn explore_go(b: &Browser, base: &str, range: &str, d: &Data) {
         count.starts_with(&format!("{} rows", want.len())),
         "{count}"
     );
-    b.screenshot(&screenshots(), "explore");
+    b.screenshot(&screenshots(), "oracle-explore");
 
     // Search: case-sensitive, then ignoring case; the share of the whole merge.
     let search = b.find("input[aria-label='Search functions']");
@@ -197,7 +198,7 @@ fn explore_go(b: &Browser, base: &str, range: &str, d: &Data) {
         close(share(b), loose).then_some(())
     });
     assert!(b.url().contains("ic=1"), "{}", b.url());
-    b.screenshot(&screenshots(), "explore-search");
+    b.screenshot(&screenshots(), "oracle-explore-search");
 
     // The sandwich of a table row's function, over every stack.
     b.click(&b.find("section[aria-label='Top functions'] tbody tr:first-child"));
@@ -215,7 +216,7 @@ fn explore_go(b: &Browser, base: &str, range: &str, d: &Data) {
         })
     };
     assert_eq!((sw("callers"), sw("callees")), (total, total));
-    b.screenshot(&screenshots(), "explore-sandwich");
+    b.screenshot(&screenshots(), "oracle-explore-sandwich");
 }
 
 fn explore_java(b: &Browser, base: &str, range: &str, d: &Data) {
@@ -248,7 +249,7 @@ fn explore_java(b: &Browser, base: &str, range: &str, d: &Data) {
         selfs, want,
         "self CPU per function, at the recording's 20 ms period"
     );
-    b.screenshot(&screenshots(), "explore-java");
+    b.screenshot(&screenshots(), "oracle-explore-java");
 }
 
 fn labels(b: &Browser, base: &str, range: &str, d: &Data) {
@@ -277,7 +278,7 @@ fn labels(b: &Browser, base: &str, range: &str, d: &Data) {
     .map(|(k, v)| (k.to_string(), v))
     .collect();
     assert_eq!(got, want);
-    b.screenshot(&screenshots(), "labels");
+    b.screenshot(&screenshots(), "oracle-labels");
 }
 
 /// Shares of each function's self value on both heap sides.
@@ -316,7 +317,7 @@ fn compare(b: &Browser, base: &str, d: &Data) {
         let full = sb
             .keys()
             .chain(sc.keys())
-            .find(|k| middle_at(k, 40) == name)
+            .find(|k| middle_at(k, 34) == name)
             .expect(name);
         let (x, y) = (
             sb.get(full).copied().unwrap_or(0.0),
@@ -332,7 +333,7 @@ fn compare(b: &Browser, base: &str, d: &Data) {
             deltas[k]
         );
     }
-    b.screenshot(&screenshots(), "compare");
+    b.screenshot(&screenshots(), "oracle-compare");
 }
 
 /// A table's text for a long name: the middle left out past `max` characters.
@@ -374,7 +375,7 @@ fn group_by(b: &Browser, base: &str, range: &str, d: &Data) {
         assert_eq!(full.map(|(_, v)| *v), Some(v), "{key:?}");
         assert_eq!(v, values[k], "rows in order of value");
     }
-    b.screenshot(&screenshots(), "groupby");
+    b.screenshot(&screenshots(), "oracle-groupby");
 }
 
 fn fleet(b: &Browser, base: &str, range: &str, d: &Data) {
@@ -423,7 +424,7 @@ fn fleet(b: &Browser, base: &str, range: &str, d: &Data) {
     assert!(b
         .find_all("section[aria-label='Why service_name=pyapp varies']")
         .is_empty());
-    b.screenshot(&screenshots(), "fleet");
+    b.screenshot(&screenshots(), "oracle-fleet");
 }
 
 fn alerts(b: &Browser, base: &str, s: &TestServer, d: &Data) {
@@ -453,7 +454,7 @@ fn alerts(b: &Browser, base: &str, s: &TestServer, d: &Data) {
             "inactive\ntoo few samples to judge: {count} on the smaller side, 1,000,000 required"
         )
     );
-    b.screenshot(&screenshots(), "alerts");
+    b.screenshot(&screenshots(), "oracle-alerts");
 }
 
 fn thousands(v: i64) -> String {

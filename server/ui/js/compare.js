@@ -66,7 +66,7 @@ export async function render(root, ui) {
   new DataTable(movers, {
     label: 'movers', filterKey: 'function', sort: { key: 'abs', desc: true },
     columns: [
-      { key: 'function', label: 'Function', middle: 40 },
+      { key: 'function', label: 'Function', middle: 34 },
       { key: 'base_share', label: 'Base', num: true, format: pct },
       { key: 'compare_share', label: 'Compare', num: true, format: pct },
       { key: 'delta', label: 'Change', num: true, format: (v) => h('span', { class: v > 0 ? 'up' : 'down' }, pp(v)) },

@@ -8,7 +8,7 @@ import { header, selector } from './controls.js';
 import { TimeChart } from './chart.js';
 import { FlameGraph } from './flame.js';
 import { DataTable } from './table.js';
-import { decode, pathOf, findPath, rootTotal, nodeCount } from './flamemodel.js';
+import { decode, dropRoot, pathOf, findPath, rootTotal, nodeCount } from './flamemodel.js';
 import { formatValue, linkTime, pct, stepFor, reEscape } from './format.js';
 
 export const DEFAULT_MAX_NODES = 8192;
@@ -141,9 +141,9 @@ function flamePanel(host, m, { q, type, unit, ui, range, maxNodes }) {
       `In stacks worth ${formatValue(ans.value, unit)} (${pct(ans.total ? ans.value / ans.total : 0)} of the total): callers above (inverted), callees below, over every stack of the range.`),
     warningsBox(ans.warnings) || '');
     ui.flames.callers = new FlameGraph(sandwich, { unit, inverted: true });
-    ui.flames.callers.setModel(decode(ans.callers));
+    ui.flames.callers.setModel(dropRoot(decode(ans.callers)));
     ui.flames.callees = new FlameGraph(sandwich, { unit });
-    ui.flames.callees.setModel(decode(ans.callees));
+    ui.flames.callees.setModel(dropRoot(decode(ans.callees)));
     sandwich.append(h('h2', {}, 'Flame graph'));
   }
   showSandwich(state.get('fn'));

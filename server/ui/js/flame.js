@@ -22,20 +22,35 @@ const PALETTE = [
   'hsl(85, 55%, 58%)', 'hsl(225, 55%, 72%)', 'hsl(320, 45%, 70%)', 'hsl(190, 40%, 70%)',
 ];
 
+// Package → colour for the whole page: the first graph drawn (the view's main
+// one) hands the palette to its largest packages, and every graph after it (the
+// sandwich) reuses those colours, so a package reads as one colour everywhere.
+const assigned = new Map();
+const GREY = 'hsl(220, 8%, 72%)';
+
+function colorOf(p) {
+  if (!assigned.has(p)) {
+    const x = hash(p);
+    assigned.set(p, assigned.size < PALETTE.length ? PALETTE[assigned.size] : `hsl(${x % 360}, 25%, ${68 + ((x >> 9) % 10)}%)`);
+  }
+  return assigned.get(p);
+}
+
 /**
- * Colours by package (see `packageOf`): the largest packages of the model get the
- * palette in order, the rest a muted colour by hash, so one package reads as one
- * colour everywhere in the graph. Answers the colour per name and the legend.
+ * Colours by package (see `packageOf`), the synthetic root and `other` frames
+ * grey; answers the colour per name and the legend (the model's largest packages).
  */
 export function packageColors(m) {
-  const ranked = packageTotals(m);
-  const color = new Map();
-  ranked.forEach(([p], k) => {
-    if (k < PALETTE.length) color.set(p, PALETTE[k]);
-    else { const x = hash(p); color.set(p, `hsl(${x % 360}, 25%, ${68 + ((x >> 9) % 10)}%)`); }
+  const synthetic = (n, k) => k === 0 || n === 'other';
+  const ranked = packageTotals(m).filter(([p]) => p !== '');
+  ranked.forEach(([p]) => colorOf(p));
+  const legend = ranked.slice(0, PALETTE.length).filter(([, v]) => v > 0).map(([p, v]) => ({ name: p, color: colorOf(p), value: v }));
+  const byName = m.names.map((n, k) => {
+    if (synthetic(n, k)) return GREY;
+    const p = packageOf(n);
+    return p ? colorOf(p) : 'hsl(30, 20%, 75%)';
   });
-  const legend = ranked.slice(0, PALETTE.length).filter(([, v]) => v > 0).map(([p, v]) => ({ name: p || '(no package)', color: color.get(p), value: v }));
-  return { byName: m.names.map((n, k) => (k === 0 ? 'hsl(220, 8%, 72%)' : color.get(packageOf(n)))), legend };
+  return { byName, legend };
 }
 
 /** Red where the node's share grew, blue where it shrank, grey when unchanged. */

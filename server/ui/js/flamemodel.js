@@ -48,6 +48,19 @@ function newLevel(n, diff) {
   return l;
 }
 
+/**
+ * The model without its synthetic root when that root has one child (a sandwich's
+ * `total` above the function): the function becomes the root.
+ */
+export function dropRoot(m) {
+  if (m.levels.length < 2 || m.levels[1].n !== 1) return m;
+  const levels = m.levels.slice(1);
+  for (const l of levels) { l.first.fill(0); l.count.fill(0); l.parent.fill(0); }
+  const out = { ...m, levels };
+  link(out);
+  return out;
+}
+
 /** Fills parent and child ranges: children of a node are contiguous in the level below. */
 function link(m) {
   for (let d = 1; d < m.levels.length; d++) {
@@ -92,7 +105,7 @@ export function packageOf(name) {
 /** Value per package (self values summed), largest first: `[[package, value], …]`. */
 export function packageTotals(m) {
   const by = new Map();
-  const pkgOfName = m.names.map(packageOf);
+  const pkgOfName = m.names.map((n) => (n === 'other' ? '' : packageOf(n)));
   for (let d = 1; d < m.levels.length; d++) {
     const l = m.levels[d];
     for (let i = 0; i < l.n; i++) {

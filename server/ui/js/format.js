@@ -53,7 +53,9 @@ export function middle(text, max) {
  */
 export function rateOf(type) {
   const [name, , unit] = (type || '').split(':');
-  const ns = (label) => ({ per: (v, secs) => v / 1e9 / secs, format: (r) => `${trim(r)} ${label}`, label });
+  // Small rates keep two significant digits rather than reading 0.00.
+  const num = (r) => (r !== 0 && Math.abs(r) < 0.01 ? r.toPrecision(2) : trim(r));
+  const ns = (label) => ({ per: (v, secs) => v / 1e9 / secs, format: (r) => `${num(r)} ${label}`, label });
   if (unit === 'nanoseconds') return ns(name === 'process_cpu' ? 'cores' : name === 'wall' ? 'threads' : 's/s');
   if (unit === 'bytes') return { per: (v, secs) => v / secs, format: (r) => `${formatValue(r, 'bytes')}/s`, label: 'bytes/s' };
   return { per: (v, secs) => v / secs, format: (r) => `${formatValue(r, 'count')}/s`, label: `${unit}/s` };
