@@ -17,6 +17,12 @@ pub const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 /// W3C's key for an element reference in JSON.
 pub const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
+/// Whether a missing external part (a browser, the JDK) must fail a test rather
+/// than skip it: `PROFILEDB_REQUIRE_EXTERNAL=1`, which CI sets.
+pub fn required() -> bool {
+    std::env::var("PROFILEDB_REQUIRE_EXTERNAL").is_ok_and(|v| v == "1")
+}
+
 pub struct Browser {
     driver: Child,
     base: String,
@@ -45,10 +51,7 @@ impl Browser {
                 let msg = format!(
                     "{bin} is absent; install Debian's chromium and chromium-driver (.ci/run does) to run the browser tests"
                 );
-                assert!(
-                    !crate::jdk::required(),
-                    "PROFILEDB_REQUIRE_EXTERNAL=1: {msg}"
-                );
+                assert!(!required(), "PROFILEDB_REQUIRE_EXTERNAL=1: {msg}");
                 eprintln!("SKIP: {msg}");
                 return None;
             }

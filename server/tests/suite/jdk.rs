@@ -15,6 +15,8 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 
+use crate::browser::required;
+
 const PROGRAM: &str = r#"
 public class HotApp {
     static volatile long sink;
@@ -60,11 +62,6 @@ fn on_path(tool: &str) -> Option<PathBuf> {
         .split(':')
         .map(|d| Path::new(d).join(tool))
         .find(|p| p.is_file())
-}
-
-/// Whether a missing external part must fail the test (CI) rather than skip it.
-pub fn required() -> bool {
-    std::env::var("PROFILEDB_REQUIRE_EXTERNAL").is_ok_and(|v| v == "1")
 }
 
 /// The recording, made on first use; `None` (after a message) without a JDK.

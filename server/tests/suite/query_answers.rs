@@ -90,6 +90,7 @@ fn functions_search_and_sandwich_come_from_the_whole_merge() {
     assert_eq!(got[0].0, "time.Now", "not the synthetic `other`");
 
     // The search's share: the group-by of the stacks with a matching frame.
+    let exact_re = regex::Regex::new(r"^time\.Now$").unwrap();
     for (pattern, insensitive) in [(r"^time\.Now$", false), (r"(?i)^time\.Now$", true)] {
         let body = json!({"profile_type": CPU, "selector": "{service_name=\"goapp\"}",
             "start": "now-10m", "end": "now", "group_by": [], "function": pattern});
@@ -101,7 +102,7 @@ fn functions_search_and_sandwich_come_from_the_whole_merge() {
             "{pattern}"
         );
         if insensitive {
-            let exact = oracle::matching(&stacks, &regex::Regex::new(r"^time\.Now$").unwrap());
+            let exact = oracle::matching(&stacks, &exact_re);
             assert!(
                 oracle::matching(&stacks, &re) > exact,
                 "time.now is matched too"

@@ -44,7 +44,7 @@ export function packageColors(m) {
   const synthetic = (n, k) => k === 0 || n === 'other';
   const ranked = packageTotals(m).filter(([p]) => p !== '');
   ranked.forEach(([p]) => colorOf(p));
-  const legend = ranked.slice(0, PALETTE.length).filter(([, v]) => v > 0).map(([p, v]) => ({ name: p, color: colorOf(p), value: v }));
+  const legend = ranked.slice(0, PALETTE.length).map(([p, v]) => ({ name: p, color: colorOf(p), value: v }));
   const byName = m.names.map((n, k) => {
     if (synthetic(n, k)) return GREY;
     const p = packageOf(n);
