@@ -14,27 +14,6 @@ use crate::pprof_oracle as oracle;
 
 const CPU: &str = "process_cpu:cpu:nanoseconds:cpu:nanoseconds";
 
-fn post(s: &TestServer, path: &str, body: &Value) -> Value {
-    let r = s
-        .client
-        .post(format!("{}{path}", s.url))
-        .json(body)
-        .send()
-        .unwrap();
-    assert_eq!(r.status(), 200, "{path} {body}");
-    r.json().unwrap()
-}
-
-fn upload(s: &TestServer, query: &str, body: Vec<u8>) {
-    let r = s
-        .client
-        .post(format!("{}/ingest?{query}", s.url))
-        .body(body)
-        .send()
-        .unwrap();
-    assert_eq!(r.status(), 200, "{query}: {}", r.text().unwrap_or_default());
-}
-
 fn node_count(fg: &Value) -> usize {
     fg["levels"]
         .as_array()
@@ -52,8 +31,7 @@ fn functions_search_and_sandwich_come_from_the_whole_merge() {
     let profile = oracle::decode(&std::fs::read(fx.join("pprof/large.cpu")).unwrap());
     let s = TestServer::start();
     let now = profiledb_storage::now_ms();
-    upload(
-        &s,
+    s.upload(
         "name=goapp&format=pprof",
         oracle::retimed(&profile, now - 60_000),
     );
@@ -94,7 +72,7 @@ fn functions_search_and_sandwich_come_from_the_whole_merge() {
     for (pattern, insensitive) in [(r"^time\.Now$", false), (r"(?i)^time\.Now$", true)] {
         let body = json!({"profile_type": CPU, "selector": "{service_name=\"goapp\"}",
             "start": "now-10m", "end": "now", "group_by": [], "function": pattern});
-        let ans = post(&s, "/api/v1/query", &body);
+        let ans = s.post_json("/api/v1/query", &body, 200);
         let re = regex::Regex::new(pattern).unwrap();
         assert_eq!(
             ans["total"],
@@ -158,18 +136,17 @@ fn a_diffs_selectors_combine() {
         ("other", "v1", "main;c 50\n"),
         ("other", "v2", "main;d 70\n"),
     ] {
-        upload(
-            &s,
+        s.upload(
             &format!("name={service}.cpu%7Bversion%3D{version}%7D&from={now_s}"),
             body.as_bytes().to_vec(),
         );
     }
     let side = |v: &str| json!({"start": "now-10m", "end": "now", "selector": format!("{{version=\"{v}\"}}")});
-    let d = post(
-        &s,
+    let d = s.post_json(
         "/api/v1/diff",
         &json!({"profile_type": CPU, "selector": "{service_name=\"javasvc\"}",
                 "base": side("v1"), "compare": side("v2")}),
+        200,
     );
     // Folded counts are stored × 1e7 ns.
     assert_eq!(d["stats"]["samples_base"], json!(20 * 10_000_000i64), "{d}");
@@ -196,8 +173,7 @@ fn a_diffs_selectors_combine() {
 fn unknown_names_warn_and_invalid_values_are_refused() {
     let s = TestServer::start();
     let now_s = profiledb_storage::now_ms() / 1000 - 60;
-    upload(
-        &s,
+    s.upload(
         &format!("name=shop.cpu%7Benv%3Dprod%7D&from={now_s}"),
         b"main;work 5\n".to_vec(),
     );
@@ -242,10 +218,10 @@ fn unknown_names_warn_and_invalid_values_are_refused() {
         .get("warnings")
         .is_none());
 
-    let ans = post(
-        &s,
+    let ans = s.post_json(
         "/api/v1/query",
         &json!({"profile_type": CPU, "start": "now-1h", "end": "now", "group_by": ["regoin"]}),
+        200,
     );
     assert!(warnings(&ans).contains("\"regoin\""), "{ans}");
     let ts = s.json(
@@ -348,8 +324,7 @@ fn python_cpu_profiles_count_as_cpu_time() {
     let profile = oracle::decode(&bytes);
     let s = TestServer::start();
     let now = profiledb_storage::now_ms();
-    upload(
-        &s,
+    s.upload(
         "name=pyapp&format=pprof&sampleRate=100",
         oracle::retimed(&profile, now - 60_000),
     );
@@ -373,8 +348,7 @@ fn groups_without_spread_are_not_explained() {
     let s = TestServer::start();
     let now_s = profiledb_storage::now_ms() / 1000 - 60;
     for host in ["h1", "h2"] {
-        upload(
-            &s,
+        s.upload(
             &format!("name=flat.cpu%7Bhost%3D{host}%7D&from={now_s}"),
             b"main;a 5\nmain;b 5\n".to_vec(),
         );

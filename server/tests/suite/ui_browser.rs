@@ -115,18 +115,6 @@ fn share_of(stacks: &BTreeMap<String, i64>, f: &str) -> (i64, f64) {
     (with, with as f64 / total as f64)
 }
 
-/// POSTs JSON to the API and answers its JSON (asserting 200).
-fn post(s: &TestServer, path: &str, body: &Value) -> Value {
-    let r = s
-        .client
-        .post(format!("{}{path}", s.url))
-        .json(body)
-        .send()
-        .unwrap();
-    assert_eq!(r.status(), 200, "{path} {body}");
-    r.json().unwrap()
-}
-
 fn num(v: &Value) -> f64 {
     v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
 }
@@ -344,11 +332,11 @@ fn compare_group_by_and_alert_links() {
     b.wait_idle(60);
     assert_eq!(b.error_text(), "");
     let side = |a: i64, z: i64| json!({"start": a, "end": z, "selector": sel});
-    let api = post(
-        &s,
+    let api = s.post_json(
         "/api/v1/diff",
         &json!({"profile_type": CPU, "selector": sel, "base": side(from, mid),
                       "compare": side(mid, until), "top": 20, "max_nodes": 8192}),
+        200,
     );
     assert_eq!(api["top"][0]["function"], "zlib::deflate", "{api}");
     let first = b.find("section[aria-label='Top movers'] tbody tr td");
@@ -372,11 +360,11 @@ fn compare_group_by_and_alert_links() {
     ));
     b.wait_idle(60);
     assert_eq!(b.error_text(), "");
-    let api = post(
-        &s,
+    let api = s.post_json(
         "/api/v1/query",
         &json!({"profile_type": CPU, "selector": "{}", "start": from, "end": until,
                       "group_by": ["service_name", "function"], "limit": 100}),
+        200,
     );
     let row0 = &api["rows"][0];
     assert_eq!(row0["key"], json!(["checkout", "json::encode"]), "{api}");
@@ -409,13 +397,7 @@ fn compare_group_by_and_alert_links() {
         "watch": {"function": "zlib::deflate"}, "window": "1h", "baseline": {"offset": "1h"},
         "condition": {"share_delta_pp": 5}, "for": "1s", "interval": "1s",
     });
-    let r = s
-        .client
-        .post(format!("{}/api/v1/alerts/rules", s.url))
-        .json(&rule)
-        .send()
-        .unwrap();
-    assert_eq!(r.status(), 201, "{}", r.text().unwrap_or_default());
+    s.post_json("/api/v1/alerts/rules", &rule, 201);
     let links = wait_for(30, "a first evaluation", || {
         let v = s.json("/api/v1/alerts/rules/checkout-deflate", &[]);
         v["links"].is_object().then(|| v["links"].clone())
@@ -446,7 +428,7 @@ fn compare_group_by_and_alert_links() {
         rfc(&body["compare"]["end"]),
         "{url} {body}"
     );
-    let api = post(&s, "/api/v1/diff", body);
+    let api = s.post_json("/api/v1/diff", body, 200);
     let first = b.text(&b.find("section[aria-label='Top movers'] tbody tr td"));
     assert_eq!(
         first,

@@ -27,16 +27,6 @@ fn screenshots() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/ui-screenshots")
 }
 
-fn upload(s: &TestServer, query: &str, body: Vec<u8>) {
-    let r = s
-        .client
-        .post(format!("{}/ingest?{query}", s.url))
-        .body(body)
-        .send()
-        .unwrap();
-    assert_eq!(r.status(), 200, "{query}: {}", r.text().unwrap_or_default());
-}
-
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1e-12)
 }
@@ -83,21 +73,19 @@ fn load(s: &TestServer) -> Option<Data> {
     let read = |p: &str| oracle::decode(&std::fs::read(fx.join(p)).expect("fixture"));
     let now = profiledb_storage::now_ms();
     let go = read("pprof/large.cpu");
-    upload(
-        s,
+    s.upload(
         "name=goapp&format=pprof",
         oracle::retimed(&go, now - 40 * MIN),
     );
     let py = read("pyroscope/profile_python");
     // Twice, on two hosts: a fleet group without spread, and an alert's two sides.
     for (host, at) in [("h1", 45), ("h2", 15)] {
-        upload(
-            s,
+        s.upload(
             &format!("name=pyapp%7Bhost%3D{host}%7D&format=pprof&sampleRate=100"),
             oracle::retimed(&py, now - at * MIN),
         );
     }
-    upload(s, "name=javaapp", rec.bytes());
+    s.upload("name=javaapp", rec.bytes());
     // Heap: heapapp grows from v1 to v2; a decoy service does the opposite in the
     // same ranges, so a diff that lost its shared selector shows other movers.
     let heap = [
@@ -106,8 +94,7 @@ fn load(s: &TestServer) -> Option<Data> {
     ];
     for (service, first, second) in [("heapapp", 0, 1), ("decoy", 1, 0)] {
         for (version, which, at) in [("v1", first, 50), ("v2", second, 20)] {
-            upload(
-                s,
+            s.upload(
                 &format!("name={service}%7Bversion%3D{version}%7D&format=pprof"),
                 oracle::retimed(&heap[which], now - at * MIN),
             );
@@ -434,13 +421,7 @@ fn alerts(b: &Browser, base: &str, s: &TestServer, d: &Data) {
         "watch": {"function": ".*"}, "window": "30m", "baseline": {"offset": "30m"},
         "condition": {"share_delta_pp": 5}, "min_samples": 1_000_000, "for": "1s", "interval": "1s",
     });
-    let r = s
-        .client
-        .post(format!("{}/api/v1/alerts/rules", s.url))
-        .json(&rule)
-        .send()
-        .unwrap();
-    assert_eq!(r.status(), 201, "{}", r.text().unwrap_or_default());
+    s.post_json("/api/v1/alerts/rules", &rule, 201);
     wait_for(30, "a first evaluation", || {
         let v = s.json("/api/v1/alerts/rules/py-hot", &[]);
         v["last_evaluation"].is_string().then_some(())

@@ -90,10 +90,7 @@ async fn hottest(
         let limit = p.limit.unwrap_or(20);
         let (h, warnings) = blocking(move || {
             let h = querier.fleet_hottest(&t, &sel, range, by, &label, limit)?;
-            let w = match h.total {
-                0 => warnings::selection(&querier, &t, &sel, range)?,
-                _ => warnings::group_labels(&querier, &t, &sel, range, &[label.as_str()])?,
-            };
+            let w = warnings::of_answer(&querier, &t, &sel, range, h.total, &[label.as_str()])?;
             Ok((h, w))
         })
         .await?;

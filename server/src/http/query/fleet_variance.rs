@@ -114,13 +114,8 @@ async fn variance(
             }
             let mut labels: Vec<&str> = labels.iter().map(String::as_str).collect();
             labels.push(&u);
-            let w = match out.is_empty() {
-                true => match warnings::selection(&querier, &t, &sel, range)? {
-                    w if w.is_empty() => warnings::group_labels(&querier, &t, &sel, range, &labels)?,
-                    w => w,
-                },
-                false => warnings::group_labels(&querier, &t, &sel, range, &labels)?,
-            };
+            let total = out.iter().map(|(g, ..)| g.mean * g.units as f64).sum::<f64>() as i64;
+            let w = warnings::of_answer(&querier, &t, &sel, range, total, &labels)?;
             Ok((out, w))
         })
         .await?;

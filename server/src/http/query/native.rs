@@ -102,14 +102,8 @@ async fn group_by(
         let (querier, t) = (state.querier()?, tenant.clone());
         let (acc, warnings) = blocking(move || {
             let acc = querier.group_by(&t, &sel, range, &q)?;
-            let mut w = match acc.total {
-                0 => warnings::selection(&querier, &t, &sel, range)?,
-                _ => Vec::new(),
-            };
-            if w.is_empty() {
-                let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
-                w = warnings::group_labels(&querier, &t, &sel, range, &labels)?;
-            }
+            let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
+            let w = warnings::of_answer(&querier, &t, &sel, range, acc.total, &labels)?;
             Ok((acc, w))
         })
         .await?;
@@ -199,14 +193,9 @@ async fn timeseries(
         let (g2, t) = (group.clone(), tenant.clone());
         let (list, warnings) = blocking(move || {
             let list = querier.time_series(&t, &sel, range, &g2, step, limit)?;
-            let mut w = match list.iter().map(|s| s.total()).sum::<i64>() {
-                0 => warnings::selection(&querier, &t, &sel, range)?,
-                _ => Vec::new(),
-            };
-            if w.is_empty() {
-                let labels: Vec<&str> = g2.iter().map(String::as_str).collect();
-                w = warnings::group_labels(&querier, &t, &sel, range, &labels)?;
-            }
+            let total = list.iter().map(|s| s.total()).sum::<i64>();
+            let labels: Vec<&str> = g2.iter().map(String::as_str).collect();
+            let w = warnings::of_answer(&querier, &t, &sel, range, total, &labels)?;
             Ok((list, w))
         })
         .await?;

@@ -142,6 +142,25 @@ fn visible(names: &[String]) -> Vec<String> {
         .collect()
 }
 
+/// The warnings of an answer of `total` grouped by `labels`: why it is empty, else
+/// (or when nothing explains it) the labels no selected series carries.
+pub fn of_answer(
+    querier: &Querier,
+    tenant: &TenantId,
+    sel: &Selector,
+    range: TimeRange,
+    total: i64,
+    labels: &[&str],
+) -> ApiResult<Vec<String>> {
+    if total == 0 {
+        let w = selection(querier, tenant, sel, range)?;
+        if !w.is_empty() {
+            return Ok(w);
+        }
+    }
+    group_labels(querier, tenant, sel, range, labels)
+}
+
 /// Labels to group by that no selected series carries in `range`: grouping by one
 /// answers a single group keyed `""`.
 pub fn group_labels(
