@@ -4,7 +4,7 @@
 import { h } from './dom.js';
 import { getJSON, query } from './api.js';
 import * as state from './state.js';
-import { quote, resolveTime, typeNames, unitOf } from './format.js';
+import { linkTime, quote, resolveTime, typeNames, unitOf } from './format.js';
 
 export const PRESETS = [
   ['now-15m', 'Last 15 minutes'], ['now-1h', 'Last hour'], ['now-6h', 'Last 6 hours'],
@@ -122,8 +122,10 @@ function labelFilters(type, [from, until]) {
 
 /** A range picker over URL keys `fromKey`/`untilKey`: presets and free from/until fields. */
 export function timePicker(title, fromKey = 'from', untilKey = 'until', fallback = ['now-1h', 'now']) {
-  const from = state.get(fromKey, fallback[0]);
-  const until = state.get(untilKey, fallback[1]);
+  // Epoch numbers in a link read as dates in the fields.
+  const readable = (v) => (/^\d+$/.test(v) ? linkTime(resolveTime(v)) : v);
+  const from = readable(state.get(fromKey, fallback[0]));
+  const until = readable(state.get(untilKey, fallback[1]));
   const preset = h('select', {
     'aria-label': `${title} preset`,
     onchange: () => preset.value && state.update({ [fromKey]: preset.value, [untilKey]: 'now' }, { push: true }),
