@@ -32,7 +32,7 @@ fn options() -> JfrOptions {
     JfrOptions {
         base_labels: Labels::new([(SERVICE_NAME_LABEL, "javaapp")]),
         time_ms: 1_700_000_000_000,
-        sample_rate: 100,
+        sample_rate: Some(100),
         ..JfrOptions::default()
     }
 }
@@ -113,9 +113,14 @@ fn dump2_without_labels_keeps_the_totals() {
     let (by_type, by_thread) = totals(&b);
     assert_eq!(by_type.get(CPU), Some(&33_580_000_000));
     assert!(by_thread.keys().all(|(_, thread)| thread.is_none()));
-    // Each stack appears once per series: samples were summed per stack.
+    // Each stack appears once per series and second: samples were summed per
+    // stack and event second.
     for s in &b.series {
-        let mut stacks: Vec<u32> = s.samples.iter().map(|x| x.stack).collect();
+        let mut stacks: Vec<(u32, i64)> = s
+            .samples
+            .iter()
+            .map(|x| (x.stack, x.timestamp_ms))
+            .collect();
         stacks.sort_unstable();
         stacks.dedup();
         assert_eq!(stacks.len(), s.samples.len());

@@ -327,9 +327,10 @@ impl Server {
                 }
             }
         };
+        // hyper's own answers to unparsable requests get a JSON body too.
         axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
+            http::listener::JsonErrorListener(listener),
+            app.into_make_service(),
         )
         .with_graceful_shutdown(stop)
         .await

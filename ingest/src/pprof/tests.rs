@@ -483,8 +483,9 @@ fn samples_count_with_a_cpu_period_also_yields_cpu_nanoseconds() {
         ]
     );
 
-    // pyroscope-rs style: empty period type, absurd period; no derived type (as in
-    // Pyroscope, which stores only `process_cpu:samples:count::milliseconds`).
+    // pyroscope-rs style (Python, Ruby): empty period type, a period of 1e9 that is
+    // no period; each sample weighs 1 s / sampleRate (100 Hz unless the upload
+    // says), so it shows in the CPU view too.
     let p = Builder::new()
         .sample_type("samples", "count")
         .period("", "milliseconds", 1_000_000_000)
@@ -496,7 +497,20 @@ fn samples_count_with_a_cpu_period_also_yields_cpu_nanoseconds() {
         got.into_iter()
             .map(|(k, v)| (k, v[0].1))
             .collect::<Vec<_>>(),
-        vec![("process_cpu:samples:count::milliseconds".to_string(), 3)]
+        vec![
+            (
+                "process_cpu:cpu:nanoseconds:cpu:nanoseconds".to_string(),
+                30_000_000
+            ),
+            ("process_cpu:samples:count::milliseconds".to_string(), 3)
+        ]
+    );
+    let mut at_50hz = opts();
+    at_50hz.sample_rate = Some(50);
+    let got = by_type(&decode_pprof(&p.bytes(), &at_50hz).unwrap());
+    assert_eq!(
+        got["process_cpu:cpu:nanoseconds:cpu:nanoseconds"][0].1,
+        60_000_000
     );
 
     // A `cpu` period in milliseconds is converted to nanoseconds.

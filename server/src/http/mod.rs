@@ -8,6 +8,7 @@ mod control;
 mod fleet_boost;
 mod ingest;
 mod labels;
+pub mod listener;
 mod otlp;
 pub(crate) mod query;
 pub(crate) mod request;
@@ -69,6 +70,7 @@ pub fn router(state: AppRef) -> Router {
         .merge(ui::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::map_response(json_errors))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             crate::tenancy::gate,
@@ -101,4 +103,56 @@ async fn method_not_allowed(req: Request) -> ApiError {
         "method_not_allowed",
         format!("{} is not allowed on {}", req.method(), req.uri().path()),
     )
+}
+
+/// Gives an error answered without a JSON body (axum's and tower's rejections: a
+/// body over the limit, a malformed path or JSON, a missing content type) the
+/// `{"code", "message"}` body every other error has, with their text as the message.
+async fn json_errors(resp: Response) -> Response {
+    let status = resp.status();
+    let is_json = resp
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json") || v.starts_with("application/grpc"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return resp;
+    }
+    let (parts, body) = resp.into_parts();
+    let text = axum::body::to_bytes(body, 64 << 10)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .unwrap_or_default();
+    let message = match text.is_empty() {
+        true => status
+            .canonical_reason()
+            .unwrap_or("request failed")
+            .to_string(),
+        false => text,
+    };
+    let mut out = ApiError::new(status, error_code(status), message).into_response();
+    for (name, value) in parts.headers.iter() {
+        if name != axum::http::header::CONTENT_TYPE && name != axum::http::header::CONTENT_LENGTH {
+            out.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    out
+}
+
+/// The error code of a status when the rejection did not name one.
+fn error_code(status: axum::http::StatusCode) -> &'static str {
+    match status.as_u16() {
+        400 | 422 => "invalid_argument",
+        401 => "unauthenticated",
+        403 => "permission_denied",
+        404 => "not_found",
+        405 => "method_not_allowed",
+        408 => "deadline_exceeded",
+        413 => "payload_too_large",
+        414 => "uri_too_long",
+        415 => "unsupported_media_type",
+        429 => "resource_exhausted",
+        503 => "unavailable",
+        _ => "internal",
+    }
 }

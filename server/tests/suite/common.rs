@@ -137,6 +137,34 @@ impl TestServer {
         self.merged(tenant, query).values().sum()
     }
 
+    /// POSTs JSON to `path` and answers the JSON answer, asserting its `status`.
+    pub fn post_json(
+        &self,
+        path: &str,
+        body: &serde_json::Value,
+        status: u16,
+    ) -> serde_json::Value {
+        let r = self
+            .client
+            .post(format!("{}{path}", self.url))
+            .json(body)
+            .send()
+            .unwrap();
+        assert_eq!(r.status(), status, "{path} {body}");
+        r.json().unwrap()
+    }
+
+    /// `POST /ingest?<query>` with `body`, asserting 200.
+    pub fn upload(&self, query: &str, body: Vec<u8>) {
+        let r = self
+            .client
+            .post(format!("{}/ingest?{query}", self.url))
+            .body(body)
+            .send()
+            .unwrap();
+        assert_eq!(r.status(), 200, "{query}: {}", r.text().unwrap_or_default());
+    }
+
     pub fn json(&self, path: &str, params: &[(&str, &str)]) -> serde_json::Value {
         let resp = self
             .client

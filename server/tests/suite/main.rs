@@ -8,6 +8,8 @@ mod browser;
 mod common;
 #[path = "../../../storage/tests/support/external.rs"]
 mod external;
+mod jdk;
+mod pprof_oracle;
 
 mod access_log;
 mod admin_api;
@@ -26,6 +28,7 @@ mod ingest_jfr;
 mod otlp;
 mod pipeline;
 mod process;
+mod query_answers;
 mod query_api;
 mod query_cache;
 mod sdk_python;
@@ -33,3 +36,4 @@ mod tenancy_isolation;
 mod tenancy_limits;
 mod ui_assets;
 mod ui_browser;
+mod ui_oracle;

@@ -91,7 +91,7 @@ impl Merged {
         Ok(tree)
     }
 
-    /// The flame graph, truncated to about `max_nodes` nodes (0 = all); the same
+    /// The flame graph, truncated to at most `max_nodes` nodes (0 = all); the same
     /// layout as [`flamegraph`] of [`Merged::to_tree`].
     pub fn flamegraph(&self, max_nodes: usize) -> FlameGraph {
         let tree = self.frames.read();

@@ -123,6 +123,7 @@ pub(crate) fn drawn<const K: usize>(
         }
     }
     d.sort_children(names);
+    d.bound(max_nodes);
     Some(d)
 }
 
