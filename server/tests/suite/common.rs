@@ -351,3 +351,38 @@ pub fn ingest_hw_event(
         .unwrap();
     assert_eq!(r.status(), 200, "{}", r.text().unwrap_or_default());
 }
+
+/// A part a test needs is missing: with `PROFILEDB_REQUIRE_EXTERNAL=1` (CI) that
+/// fails the test, else it prints why the test is skipped.
+pub fn skip_or_fail(why: &str) {
+    if std::env::var("PROFILEDB_REQUIRE_EXTERNAL").is_ok_and(|v| v == "1") {
+        panic!("PROFILEDB_REQUIRE_EXTERNAL=1 and {why}");
+    }
+    eprintln!("SKIP: {why}");
+}
+
+/// The repository's root (the workspace holding this crate).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// A tool `.ci/run` installs under `target/` (a venv's or npm's bin), or on PATH.
+pub fn tool(in_target: &str, on_path_name: &str) -> Option<PathBuf> {
+    let local = repo_root().join("target").join(in_target);
+    if local.exists() {
+        return Some(local);
+    }
+    on_path(on_path_name)
+}
+
+/// `name` in a directory of PATH.
+pub fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(name))
+            .find(|p| p.exists())
+    })
+}
