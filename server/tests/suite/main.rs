@@ -17,6 +17,7 @@ mod config_file;
 mod control_api;
 mod deploy;
 mod docs_examples;
+mod doctor;
 mod fleet_api;
 mod go_pgo;
 mod grafana_api;
