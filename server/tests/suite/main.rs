@@ -34,3 +34,4 @@ mod tenancy_isolation;
 mod tenancy_limits;
 mod ui_assets;
 mod ui_browser;
+mod upgrade;
