@@ -164,6 +164,8 @@ fn free_bytes(path: &Path) -> std::io::Result<u64> {
     }
     // SAFETY: statvfs returned 0, so it filled `s`.
     let s = unsafe { s.assume_init() };
+    // The field types' widths differ between platforms.
+    #[allow(clippy::unnecessary_cast)]
     Ok(s.f_bavail as u64 * s.f_frsize as u64)
 }
 

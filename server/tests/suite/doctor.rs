@@ -3,8 +3,7 @@
 //! moto, on a real bucket (every check passes and the probe objects are gone
 //! afterwards; an unreachable endpoint and a missing bucket fail).
 
-#[path = "../../../storage/tests/support/moto.rs"]
-mod moto;
+use crate::moto;
 
 use std::process::{Command, Output};
 

@@ -6,6 +6,9 @@
 
 mod browser;
 mod common;
+/// The S3-protocol server of the cluster, monitoring and doctor tests.
+#[path = "../../../storage/tests/support/moto.rs"]
+mod moto;
 
 mod access_log;
 mod admin_api;

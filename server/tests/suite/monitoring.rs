@@ -5,8 +5,7 @@
 //! writer, a querier and a compactor over a real bucket. That last check is the
 //! oracle against drift: a metric renamed in the code fails it.
 
-#[path = "../../../storage/tests/support/moto.rs"]
-mod moto;
+use crate::moto;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
