@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use profiledb_storage::{lease_key, Bucket, BucketConfig};
 
+use super::serve::cluster::bucket_config;
 use crate::memory::{default_total, MemoryPlan};
 
 /// Clock skew against the store past which leases and grace periods misjudge
@@ -123,14 +124,7 @@ impl DoctorArgs {
             report(format!("data directory {}", dir.display()), findings);
         }
         if let Some(url) = &self.storage {
-            let mut cfg = BucketConfig::new(url);
-            if let Some(e) = &self.s3_endpoint {
-                cfg.allow_http = e.starts_with("http://");
-                cfg.endpoint = Some(e.clone());
-            }
-            if let Some(r) = &self.s3_region {
-                cfg.region = Some(r.clone());
-            }
+            let cfg = bucket_config(url, self.s3_endpoint.as_deref(), self.s3_region.as_deref());
             report(format!("bucket {url}"), check_bucket(&cfg));
         }
         if failed > 0 {

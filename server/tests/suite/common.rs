@@ -109,13 +109,24 @@ impl TestServer {
         tenant: Option<&str>,
         query: &str,
     ) -> std::collections::BTreeMap<String, i64> {
+        self.merged_in(tenant, query, ("0", "now+1d"))
+    }
+
+    /// Folded stacks → value of a merge over `[from, until)` (any time form the
+    /// API takes).
+    pub fn merged_in(
+        &self,
+        tenant: Option<&str>,
+        query: &str,
+        (from, until): (&str, &str),
+    ) -> std::collections::BTreeMap<String, i64> {
         let mut req = self
             .client
             .get(format!("{}/api/v1/merge", self.url))
             .query(&[
                 ("query", query),
-                ("from", "0"),
-                ("until", "now+1d"),
+                ("from", from),
+                ("until", until),
                 ("format", "folded"),
             ]);
         if let Some(t) = tenant {

@@ -38,6 +38,25 @@ fn run(cmd: &mut Command) -> Output {
     cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"))
 }
 
+/// Runs a checker `.ci/run` installs under `target/` (path, and its name for the
+/// message) and asserts that it passes.
+fn check_with(
+    (in_target, name): (&str, &str),
+    check: impl FnOnce(&Path) -> std::io::Result<Output>,
+) {
+    let bin_name = Path::new(in_target).file_name().unwrap().to_str().unwrap();
+    let Some(bin) = tool(in_target, bin_name) else {
+        return skip_or_fail(&format!("{name} is not installed in target/"));
+    };
+    let out = check(&bin).unwrap_or_else(|e| panic!("{}: {e}", bin.display()));
+    assert!(
+        out.status.success(),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+}
+
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
@@ -365,21 +384,13 @@ fn the_dockerfile_lints_and_builds_what_cargo_builds() {
         "the context leaves target/ out"
     );
 
-    match tool(
-        "deploy-tools/node_modules/.bin/dockerfile-utils",
-        "dockerfile-utils",
-    ) {
-        Some(lint) => {
-            let out = run(Command::new(lint).arg("lint").arg(&path));
-            assert!(
-                out.status.success(),
-                "{}{}",
-                text(&out.stdout),
-                text(&out.stderr)
-            );
-        }
-        None => skip_or_fail("dockerfile-utils (npm) is not installed in target/deploy-tools"),
-    }
+    check_with(
+        (
+            "deploy-tools/node_modules/.bin/dockerfile-utils",
+            "dockerfile-utils (npm)",
+        ),
+        |lint| Command::new(lint).arg("lint").arg(&path).output(),
+    );
 }
 
 /// Every YAML document of a file.
@@ -428,18 +439,13 @@ fn kubernetes_manifests_validate_and_follow_the_config_and_memory_rule() {
         .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
         .collect();
     files.sort();
-    match tool("deploy-venv/bin/kubernetes-validate", "kubernetes-validate") {
-        Some(validate) => {
-            let out = run(Command::new(validate).arg("--strict").args(&files));
-            assert!(
-                out.status.success(),
-                "{}{}",
-                text(&out.stdout),
-                text(&out.stderr)
-            );
-        }
-        None => skip_or_fail("kubernetes-validate (PyPI) is not installed in target/deploy-venv"),
-    }
+    check_with(
+        (
+            "deploy-venv/bin/kubernetes-validate",
+            "kubernetes-validate (PyPI)",
+        ),
+        |validate| Command::new(validate).arg("--strict").args(&files).output(),
+    );
     let docs: Vec<Value> = files.iter().flat_map(|f| documents(f)).collect();
     let find = |kind: &str, name: &str| {
         docs.iter()

@@ -65,31 +65,6 @@ fn segment_version(path: &Path) -> u16 {
     u16::from_le_bytes([b[b.len() - 12], b[b.len() - 11]])
 }
 
-/// Folded stacks and values of a tenant's service in `[from_s, until_s)`.
-fn merged(s: &TestServer, tenant: &str, service: &str, range: (i64, i64)) -> BTreeMap<String, i64> {
-    let resp = s
-        .client
-        .get(format!("{}/api/v1/merge", s.url))
-        .header("X-Scope-OrgID", tenant)
-        .query(&[
-            ("query", format!("{CPU}{{service_name=\"{service}\"}}")),
-            ("from", range.0.to_string()),
-            ("until", range.1.to_string()),
-            ("format", "folded".into()),
-        ])
-        .send()
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    resp.text()
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let (k, v) = l.rsplit_once(' ').unwrap();
-            (k.to_string(), v.parse().unwrap())
-        })
-        .collect()
-}
-
 /// Every (tenant, service) over all time and per hour equals the workload.
 fn assert_answers_the_workload(s: &TestServer, what: &str) {
     let uploads = workload();
@@ -109,7 +84,9 @@ fn assert_answers_the_workload(s: &TestServer, what: &str) {
     }
     for ((tenant, service, hour), stacks) in &expected {
         let range = hour.map_or((0, 4_102_444_800), |h| (h, h + 3600));
-        let got = merged(s, tenant, service, range);
+        let query = format!("{CPU}{{service_name=\"{service}\"}}");
+        let (from, until) = (range.0.to_string(), range.1.to_string());
+        let got = s.merged_in(Some(tenant), &query, (&from, &until));
         assert_eq!(&got, stacks, "{what}: {tenant}/{service} in {hour:?}");
     }
 }
