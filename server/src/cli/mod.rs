@@ -13,6 +13,7 @@ pub mod compact;
 pub mod config;
 pub mod config_file;
 pub mod diff;
+pub mod doctor;
 pub mod fleet;
 mod logging;
 pub mod offline;
@@ -88,6 +89,13 @@ pub enum Command {
     Segments(segments::SegmentsArgs),
     /// Set a tenant's maximum data age and delete what is older, offline.
     Retention(retention::RetentionArgs),
+    /// Check a data directory (present, writable, free disk against the WAL
+    /// budget) and a bucket (reachable, writable, conditional writes, clock skew)
+    /// before a server runs there; exits 1 when a check fails. Example:
+    ///   profiledb doctor --data-dir /var/lib/profiledb --storage s3://profiles/prod \
+    ///     --s3-endpoint http://minio.internal:9000 --memory-mb 8192
+    #[command(verbatim_doc_comment)]
+    Doctor(doctor::DoctorArgs),
 }
 
 /// Why the command line was not taken.
@@ -154,6 +162,10 @@ pub fn main() -> ExitCode {
                 eprintln!("error: {locked}");
                 return ExitCode::from(EXIT_LOCKED);
             }
+            if let Some(failed) = e.downcast_ref::<doctor::ChecksFailed>() {
+                eprintln!("error: {failed}");
+                return ExitCode::FAILURE;
+            }
             match e.downcast_ref::<ConfigError>() {
                 // `config check`: the problems are the whole message.
                 Some(c) => eprintln!("error: {c}"),
@@ -175,6 +187,7 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::Compact(args) => args.run(),
         Command::Segments(args) => args.run(),
         Command::Retention(args) => args.run(),
+        Command::Doctor(args) => args.run(),
     }
 }
 

@@ -109,13 +109,24 @@ impl TestServer {
         tenant: Option<&str>,
         query: &str,
     ) -> std::collections::BTreeMap<String, i64> {
+        self.merged_in(tenant, query, ("0", "now+1d"))
+    }
+
+    /// Folded stacks → value of a merge over `[from, until)` (any time form the
+    /// API takes).
+    pub fn merged_in(
+        &self,
+        tenant: Option<&str>,
+        query: &str,
+        (from, until): (&str, &str),
+    ) -> std::collections::BTreeMap<String, i64> {
         let mut req = self
             .client
             .get(format!("{}/api/v1/merge", self.url))
             .query(&[
                 ("query", query),
-                ("from", "0"),
-                ("until", "now+1d"),
+                ("from", from),
+                ("until", until),
                 ("format", "folded"),
             ]);
         if let Some(t) = tenant {
@@ -382,4 +393,36 @@ pub fn ingest_hw_event(
         .send()
         .unwrap();
     assert_eq!(r.status(), 200, "{}", r.text().unwrap_or_default());
+}
+
+/// A part a test needs is missing: with `PROFILEDB_REQUIRE_EXTERNAL=1` (CI) that
+/// fails the test, else it prints why the test is skipped.
+pub fn skip_or_fail(why: &str) {
+    crate::external::missing("a part the test needs", why)
+}
+
+/// The repository's root (the workspace holding this crate).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// A tool `.ci/run` installs under `target/` (a venv's or npm's bin), or on PATH.
+pub fn tool(in_target: &str, on_path_name: &str) -> Option<PathBuf> {
+    let local = repo_root().join("target").join(in_target);
+    if local.exists() {
+        return Some(local);
+    }
+    on_path(on_path_name)
+}
+
+/// `name` in a directory of PATH.
+pub fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(name))
+            .find(|p| p.exists())
+    })
 }

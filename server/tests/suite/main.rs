@@ -10,6 +10,9 @@ mod common;
 mod external;
 mod jdk;
 mod pprof_oracle;
+/// The S3-protocol server of the cluster, monitoring and doctor tests.
+#[path = "../../../storage/tests/support/moto.rs"]
+mod moto;
 
 mod access_log;
 mod admin_api;
@@ -19,12 +22,15 @@ mod clear_answers;
 mod cluster;
 mod config_file;
 mod control_api;
+mod deploy;
 mod docs_examples;
+mod doctor;
 mod fleet_api;
 mod go_pgo;
 mod grafana_api;
 mod ingest_http;
 mod ingest_jfr;
+mod monitoring;
 mod otlp;
 mod pipeline;
 mod process;
@@ -37,3 +43,4 @@ mod tenancy_limits;
 mod ui_assets;
 mod ui_browser;
 mod ui_oracle;
+mod upgrade;

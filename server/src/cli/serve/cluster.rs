@@ -91,14 +91,7 @@ impl ClusterArgs {
             return Ok(None);
         };
         let roles = Roles::parse(&self.role)?;
-        let mut bucket = BucketConfig::new(url);
-        if let Some(e) = &self.s3_endpoint {
-            bucket.allow_http = e.starts_with("http://");
-            bucket.endpoint = Some(e.clone());
-        }
-        if let Some(r) = &self.s3_region {
-            bucket.region = Some(r.clone());
-        }
+        let bucket = bucket_config(url, self.s3_endpoint.as_deref(), self.s3_region.as_deref());
         Ok(Some(ClusterOptions {
             bucket,
             roles,
@@ -130,4 +123,18 @@ impl ClusterArgs {
             compactor_pause: self.fault_compactor_pause_ms.map(Duration::from_millis),
         }))
     }
+}
+
+/// The bucket `--storage URL` names, with `--s3-endpoint` and `--s3-region` over
+/// the `AWS_*` environment (plain HTTP allowed for an `http://` endpoint).
+pub(crate) fn bucket_config(url: &str, endpoint: Option<&str>, region: Option<&str>) -> BucketConfig {
+    let mut bucket = BucketConfig::new(url);
+    if let Some(e) = endpoint {
+        bucket.allow_http = e.starts_with("http://");
+        bucket.endpoint = Some(e.to_string());
+    }
+    if let Some(r) = region {
+        bucket.region = Some(r.to_string());
+    }
+    bucket
 }

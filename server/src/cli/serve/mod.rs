@@ -9,7 +9,7 @@
 //! its default the one default) and the line of `apply` that sets its option.
 
 mod alerts;
-mod cluster;
+pub(crate) mod cluster;
 mod control;
 mod ingest;
 mod limits;
