@@ -8,7 +8,6 @@
 //! Bad states: an unreachable bucket answers 503 with a message; a corrupt and a
 //! missing object are quarantined and reported while the rest is served.
 
-use crate::external;
 use crate::moto;
 
 use std::collections::{BTreeMap, BTreeSet};

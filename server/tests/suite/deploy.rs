@@ -217,7 +217,10 @@ fn the_agent_samples_the_machine_with_only_its_documented_capabilities() {
     };
     let uid = run(Command::new("id").arg("-u"));
     if text(&uid.stdout).trim() != "0" {
-        return crate::external::refused("switching to an unprivileged user with capabilities", "it needs root");
+        return crate::external::refused(
+            "switching to an unprivileged user with capabilities",
+            "it needs root",
+        );
     }
     // A copy nobody can execute (the target directory may not be reachable).
     let dir = tempfile::tempdir().unwrap();
@@ -249,7 +252,10 @@ fn the_agent_samples_the_machine_with_only_its_documented_capabilities() {
         // without perf events, not the capability set.
         let root = run(Command::new(&copy).args(["--server", &s.url, "--duration", "1s"]));
         if !root.status.success() {
-            return crate::external::refused("perf_event_open", "perf events are not available here, even to root");
+            return crate::external::refused(
+                "perf_event_open",
+                "perf events are not available here, even to root",
+            );
         }
     }
     assert!(out.status.success(), "agent with {caps:?}: {stderr}");

@@ -15,7 +15,6 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 
-
 const PROGRAM: &str = r#"
 public class HotApp {
     static volatile long sink;

@@ -9,10 +9,10 @@ mod common;
 #[path = "../../../storage/tests/support/external.rs"]
 mod external;
 mod jdk;
-mod pprof_oracle;
 /// The S3-protocol server of the cluster, monitoring and doctor tests.
 #[path = "../../../storage/tests/support/moto.rs"]
 mod moto;
+mod pprof_oracle;
 
 mod access_log;
 mod admin_api;

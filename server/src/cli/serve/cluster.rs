@@ -127,7 +127,11 @@ impl ClusterArgs {
 
 /// The bucket `--storage URL` names, with `--s3-endpoint` and `--s3-region` over
 /// the `AWS_*` environment (plain HTTP allowed for an `http://` endpoint).
-pub(crate) fn bucket_config(url: &str, endpoint: Option<&str>, region: Option<&str>) -> BucketConfig {
+pub(crate) fn bucket_config(
+    url: &str,
+    endpoint: Option<&str>,
+    region: Option<&str>,
+) -> BucketConfig {
     let mut bucket = BucketConfig::new(url);
     if let Some(e) = endpoint {
         bucket.allow_http = e.starts_with("http://");
