@@ -97,6 +97,8 @@ pub use bucket::{
     IndexView, Lease, ObjectInfo, Quarantined, Retired, SegmentEntry, TenantIndex, TENANTS,
 };
 pub use catalog::{Catalog, TenantSettings};
+/// The server-side symbolizer a store names frames kept as addresses with.
+pub use profiledb_symbolize as symbolize;
 pub use cluster::{
     plan_merges, Compactor, CompactorConfig, CompactorStats, MergePlan, MergePolicy, Mirror,
     MirrorConfig, MirrorStats, Uploader, UploaderConfig, UploaderStats,
@@ -117,6 +119,7 @@ pub use query::flamegraph::{
     FlameGraphDiff,
 };
 pub use query::groupby::{GroupAcc, GroupByQuery, GroupKey};
+pub use query::lines::{FunctionLines, LineFrame, LineProfile, LineValue};
 pub use query::merged::{flamegraph_diff_merged, Merged};
 pub use query::timeseries::SeriesPoints;
 pub use query::{CallTree, TimeRange, TreeNode};

@@ -232,7 +232,8 @@ fn go_cpu_profile_with_inlined_lines() {
         b.symbols.mappings,
         vec![Mapping {
             file: "/bin/app".into(),
-            build_id: "abc123".into()
+            build_id: "abc123".into(),
+            ..Mapping::default()
         }]
     );
     for s in &b.series {

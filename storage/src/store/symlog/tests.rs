@@ -12,6 +12,9 @@ fn batch(stacks: &[&[&str]], value: i64) -> Batch {
     b.symbols.mappings.push(Mapping {
         file: "lib.so".into(),
         build_id: "abc".into(),
+        start: 0x40_0000,
+        limit: 0x50_0000,
+        offset: 0x1000,
     });
     let mut samples = Vec::new();
     for st in stacks {
