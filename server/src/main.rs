@@ -128,6 +128,8 @@ enum Command {
         /// Bearer token required by the /api/v1/admin endpoints (open when unset).
         #[arg(long)]
         admin_token: Option<String>,
+        #[command(flatten)]
+        debuginfo: profiledb::debuginfo::DebuginfoArgs,
         /// Minutes between background compaction, downsampling and retention runs
         /// (0 disables them).
         #[arg(long, default_value_t = 10)]
@@ -170,6 +172,11 @@ enum Command {
         /// until an agent has been silent for a day.
         #[arg(long, default_value_t = 100_000)]
         control_max_agents: usize,
+    },
+    /// Debug files for server-side symbolization.
+    Debuginfo {
+        #[command(subcommand)]
+        command: profiledb::debuginfo::cli::DebuginfoCommand,
     },
     /// Manage the auth file: tenants and their tokens.
     Auth {
@@ -536,6 +543,7 @@ fn main() -> anyhow::Result<()> {
             query_timeout_secs,
             ready_warm_up_secs,
             admin_token,
+            debuginfo,
             compaction_interval_minutes,
             open_merge_segments,
             open_merge_max_mb,
@@ -628,6 +636,7 @@ fn main() -> anyhow::Result<()> {
                     max_agents: control_max_agents.max(1),
                 },
                 ready_warm_up: Duration::from_secs(ready_warm_up_secs),
+                debuginfo: debuginfo.options(),
             };
             plan.apply(&mut opts);
             opts.store.validate().context("invalid storage options")?;
@@ -638,6 +647,7 @@ fn main() -> anyhow::Result<()> {
             })
         }
         Command::Auth { command } => command.run(),
+        Command::Debuginfo { command } => command.run(),
         Command::Compact {
             data_dir,
             tenant,
