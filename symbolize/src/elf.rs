@@ -88,8 +88,12 @@ pub struct MappingRange {
 struct Segment {
     offset: u64,
     file_size: u64,
+    mem_size: u64,
     vaddr: u64,
+    exec: bool,
 }
+
+const PAGE: u64 = 0x1000;
 
 #[derive(Clone, Debug)]
 struct Symbol {
@@ -175,6 +179,16 @@ impl DebugFile {
                 limit: limits.max_file_bytes,
             });
         }
+        // object reads headers in place and refuses bytes not aligned for them
+        // (an HTTP body may start anywhere): such bytes are copied. The global
+        // allocator aligns a buffer this large to at least 8 bytes.
+        let copy: Vec<u8>;
+        let data = if data.as_ptr().align_offset(8) == 0 {
+            data
+        } else {
+            copy = data.to_vec();
+            &copy[..]
+        };
         // gimli and object return errors for malformed input; a panic would be
         // a bug of theirs, and must not take a query or an upload down with it.
         std::panic::catch_unwind(|| Self::parse_inner(data, claimed, limits, validate))
@@ -208,10 +222,13 @@ impl DebugFile {
             .segments()
             .map(|s| {
                 let (offset, file_size) = s.file_range();
+                let exec = matches!(s.flags(), object::SegmentFlags::Elf { p_flags } if p_flags & object::elf::PF_X != 0);
                 Segment {
                     offset,
-                    file_size: file_size.max(s.size()),
+                    file_size,
+                    mem_size: s.size(),
                     vaddr: s.address(),
+                    exec,
                 }
             })
             .collect();
@@ -260,18 +277,35 @@ impl DebugFile {
     /// pprof computes it: the file offset `address - start + offset`, placed
     /// through the load segment holding the mapping's offset (or the address's).
     /// A mapping of unknown range (all zeros) takes addresses as they are.
+    ///
+    /// A debug-only file (`objcopy --only-keep-debug`) keeps its segments' virtual
+    /// addresses but not their file offsets (its segments hold no bytes), so the
+    /// file offset places nothing there. The mapping is then taken to be the
+    /// executable segment's (the one whose page-rounded size is closest to the
+    /// mapping's), starting at that segment's first page, as the loader maps it.
     pub fn vaddr(&self, m: MappingRange, address: u64) -> Option<u64> {
         if m == MappingRange::default() {
             return Some(address);
         }
-        let file_offset = address.checked_sub(m.start)?.checked_add(m.offset)?;
+        let in_mapping = address.checked_sub(m.start)?;
+        let file_offset = in_mapping.checked_add(m.offset)?;
         let holds = |s: &&Segment, at: u64| at >= s.offset && at - s.offset < s.file_size;
-        let seg = self
+        let found = self
             .segments
             .iter()
             .find(|s| holds(s, m.offset) && holds(s, file_offset))
-            .or_else(|| self.segments.iter().find(|s| holds(s, file_offset)))?;
-        (file_offset - seg.offset).checked_add(seg.vaddr)
+            .or_else(|| self.segments.iter().find(|s| holds(s, file_offset)));
+        if let Some(seg) = found {
+            return (file_offset - seg.offset).checked_add(seg.vaddr);
+        }
+        let size = m.limit.saturating_sub(m.start);
+        let pages = |s: &Segment| (s.vaddr % PAGE + s.mem_size).div_ceil(PAGE) * PAGE;
+        let seg = self
+            .segments
+            .iter()
+            .filter(|s| s.exec && s.file_size == 0)
+            .min_by_key(|s| pages(s).abs_diff(size))?;
+        (seg.vaddr - seg.vaddr % PAGE).checked_add(in_mapping)
     }
 
     /// The frames at virtual address `vaddr`, outermost first (an inlined call

@@ -21,6 +21,7 @@ mod ingest_http;
 mod ingest_jfr;
 mod otlp;
 mod pipeline;
+mod symbolization;
 mod process;
 mod query_api;
 mod query_cache;
