@@ -50,13 +50,16 @@ __attribute__((noinline)) unsigned long cold_path(unsigned long n) {
     return hot_loop(n / 4) + 7;
 }
 
+/* Read at every call, so the pure calls are not hoisted out of the loop. */
+volatile unsigned long work = 1000000;
+
 int main(int argc, char **argv) {
     double secs = argc > 1 ? atof(argv[1]) : 0;
     unsigned long acc = 0;
     struct timespec t0, t;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     do {
-        acc += hot_loop(1000000) + cold_path(400000);
+        acc += hot_loop(work) + cold_path(work / 2);
         clock_gettime(CLOCK_MONOTONIC, &t);
     } while ((t.tv_sec - t0.tv_sec) + (t.tv_nsec - t0.tv_nsec) / 1e9 < secs);
     printf("%lu\n", acc);
