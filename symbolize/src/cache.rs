@@ -444,3 +444,142 @@ impl Shared {
         st.pending.remove(id);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The test binary itself: an ELF with a build id, symbols and DWARF.
+    fn own_exe() -> (Vec<u8>, String) {
+        let bytes = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        let id = crate::elf::build_id(&bytes).unwrap();
+        (bytes, id)
+    }
+
+    struct Once(Mutex<Option<Vec<u8>>>);
+
+    impl Source for Once {
+        fn name(&self) -> &str {
+            "test"
+        }
+        fn fetch(&self, _: &str) -> Result<Option<Vec<u8>>, String> {
+            Ok(self.0.lock().take())
+        }
+    }
+
+    #[inline(never)]
+    fn marker(x: u64) -> u64 {
+        std::hint::black_box(x).wrapping_mul(3)
+    }
+
+    #[test]
+    fn an_upload_names_addresses_and_moves_the_generation() {
+        let dir = tempfile::tempdir().unwrap();
+        let sym = Symbolizer::new(
+            Config::default(),
+            DebugStore::open(dir.path()).unwrap(),
+            Vec::new(),
+            None,
+        );
+        let (bytes, id) = own_exe();
+        assert!(marker(1) > 0);
+        assert_eq!(sym.frames(&id, MappingRange::default(), 0x10), None);
+        let g = sym.generation();
+        let up = sym.upload(&bytes, Some(&id)).unwrap();
+        assert_eq!(up.build_id, id);
+        assert!(!up.replaced);
+        assert!(sym.generation() > g, "a new file moves the generation");
+        assert!(sym.stats().cached_bytes > 0);
+        // The test binary is position independent: its symbol's address in the
+        // file is the function's address less the load bias, found through
+        // the process's own mapping of it.
+        let at = marker as *const () as u64;
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let exe = std::env::current_exe().unwrap();
+        let m = maps
+            .lines()
+            .filter(|l| l.ends_with(&*exe.to_string_lossy()))
+            .find_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                let (s, e) = f[0].split_once('-')?;
+                let (s, e) = (u64::from_str_radix(s, 16).ok()?, u64::from_str_radix(e, 16).ok()?);
+                (s <= at && at < e && f[1].contains('x')).then(|| MappingRange {
+                    start: s,
+                    limit: e,
+                    offset: u64::from_str_radix(f[2], 16).unwrap(),
+                })
+            })
+            .expect("the text mapping of the test binary");
+        let frames = sym.frames(&id, m, at).expect("named");
+        assert!(
+            frames.last().unwrap().function.ends_with("marker"),
+            "{frames:?}"
+        );
+        assert!(frames.last().unwrap().file.ends_with("cache.rs"));
+        // A fresh symbolizer over the same directory finds it on disk.
+        let again = Symbolizer::new(
+            Config::default(),
+            DebugStore::open(dir.path()).unwrap(),
+            Vec::new(),
+            None,
+        );
+        assert!(again.file(&id).is_some());
+        assert_eq!(again.stats().loads, 1);
+    }
+
+    #[test]
+    fn the_cache_stays_within_its_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = DebugStore::open(dir.path()).unwrap();
+        let (bytes, id) = own_exe();
+        let one = DebugFile::parse(&bytes, None, &Limits::default(), false)
+            .unwrap()
+            .approx_bytes();
+        let sym = Symbolizer::new(
+            Config {
+                cache_bytes: one + one / 2,
+                ..Config::default()
+            },
+            store,
+            Vec::new(),
+            None,
+        );
+        // The same file under several names stands for several build ids.
+        for i in 0..4 {
+            sym.shared
+                .insert(&format!("{id}{i:02x}"), Arc::new(DebugFile::parse(&bytes, None, &Limits::default(), false).unwrap()));
+            let s = sym.stats();
+            assert!(s.cached_bytes <= one + one / 2, "{s:?}");
+        }
+        assert_eq!(sym.stats().cached_files, 1);
+        assert_eq!(sym.stats().evictions, 3);
+    }
+
+    #[test]
+    fn a_missing_file_is_fetched_in_the_background() {
+        let dir = tempfile::tempdir().unwrap();
+        let (bytes, id) = own_exe();
+        let src: Arc<dyn Source> = Arc::new(Once(Mutex::new(Some(bytes))));
+        let sym = Symbolizer::new(
+            Config::default(),
+            DebugStore::open(dir.path()).unwrap(),
+            vec![src],
+            None,
+        );
+        let g = sym.generation();
+        assert!(sym.file(&id).is_none(), "not here yet: queued");
+        assert!(sym.wait_idle(Duration::from_secs(30)));
+        assert!(sym.generation() > g);
+        assert!(sym.file(&id).is_some());
+        assert!(sym.store().contains(&id), "kept in the data directory");
+        assert_eq!(sym.stats().fetches_ok, 1);
+        // A build id no source has is asked for once, then left alone.
+        let other = "ab".repeat(20);
+        assert!(sym.file(&other).is_none());
+        assert!(sym.wait_idle(Duration::from_secs(30)));
+        assert!(sym.file(&other).is_none());
+        assert!(sym.wait_idle(Duration::from_secs(30)));
+        assert_eq!(sym.stats().fetches_missing, 1);
+        sym.shutdown();
+    }
+}
