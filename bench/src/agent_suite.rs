@@ -15,7 +15,10 @@
 //! not), and the average
 //! stack depth and share of complete stacks (down to `_start`) of each busy binary.
 //! A last, shorter run at the highest frequency with `--stack-bytes 0` shows the
-//! depth frame-pointer callchains alone reach on each build.
+//! depth frame-pointer callchains alone reach on each build. Each frequency runs
+//! once per `--symbolize` mode (`host` and `server` by default): in server mode the
+//! agent reads no symbol table and the busy processes' frames arrive as addresses
+//! (so their unsymbolized share is ~100% and the depth of named busy leaves 0).
 //!
 //! When perf_event_open is not permitted the suite prints the kernel's reason and
 //! exits successfully.

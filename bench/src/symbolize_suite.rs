@@ -23,9 +23,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use object::{Object, ObjectSymbol, SymbolKind};
-use profiledb_storage::symbolize::{
-    Config, DebugStore, MappingRange, Symbolizer,
-};
+use profiledb_storage::symbolize::{Config, DebugStore, MappingRange, Symbolizer};
 use serde_json::json;
 
 use crate::report::{self, human_bytes};
@@ -63,9 +61,17 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
         .collect();
     funcs.sort_unstable();
     funcs.dedup();
-    anyhow::ensure!(!funcs.is_empty(), "the bench binary has no function symbols");
+    anyhow::ensure!(
+        !funcs.is_empty(),
+        "the bench binary has no function symbols"
+    );
     let step = (funcs.len() / args.addresses.max(1)).max(1);
-    let addrs: Vec<u64> = funcs.iter().step_by(step).take(args.addresses).copied().collect();
+    let addrs: Vec<u64> = funcs
+        .iter()
+        .step_by(step)
+        .take(args.addresses)
+        .copied()
+        .collect();
     let id = profiledb_storage::symbolize::elf::build_id(&bytes)
         .context("the bench binary has no build id")?;
     drop(file);

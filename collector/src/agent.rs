@@ -410,9 +410,10 @@ pub fn run(cfg: AgentConfig, stop: &AtomicBool) -> Result<Summary, AgentError> {
         verbose: cfg.verbose,
     };
     // Two windows may wait for symbols: 20 s at the default push interval.
-    let symbolizer =
-        SymbolizerThread::spawn_with(2, cfg.symbolize, move |job, frames| encoder.encode(job, frames))
-        .map_err(AgentError::Thread)?;
+    let symbolizer = SymbolizerThread::spawn_with(2, cfg.symbolize, move |job, frames| {
+        encoder.encode(job, frames)
+    })
+    .map_err(AgentError::Thread)?;
     let mut cgroups = CgroupNames::default();
     cgroups.scan();
     let summary = Summary {

@@ -461,12 +461,15 @@ impl HostSymbolizer {
         } else {
             None
         };
-        let function = info.as_ref().filter(|_| self.mode == SymbolizeMode::Host).and_then(|i| {
-            self.names
-                .get(&(i.key.clone(), m.file_offset(lookup)))
-                .cloned()
-                .flatten()
-        });
+        let function = info
+            .as_ref()
+            .filter(|_| self.mode == SymbolizeMode::Host)
+            .and_then(|i| {
+                self.names
+                    .get(&(i.key.clone(), m.file_offset(lookup)))
+                    .cloned()
+                    .flatten()
+            });
         Frame {
             function,
             address: addr,
@@ -632,7 +635,11 @@ mod tests {
         let out = s.symbolize_procs(&procs, &stacks);
         assert_eq!(out[0][0].function, None);
         assert_eq!(out[0][0].address, addr);
-        assert_eq!(out[0][1].address, addr + 3, "the call, not the return address");
+        assert_eq!(
+            out[0][1].address,
+            addr + 3,
+            "the call, not the return address"
+        );
         let m = out[0][0].module.as_ref().expect("has a mapping");
         assert!(m.build_id.is_some());
         assert!(m.start <= addr && addr < m.end);

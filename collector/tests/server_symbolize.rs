@@ -49,7 +49,14 @@ fn profile_stripped(addr: SocketAddr, prog: &Program, service: &str) {
     let out = Command::new(env!("CARGO_BIN_EXE_profiledb-agent"))
         .args(["--server", &format!("http://{addr}")])
         .args(["--pid", &busy.0.id().to_string()])
-        .args(["--duration", "4s", "--push-interval", "2s", "--frequency", "99"])
+        .args([
+            "--duration",
+            "4s",
+            "--push-interval",
+            "2s",
+            "--frequency",
+            "99",
+        ])
         .args(["--service", service, "--max-cpu-percent", "50"])
         .args(["--symbolize", "server"])
         .output()
@@ -62,7 +69,10 @@ fn profile_stripped(addr: SocketAddr, prog: &Program, service: &str) {
 /// the virtual address the offset is at (outermost first), joined by `;`.
 fn oracle_names(prog: &Program, before: &BTreeMap<String, i64>) -> BTreeMap<String, String> {
     let (p_offset, p_vaddr, _) = text_segment(&prog.full);
-    let prefix = format!("{}+0x", prog.stripped.file_name().unwrap().to_string_lossy());
+    let prefix = format!(
+        "{}+0x",
+        prog.stripped.file_name().unwrap().to_string_lossy()
+    );
     let mut offsets: Vec<u64> = before
         .keys()
         .flat_map(|k| k.split(';'))
@@ -111,7 +121,10 @@ fn check(addr: SocketAddr, prog: &Program) {
             .collect();
         *want.entry(renamed.join(";")).or_insert(0) += v;
     }
-    assert_eq!(after, want, "every frame of the program as addr2line names it");
+    assert_eq!(
+        after, want,
+        "every frame of the program as addr2line names it"
+    );
     assert_eq!(after.values().sum::<i64>(), before.values().sum::<i64>());
     let hot: i64 = after
         .iter()

@@ -590,7 +590,13 @@ mod tests {
         assert_eq!(b.dict().strings, ["a", "", "b", "f"]);
         let mut c = DictBuilder::from_dict(b.finish());
         assert_eq!((c.intern(""), c.intern("f"), c.intern("new")), (1, 3, 4));
-        assert_eq!((c.function("f", ""), c.mapping("", "", MappingRange::default())), (f, m));
+        assert_eq!(
+            (
+                c.function("f", ""),
+                c.mapping("", "", MappingRange::default())
+            ),
+            (f, m)
+        );
         assert_eq!(c.dict().strings.len(), 5);
     }
 
@@ -634,7 +640,11 @@ mod tests {
         let d = b.finish();
         let encoded = encode_mappings(&d);
         let strings = encode_string_table(&d.strings, &[]);
-        let (f, l, st) = (encode_functions(&d), encode_locations(&d), encode_stacks(&[], &[]));
+        let (f, l, st) = (
+            encode_functions(&d),
+            encode_locations(&d),
+            encode_stacks(&[], &[]),
+        );
         let today = decode(&strings, &encoded, &f, &l, &st).unwrap();
         assert_eq!(today.mappings[m as usize].range, range);
         let mut old = Vec::new();
@@ -645,7 +655,10 @@ mod tests {
         assert_eq!(before.mappings[0].range, MappingRange::default());
         assert_eq!(before.str(before.mappings[0].build_id), "abcd");
         let cut = &encoded[..encoded.len() - 1];
-        assert!(decode(&strings, cut, &f, &l, &st).is_err(), "a ranges column cut short");
+        assert!(
+            decode(&strings, cut, &f, &l, &st).is_err(),
+            "a ranges column cut short"
+        );
     }
 
     #[test]

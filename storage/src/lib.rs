@@ -97,8 +97,6 @@ pub use bucket::{
     IndexView, Lease, ObjectInfo, Quarantined, Retired, SegmentEntry, TenantIndex, TENANTS,
 };
 pub use catalog::{Catalog, TenantSettings};
-/// The server-side symbolizer a store names frames kept as addresses with.
-pub use profiledb_symbolize as symbolize;
 pub use cluster::{
     plan_merges, Compactor, CompactorConfig, CompactorStats, MergePlan, MergePolicy, Mirror,
     MirrorConfig, MirrorStats, Uploader, UploaderConfig, UploaderStats,
@@ -110,6 +108,8 @@ pub use model::{
     Batch, Function, InvalidTenant, Labels, Location, Mapping, Sample, SeriesSamples, Stacks,
     Symbols, TenantId, NAME_LABEL, PROFILE_TYPE_LABEL, SERVICE_NAME_LABEL,
 };
+/// The server-side symbolizer a store names frames kept as addresses with.
+pub use profiledb_symbolize as symbolize;
 pub use querier::{
     AskedBefore, CacheStats, DiffResult, Querier, QueryLimits, QueryPlan, ScopePlan,
 };

@@ -397,7 +397,10 @@ impl Shared {
             st.missing.remove(id);
         }
         self.generation.fetch_add(1, Ordering::AcqRel);
-        tracing::info!(build_id = id, "debug file available; frames are named again");
+        tracing::info!(
+            build_id = id,
+            "debug file available; frames are named again"
+        );
     }
 
     fn fetch(&self, id: &str) {
@@ -502,7 +505,10 @@ mod tests {
             .find_map(|l| {
                 let f: Vec<&str> = l.split_whitespace().collect();
                 let (s, e) = f[0].split_once('-')?;
-                let (s, e) = (u64::from_str_radix(s, 16).ok()?, u64::from_str_radix(e, 16).ok()?);
+                let (s, e) = (
+                    u64::from_str_radix(s, 16).ok()?,
+                    u64::from_str_radix(e, 16).ok()?,
+                );
                 (s <= at && at < e && f[1].contains('x')).then(|| MappingRange {
                     start: s,
                     limit: e,
@@ -546,8 +552,10 @@ mod tests {
         );
         // The same file under several names stands for several build ids.
         for i in 0..4 {
-            sym.shared
-                .insert(&format!("{id}{i:02x}"), Arc::new(DebugFile::parse(&bytes, None, &Limits::default(), false).unwrap()));
+            sym.shared.insert(
+                &format!("{id}{i:02x}"),
+                Arc::new(DebugFile::parse(&bytes, None, &Limits::default(), false).unwrap()),
+            );
             let s = sym.stats();
             assert!(s.cached_bytes <= one + one / 2, "{s:?}");
         }

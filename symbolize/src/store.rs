@@ -15,7 +15,7 @@ pub struct BadBuildId(pub String);
 /// 128 digits): the only text that ever becomes a file name or a URL path.
 pub fn normalize_build_id(id: &str) -> Result<String, BadBuildId> {
     let ok = (2..=128).contains(&id.len())
-        && id.len() % 2 == 0
+        && id.len().is_multiple_of(2)
         && id.bytes().all(|b| b.is_ascii_hexdigit());
     if ok {
         Ok(id.to_ascii_lowercase())

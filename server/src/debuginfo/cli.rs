@@ -61,7 +61,11 @@ fn upload(server: &str, token: Option<&str>, files: &[PathBuf]) -> anyhow::Resul
                 path.display(),
                 v["build_id"].as_str().unwrap_or("?"),
                 v["bytes"],
-                if v["replaced"] == true { " (replaced)" } else { "" }
+                if v["replaced"] == true {
+                    " (replaced)"
+                } else {
+                    ""
+                }
             ),
             Err(e) => {
                 failed += 1;

@@ -78,7 +78,9 @@ async fn upload(
 ) -> ApiResult<Response> {
     let sym = symbolizer(&state)?;
     if body.is_empty() {
-        return Err(ApiError::bad_request("the body is empty: send the ELF file"));
+        return Err(ApiError::bad_request(
+            "the body is empty: send the ELF file",
+        ));
     }
     let done = blocking(move || {
         sym.upload(&body, p.build_id.as_deref())
@@ -172,7 +174,12 @@ async fn pprof_lines(
 ) -> ApiResult<Response> {
     let (lp, profile_type, range) = line_profile(&state, &headers, &p).await?;
     let body = blocking(move || {
-        let prof = line_pprof(&lp, &profile_type, range.start_ms, range.end_ms - range.start_ms);
+        let prof = line_pprof(
+            &lp,
+            &profile_type,
+            range.start_ms,
+            range.end_ms - range.start_ms,
+        );
         let bytes = prost::Message::encode_to_vec(&prof);
         profiledb_proto::gzip::gzip(&bytes, profiledb_proto::gzip::Compression::default())
             .map_err(|e| ApiError::internal(format!("gzip failed: {e}")))

@@ -50,6 +50,8 @@ impl Querier {
         range: TimeRange,
         function: &str,
     ) -> Result<FunctionLines> {
-        Ok(self.line_profile(tenant, sel, range)?.function_lines(function))
+        Ok(self
+            .line_profile(tenant, sel, range)?
+            .function_lines(function))
     }
 }

@@ -14,7 +14,6 @@ use roaring::RoaringBitmap;
 use rustc_hash::FxHashMap;
 
 use super::frames::{frame_name, location_frames};
-use profiledb_symbolize::Symbolizer;
 use super::frames::{FrameTree, GidSlots, ROOT_GID};
 use super::interner::Interner;
 use super::node_filter::NodeFilter;
@@ -25,6 +24,7 @@ use crate::error::{QueryError, Result, StorageError};
 use crate::index::LabelIndex;
 use crate::model::Labels;
 use crate::selector::Selector;
+use profiledb_symbolize::Symbolizer;
 
 /// Group-by key: the leaf function of a stack (self value).
 pub const KEY_FUNCTION: &str = "function";
@@ -297,8 +297,7 @@ pub fn group_into(
                             let id = match scratch.names.get(leaf_loc) {
                                 Some(id) => id,
                                 None => {
-                                    let id =
-                                        names.intern(&frame_name(dict, leaf_loc, symbols));
+                                    let id = names.intern(&frame_name(dict, leaf_loc, symbols));
                                     scratch.names.set(leaf_loc, id);
                                     id
                                 }

@@ -14,10 +14,10 @@ use profiledb_symbolize::Symbolizer;
 
 use super::frames::location_frames;
 use super::scratch::Scratch;
+use super::Source;
 use super::{node_values, selection, TimeRange};
 use crate::error::{QueryError, Result};
 use crate::selector::Selector;
-use super::Source;
 
 /// One source frame.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -79,8 +79,7 @@ impl LineProfile {
     }
 
     fn add(&mut self, stack: Vec<u32>, v: i64, max_stacks: usize) -> Result<()> {
-        if !self.stacks.contains_key(&stack) && max_stacks > 0 && self.stacks.len() >= max_stacks
-        {
+        if !self.stacks.contains_key(&stack) && max_stacks > 0 && self.stacks.len() >= max_stacks {
             return Err(QueryError::tree_too_large(max_stacks).into());
         }
         let e = self.stacks.entry(stack).or_insert(0);
@@ -90,11 +89,7 @@ impl LineProfile {
 
     /// Adds `other`'s stacks (its frame ids renumbered into this profile's).
     pub(crate) fn merge(&mut self, other: LineProfile, max_stacks: usize) -> Result<()> {
-        let ids: Vec<u32> = other
-            .frames
-            .into_iter()
-            .map(|f| self.frame_id(f))
-            .collect();
+        let ids: Vec<u32> = other.frames.into_iter().map(|f| self.frame_id(f)).collect();
         for (stack, v) in other.stacks {
             let mapped = stack.iter().map(|&f| ids[f as usize]).collect();
             self.add(mapped, v, max_stacks)?;
@@ -104,9 +99,7 @@ impl LineProfile {
 
     /// The sum of every stack.
     pub fn total(&self) -> i64 {
-        self.stacks
-            .values()
-            .fold(0i64, |a, &v| a.saturating_add(v))
+        self.stacks.values().fold(0i64, |a, &v| a.saturating_add(v))
     }
 
     /// The per-line view of `function` (frames whose function is exactly it).

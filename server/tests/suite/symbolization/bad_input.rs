@@ -9,7 +9,10 @@ use super::binaries::{build_id, need};
 use crate::common::TestServer;
 
 fn upload(s: &TestServer, bytes: Vec<u8>, claimed: Option<&str>) -> (u16, serde_json::Value) {
-    let mut req = s.client.post(format!("{}/api/v1/debuginfo", s.url)).body(bytes);
+    let mut req = s
+        .client
+        .post(format!("{}/api/v1/debuginfo", s.url))
+        .body(bytes);
     if let Some(id) = claimed {
         req = req.query(&[("build_id", id)]);
     }
@@ -20,7 +23,11 @@ fn upload(s: &TestServer, bytes: Vec<u8>, claimed: Option<&str>) -> (u16, serde_
 
 /// The file offset of section `name`, from `readelf -SW`.
 fn section_offset(file: &Path, name: &str) -> usize {
-    let out = Command::new("readelf").arg("-SW").arg(file).output().unwrap();
+    let out = Command::new("readelf")
+        .arg("-SW")
+        .arg(file)
+        .output()
+        .unwrap();
     let text = String::from_utf8(out.stdout).unwrap();
     for l in text.lines() {
         let t: Vec<&str> = l.split_whitespace().collect();
@@ -30,6 +37,9 @@ fn section_offset(file: &Path, name: &str) -> usize {
     }
     panic!("no section {name} in {}", file.display());
 }
+
+/// What is sent, the build id claimed, the status and a word of the message.
+type Case = (&'static str, Vec<u8>, Option<String>, u16, &'static str);
 
 #[test]
 fn bad_debug_files_are_refused_and_nothing_is_stored() {
@@ -42,16 +52,40 @@ fn bad_debug_files_are_refused_and_nothing_is_stored() {
     let id = build_id(&prog.debug);
     let s = TestServer::start();
 
-    let cases: Vec<(&str, Vec<u8>, Option<String>, u16, &str)> = {
+    let cases: Vec<Case> = {
         let mut v = Vec::new();
         v.push(("empty body", Vec::new(), None, 400, "empty"));
-        v.push(("not an ELF", b"hello, world".to_vec(), None, 422, "not an ELF"));
-        v.push(("truncated ELF", good[..good.len() / 3].to_vec(), None, 422, ""));
+        v.push((
+            "not an ELF",
+            b"hello, world".to_vec(),
+            None,
+            422,
+            "not an ELF",
+        ));
+        v.push((
+            "truncated ELF",
+            good[..good.len() / 3].to_vec(),
+            None,
+            422,
+            "",
+        ));
         let mut other = id.clone().into_bytes();
         other[0] = if other[0] == b'0' { b'1' } else { b'0' };
         let other = String::from_utf8(other).unwrap();
-        v.push(("another build id claimed", good.clone(), Some(other), 422, "not"));
-        v.push(("a build id that is not hex", good.clone(), Some("../x".into()), 400, "hex"));
+        v.push((
+            "another build id claimed",
+            good.clone(),
+            Some(other),
+            422,
+            "not",
+        ));
+        v.push((
+            "a build id that is not hex",
+            good.clone(),
+            Some("../x".into()),
+            400,
+            "hex",
+        ));
 
         let mut info = good.clone();
         let at = section_offset(&prog.debug, ".debug_info");
@@ -76,15 +110,28 @@ fn bad_debug_files_are_refused_and_nothing_is_stored() {
         let at = section_offset(&z, ".debug_info");
         // Elf64_Chdr: ch_type, ch_reserved, then ch_size: a terabyte.
         huge[at + 8..at + 16].copy_from_slice(&(1u64 << 40).to_le_bytes());
-        v.push(("a section claiming a terabyte", huge, None, 413, "above the limit"));
+        v.push((
+            "a section claiming a terabyte",
+            huge,
+            None,
+            413,
+            "above the limit",
+        ));
         v
     };
     for (what, bytes, claimed, status, says) in cases {
         let (got, body) = upload(&s, bytes, claimed.as_deref());
         assert_eq!(got, status, "{what}: {body}");
-        let msg = body["message"].as_str().or(body["error"].as_str()).unwrap_or("");
+        let msg = body["message"]
+            .as_str()
+            .or(body["error"].as_str())
+            .unwrap_or("");
         assert!(msg.contains(says), "{what}: {body}");
-        assert_eq!(s.get("/ready").status(), 200, "{what}: server still serving");
+        assert_eq!(
+            s.get("/ready").status(),
+            200,
+            "{what}: server still serving"
+        );
     }
     let listed = s.json("/api/v1/debuginfo", &[]);
     assert_eq!(listed["files"], serde_json::json!([]), "nothing stored");

@@ -141,7 +141,9 @@ fn finish(dir: &Path, name: &str, functions: &[&str]) -> Program {
         .arg("--only-keep-debug")
         .arg(&full)
         .arg(&debug));
-    let nm = run(Command::new("nm").args(["-S", "-C", "--defined-only"]).arg(&full));
+    let nm = run(Command::new("nm")
+        .args(["-S", "-C", "--defined-only"])
+        .arg(&full));
     let mut found = Vec::new();
     for line in nm.lines() {
         let parts: Vec<&str> = line.splitn(4, ' ').collect();
@@ -173,7 +175,13 @@ pub fn c_program(dir: &Path) -> Program {
     let src = dir.join("cprog.c");
     std::fs::write(&src, C_SOURCE).unwrap();
     run(Command::new("gcc")
-        .args(["-g", "-O2", "-fno-omit-frame-pointer", "-Wl,--build-id", "-o"])
+        .args([
+            "-g",
+            "-O2",
+            "-fno-omit-frame-pointer",
+            "-Wl,--build-id",
+            "-o",
+        ])
         .arg(dir.join("cprog"))
         .arg(&src));
     finish(dir, "cprog", &["hot_loop", "cold_path", "main"])
@@ -232,7 +240,11 @@ pub fn addr2line(file: &Path, vaddrs: &[u64]) -> Vec<Vec<OracleFrame>> {
         let (file, line) = place.rsplit_once(':').unwrap_or((place, "0"));
         let frame = OracleFrame {
             function,
-            file: if file == "??" { String::new() } else { file.to_string() },
+            file: if file == "??" {
+                String::new()
+            } else {
+                file.to_string()
+            },
             line: line.parse().unwrap_or(0),
         };
         all.last_mut().expect("an address line first").push(frame);

@@ -58,7 +58,7 @@ fn start_profiledb(data: &std::path::Path, debuginfod: &str) -> (Proc, String) {
     let proc = Proc(child);
     let url = format!("http://127.0.0.1:{port}");
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !get(&format!("{url}/ready")).is_some_and(|r| r.status() == 200) {
+    while get(&format!("{url}/ready")).is_none_or(|r| r.status() != 200) {
         assert!(Instant::now() < deadline, "profiledb did not become ready");
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -68,7 +68,12 @@ fn start_profiledb(data: &std::path::Path, debuginfod: &str) -> (Proc, String) {
 fn folded(url: &str, q: &str) -> std::collections::BTreeMap<String, i64> {
     let r = reqwest::blocking::Client::new()
         .get(format!("{url}/api/v1/merge"))
-        .query(&[("query", q), ("from", "0"), ("until", "now+1d"), ("format", "folded")])
+        .query(&[
+            ("query", q),
+            ("from", "0"),
+            ("until", "now+1d"),
+            ("format", "folded"),
+        ])
         .send()
         .unwrap();
     assert_eq!(r.status(), 200);

@@ -199,7 +199,10 @@ fn symbolized_after_upload(prog: &Program) {
     upload_with_cli(&s.url, &prog.debug);
     let after = s.merged(None, &query(&svc));
     let want = expected_folded(prog, &p);
-    assert_eq!(after, want, "named as addr2line names them, without re-ingesting");
+    assert_eq!(
+        after, want,
+        "named as addr2line names them, without re-ingesting"
+    );
     // The file is kept in the data directory: named after a restart too.
     let s = TestServer::start_in(s.stop(), |_| {});
     assert_eq!(s.merged(None, &query(&svc)), want, "after a restart");
@@ -245,22 +248,39 @@ fn check_lines(s: &TestServer, prog: &Program, p: &AddressProfile, svc: &str) {
         .as_array()
         .unwrap()
         .iter()
-        .map(|r| (r["key"][0].as_str().unwrap().to_string(), r["value"].as_i64().unwrap()))
+        .map(|r| {
+            (
+                r["key"][0].as_str().unwrap().to_string(),
+                r["value"].as_i64().unwrap(),
+            )
+        })
         .collect();
     assert_eq!(got, by_line, "group-by line");
 
     // The function whose leaf frames are `hot_loop`'s (by the oracle's name).
-    let hot = &prog.functions.iter().find(|f| f.0.ends_with("hot_loop")).unwrap().0;
+    let hot = &prog
+        .functions
+        .iter()
+        .find(|f| f.0.ends_with("hot_loop"))
+        .unwrap()
+        .0;
     let mut want_self: BTreeMap<(String, u32), i64> = BTreeMap::new();
     for (f, (_, v)) in frames.iter().zip(&p.samples) {
         let inner: &OracleFrame = f.last().unwrap();
         if &inner.function == hot {
-            *want_self.entry((inner.file.clone(), inner.line)).or_insert(0) += v;
+            *want_self
+                .entry((inner.file.clone(), inner.line))
+                .or_insert(0) += v;
         }
     }
     let lines = s.json(
         "/api/v1/source-lines",
-        &[("query", &query(svc)), ("from", "0"), ("until", "now+1d"), ("function", hot)],
+        &[
+            ("query", &query(svc)),
+            ("from", "0"),
+            ("until", "now+1d"),
+            ("function", hot),
+        ],
     );
     let got_self: BTreeMap<(String, u32), i64> = lines["lines"]
         .as_array()
@@ -269,18 +289,28 @@ fn check_lines(s: &TestServer, prog: &Program, p: &AddressProfile, svc: &str) {
         .filter(|l| l["self"].as_i64().unwrap() > 0)
         .map(|l| {
             (
-                (l["file"].as_str().unwrap().to_string(), l["line"].as_u64().unwrap() as u32),
+                (
+                    l["file"].as_str().unwrap().to_string(),
+                    l["line"].as_u64().unwrap() as u32,
+                ),
                 l["self"].as_i64().unwrap(),
             )
         })
         .collect();
     assert_eq!(got_self, want_self, "self per line of {hot}");
-    assert_eq!(lines["self"].as_i64().unwrap(), want_self.values().sum::<i64>());
+    assert_eq!(
+        lines["self"].as_i64().unwrap(),
+        want_self.values().sum::<i64>()
+    );
 
     let r = s
         .client
         .get(format!("{}/api/v1/pprof/lines", s.url))
-        .query(&[("query", query(svc).as_str()), ("from", "0"), ("until", "now+1d")])
+        .query(&[
+            ("query", query(svc).as_str()),
+            ("from", "0"),
+            ("until", "now+1d"),
+        ])
         .send()
         .unwrap();
     assert_eq!(r.status(), 200);

@@ -47,7 +47,6 @@ fn address_name(dict: &Dict, l: &LocationRec) -> String {
     }
 }
 
-
 /// The source frames of location `loc`, outermost first (never empty).
 pub fn location_frames<'a>(
     dict: &'a Dict,
