@@ -218,6 +218,12 @@ impl Symbolizer {
                 c.last_used = tick;
                 return Some(c.file.clone());
             }
+            // Known absent (or on its way): no disk read per frame of a binary
+            // nobody has a debug file for (libc in a fleet's every stack).
+            let recent = |at: &Instant| at.elapsed() < self.shared.cfg.retry_after;
+            if st.pending.contains(&id) || st.missing.get(&id).is_some_and(recent) {
+                return None;
+            }
         }
         match self.shared.load(&id) {
             Some(f) => Some(f),
@@ -237,6 +243,9 @@ impl Symbolizer {
         };
         let guard = self.fetcher.lock();
         let Some(tx) = guard.as_ref() else {
+            // Nowhere to fetch from: absent until an upload (which clears this)
+            // or until `retry_after` (another process may have written the file).
+            self.shared.state.lock().missing.insert(id, Instant::now());
             return;
         };
         {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::binaries::{build_id, need};
 use super::{address_profile, expected_folded, ingest, now_ns, query};
-use crate::common::{free_port, wait_for};
+use crate::common::{free_port, merged_at, wait_for};
 
 /// A child process killed when dropped.
 struct Proc(Child);
@@ -65,28 +65,6 @@ fn start_profiledb(data: &std::path::Path, debuginfod: &str) -> (Proc, String) {
     (proc, url)
 }
 
-fn folded(url: &str, q: &str) -> std::collections::BTreeMap<String, i64> {
-    let r = reqwest::blocking::Client::new()
-        .get(format!("{url}/api/v1/merge"))
-        .query(&[
-            ("query", q),
-            ("from", "0"),
-            ("until", "now+1d"),
-            ("format", "folded"),
-        ])
-        .send()
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    r.text()
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let (k, v) = l.rsplit_once(' ').unwrap();
-            (k.to_string(), v.parse().unwrap())
-        })
-        .collect()
-}
-
 #[test]
 fn debug_files_come_from_a_real_debuginfod() {
     if need("gcc")
@@ -121,7 +99,7 @@ fn debug_files_come_from_a_real_debuginfod() {
         // The first query asks debuginfod in the background and shows addresses;
         // the file arrives and a later query names the frames.
         let got = wait_for(60, "frames named from debuginfod", || {
-            let got = folded(&url, &query(&svc));
+            let got = merged_at(&reqwest::blocking::Client::new(), &url, None, &query(&svc));
             (got == want).then_some(got)
         });
         assert_eq!(
