@@ -553,6 +553,9 @@ fn build_symbols(
             build_id: strings
                 .get(m.build_id, || format!("mapping {} build_id", m.id))?
                 .to_string(),
+            start: m.memory_start,
+            limit: m.memory_limit,
+            offset: m.file_offset,
         });
     }
 

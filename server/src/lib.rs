@@ -9,6 +9,7 @@ pub mod alerts;
 pub mod cli;
 pub mod cluster;
 pub mod control;
+pub mod debuginfo;
 pub mod error;
 pub mod http;
 pub mod memory;
@@ -68,6 +69,8 @@ pub struct ServeOptions {
     /// last day's segments (see [`Readiness::Warming`]); zero: not at all.
     /// Default 30 s.
     pub ready_warm_up: std::time::Duration,
+    /// Symbolization of frames kept as addresses: debug files and debuginfod.
+    pub debuginfo: debuginfo::DebuginfoOptions,
 }
 
 impl Default for ServeOptions {
@@ -88,6 +91,7 @@ impl Default for ServeOptions {
             cluster: None,
             control: control::ControlOptions::default(),
             ready_warm_up: std::time::Duration::from_secs(30),
+            debuginfo: debuginfo::DebuginfoOptions::default(),
         }
     }
 }
@@ -383,6 +387,12 @@ fn open_roles(
             stores
         }
     };
+    // One symbolizer for the process: queries name frames kept as addresses
+    // with it (debug files in the data directory, debuginfod).
+    let symbols = debuginfo::open(&dir, &state.options.debuginfo, None)?;
+    for s in reads.iter().chain(writes.iter()) {
+        s.set_symbolizer(symbols.clone());
+    }
     if let Some(store) = &reads {
         let querier = Arc::new(Querier::new(
             store,

@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 #[path = "../../../storage/tests/support/external.rs"]
-mod external;
+pub mod external;
 
 /// Kills and reaps a child process when dropped.
 pub struct Kill(pub Child);
@@ -46,13 +46,25 @@ pub fn http(
     path: &str,
     body: &str,
 ) -> std::io::Result<(u16, String)> {
+    http_bytes(addr, method, path, "application/json", body.as_bytes())
+}
+
+/// One HTTP/1.1 request with a body of any type; the status and the body.
+pub fn http_bytes(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: &[u8],
+) -> std::io::Result<(u16, String)> {
     let mut s = TcpStream::connect(addr)?;
     s.set_read_timeout(Some(Duration::from_secs(30)))?;
     write!(
         s,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\r\n",
         body.len()
     )?;
+    s.write_all(body)?;
     let mut buf = Vec::new();
     s.read_to_end(&mut buf)?;
     let text = String::from_utf8_lossy(&buf).into_owned();

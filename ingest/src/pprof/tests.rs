@@ -61,6 +61,9 @@ impl Builder {
             id,
             filename: self.s(file),
             build_id: self.s(build_id),
+            memory_start: 0x40_0000 * id,
+            memory_limit: 0x48_0000 * id,
+            file_offset: 0x1000,
             ..Default::default()
         };
         self.p.mapping.push(m);
@@ -232,7 +235,10 @@ fn go_cpu_profile_with_inlined_lines() {
         b.symbols.mappings,
         vec![Mapping {
             file: "/bin/app".into(),
-            build_id: "abc123".into()
+            build_id: "abc123".into(),
+            start: 0x40_0000,
+            limit: 0x48_0000,
+            offset: 0x1000,
         }]
     );
     for s in &b.series {

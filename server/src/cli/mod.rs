@@ -12,6 +12,7 @@ pub mod client;
 pub mod compact;
 pub mod config;
 pub mod config_file;
+pub mod debuginfo;
 pub mod diff;
 pub mod doctor;
 pub mod fleet;
@@ -96,6 +97,11 @@ pub enum Command {
     ///     --s3-endpoint http://minio.internal:9000 --memory-mb 8192
     #[command(verbatim_doc_comment)]
     Doctor(doctor::DoctorArgs),
+    /// Debug files for server-side symbolization.
+    Debuginfo {
+        #[command(subcommand)]
+        command: debuginfo::DebuginfoCommand,
+    },
 }
 
 /// Why the command line was not taken.
@@ -188,6 +194,7 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::Segments(args) => args.run(),
         Command::Retention(args) => args.run(),
         Command::Doctor(args) => args.run(),
+        Command::Debuginfo { command } => command.run(),
     }
 }
 

@@ -68,6 +68,12 @@ pub fn router(state: AppRef) -> Router {
         .merge(control::routes())
         .merge(fleet_boost::routes())
         .merge(ui::routes())
+        .merge(
+            crate::debuginfo::http::routes(&state).route_layer(middleware::from_fn_with_state(
+                state.clone(),
+                admission::admit,
+            )),
+        )
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::map_response(json_errors))

@@ -46,6 +46,9 @@ pub fn render(
     uptime_secs: u64,
 ) -> String {
     let mut out = String::new();
+    if let Some(sym) = store.and_then(|s| s.symbolizer()) {
+        crate::debuginfo::http::render_metrics(&mut out, &sym.stats());
+    }
     let c = |a: &AtomicU64| a.load(Ordering::Relaxed);
     family(
         &mut out,

@@ -118,30 +118,9 @@ impl TestServer {
         &self,
         tenant: Option<&str>,
         query: &str,
-        (from, until): (&str, &str),
+        range: (&str, &str),
     ) -> std::collections::BTreeMap<String, i64> {
-        let mut req = self
-            .client
-            .get(format!("{}/api/v1/merge", self.url))
-            .query(&[
-                ("query", query),
-                ("from", from),
-                ("until", until),
-                ("format", "folded"),
-            ]);
-        if let Some(t) = tenant {
-            req = req.header("X-Scope-OrgID", t);
-        }
-        let resp = req.send().unwrap();
-        assert_eq!(resp.status(), 200, "merge {query}");
-        resp.text()
-            .unwrap()
-            .lines()
-            .map(|l| {
-                let (k, v) = l.rsplit_once(' ').unwrap();
-                (k.to_string(), v.parse().unwrap())
-            })
-            .collect()
+        merged_at(&self.client, &self.url, tenant, query, range)
     }
 
     pub fn total(&self, tenant: Option<&str>, query: &str) -> i64 {
@@ -192,6 +171,36 @@ impl Drop for TestServer {
     fn drop(&mut self) {
         self.shutdown();
     }
+}
+
+/// Folded stacks → value of a merge over `[from, until)` (any time form the API
+/// takes), asked of the server at `url` (a [`TestServer`] or a spawned binary).
+pub fn merged_at(
+    client: &reqwest::blocking::Client,
+    url: &str,
+    tenant: Option<&str>,
+    query: &str,
+    (from, until): (&str, &str),
+) -> std::collections::BTreeMap<String, i64> {
+    let mut req = client.get(format!("{url}/api/v1/merge")).query(&[
+        ("query", query),
+        ("from", from),
+        ("until", until),
+        ("format", "folded"),
+    ]);
+    if let Some(t) = tenant {
+        req = req.header("X-Scope-OrgID", t);
+    }
+    let resp = req.send().unwrap();
+    assert_eq!(resp.status(), 200, "merge {query}");
+    resp.text()
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let (k, v) = l.rsplit_once(' ').unwrap();
+            (k.to_string(), v.parse().unwrap())
+        })
+        .collect()
 }
 
 /// `../shared/fixtures`, or `None` (and a message) when absent; a failure instead

@@ -38,6 +38,7 @@ mod query_answers;
 mod query_api;
 mod query_cache;
 mod sdk_python;
+mod symbolization;
 mod tenancy_isolation;
 mod tenancy_limits;
 mod ui_assets;

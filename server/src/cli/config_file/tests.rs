@@ -55,8 +55,18 @@ fn every_visible_serve_flag_is_a_key_of_a_section() {
     assert_eq!(
         sections,
         [
-            "server", "memory", "storage", "ingest", "query", "cluster", "tenancy", "limits",
-            "alerts", "control", "logging"
+            "server",
+            "memory",
+            "storage",
+            "ingest",
+            "query",
+            "cluster",
+            "tenancy",
+            "limits",
+            "alerts",
+            "control",
+            "symbolization",
+            "logging"
         ]
     );
 }

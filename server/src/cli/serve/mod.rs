@@ -17,6 +17,7 @@ mod memory;
 mod query;
 mod server;
 mod storage;
+mod symbolization;
 mod tenancy;
 #[cfg(test)]
 mod tests;
@@ -36,6 +37,7 @@ pub use memory::MemoryArgs;
 pub use query::QueryArgs;
 pub use server::ServerArgs;
 pub use storage::StorageArgs;
+pub use symbolization::SymbolizationArgs;
 pub use tenancy::TenancyArgs;
 
 /// The flags of `profiledb serve`.
@@ -67,6 +69,8 @@ pub struct ServeArgs {
     pub alerts: AlertArgs,
     #[command(flatten)]
     pub control: ControlArgs,
+    #[command(flatten)]
+    pub symbolization: SymbolizationArgs,
 }
 
 impl ServeArgs {
@@ -82,6 +86,7 @@ impl ServeArgs {
         self.limits.apply(&mut o)?;
         self.alerts.apply(&mut o)?;
         self.control.apply(&mut o)?;
+        self.symbolization.apply(&mut o)?;
         // After storage: a cluster's compactors merge into the same blocks.
         self.cluster.apply(&mut o)?;
         // Last: it sizes the parts the others set up.
