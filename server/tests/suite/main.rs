@@ -15,6 +15,7 @@ mod moto;
 mod pprof_oracle;
 
 mod access_log;
+mod adhoc;
 mod admin_api;
 mod alerts;
 mod bad_input;
