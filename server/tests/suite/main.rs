@@ -32,6 +32,7 @@ mod grafana_api;
 mod ingest_http;
 mod ingest_jfr;
 mod monitoring;
+mod openapi;
 mod otlp;
 mod pipeline;
 mod process;
