@@ -43,6 +43,7 @@ mod sdk_python;
 mod symbolization;
 mod tenancy_isolation;
 mod tenancy_limits;
+mod ui_adhoc;
 mod ui_assets;
 mod ui_browser;
 mod ui_oracle;
