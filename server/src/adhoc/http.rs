@@ -15,7 +15,9 @@ use axum::routing::{get, post};
 use axum::{middleware, Json, Router};
 use bytes::Bytes;
 use profiledb_ingest::IngestParams;
-use profiledb_storage::{diff_stats, flamegraph, flamegraph_diff, CallTree};
+use std::borrow::Cow;
+
+use profiledb_storage::{diff_stats, flamegraph, flamegraph_diff, CallTree, Querier, TenantId};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -261,6 +263,32 @@ fn resolve(state: &AppRef, headers: &HeaderMap, name: &str, s: Side) -> ApiResul
     }
 }
 
+/// The call tree a side stands for (an upload's own, borrowed) and its profile type.
+fn side_tree<'a>(
+    side: &'a Resolved,
+    stored_type: Option<&str>,
+    querier: Option<&Querier>,
+    tenant: &TenantId,
+) -> ApiResult<(Cow<'a, CallTree>, String)> {
+    match side {
+        Resolved::Upload(p, pt) => {
+            // An upload with several types compares the one the stored side queries.
+            let want = pt.as_deref().or_else(|| {
+                let st = stored_type?;
+                p.types.iter().any(|t| t.profile_type == st).then_some(st)
+            });
+            let t = p.pick(want)?;
+            Ok((Cow::Borrowed(&t.tree), t.profile_type.clone()))
+        }
+        Resolved::Stored(sel, range) => {
+            let q = querier.ok_or_else(|| ApiError::internal("no querier for a stored side"))?;
+            let merged = q.merge_flamegraph(tenant, &sel.selector, *range)?;
+            let pt = sel.profile_type.as_str().to_string();
+            Ok((Cow::Owned(merged.to_tree_checked()?), pt))
+        }
+    }
+}
+
 /// `POST /api/v1/adhoc/diff`
 async fn diff(State(state): State<AppRef>, headers: HeaderMap, body: Bytes) -> ApiResult<Response> {
     let r: DiffRequest = serde_json::from_slice(&body)
@@ -269,7 +297,6 @@ async fn diff(State(state): State<AppRef>, headers: HeaderMap, body: Bytes) -> A
     let top = r.top.clamp(1, 10_000);
     let base = resolve(&state, &headers, "base", r.base)?;
     let compare = resolve(&state, &headers, "compare", r.compare)?;
-    // An upload with several types compares the one the stored side queries.
     let stored_type = [&base, &compare].into_iter().find_map(|s| match s {
         Resolved::Stored(sel, _) => Some(sel.profile_type.as_str().to_string()),
         Resolved::Upload(..) => None,
@@ -278,34 +305,13 @@ async fn diff(State(state): State<AppRef>, headers: HeaderMap, body: Bytes) -> A
     let querier = needs_querier.then(|| state.querier()).transpose()?;
     let tenant = tenant_of(&headers)?;
     let body = blocking(move || {
-        let mut types = Vec::new();
-        let mut tree_of = |side: &Resolved| -> ApiResult<CallTree> {
-            match side {
-                Resolved::Upload(p, pt) => {
-                    let want = pt.as_deref().or_else(|| {
-                        let st = stored_type.as_deref()?;
-                        p.types.iter().any(|t| t.profile_type == st).then_some(st)
-                    });
-                    let t = p.pick(want)?;
-                    types.push(t.profile_type.clone());
-                    Ok(t.tree.clone())
-                }
-                Resolved::Stored(sel, range) => {
-                    let q = querier
-                        .as_ref()
-                        .ok_or_else(|| ApiError::internal("no querier for a stored side"))?;
-                    types.push(sel.profile_type.as_str().to_string());
-                    Ok(q.merge_flamegraph(&tenant, &sel.selector, *range)?
-                        .to_tree_checked()?)
-                }
-            }
-        };
-        let (l, r) = (tree_of(&base)?, tree_of(&compare)?);
+        let (q, st) = (querier.as_deref(), stored_type.as_deref());
+        let (l, lt) = side_tree(&base, st, q, &tenant)?;
+        let (r, rt) = side_tree(&compare, st, q, &tenant)?;
         let mut warnings = Vec::new();
-        if types[0] != types[1] {
+        if lt != rt {
             warnings.push(format!(
-                "the sides are different profile types ({} and {}): shares compare, values do not",
-                types[0], types[1]
+                "the sides are different profile types ({lt} and {rt}): shares compare, values do not"
             ));
         }
         let (top, stats) = diff_stats(&l, &r, top);

@@ -285,6 +285,24 @@ fn an_upload_diffs_with_stored_data_and_with_another_upload() {
     );
     assert_movers(&d, &newer, &third);
 
+    // A pprof of two types: the stored side's type is compared unless another is
+    // named, and sides of two types say so.
+    let p = generated_pprof();
+    let both = upload(&s, "name=gen", encode(&p));
+    let both = both["id"].as_str().unwrap();
+    let body = json!({
+        "base": {"query": query, "start": "now-1h", "end": "now+1m"},
+        "compare": {"id": both},
+    });
+    let d = s.post_json("/api/v1/adhoc/diff", &body, 200);
+    assert_movers(&d, &stored, &oracle::stacks(&p, "cpu", 1));
+    assert!(d.get("warnings").is_none(), "{d}");
+    let body = json!({"base": {"id": a}, "compare": {"id": both, "profile_type": SAMPLES}});
+    let d = s.post_json("/api/v1/adhoc/diff", &body, 200);
+    assert_movers(&d, &newer, &oracle::stacks(&p, "samples", 1));
+    let w = d["warnings"][0].as_str().unwrap();
+    assert!(w.contains("different profile types"), "{w}");
+
     // A stored side with no data: the notice, not a failure.
     let body = json!({
         "base": {"query": format!("{CPU}{{service_name=\"nothing\"}}"), "start": "now-1h", "end": "now"},
