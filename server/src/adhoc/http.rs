@@ -66,6 +66,12 @@ async fn upload(
     Params(p): Params<UploadParams>,
     body: Body,
 ) -> ApiResult<Response> {
+    let _turn = state
+        .adhoc
+        .decoding
+        .acquire()
+        .await
+        .map_err(|_| ApiError::unavailable("the server is shutting down"))?;
     let limit = state.adhoc.options().max_file_bytes;
     let bytes = read_body(body, &headers, limit).await.map_err(|e| {
         if e.status != StatusCode::PAYLOAD_TOO_LARGE {

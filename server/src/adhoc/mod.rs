@@ -120,7 +120,14 @@ struct Entry {
 pub struct AdhocProfiles {
     options: AdhocOptions,
     inner: Mutex<Inner>,
+    /// Uploads read and decoded at once: each holds its file and its decoded batch
+    /// (a gzip'd file decompresses up to the ingest limit), outside the memory
+    /// budget's ingest share, so their number is bounded here.
+    pub(crate) decoding: tokio::sync::Semaphore,
 }
+
+/// Uploads read and decoded at once (see [`AdhocProfiles::decoding`]).
+pub const DECODING_AT_ONCE: usize = 2;
 
 #[derive(Default)]
 struct Inner {
@@ -149,6 +156,7 @@ impl AdhocProfiles {
         AdhocProfiles {
             options,
             inner: Mutex::new(Inner::default()),
+            decoding: tokio::sync::Semaphore::new(DECODING_AT_ONCE),
         }
     }
 
