@@ -225,7 +225,10 @@ impl AdhocProfiles {
             .or_default()
             .push(Entry {
                 meta: meta.clone(),
-                expires: now + o.ttl,
+                // A TTL past what an Instant holds never expires in practice.
+                expires: now
+                    .checked_add(o.ttl)
+                    .unwrap_or(now + Duration::from_secs(u64::from(u32::MAX))),
                 profile: Arc::new(profile),
             });
         Ok(meta)
