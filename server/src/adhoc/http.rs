@@ -66,6 +66,9 @@ async fn upload(
     Params(p): Params<UploadParams>,
     body: Body,
 ) -> ApiResult<Response> {
+    let tenant = tenant_of(&headers)?;
+    // A tenant at its count is refused before its file is read and decoded.
+    state.adhoc.check_count(&tenant)?;
     let _turn = state
         .adhoc
         .decoding
@@ -88,7 +91,6 @@ async fn upload(
             "empty request body: expected a profile file",
         ));
     }
-    let tenant = tenant_of(&headers)?;
     let name = p
         .name
         .clone()

@@ -164,6 +164,19 @@ impl AdhocProfiles {
         &self.options
     }
 
+    /// A refusal when `tenant` already holds as many profiles as it may.
+    pub fn check_count(&self, tenant: &TenantId) -> Result<(), AdhocError> {
+        let mut inner = self.inner.lock();
+        inner.sweep(Instant::now());
+        let held = inner.tenants.get(tenant).map_or(0, Vec::len);
+        match held >= self.options.max_profiles {
+            true => Err(AdhocError::TooMany {
+                max: self.options.max_profiles,
+            }),
+            false => Ok(()),
+        }
+    }
+
     /// Keeps `profile` for `tenant` if the limits allow, under a new id.
     pub fn insert(
         &self,
