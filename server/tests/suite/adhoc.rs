@@ -48,23 +48,6 @@ fn folded_stacks(text: &str, scale: i64) -> oracle::Stacks {
         .collect()
 }
 
-/// `(name, self, total)` rows of a `/functions` answer.
-fn rows(v: &Value) -> Vec<(String, i64, i64)> {
-    v["functions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| {
-            let n = |k: &str| r[k].as_i64().unwrap();
-            (
-                r["name"].as_str().unwrap().to_string(),
-                n("self"),
-                n("total"),
-            )
-        })
-        .collect()
-}
-
 /// The flame graph and the function table of upload `id` equal the stacks'.
 fn assert_views(s: &TestServer, id: &str, profile_type: &str, stacks: &oracle::Stacks) {
     let pt = [("profile_type", profile_type)];
@@ -80,7 +63,11 @@ fn assert_views(s: &TestServer, id: &str, profile_type: &str, stacks: &oracle::S
         &[("profile_type", profile_type), ("limit", "0")],
     );
     assert_eq!(fns["total"], json!(oracle::sum(stacks)));
-    assert_eq!(rows(&fns), oracle::ranked(stacks), "{id} {profile_type}");
+    assert_eq!(
+        oracle::answered_rows(&fns),
+        oracle::ranked(stacks),
+        "{id} {profile_type}"
+    );
 }
 
 /// A deterministic pprof of two sample types: stacks over a few functions, some

@@ -376,19 +376,7 @@ fn adhoc_profiles_are_symbolized_when_uploaded() {
             .unwrap()
             .to_string();
         let fns = s.json(&format!("/api/v1/adhoc/{id}/functions"), &[("limit", "0")]);
-        fns["functions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| {
-                let n = |k: &str| r[k].as_i64().unwrap();
-                (
-                    r["name"].as_str().unwrap().to_string(),
-                    n("self"),
-                    n("total"),
-                )
-            })
-            .collect::<Vec<_>>()
+        crate::pprof_oracle::answered_rows(&fns)
     };
     let ranked = |folded: BTreeMap<String, i64>| {
         let stacks: crate::pprof_oracle::Stacks = folded
