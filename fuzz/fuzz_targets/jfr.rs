@@ -8,7 +8,7 @@ use profiledb_ingest::{decode_jfr, JfrOptions, Limits};
 
 fuzz_target!(|data: &[u8]| {
     let opts = JfrOptions {
-        sample_rate: 100,
+        sample_rate: Some(100),
         limits: Limits {
             max_decompressed_bytes: 4 << 20,
             max_samples_per_profile: 100_000,

@@ -13,7 +13,9 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let limits = body::limits();
-    if let Ok(series) = decode_push(body, encoding, &limits) {
+    // The decoder takes shared bytes: string fields borrow from the body.
+    let body = bytes::Bytes::copy_from_slice(body);
+    if let Ok(series) = decode_push(&body, encoding, &limits) {
         if let Ok(batch) = push_to_batch(&series, TenantId::default(), 0, &limits) {
             assert_eq!(batch.validate(), Ok(()));
         }

@@ -5,6 +5,7 @@
 //! so `/ready` can answer 503 while a large WAL replays and 200 once the store is
 //! open; every data endpoint answers 503 until then.
 
+pub mod adhoc;
 pub mod alerts;
 pub mod cli;
 pub mod cluster;
@@ -71,6 +72,8 @@ pub struct ServeOptions {
     pub ready_warm_up: std::time::Duration,
     /// Symbolization of frames kept as addresses: debug files and debuginfod.
     pub debuginfo: debuginfo::DebuginfoOptions,
+    /// Bounds of the ad-hoc profiles (uploads viewed without being stored).
+    pub adhoc: adhoc::AdhocOptions,
 }
 
 impl Default for ServeOptions {
@@ -92,6 +95,7 @@ impl Default for ServeOptions {
             control: control::ControlOptions::default(),
             ready_warm_up: std::time::Duration::from_secs(30),
             debuginfo: debuginfo::DebuginfoOptions::default(),
+            adhoc: adhoc::AdhocOptions::default(),
         }
     }
 }
@@ -137,6 +141,8 @@ pub struct AppState {
     /// The WAL replay's progress while the store opens (for `/ready`).
     pub replay: ReplayProgress,
     pub http: HttpMetrics,
+    /// Uploads viewed without being stored.
+    pub adhoc: adhoc::AdhocProfiles,
     /// Credentials and per-tenant limits.
     pub tenancy: Arc<tenancy::Tenancy>,
     /// The cluster roles, once open (with `--storage`).
@@ -167,6 +173,7 @@ impl AppState {
             ),
             replay: ReplayProgress::default(),
             http: HttpMetrics::default(),
+            adhoc: adhoc::AdhocProfiles::new(options.adhoc.clone()),
             started: Instant::now(),
             serving_since: OnceLock::new(),
             options,

@@ -6,7 +6,7 @@ pub mod admission;
 mod alerts;
 mod control;
 mod fleet_boost;
-mod ingest;
+pub(crate) mod ingest;
 mod labels;
 pub mod listener;
 mod otlp;
@@ -68,6 +68,7 @@ pub fn router(state: AppRef) -> Router {
         .merge(control::routes())
         .merge(fleet_boost::routes())
         .merge(ui::routes())
+        .merge(crate::adhoc::http::routes(&state))
         .merge(
             crate::debuginfo::http::routes(&state).route_layer(middleware::from_fn_with_state(
                 state.clone(),

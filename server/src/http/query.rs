@@ -30,6 +30,8 @@ mod services;
 mod warnings;
 
 pub(crate) use answers::{AnswerCache, AnswerStats};
+pub(crate) use functions::functions_body;
+pub(crate) use native::{diff_body, flamegraph_body, JSON};
 pub(crate) use services::{is_procedure, unimplemented};
 
 use axum::Router;

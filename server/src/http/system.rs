@@ -70,6 +70,7 @@ async fn prometheus(State(state): State<AppRef>) -> impl IntoResponse {
         c.render_metrics(&mut body, profiledb_storage::now_ms());
     }
     state.tenancy.admission().render_metrics(&mut body);
+    state.adhoc.render_metrics(&mut body);
     (
         [(
             header::CONTENT_TYPE,

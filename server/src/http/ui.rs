@@ -55,6 +55,7 @@ static ASSETS: &[Asset] = assets! {
     "js/explore.js" => JS,
     "js/labels.js" => JS,
     "js/compare.js" => JS,
+    "js/adhoc.js" => JS,
     "js/groupby.js" => JS,
     "js/fleet.js" => JS,
     "js/alerts.js" => JS,

@@ -135,3 +135,21 @@ pub fn ranked(stacks: &Stacks) -> Vec<(String, i64, i64)> {
     rows.sort_by(|a, b| b.1.cmp(&a.1).then(b.2.cmp(&a.2)).then(a.0.cmp(&b.0)));
     rows
 }
+
+/// The rows of a `/functions` answer (`{"functions": [{name, self, total}]}`) in
+/// the shape of [`ranked`], to compare with it.
+pub fn answered_rows(answer: &serde_json::Value) -> Vec<(String, i64, i64)> {
+    answer["functions"]
+        .as_array()
+        .expect("a functions answer")
+        .iter()
+        .map(|r| {
+            let n = |k: &str| r[k].as_i64().unwrap();
+            (
+                r["name"].as_str().unwrap().to_string(),
+                n("self"),
+                n("total"),
+            )
+        })
+        .collect()
+}

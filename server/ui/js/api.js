@@ -63,6 +63,14 @@ export async function send(method, path, body, extraHeaders = {}) {
   return text ? JSON.parse(text) : null;
 }
 
+/** POSTs `blob` (a file) as the raw body to `path?params`; answers the JSON answer. */
+export async function upload(path, params, blob) {
+  const resp = await call(`${path}?${qs(params)}`, {
+    method: 'POST', headers: headers({ 'Content-Type': 'application/octet-stream' }), body: blob,
+  });
+  return resp.json();
+}
+
 export const postJSON = (path, body, extraHeaders) => send('POST', path, body, extraHeaders);
 
 /** `<type>{matchers}`: the query string every native read endpoint takes. */

@@ -43,6 +43,23 @@ export async function render(root, ui) {
     getJSON('/api/v1/flamegraph', { query: query(type, both(cown)), from: cmp[0], until: cmp[1], max_nodes: maxNodes }),
   ]);
   if (!ui.current()) return;
+  diffPanel(root, diff, unit, ui);
+
+  const l = h('section', { 'aria-label': 'Base flame graph' }, h('h2', {}, 'Base'));
+  const r = h('section', { 'aria-label': 'Compare flame graph' }, h('h2', {}, 'Compare'));
+  root.append(h('div', { class: 'split3' }, l, r));
+  ui.flames.base = new FlameGraph(l, { unit });
+  ui.flames.base.setModel(decode(left));
+  ui.flames.compare = new FlameGraph(r, { unit });
+  ui.flames.compare.setModel(decode(right));
+  ui.mark('diffDrawn');
+}
+
+/**
+ * A diff answer (`POST /api/v1/diff`, `/api/v1/adhoc/diff`): its warnings, figures,
+ * top movers and diff flame graph (registered as `ui.flames.diff`).
+ */
+export function diffPanel(root, diff, unit, ui) {
   const box = warningsBox(diff.warnings, diff.notice);
   if (box) root.append(box);
 
@@ -73,15 +90,6 @@ export async function render(root, ui) {
       { key: 'abs', label: '|Δ|', num: true, format: pct, bar: true },
     ],
   }).set(diff.top.map((t) => ({ ...t, abs: Math.abs(t.delta) })));
-
-  const l = h('section', { 'aria-label': 'Base flame graph' }, h('h2', {}, 'Base'));
-  const r = h('section', { 'aria-label': 'Compare flame graph' }, h('h2', {}, 'Compare'));
-  root.append(h('div', { class: 'split3' }, l, r));
-  ui.flames.base = new FlameGraph(l, { unit });
-  ui.flames.base.setModel(decode(left));
-  ui.flames.compare = new FlameGraph(r, { unit });
-  ui.flames.compare.setModel(decode(right));
-  ui.mark('diffDrawn');
 }
 
 function stat(label, value, key) {

@@ -149,7 +149,11 @@ function flamePanel(host, m, { q, type, unit, ui, range, maxNodes }) {
   showSandwich(state.get('fn'));
 }
 
-function topTable(host, ans, unit) {
+/**
+ * The top functions of a `/functions` answer; clicking a row searches Explore for
+ * the function unless `onRow` says otherwise.
+ */
+export function topTable(host, ans, unit, onRow = (r) => state.update({ search: `^${reEscape(r.name)}$`, fn: r.name, ic: null }, { push: true })) {
   const root = ans.total || 1;
   const rows = ans.functions.map((r) => ({ ...r, selfShare: r.self / root, totalShare: r.total / root }));
   host.append(h('h2', { style: 'margin-top:0' }, 'Top functions'));
@@ -162,7 +166,7 @@ function topTable(host, ans, unit) {
       { key: 'total', label: 'Total', num: true, format: (v) => formatValue(v, unit) },
       { key: 'totalShare', label: 'Total %', num: true, format: pct },
     ],
-    onRow: (r) => state.update({ search: `^${reEscape(r.name)}$`, fn: r.name, ic: null }, { push: true }),
+    onRow,
   });
   table.set(rows);
 }

@@ -66,6 +66,7 @@ fn every_visible_serve_flag_is_a_key_of_a_section() {
             "alerts",
             "control",
             "symbolization",
+            "adhoc",
             "logging"
         ]
     );

@@ -8,6 +8,7 @@
 //! that module: the field (its doc comment is the help and the file's comment,
 //! its default the one default) and the line of `apply` that sets its option.
 
+mod adhoc;
 mod alerts;
 pub(crate) mod cluster;
 mod control;
@@ -28,6 +29,7 @@ use anyhow::Context;
 
 use crate::{shutdown_signal, ServeOptions, Server};
 
+pub use adhoc::AdhocArgs;
 pub use alerts::AlertArgs;
 pub use cluster::ClusterArgs;
 pub use control::ControlArgs;
@@ -71,6 +73,8 @@ pub struct ServeArgs {
     pub control: ControlArgs,
     #[command(flatten)]
     pub symbolization: SymbolizationArgs,
+    #[command(flatten)]
+    pub adhoc: AdhocArgs,
 }
 
 impl ServeArgs {
@@ -87,6 +91,7 @@ impl ServeArgs {
         self.alerts.apply(&mut o)?;
         self.control.apply(&mut o)?;
         self.symbolization.apply(&mut o)?;
+        self.adhoc.apply(&mut o)?;
         // After storage: a cluster's compactors merge into the same blocks.
         self.cluster.apply(&mut o)?;
         // Last: it sizes the parts the others set up.

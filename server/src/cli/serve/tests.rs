@@ -260,3 +260,34 @@ fn invalid_combinations_are_refused_with_the_flag() {
         "cannot read rules file",
     );
 }
+
+#[test]
+fn adhoc_flags_reach_their_options_and_bad_ones_are_refused() {
+    let d = options(&[]).unwrap().adhoc;
+    assert_eq!(
+        (d.max_profiles, d.max_bytes, d.total_bytes, d.max_file_bytes),
+        (16, 128 * MIB, 256 * MIB, 32 << 20)
+    );
+    assert_eq!(d.ttl, Duration::from_secs(3600));
+    #[rustfmt::skip]
+    let o = options(&[
+        "--adhoc-max-profiles", "3", "--adhoc-max-mb", "0.5", "--adhoc-total-mb", "2",
+        "--adhoc-max-file-mb", "1", "--adhoc-ttl", "1s",
+    ])
+    .unwrap()
+    .adhoc;
+    assert_eq!(
+        (o.max_profiles, o.max_bytes, o.total_bytes),
+        (3, MIB / 2, 2 * MIB)
+    );
+    assert_eq!((o.max_file_bytes, o.ttl), (1 << 20, Duration::from_secs(1)));
+    for (flags, says) in [
+        (&["--adhoc-max-profiles", "0"][..], "--adhoc-max-profiles"),
+        (&["--adhoc-max-mb", "0"][..], "--adhoc-max-mb"),
+        (&["--adhoc-ttl", "soon"][..], "--adhoc-ttl"),
+        (&["--adhoc-ttl", "0s"][..], "--adhoc-ttl"),
+    ] {
+        let e = format!("{:#}", options(flags).unwrap_err());
+        assert!(e.contains(says), "{flags:?}: {e}");
+    }
+}

@@ -193,20 +193,29 @@ async fn functions(
     let limit = p.limit.unwrap_or(1000);
     cached_answer(&state, &tenant, &[range], raw_query(&uri), JSON, || async {
         let (tree, warnings) = merged_tree(&state, &headers, &p).await?;
-        #[derive(Serialize)]
-        struct Answer<'a> {
-            total: i64,
-            functions: Vec<FunctionRow<'a>>,
-            #[serde(skip_serializing_if = "Vec::is_empty")]
-            warnings: Vec<String>,
-        }
-        to_json(&Answer {
-            total: tree.total(),
-            functions: top_rows(function_rows(&tree), limit),
-            warnings,
-        })
+        functions_body(&tree, limit, warnings)
     })
     .await
+}
+
+/// The `/api/v1/functions` answer of `tree`: the top `limit` rows (0 = all).
+pub(crate) fn functions_body(
+    tree: &CallTree,
+    limit: usize,
+    warnings: Vec<String>,
+) -> ApiResult<Vec<u8>> {
+    #[derive(Serialize)]
+    struct Answer<'a> {
+        total: i64,
+        functions: Vec<FunctionRow<'a>>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        warnings: Vec<String>,
+    }
+    to_json(&Answer {
+        total: tree.total(),
+        functions: top_rows(function_rows(tree), limit),
+        warnings,
+    })
 }
 
 /// Callers (`inverted`) or callees of every outermost node named `function`, as a

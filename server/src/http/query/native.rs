@@ -8,7 +8,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use bytes::Bytes;
 use profiledb_storage::Merged;
-use profiledb_storage::{FlameGraph, FlameGraphDiff};
+use profiledb_storage::{DiffEntry, DiffStats, FlameGraph, FlameGraphDiff};
 use profiledb_storage::{GroupByQuery, GroupKey};
 use profiledb_storage::{Selector, TenantId, TimeRange};
 use regex::Regex;
@@ -130,7 +130,7 @@ pub(super) fn with_warnings(answer: &mut Value, warnings: Vec<String>) {
     }
 }
 
-pub(super) const JSON: &str = "application/json";
+pub(crate) const JSON: &str = "application/json";
 
 pub(super) fn to_json<T: Serialize + ?Sized>(v: &T) -> ApiResult<Vec<u8>> {
     serde_json::to_vec(v).map_err(|e| ApiError::internal(format!("JSON encoding failed: {e}")))
@@ -336,30 +336,41 @@ async fn diff(State(state): State<AppRef>, headers: HeaderMap, body: Bytes) -> A
             Ok((d, noise, w))
         })
         .await?;
-        let top: Vec<Value> = d
-            .top
-            .iter()
-            .map(|e| {
-                json!({"function": e.function, "base_share": e.base_share,
-                       "compare_share": e.compare_share, "delta": e.delta})
-            })
-            .collect();
-        to_json(&DiffAnswer {
-            flamegraph: diff_json(&d.flamegraph),
-            top,
-            notice: empty_sides_notice(d.stats.samples_base, d.stats.samples_compare),
-            stats: json!({
-                "manhattan": d.stats.manhattan,
-                "entropy_base": d.stats.entropy_base,
-                "entropy_compare": d.stats.entropy_compare,
-                "samples_base": d.stats.samples_base,
-                "samples_compare": d.stats.samples_compare,
-            }),
-            noise,
-            warnings,
-        })
+        diff_body(&d.flamegraph, &d.top, &d.stats, noise, warnings)
     })
     .await
+}
+
+/// The `/api/v1/diff` answer: the diff flame graph, the top movers and the
+/// statistics (the noise verdict when asked).
+pub(crate) fn diff_body(
+    flamegraph: &FlameGraphDiff,
+    top: &[DiffEntry],
+    stats: &DiffStats,
+    noise: Option<Value>,
+    warnings: Vec<String>,
+) -> ApiResult<Vec<u8>> {
+    let top: Vec<Value> = top
+        .iter()
+        .map(|e| {
+            json!({"function": e.function, "base_share": e.base_share,
+                   "compare_share": e.compare_share, "delta": e.delta})
+        })
+        .collect();
+    to_json(&DiffAnswer {
+        flamegraph: diff_json(flamegraph),
+        top,
+        notice: empty_sides_notice(stats.samples_base, stats.samples_compare),
+        stats: json!({
+            "manhattan": stats.manhattan,
+            "entropy_base": stats.entropy_base,
+            "entropy_compare": stats.entropy_compare,
+            "samples_base": stats.samples_base,
+            "samples_compare": stats.samples_compare,
+        }),
+        noise,
+        warnings,
+    })
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -440,22 +451,24 @@ async fn flamegraph_json(
         uri,
         p,
         JSON,
-        move |merged, _, _, _, warnings| {
-            #[derive(Serialize)]
-            struct Answer<'a> {
-                #[serde(flatten)]
-                flamegraph: FlameJson<'a>,
-                #[serde(skip_serializing_if = "Vec::is_empty")]
-                warnings: Vec<String>,
-            }
-            let fg = merged.flamegraph(mn);
-            to_json(&Answer {
-                flamegraph: flame_json(&fg),
-                warnings,
-            })
-        },
+        move |merged, _, _, _, warnings| flamegraph_body(&merged.flamegraph(mn), warnings),
     )
     .await
+}
+
+/// The `/api/v1/flamegraph` answer.
+pub(crate) fn flamegraph_body(fg: &FlameGraph, warnings: Vec<String>) -> ApiResult<Vec<u8>> {
+    #[derive(Serialize)]
+    struct Answer<'a> {
+        #[serde(flatten)]
+        flamegraph: FlameJson<'a>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        warnings: Vec<String>,
+    }
+    to_json(&Answer {
+        flamegraph: flame_json(fg),
+        warnings,
+    })
 }
 
 /// A flame graph in Pyroscope's field names, with plain JSON numbers.

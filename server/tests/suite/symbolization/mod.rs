@@ -350,3 +350,42 @@ fn rust_program_symbolized_after_upload() {
     let dir = tempfile::tempdir().unwrap();
     symbolized_after_upload(&binaries::rust_program(dir.path()));
 }
+
+/// The same address-only pprof as an ad-hoc profile: frames are named when it is
+/// uploaded, `module+0xoffset` before the debug file is there and as addr2line
+/// names them after, in its function table as in stored data.
+#[test]
+fn adhoc_profiles_are_symbolized_when_uploaded() {
+    if need("gcc").and(need("addr2line")).is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let prog = binaries::c_program(dir.path());
+    let s = TestServer::start();
+    let p = address_profile(&prog, now_ns());
+    let functions = |s: &TestServer| {
+        let r = s
+            .client
+            .post(format!("{}/api/v1/adhoc?name=cprog.pb.gz", s.url))
+            .body(p.bytes.clone())
+            .send()
+            .unwrap();
+        assert_eq!(r.status(), 201);
+        let id = r.json::<serde_json::Value>().unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let fns = s.json(&format!("/api/v1/adhoc/{id}/functions"), &[("limit", "0")]);
+        crate::pprof_oracle::answered_rows(&fns)
+    };
+    let ranked = |folded: BTreeMap<String, i64>| {
+        let stacks: crate::pprof_oracle::Stacks = folded
+            .into_iter()
+            .map(|(k, v)| (k.split(';').map(String::from).collect(), v))
+            .collect();
+        crate::pprof_oracle::ranked(&stacks)
+    };
+    assert_eq!(functions(&s), ranked(unsymbolized_folded(&prog, &p)));
+    upload_with_cli(&s.url, &prog.debug);
+    assert_eq!(functions(&s), ranked(expected_folded(&prog, &p)));
+}
