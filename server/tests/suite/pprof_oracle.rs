@@ -153,3 +153,63 @@ pub fn answered_rows(answer: &serde_json::Value) -> Vec<(String, i64, i64)> {
         })
         .collect()
 }
+
+/// One function's source lines as `/api/v1/source-lines` defines them, from the file:
+/// per `(file, line)`, the value of the samples whose innermost frame is the function
+/// on that line (self), and of the samples with a frame of it there (total, once per
+/// sample). Lines 0 (none recorded) are left out.
+pub fn lines_of(
+    p: &Profile,
+    sample_type: &str,
+    function: &str,
+) -> BTreeMap<(String, i64), (i64, i64)> {
+    let index = p
+        .sample_type
+        .iter()
+        .position(|vt| string(p, vt.r#type) == sample_type)
+        .unwrap_or_else(|| panic!("no sample type {sample_type}"));
+    let functions: BTreeMap<u64, (String, String)> = p
+        .function
+        .iter()
+        .map(|f| (f.id, (string(p, f.name), string(p, f.filename))))
+        .collect();
+    // Per location, its frames innermost first, as pprof lists them: (name, file, line).
+    let frames: BTreeMap<u64, Vec<(String, String, i64)>> = p
+        .location
+        .iter()
+        .map(|l| {
+            let v: Vec<_> = l
+                .line
+                .iter()
+                .map(|x| {
+                    let (name, file) = functions[&x.function_id].clone();
+                    (name, file, x.line)
+                })
+                .collect();
+            (l.id, v)
+        })
+        .collect();
+    let mut out: BTreeMap<(String, i64), (i64, i64)> = BTreeMap::new();
+    for s in &p.sample {
+        let v = s.value[index];
+        if v == 0 || s.value.iter().any(|&x| x < 0) {
+            continue;
+        }
+        let stack: Vec<&(String, String, i64)> =
+            s.location_id.iter().flat_map(|id| &frames[id]).collect();
+        if let Some((name, file, line)) = stack.first() {
+            if name == function && *line > 0 {
+                out.entry((file.clone(), *line)).or_default().0 += v;
+            }
+        }
+        let on: BTreeSet<(String, i64)> = stack
+            .iter()
+            .filter(|(name, _, line)| name == function && *line > 0)
+            .map(|(_, file, line)| (file.clone(), *line))
+            .collect();
+        for key in on {
+            out.entry(key).or_default().1 += v;
+        }
+    }
+    out
+}

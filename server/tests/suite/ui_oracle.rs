@@ -58,6 +58,8 @@ fn goto(b: &Browser, url: &str) {
 /// The uploads: one range of an hour holding every fixture, retimed into it.
 struct Data {
     go: Stacks,
+    /// `time.Now`'s source lines in the Go profile: (file, line) → (self, total).
+    go_lines: BTreeMap<(String, i64), (i64, i64)>,
     py: Stacks,
     /// Java CPU ns per leaf function, from `jfr print`.
     java: BTreeMap<String, i64>,
@@ -103,6 +105,7 @@ fn load(s: &TestServer) -> Option<Data> {
     let py_stacks = oracle::stacks(&py, "samples", 1);
     Some(Data {
         go: oracle::stacks(&go, "cpu", 1),
+        go_lines: oracle::lines_of(&go, "cpu", "time.Now"),
         py_samples: oracle::sum(&py_stacks),
         py: oracle::stacks(&py, "samples", 10_000_000),
         java: rec.self_ns(),
@@ -204,6 +207,31 @@ fn explore_go(b: &Browser, base: &str, range: &str, d: &Data) {
     };
     assert_eq!((sw("callers"), sw("callees")), (total, total));
     b.screenshot(&screenshots(), "oracle-explore-sandwich");
+
+    // Its source lines: every line's self and total, as the file has them.
+    assert!(
+        !d.go_lines.is_empty(),
+        "the Go fixture has lines for time.Now"
+    );
+    let shown = wait_for(20, "the source lines", || {
+        let v = b.js(
+            "return [...document.querySelectorAll(\"section[aria-label='Source lines'] tbody tr\")]
+               .map((r) => [r.cells[0].title, r.cells[1].dataset.value, r.cells[3].dataset.value]);",
+            json!([]),
+        );
+        let rows: Vec<(String, String, String)> = serde_json::from_value(v).expect("rows");
+        (!rows.is_empty()).then_some(rows)
+    });
+    // Frames without a line show as "(no line)"; the oracle leaves them out.
+    let shown: BTreeMap<(String, i64), (i64, i64)> = shown
+        .into_iter()
+        .filter_map(|(at, self_, total)| {
+            let (file, line) = at.rsplit_once(':')?;
+            Some(((file.to_string(), int(line)), (int(&self_), int(&total))))
+        })
+        .collect();
+    assert_eq!(shown, d.go_lines);
+    b.screenshot(&screenshots(), "oracle-explore-source-lines");
 }
 
 fn explore_java(b: &Browser, base: &str, range: &str, d: &Data) {

@@ -144,9 +144,47 @@ function flamePanel(host, m, { q, type, unit, ui, range, maxNodes }) {
     ui.flames.callers.setModel(dropRoot(decode(ans.callers)));
     ui.flames.callees = new FlameGraph(sandwich, { unit });
     ui.flames.callees.setModel(dropRoot(decode(ans.callees)));
+    await sourceLines(sandwich, { q, range, name, unit });
+    if (!ui.current() || state.get('fn') !== name) return;
     sandwich.append(h('h2', {}, 'Flame graph'));
+    ui.mark('sourceLinesDrawn');
   }
   showSandwich(state.get('fn'));
+}
+
+/**
+ * A function's source lines: per file and line, the value of the stacks whose leaf
+ * is on it (self) and of those passing through it (total), as `/api/v1/source-lines`
+ * sums them over the whole range.
+ */
+async function sourceLines(host, { q, range, name, unit }) {
+  const ans = await getJSON('/api/v1/source-lines', { query: q, ...range, function: name });
+  const section = h('section', { 'aria-label': 'Source lines' });
+  host.append(section);
+  const known = ans.lines.filter((l) => l.line > 0);
+  section.append(h('h2', {}, `Source lines: ${name}`));
+  if (!known.length) {
+    section.append(h('p', { class: 'muted' },
+      'No source lines: the frames of this function carry no file and line (upload the binary\'s debug file, or send profiles with lines).'));
+    return;
+  }
+  const of = ans.total || 1;
+  section.append(h('p', { class: 'legend' },
+    `Self: stacks whose innermost frame is on the line; total: stacks passing through it. Shares are of the function's total, ${formatValue(ans.total, unit)}.`));
+  const table = new DataTable(section, {
+    label: 'source lines', filterKey: 'where', sort: { key: 'order', desc: false },
+    columns: [
+      { key: 'where', label: 'File:line', middle: 60 },
+      { key: 'self', label: 'Self', num: true, format: (v) => formatValue(v, unit) },
+      { key: 'selfShare', label: 'Self %', num: true, format: pct, bar: true },
+      { key: 'total', label: 'Total', num: true, format: (v) => formatValue(v, unit) },
+      { key: 'totalShare', label: 'Total %', num: true, format: pct },
+    ],
+  });
+  table.set(ans.lines.map((l, order) => ({
+    order, where: l.line > 0 ? `${l.file}:${l.line}` : '(no line)',
+    self: l.self, selfShare: l.self / of, total: l.total, totalShare: l.total / of,
+  })));
 }
 
 /**
