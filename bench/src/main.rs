@@ -4,6 +4,9 @@
 //! and writes a JSON file of its figures (with machine facts and the git commit) to
 //! `bench/results/`, so runs can be compared.
 
+// No unwrap() outside tests: a panic on bad input would take the process down.
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
 mod ab_suite;
 mod agent_suite;
 mod baselines;

@@ -42,6 +42,9 @@
 //! - [`sampler`]: records in, windows out; the encoder on the symbolizer thread.
 //! - [`agent`]: the main loop tying the above together.
 
+// No unwrap() outside tests: a panic on bad input would take the process down.
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
 pub mod agent;
 pub mod aggregate;
 pub mod cgroups;

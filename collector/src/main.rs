@@ -5,6 +5,9 @@
 //! interval to a profiledb server (`POST /push.v1.PusherService/Push`). See the
 //! library crate (`profiledb_agent`) for how each part works.
 
+// No unwrap() outside tests: a panic on bad input would take the process down.
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 

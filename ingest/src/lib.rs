@@ -17,6 +17,8 @@
 //! Every decoder is bounded by [`Limits`] and reports [`IngestError`]s that carry a
 //! stable [`IngestError::code`] for the HTTP layer.
 
+// No unwrap() outside tests: a panic on bad input would take the process down.
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
 #![deny(missing_docs)]
 
 pub mod builder;

@@ -11,6 +11,8 @@
 //!   [`Stacks`], [`SeriesSamples`]).
 //! - [`TimeRange`]: the half-open time range of a query.
 
+// No unwrap() outside tests: a panic on bad input would take the process down.
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
 #![deny(missing_docs)]
 
 mod batch;

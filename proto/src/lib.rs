@@ -14,6 +14,8 @@
 //!   locations, samples).
 //! - [`gzip`]: gzip framing, and the one bounded gunzip.
 
+// No unwrap() outside tests: a panic on bad input would take the process down.
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
 #![deny(missing_docs)]
 
 pub mod gzip;

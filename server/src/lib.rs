@@ -5,6 +5,9 @@
 //! so `/ready` can answer 503 while a large WAL replays and 200 once the store is
 //! open; every data endpoint answers 503 until then.
 
+// No unwrap() outside tests: a panic on bad input would take the process down.
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
 pub mod adhoc;
 pub mod alerts;
 pub mod cli;

@@ -1,6 +1,9 @@
 //! `profiledb`: the continuous-profiling database server and its admin commands
 //! (the command line is `profiledb::cli`).
 
+// No unwrap() outside tests: a panic on bad input would take the process down.
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
 // glibc's allocator returns freed memory to the kernel between uploads and pays for
 // it in page faults on the decode path; mimalloc keeps it.
 #[global_allocator]

@@ -61,6 +61,8 @@
 //! 10. `cluster` — the roles over the bucket (writers upload, queriers mirror,
 //!     compactors merge in the bucket).
 
+// No unwrap() outside tests: a panic on bad input would take the process down.
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
 #![deny(missing_docs)]
 
 pub mod analysis;

@@ -12,6 +12,9 @@
 //! The crate depends on no engine crate: the storage engine calls it, and the fuzz
 //! target drives [`elf::DebugFile::parse`] alone.
 
+// No unwrap() outside tests: a panic on bad input would take the process down.
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
 pub mod cache;
 pub mod debuginfod;
 pub mod elf;
