@@ -13,15 +13,25 @@ fn src() -> PathBuf {
 
 /// Module name → layer number, from the numbered `# Layers` list in lib.rs's docs.
 fn layers(lib: &str) -> BTreeMap<String, usize> {
+    let doc: Vec<&str> = lib.lines().filter_map(|l| l.strip_prefix("//!")).collect();
+    numbered_list(&doc, "# Layers")
+}
+
+/// Module name → layer number from the numbered list under `heading` (lines without
+/// their comment markers); backticked words are names, crate names (with a dash) not.
+fn numbered_list(lines: &[&str], heading: &str) -> BTreeMap<String, usize> {
     let mut out = BTreeMap::new();
     let mut layer = 0;
     let mut in_list = false;
-    for line in lib.lines() {
-        let Some(doc) = line.strip_prefix("//!") else {
-            continue;
-        };
-        let doc = doc.trim();
-        if doc == "# Layers" {
+    for raw in lines {
+        let raw = raw.strip_prefix(' ').unwrap_or(raw);
+        let doc = raw.trim();
+        // A paragraph after the list (text at the margin that is no item) ends it.
+        let item = doc.split_once(". ").is_some_and(|(n, _)| n.parse::<usize>().is_ok());
+        if layer > 0 && !doc.is_empty() && !raw.starts_with(' ') && !item {
+            break;
+        }
+        if doc == heading {
             in_list = true;
             continue;
         }
@@ -195,6 +205,26 @@ fn no_module_uses_a_later_layer() {
         upward.is_empty(),
         "imports against the layer list:\n{}",
         upward.join("\n")
+    );
+}
+
+#[test]
+fn architecture_md_lists_the_same_layers() {
+    let lib = fs::read_to_string(src().join("lib.rs")).expect("lib.rs");
+    let doc_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/architecture.md");
+    let doc = fs::read_to_string(&doc_path).expect("docs/architecture.md");
+    let lines: Vec<&str> = doc.lines().collect();
+    let modules = top_modules();
+    // The page also names submodules in passing (`frames`, `tree`): only the crate's
+    // top-level modules are compared.
+    let listed: BTreeMap<String, usize> = numbered_list(&lines, "## Layers inside storage")
+        .into_iter()
+        .filter(|(m, _)| modules.contains(m))
+        .collect();
+    assert_eq!(
+        listed,
+        layers(&lib),
+        "docs/architecture.md's \"Layers inside storage\" disagrees with storage/src/lib.rs"
     );
 }
 
