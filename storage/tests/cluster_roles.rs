@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use object_store::memory::InMemory;
 use profiledb_storage::{
-    Batch, BlockPolicy, Bucket, Compactor, CompactorConfig, DownsampleRule, Function, Labels,
-    Location, MergePolicy, Querier, QueryLimits, Sample, Selector, SeriesSamples, Store, TenantId,
-    TimeRange, PROFILE_TYPE_LABEL,
+    Acked, Batch, BlockPolicy, Bucket, Compactor, CompactorConfig, DownsampleRule, Function,
+    Labels, Location, MergePolicy, Querier, QueryLimits, Sample, Selector, SeriesSamples, Store,
+    TenantId, TimeRange, PROFILE_TYPE_LABEL,
 };
 use support::roles::{local, querier, uploader, wait};
 
@@ -94,6 +94,7 @@ fn compactor(bucket: &Bucket, downsample: Vec<DownsampleRule>) -> Compactor {
             zstd_level: 3,
             wide_zstd_level: 15,
             pause_before_swap: None,
+            fault: None,
         },
     )
     .unwrap()
@@ -112,7 +113,7 @@ fn writer_crash_uploads_once_and_mirror_and_compactor_keep_totals() {
         last = store.write(batch(i, i)).unwrap();
     }
     up.upload_now().unwrap();
-    assert!(up.wait_uploaded(last, Duration::ZERO));
+    assert_eq!(up.wait_uploaded(last, Duration::ZERO), Acked::Bucket);
     assert_eq!(store.replay_floor(), last);
     // Local copies wholly under the floor are gone: the bucket holds them.
     assert!(store.segments().is_empty());
@@ -137,13 +138,7 @@ fn writer_crash_uploads_once_and_mirror_and_compactor_keep_totals() {
     let up = uploader(&store, &bucket);
     up.upload_now().unwrap();
     up.upload_now().unwrap();
-    let n = bucket
-        .load_index("anonymous", None)
-        .unwrap()
-        .unwrap()
-        .index
-        .segments
-        .len();
+    let n = bucket.load_index("anonymous").unwrap().segments.len();
 
     // A querier mirrors the bucket: every write, once.
     // A disk budget smaller than two segments: every query past the first refetches.
@@ -183,7 +178,7 @@ fn writer_crash_uploads_once_and_mirror_and_compactor_keep_totals() {
         qstore.segments().len() == 1
     });
     assert_eq!(total(&qstore), 1 + 2 + 3 + 4 + 5);
-    let idx = bucket.load_index("anonymous", None).unwrap().unwrap().index;
+    let idx = bucket.load_index("anonymous").unwrap();
     assert_eq!(idx.segments.len(), 1);
     assert_eq!(idx.segments[0].level, 1);
     assert_eq!(idx.segments[0].step_ms, 3_600_000);
@@ -213,9 +208,9 @@ fn a_past_day_becomes_one_block_with_the_same_answers() {
     for (at, i, v) in writes {
         let lsn = store.write(batch_at(at, i, v)).unwrap();
         up.upload_now().unwrap();
-        assert!(up.wait_uploaded(lsn, Duration::ZERO));
+        assert_eq!(up.wait_uploaded(lsn, Duration::ZERO), Acked::Bucket);
     }
-    let before = bucket.load_index("anonymous", None).unwrap().unwrap().index;
+    let before = bucket.load_index("anonymous").unwrap();
     assert_eq!(before.segments.len(), 4);
 
     let (qstore, _mirror) = querier(
@@ -239,10 +234,10 @@ fn a_past_day_becomes_one_block_with_the_same_answers() {
     // No downsampling: the block keeps the 10 s steps.
     let c = compactor(&bucket, Vec::new());
     wait("the block", || {
-        let idx = bucket.load_index("anonymous", None).unwrap().unwrap().index;
+        let idx = bucket.load_index("anonymous").unwrap();
         idx.segments.len() == 1 && idx.segments[0].width_ms == DAY
     });
-    let idx = bucket.load_index("anonymous", None).unwrap().unwrap().index;
+    let idx = bucket.load_index("anonymous").unwrap();
     let block = &idx.segments[0];
     assert_eq!(
         (block.partition_ms, block.step_ms, block.level),

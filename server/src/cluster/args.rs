@@ -157,6 +157,20 @@ pub struct ClusterArgs {
     /// Days of data the compactor keeps in the bucket (unset: everything).
     #[arg(long)]
     pub bucket_retention_days: Option<u64>,
+    /// Milliseconds one request to the object store may wait for an answer (and
+    /// for each further read of a body) before it counts as failed. A store that
+    /// hangs is noticed within about (--s3-retries + 1) times this.
+    #[arg(long, default_value_t = 2000)]
+    pub s3_timeout_ms: u64,
+    /// How often a failed or timed-out request to the object store is tried
+    /// again before the store counts as unreachable.
+    #[arg(long, default_value_t = 1)]
+    pub s3_retries: usize,
+    /// A querier whose last successful sync of the bucket index is older than
+    /// this many seconds answers queries 503 (saying so) rather than possibly
+    /// stale data, and /ready says so.
+    #[arg(long, default_value_t = 10)]
+    pub max_sync_age_secs: u64,
     /// Fault injection for tests: a compactor sleeps this long between uploading a
     /// merged segment and swapping it into the index.
     #[arg(long, hide = true)]
@@ -178,6 +192,7 @@ pub struct ClusterOptions {
     pub lease_ttl: Duration,
     pub retention: Option<Duration>,
     pub compactor_pause: Option<Duration>,
+    pub max_sync_age: Duration,
 }
 
 impl ClusterArgs {
@@ -216,6 +231,8 @@ impl ClusterArgs {
         if let Some(r) = &self.s3_region {
             bucket.region = Some(r.clone());
         }
+        bucket.request_timeout = Duration::from_millis(self.s3_timeout_ms.max(1));
+        bucket.retries = self.s3_retries;
         let positive = |v: u64, flag: &str| {
             if v == 0 {
                 bail!("--{flag} must be positive");
@@ -251,6 +268,10 @@ impl ClusterArgs {
                 .bucket_retention_days
                 .map(|d| Duration::from_secs(d.saturating_mul(86_400))),
             compactor_pause: self.fault_compactor_pause_ms.map(Duration::from_millis),
+            max_sync_age: Duration::from_secs(positive(
+                self.max_sync_age_secs,
+                "max-sync-age-secs",
+            )?),
         }))
     }
 }

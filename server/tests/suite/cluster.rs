@@ -314,10 +314,10 @@ fn bucket_state(bucket: &Bucket) -> (BTreeSet<String>, BTreeSet<String>, usize) 
     let mut listed = BTreeSet::new();
     let mut retired = 0;
     for t in bucket.tenants().unwrap() {
-        let view = bucket.load_index(&t, None).unwrap().unwrap();
-        listed.extend(view.index.segments.iter().map(|e| e.key.clone()));
-        listed.extend(view.index.quarantined.iter().map(|e| e.key.clone()));
-        retired += view.index.retired.len();
+        let view = bucket.load_index(&t).unwrap();
+        listed.extend(view.segments.iter().map(|e| e.key.clone()));
+        listed.extend(view.quarantined.iter().map(|e| e.key.clone()));
+        retired += view.retired.len();
     }
     (objects, listed, retired)
 }
@@ -561,7 +561,7 @@ fn cluster_counts_every_acknowledged_push_once_and_answers_like_one_node() {
         .tenants()
         .unwrap()
         .iter()
-        .flat_map(|t| bucket.load_index(t, None).unwrap().unwrap().index.segments)
+        .flat_map(|t| bucket.load_index(t).unwrap().segments)
         .map(|e| e.key)
         .collect();
     assert!(keys.len() >= 2, "need two segments, have {keys:?}");
@@ -605,14 +605,7 @@ fn cluster_counts_every_acknowledged_push_once_and_answers_like_one_node() {
         .tenants()
         .unwrap()
         .iter()
-        .flat_map(|t| {
-            bucket
-                .load_index(t, None)
-                .unwrap()
-                .unwrap()
-                .index
-                .quarantined
-        })
+        .flat_map(|t| bucket.load_index(t).unwrap().quarantined)
         .map(|q| q.key)
         .collect();
     // Each exactly once: a sorted list, not a set, so a duplicate would show.

@@ -4,10 +4,16 @@
 //! blocking pool; `object_store` is async. Each call is spawned onto a small
 //! runtime the bucket owns and awaited over a channel, which works from any
 //! thread (a `block_on` from inside a runtime would panic).
+//!
+//! Every request is bounded in time, so a store that hangs is noticed within
+//! seconds, not minutes: the client gives up on a request whose answer (or
+//! the next bytes of its body) takes longer than the request timeout, and
+//! retries a bounded number of times. Segment uploads, whose body can be
+//! large, get a deadline that grows with their size instead.
 
 use std::future::Future;
 use std::ops::Range;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,12 +23,16 @@ use object_store::aws::AmazonS3Builder;
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{
-    BackoffConfig, ClientOptions, GetOptions, ObjectStore, ObjectStoreExt, PutOptions, PutPayload,
-    PutResult, RetryConfig,
+    BackoffConfig, ClientOptions, GetOptions, ObjectStore, ObjectStoreExt, PutMode, PutOptions,
+    PutPayload, PutResult, RetryConfig,
 };
 
 use super::config::BucketConfig;
-use super::error::BucketError;
+use super::error::{transport_failure, BucketError};
+
+/// The slowest upload a segment PUT is allowed before it counts as hung:
+/// its deadline is the request timeout plus its size at this rate.
+const MIN_UPLOAD_BYTES_PER_SEC: u64 = 1 << 20;
 
 /// One object, as listed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -56,10 +66,16 @@ pub struct BucketStats {
     pub bytes_read: u64,
     /// Bytes of object bodies written.
     pub bytes_written: u64,
+    /// Of `bytes_written`, the index's (log entries and checkpoints).
+    pub index_bytes_written: u64,
+    /// Of `bytes_read`, the index's.
+    pub index_bytes_read: u64,
     /// Conditional writes that lost a race.
     pub cas_conflicts: u64,
     /// Requests that failed (not found excepted).
     pub errors: u64,
+    /// When the store last answered a request (ms since the epoch; 0: never).
+    pub last_answer_ms: i64,
 }
 
 #[derive(Default)]
@@ -72,12 +88,22 @@ struct Counters {
     deletes: AtomicU64,
     bytes_read: AtomicU64,
     bytes_written: AtomicU64,
+    index_bytes_written: AtomicU64,
+    index_bytes_read: AtomicU64,
     cas_conflicts: AtomicU64,
     errors: AtomicU64,
+    last_answer_ms: AtomicI64,
 }
 
 struct Inner {
+    /// Every request but segment uploads: each answer (and each read of a body)
+    /// must come within the request timeout.
     store: Arc<dyn ObjectStore>,
+    /// Segment uploads: bounded by a deadline from their size (a large body
+    /// takes longer than the request timeout to send).
+    bulk: Arc<dyn ObjectStore>,
+    timeout: Duration,
+    retries: usize,
     /// Prefix inside the store, without slashes at either end ("" for none).
     prefix: String,
     describe: String,
@@ -96,7 +122,7 @@ impl Drop for Inner {
 }
 
 /// A bucket and prefix. Cheap to clone; every method blocks until the store
-/// answered (after the client's own retries).
+/// answered (after the client's own retries) or the request timed out.
 #[derive(Clone)]
 pub struct Bucket {
     inner: Arc<Inner>,
@@ -110,6 +136,11 @@ impl std::fmt::Debug for Bucket {
 
 fn inc(c: &AtomicU64, n: u64) {
     c.fetch_add(n, Ordering::Relaxed);
+}
+
+/// Keys of the index (log entries, checkpoints, the legacy document).
+fn is_index_key(key: &str) -> bool {
+    key.contains("/index/") || key.ends_with("/index.json")
 }
 
 impl Bucket {
@@ -126,45 +157,75 @@ impl Bucket {
                 cfg.url
             )));
         };
-        let mut b = AmazonS3Builder::new()
-            .with_bucket_name(bucket)
-            .with_region(cfg.region.as_deref().unwrap_or("us-east-1"))
-            .with_allow_http(cfg.allow_http)
-            // Bounded: an unreachable store answers in seconds, not minutes, so
-            // writers can refuse writes and queriers report it while it lasts.
-            .with_retry(RetryConfig {
-                backoff: BackoffConfig::default(),
-                max_retries: 3,
-                retry_timeout: Duration::from_secs(10),
-            })
-            .with_client_options(
-                ClientOptions::new()
-                    .with_connect_timeout(Duration::from_secs(2))
-                    .with_timeout(Duration::from_secs(60))
-                    .with_allow_http(cfg.allow_http),
-            );
-        if let Some(e) = &cfg.endpoint {
-            b = b.with_endpoint(e);
-        }
-        if let Some(k) = &cfg.access_key_id {
-            b = b.with_access_key_id(k);
-        }
-        if let Some(k) = &cfg.secret_access_key {
-            b = b.with_secret_access_key(k);
-        }
-        let store = b
-            .build()
-            .map_err(|e| BucketError::Config(format!("{}: {e}", cfg.url)))?;
-        let mut bucket = Self::from_store(Arc::new(store), prefix);
+        let t = cfg.request_timeout;
+        let builder = |client: ClientOptions, retries: usize| {
+            let mut b = AmazonS3Builder::new()
+                .with_bucket_name(bucket)
+                .with_region(cfg.region.as_deref().unwrap_or("us-east-1"))
+                .with_allow_http(cfg.allow_http)
+                .with_retry(RetryConfig {
+                    backoff: BackoffConfig {
+                        init_backoff: Duration::from_millis(100),
+                        max_backoff: t,
+                        base: 2.,
+                    },
+                    max_retries: retries,
+                    retry_timeout: t * (retries as u32 + 1),
+                })
+                .with_client_options(
+                    client
+                        .with_connect_timeout(t)
+                        .with_allow_http(cfg.allow_http),
+                );
+            if let Some(e) = &cfg.endpoint {
+                b = b.with_endpoint(e);
+            }
+            if let Some(k) = &cfg.access_key_id {
+                b = b.with_access_key_id(k);
+            }
+            if let Some(k) = &cfg.secret_access_key {
+                b = b.with_secret_access_key(k);
+            }
+            b.build()
+                .map_err(|e| BucketError::Config(format!("{}: {e}", cfg.url)))
+        };
+        // The answer and every read of a body within the timeout; no bound on
+        // the whole of a long download that keeps coming.
+        let store = builder(
+            ClientOptions::new()
+                .with_timeout_disabled()
+                .with_read_timeout(t),
+            cfg.retries,
+        )?;
+        // Uploads are timed by `put` itself, and retried there.
+        let bulk = builder(ClientOptions::new().with_timeout_disabled(), 0)?;
+        let mut b = Self::from_stores(Arc::new(store), Arc::new(bulk), prefix, t, cfg.retries);
         let at = cfg.endpoint.as_deref().unwrap_or("AWS");
-        if let Some(inner) = Arc::get_mut(&mut bucket.inner) {
+        if let Some(inner) = Arc::get_mut(&mut b.inner) {
             inner.describe = format!("{} at {at}", cfg.url);
         }
-        Ok(bucket)
+        Ok(b)
     }
 
     /// A bucket over any `object_store` store (tests: in memory, local files).
     pub fn from_store(store: Arc<dyn ObjectStore>, prefix: &str) -> Bucket {
+        let defaults = BucketConfig::new("memory://");
+        Self::from_stores(
+            store.clone(),
+            store,
+            prefix,
+            defaults.request_timeout,
+            defaults.retries,
+        )
+    }
+
+    fn from_stores(
+        store: Arc<dyn ObjectStore>,
+        bulk: Arc<dyn ObjectStore>,
+        prefix: &str,
+        timeout: Duration,
+        retries: usize,
+    ) -> Bucket {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("profiledb-bucket")
@@ -176,6 +237,9 @@ impl Bucket {
             inner: Arc::new(Inner {
                 describe: format!("{store}/{prefix}"),
                 store,
+                bulk,
+                timeout,
+                retries,
                 prefix,
                 rt,
                 counters: Counters::default(),
@@ -188,7 +252,12 @@ impl Bucket {
         self.inner.describe.clone()
     }
 
-    fn path(&self, key: &str) -> Path {
+    /// How long one request may wait for an answer.
+    pub fn request_timeout(&self) -> Duration {
+        self.inner.timeout
+    }
+
+    pub(super) fn path(&self, key: &str) -> Path {
         if self.inner.prefix.is_empty() {
             Path::from(key)
         } else {
@@ -196,18 +265,17 @@ impl Bucket {
         }
     }
 
-    fn key_of(&self, path: &Path) -> String {
-        let p = path.as_ref();
+    fn key_of(&self, path: &str) -> String {
         match self.inner.prefix.as_str() {
-            "" => p.to_string(),
-            pre => p
+            "" => path.to_string(),
+            pre => path
                 .strip_prefix(pre)
-                .map_or(p, |s| s.trim_start_matches('/'))
+                .map_or(path, |s| s.trim_start_matches('/'))
                 .to_string(),
         }
     }
 
-    /// Runs `fut` on the bucket's runtime and waits for it.
+    /// Runs `fut` on the bucket's runtime and waits for it; notes the answer.
     fn run<T: Send + 'static>(
         &self,
         fut: impl Future<Output = object_store::Result<T>> + Send + 'static,
@@ -222,12 +290,25 @@ impl Bucket {
         rt.spawn(async move {
             let _ = tx.send(fut.await);
         });
-        rx.recv().unwrap_or_else(|_| {
+        let out = rx.recv().unwrap_or_else(|_| {
             Err(object_store::Error::Generic {
                 store: "bucket",
                 source: "the bucket's runtime stopped".into(),
             })
-        })
+        });
+        // A refusal of ours (not found, precondition) is an answer too.
+        let answered = match &out {
+            Ok(_) => true,
+            Err(e) => transport_failure(e).is_none(),
+        };
+        if answered {
+            let now = crate::store::now_ms();
+            self.inner
+                .counters
+                .last_answer_ms
+                .fetch_max(now, Ordering::Relaxed);
+        }
+        out
     }
 
     fn failed(&self, what: &str, key: &str, e: object_store::Error) -> BucketError {
@@ -237,25 +318,128 @@ impl Bucket {
         BucketError::from_store(what, key, e)
     }
 
-    /// Writes `bytes` at `key` (replacing any object there).
-    pub fn put(&self, key: &str, bytes: Bytes) -> Result<(), BucketError> {
-        self.put_opts(key, bytes, PutOptions::default())
-            .map(|_| ())
-            .map_err(|e| self.failed("PUT", key, e))
+    fn count_written(&self, key: &str, n: usize) {
+        let c = &self.inner.counters;
+        inc(&c.puts, 1);
+        inc(&c.bytes_written, n as u64);
+        if is_index_key(key) {
+            inc(&c.index_bytes_written, n as u64);
+        }
     }
 
-    /// A PUT with options, errors unclassified (the CAS loops read them).
+    fn count_read(&self, key: &str, n: usize) {
+        let c = &self.inner.counters;
+        inc(&c.bytes_read, n as u64);
+        if is_index_key(key) {
+            inc(&c.index_bytes_read, n as u64);
+        }
+    }
+
+    /// Writes `bytes` at `key` (replacing any object there): a segment body.
+    /// Each attempt has a deadline from the body's size; a hung attempt is
+    /// retried like a failed one.
+    pub fn put(&self, key: &str, bytes: Bytes) -> Result<(), BucketError> {
+        let deadline = self.inner.timeout
+            + Duration::from_millis(bytes.len() as u64 * 1000 / MIN_UPLOAD_BYTES_PER_SEC);
+        let mut attempt = 0;
+        loop {
+            self.count_written(key, bytes.len());
+            let (store, path, body) = (self.inner.bulk.clone(), self.path(key), bytes.clone());
+            let done = self.run(async move {
+                match tokio::time::timeout(deadline, store.put(&path, PutPayload::from(body))).await
+                {
+                    Ok(r) => r.map(|_| ()),
+                    Err(_) => Err(timed_out(deadline)),
+                }
+            });
+            match done {
+                Ok(()) => return Ok(()),
+                Err(e) if attempt < self.inner.retries && transport_failure(&e).is_some() => {
+                    attempt += 1;
+                }
+                Err(e) => return Err(self.failed("PUT", key, e)),
+            }
+        }
+    }
+
+    /// A PUT with options (conditional writes), errors unclassified: callers
+    /// read a lost race from them.
     pub(super) fn put_opts(
         &self,
         key: &str,
         bytes: Bytes,
         opts: PutOptions,
     ) -> object_store::Result<PutResult> {
-        let c = &self.inner.counters;
-        inc(&c.puts, 1);
-        inc(&c.bytes_written, bytes.len() as u64);
+        self.count_written(key, bytes.len());
         let (store, path) = (self.inner.store.clone(), self.path(key));
         self.run(async move { store.put_opts(&path, PutPayload::from(bytes), opts).await })
+    }
+
+    /// Creates `key` holding `bytes` unless an object is there already:
+    /// `Ok(false)` when one is (someone else created it first).
+    pub(super) fn create(&self, key: &str, bytes: Bytes) -> Result<bool, BucketError> {
+        let opts = PutOptions {
+            mode: PutMode::Create,
+            ..PutOptions::default()
+        };
+        match self.put_opts(key, bytes, opts) {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::AlreadyExists { .. })
+            | Err(object_store::Error::Precondition { .. }) => {
+                self.conflict();
+                Ok(false)
+            }
+            Err(e) => Err(self.failed("PUT (create)", key, e)),
+        }
+    }
+
+    /// Writes a small object (index checkpoint, lease) at `key`, replacing any
+    /// object there, within the request timeout.
+    pub(super) fn put_small(&self, key: &str, bytes: Bytes) -> Result<(), BucketError> {
+        self.put_opts(key, bytes, PutOptions::default())
+            .map(|_| ())
+            .map_err(|e| self.failed("PUT", key, e))
+    }
+
+    /// The whole objects at `keys`, requested at once; in order.
+    pub(super) fn get_many(&self, keys: &[String]) -> Vec<Result<Bytes, BucketError>> {
+        use futures_util::StreamExt;
+        inc(&self.inner.counters.gets, keys.len() as u64);
+        let store = self.inner.store.clone();
+        let paths: Vec<Path> = keys.iter().map(|k| self.path(k)).collect();
+        let n = paths.len().max(1);
+        let got = self.run(async move {
+            let all = futures_util::stream::iter(paths.into_iter().map(|p| {
+                let store = store.clone();
+                async move {
+                    let r = store.get(&p).await?;
+                    r.bytes().await
+                }
+            }))
+            .buffered(n)
+            .collect::<Vec<_>>()
+            .await;
+            Ok(all)
+        });
+        let got = match got {
+            Ok(v) => v,
+            Err(e) => {
+                return keys
+                    .iter()
+                    .map(|k| Err(self.failed("GET", k, clone_err(&e))))
+                    .collect()
+            }
+        };
+        keys.iter()
+            .zip(got)
+            .map(|(k, r)| match r {
+                Ok(b) => {
+                    self.count_read(k, b.len());
+                    Ok(b)
+                }
+                Err(e) => Err(self.failed("GET", k, e)),
+            })
+            .collect()
     }
 
     /// Counts a conditional write that lost its race.
@@ -268,6 +452,20 @@ impl Bucket {
         self.get_with_etag(key, None)
             .and_then(|r| r.ok_or_else(|| BucketError::NotFound { key: key.into() }))
             .map(|(b, _)| b)
+    }
+
+    /// The whole object at `key`, which the index says is `size` bytes: a
+    /// shorter (or longer) object is damaged, not an unreachable store.
+    pub fn get_sized(&self, key: &str, size: u64) -> Result<Bytes, BucketError> {
+        let b = self.get(key)?;
+        if b.len() as u64 != size {
+            return Err(BucketError::Short {
+                key: key.into(),
+                wanted: size,
+                size: b.len() as u64,
+            });
+        }
+        Ok(b)
     }
 
     /// The object and its etag; `Ok(None)` when its etag is still `known`.
@@ -289,7 +487,7 @@ impl Bucket {
         });
         match got {
             Ok((bytes, etag)) => {
-                inc(&self.inner.counters.bytes_read, bytes.len() as u64);
+                self.count_read(key, bytes.len());
                 Ok(Some((bytes, etag)))
             }
             Err(object_store::Error::NotModified { .. }) => Ok(None),
@@ -297,14 +495,45 @@ impl Bucket {
         }
     }
 
-    /// Bytes `range` of the object at `key`.
+    /// Bytes `range` of the object at `key`. A range the object does not hold
+    /// (HTTP 416, or fewer bytes back) is [`BucketError::Short`]: the object
+    /// is damaged, whatever status the store used to say so.
     pub fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, BucketError> {
         inc(&self.inner.counters.range_gets, 1);
         let (store, path) = (self.inner.store.clone(), self.path(key));
-        let b = self
-            .run(async move { store.get_range(&path, range).await })
-            .map_err(|e| self.failed("GET (range)", key, e))?;
-        inc(&self.inner.counters.bytes_read, b.len() as u64);
+        let want = range.clone();
+        let got = self.run(async move { store.get_range(&path, want).await });
+        let b = match got {
+            Ok(b) => b,
+            // No answer at all: the store, not the object.
+            Err(e) if transport_failure(&e).is_some() => {
+                return Err(self.failed("GET (range)", key, e))
+            }
+            Err(e @ object_store::Error::NotFound { .. }) => {
+                return Err(self.failed("GET (range)", key, e))
+            }
+            // An answer that did not fit the range: the object's own size says
+            // whether it is short; if it is not, the store erred.
+            Err(e) => {
+                return match self.head(key) {
+                    Ok(info) if info.size < range.end => Err(BucketError::Short {
+                        key: key.into(),
+                        wanted: range.end,
+                        size: info.size,
+                    }),
+                    Err(h) if h.is_damage() => Err(h),
+                    _ => Err(self.failed("GET (range)", key, e)),
+                }
+            }
+        };
+        self.count_read(key, b.len());
+        if (b.len() as u64) < range.end - range.start {
+            return Err(BucketError::Short {
+                key: key.into(),
+                wanted: range.end,
+                size: range.start + b.len() as u64,
+            });
+        }
         Ok(b)
     }
 
@@ -326,23 +555,61 @@ impl Bucket {
     /// Every object whose key starts with `prefix` (a directory-like prefix
     /// ending in `/`), recursively.
     pub fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>, BucketError> {
+        self.list_after(prefix, None)
+    }
+
+    /// The objects under `prefix` whose keys sort after `after` (all of them
+    /// for `None`), in key order.
+    pub fn list_after(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+    ) -> Result<Vec<ObjectInfo>, BucketError> {
         inc(&self.inner.counters.lists, 1);
         let (store, path) = (
             self.inner.store.clone(),
             self.path(prefix.trim_end_matches('/')),
         );
+        let offset = after.map(|a| self.path(a));
         let metas = self
-            .run(async move { store.list(Some(&path)).try_collect::<Vec<_>>().await })
+            .run(async move {
+                match offset {
+                    Some(o) => store.list_with_offset(Some(&path), &o).try_collect().await,
+                    None => store.list(Some(&path)).try_collect::<Vec<_>>().await,
+                }
+            })
             .map_err(|e| self.failed("LIST", prefix, e))?;
-        Ok(metas
+        let mut out: Vec<ObjectInfo> = metas
             .into_iter()
             .map(|m| ObjectInfo {
-                key: self.key_of(&m.location),
+                key: self.key_of(m.location.as_ref()),
                 size: m.size,
                 etag: m.e_tag,
                 last_modified_ms: m.last_modified.timestamp_millis(),
             })
-            .collect())
+            .collect();
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(out)
+    }
+
+    /// The names of the "directories" right under `prefix` (one LIST with a
+    /// delimiter, not every object below).
+    pub fn list_dirs(&self, prefix: &str) -> Result<Vec<String>, BucketError> {
+        inc(&self.inner.counters.lists, 1);
+        let (store, path) = (
+            self.inner.store.clone(),
+            self.path(prefix.trim_end_matches('/')),
+        );
+        let listed = self
+            .run(async move { store.list_with_delimiter(Some(&path)).await })
+            .map_err(|e| self.failed("LIST", prefix, e))?;
+        let mut out: Vec<String> = listed
+            .common_prefixes
+            .iter()
+            .filter_map(|p| p.filename().map(str::to_string))
+            .collect();
+        out.sort();
+        Ok(out)
     }
 
     /// Deletes the object at `key`; a missing object is not an error.
@@ -368,8 +635,34 @@ impl Bucket {
             deletes: g(&c.deletes),
             bytes_read: g(&c.bytes_read),
             bytes_written: g(&c.bytes_written),
+            index_bytes_written: g(&c.index_bytes_written),
+            index_bytes_read: g(&c.index_bytes_read),
             cas_conflicts: g(&c.cas_conflicts),
             errors: g(&c.errors),
+            last_answer_ms: c.last_answer_ms.load(Ordering::Relaxed),
         }
+    }
+}
+
+/// The error of an upload that missed its deadline: a transport failure,
+/// classified as timed out like the client's own.
+fn timed_out(after: Duration) -> object_store::Error {
+    object_store::Error::Generic {
+        store: "bucket",
+        source: Box::new(object_store::client::HttpError::new(
+            object_store::client::HttpErrorKind::Timeout,
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer within {} ms", after.as_millis()),
+            ),
+        )),
+    }
+}
+
+/// A copy of a runtime failure for each of several requests it failed.
+fn clone_err(e: &object_store::Error) -> object_store::Error {
+    object_store::Error::Generic {
+        store: "bucket",
+        source: e.to_string().into(),
     }
 }

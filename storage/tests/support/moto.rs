@@ -160,6 +160,7 @@ impl MotoServer {
             access_key_id: Some("test".into()),
             secret_access_key: Some("test".into()),
             allow_http: true,
+            ..BucketConfig::new("memory://")
         }
     }
 }

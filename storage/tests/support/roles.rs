@@ -42,6 +42,7 @@ pub fn uploader(store: &Arc<Store>, bucket: &Bucket) -> Uploader {
         UploaderConfig {
             writer_id: "w1".into(),
             interval: Duration::from_secs(3600),
+            fault: None,
         },
     )
     .unwrap();
