@@ -10,7 +10,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use profiledb_storage::{
-    Bucket, Mirror, MirrorConfig, Store, StoreConfig, Uploader, UploaderConfig,
+    Batch, BlockPolicy, Bucket, Compactor, CompactorConfig, DownsampleRule, Fault, Function,
+    Labels, Location, MergePolicy, Mirror, MirrorConfig, Querier, QueryLimits, Sample, Selector,
+    SeriesSamples, Store, StoreConfig, TenantId, TimeRange, Uploader, UploaderConfig,
+    PROFILE_TYPE_LABEL,
 };
 
 /// A store that compacts only when told to, so tests count segments exactly.
@@ -36,13 +39,18 @@ pub fn wait(what: &str, mut f: impl FnMut() -> bool) {
 /// and then sleeps an hour, so tests drive it with `upload_now`; returning after
 /// that first pass means a late one cannot upload what a test writes next.
 pub fn uploader(store: &Arc<Store>, bucket: &Bucket) -> Uploader {
+    uploader_with(store, bucket, None)
+}
+
+/// [`uploader`] with a fault point armed.
+pub fn uploader_with(store: &Arc<Store>, bucket: &Bucket, fault: Option<Fault>) -> Uploader {
     let up = Uploader::start(
         store.clone(),
         bucket.clone(),
         UploaderConfig {
             writer_id: "w1".into(),
             interval: Duration::from_secs(3600),
-            fault: None,
+            fault,
         },
     )
     .unwrap();
@@ -79,4 +87,84 @@ pub fn querier(
     .unwrap();
     wait("the first sync", || mirror.synced());
     (qstore, mirror)
+}
+
+/// One sample of `value` on main → f`i` at `at_ms`.
+pub fn batch_at(at_ms: i64, i: i64, value: i64) -> Batch {
+    let mut b = Batch::new(TenantId::default());
+    for name in ["main".to_string(), format!("f{i}")] {
+        b.symbols.functions.push(Function {
+            name: name.into(),
+            file: Default::default(),
+        });
+        let function = Some(b.symbols.functions.len() as u32 - 1);
+        b.symbols.locations.push(Location {
+            function,
+            mapping: None,
+            address: 0,
+            line: 0,
+        });
+    }
+    let stack = b.stacks.push(&[0, 1]);
+    b.series.push(SeriesSamples {
+        labels: Labels::new([
+            (
+                PROFILE_TYPE_LABEL,
+                "process_cpu:cpu:nanoseconds:cpu:nanoseconds",
+            ),
+            ("service_name", "demo"),
+        ]),
+        samples: vec![Sample {
+            timestamp_ms: at_ms,
+            stack,
+            value,
+        }],
+    });
+    b
+}
+
+/// The total of service `demo` in `range`, merged by a querier over `store`.
+pub fn total_in(store: &Store, range: TimeRange) -> i64 {
+    let q = Querier::new(store, 0, QueryLimits::default());
+    let sel = Selector::parse(r#"{service_name="demo"}"#).unwrap();
+    q.merge_tree(&TenantId::default(), &sel, range)
+        .unwrap()
+        .total()
+}
+
+/// A compactor over `bucket` passing every 20 ms, merging two segments and
+/// more, with day blocks (not wide ones), garbage past `grace`, and `fault`.
+pub fn compactor(
+    bucket: &Bucket,
+    downsample: Vec<DownsampleRule>,
+    grace: Duration,
+    fault: Option<Fault>,
+) -> Compactor {
+    Compactor::start(
+        bucket.clone(),
+        CompactorConfig {
+            id: "c1".into(),
+            interval: Duration::from_millis(20),
+            // Day blocks, as these tests check them: the 2023 data's weeks are
+            // long over, and wide blocks would take the days (planned as in
+            // `storage/src/cluster/plan.rs`'s tests, merged as a day is).
+            policy: MergePolicy {
+                min_segments: 2,
+                blocks: BlockPolicy {
+                    wide_width_ms: 0,
+                    ..BlockPolicy::default()
+                },
+                ..MergePolicy::default()
+            },
+            lease_ttl: Duration::from_secs(30),
+            grace,
+            retention: None,
+            downsample,
+            zstd_level: 3,
+            wide_zstd_level: 15,
+            pause_before_swap: None,
+            fault,
+        },
+    )
+    .unwrap()
 }
