@@ -1,2 +1,3 @@
 pub mod moto;
+pub mod proxy;
 pub mod roles;

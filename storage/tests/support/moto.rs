@@ -217,6 +217,16 @@ impl MotoServer {
     }
 }
 
+impl MotoServer {
+    /// The bucket under `prefix`, reached at `endpoint` (a proxy in front).
+    pub fn config_through(&self, endpoint: &str, prefix: &str) -> BucketConfig {
+        BucketConfig {
+            endpoint: Some(endpoint.to_string()),
+            ..self.config(prefix)
+        }
+    }
+}
+
 impl Drop for MotoServer {
     fn drop(&mut self) {
         let _ = self.child.kill();

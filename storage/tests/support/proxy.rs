@@ -36,6 +36,8 @@ struct State {
     stop: AtomicBool,
     /// Connections accepted so far.
     accepted: AtomicU64,
+    /// Whether the port is listening now.
+    listening: AtomicBool,
 }
 
 impl State {
@@ -61,6 +63,7 @@ impl FaultProxy {
             epoch: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             accepted: AtomicU64::new(0),
+            listening: AtomicBool::new(true),
         });
         let upstream: SocketAddr = ([127, 0, 0, 1], upstream).into();
         let st = state.clone();
@@ -88,6 +91,14 @@ impl FaultProxy {
         if mode == Mode::Refuse || (before == Mode::Hang && mode != Mode::Hang) {
             self.state.epoch.fetch_add(1, Ordering::SeqCst);
         }
+        // Returns once the port refuses or listens, as asked.
+        let want = mode != Mode::Refuse;
+        for _ in 0..500 {
+            if self.state.listening.load(Ordering::SeqCst) == want {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
     }
 
     /// Connections accepted so far.
@@ -112,6 +123,7 @@ fn accept_loop(mut listener: Option<TcpListener>, port: u16, upstream: SocketAdd
         if mode == Mode::Refuse {
             // Nothing listens: connects get an RST from the kernel.
             listener = None;
+            st.listening.store(false, Ordering::SeqCst);
             std::thread::sleep(Duration::from_millis(10));
             continue;
         }
@@ -119,6 +131,7 @@ fn accept_loop(mut listener: Option<TcpListener>, port: u16, upstream: SocketAdd
             listener = TcpListener::bind(("127.0.0.1", port)).ok();
             if let Some(l) = &listener {
                 let _ = l.set_nonblocking(true);
+                st.listening.store(true, Ordering::SeqCst);
             }
             std::thread::sleep(Duration::from_millis(10));
             continue;

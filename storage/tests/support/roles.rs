@@ -140,11 +140,22 @@ pub fn compactor(
     grace: Duration,
     fault: Option<Fault>,
 ) -> Compactor {
+    compactor_every(bucket, downsample, grace, fault, Duration::from_millis(20))
+}
+
+/// [`compactor`] passing every `interval` (its first pass runs as it starts).
+pub fn compactor_every(
+    bucket: &Bucket,
+    downsample: Vec<DownsampleRule>,
+    grace: Duration,
+    fault: Option<Fault>,
+    interval: Duration,
+) -> Compactor {
     Compactor::start(
         bucket.clone(),
         CompactorConfig {
             id: "c1".into(),
-            interval: Duration::from_millis(20),
+            interval,
             // Day blocks, as these tests check them: the 2023 data's weeks are
             // long over, and wide blocks would take the days (planned as in
             // `storage/src/cluster/plan.rs`'s tests, merged as a day is).
