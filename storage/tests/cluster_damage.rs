@@ -27,7 +27,7 @@ const T0: i64 = 1_700_000_000_000;
 fn wide_batch(at_ms: i64, seed: u64, n: usize, value: i64) -> Batch {
     let mut b = Batch::new(TenantId::default());
     let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let mut loc = |b: &mut Batch, name: String| {
+    let loc = |b: &mut Batch, name: String| {
         b.symbols.functions.push(Function {
             name: name.into(),
             file: Default::default(),
