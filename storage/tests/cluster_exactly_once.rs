@@ -41,8 +41,7 @@ fn an_upload_retried_after_its_merge_and_garbage_collection_is_counted_once() {
     up.upload_now().unwrap();
     assert_eq!(up.wait_uploaded(first, Duration::ZERO), Acked::Bucket);
     drop(up);
-    // The second time: the uploader's first pass runs as it starts.
-    let crash = Fault::new(FaultPoint::WriterAfterAck, 2, FaultAction::Fail);
+    let crash = Fault::new(FaultPoint::WriterAfterAck, 1, FaultAction::Fail);
     let up = uploader_with(&store, &bucket, Some(crash));
     let second = store.write(batch_at(T0 + 1000, 2, 10)).unwrap();
     assert!(up.upload_now().is_err(), "the fault stops the pass");
@@ -118,8 +117,7 @@ fn a_writer_stopped_at_any_step_uploads_each_write_once() {
         let up = uploader_with(
             &store,
             &bucket,
-            // The second time: the uploader's first pass runs as it starts.
-            Some(Fault::new(point, 2, FaultAction::Fail)),
+            Some(Fault::new(point, 1, FaultAction::Fail)),
         );
         for k in 0..3 {
             store

@@ -12,6 +12,8 @@ mod alerts;
 mod bad_input;
 mod clear_answers;
 mod cluster;
+mod cluster_faults;
+mod cluster_procs;
 mod control_api;
 mod docs_examples;
 mod fleet_api;

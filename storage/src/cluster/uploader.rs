@@ -259,6 +259,12 @@ impl Shared {
         let ids: Vec<u64> = pending.iter().map(|m| m.id).collect();
         let present: Vec<u64> = store.segments().iter().map(|m| m.id).collect();
         seqs.assign(&ids, &present)?;
+        // Fault points are steps of an upload: a pass with nothing to upload
+        // does not reach them.
+        let step = |point| match pending.is_empty() {
+            true => Ok(()),
+            false => reached(&self.cfg.fault, point),
+        };
         let mut fresh: BTreeMap<String, Vec<SegmentEntry>> = BTreeMap::new();
         for mut meta in pending.iter().cloned() {
             let path = store.dir().join(&meta.file);
@@ -288,7 +294,7 @@ impl Shared {
         self.stats
             .pending
             .store(pending.len() as u64, Ordering::Relaxed);
-        reached(&self.cfg.fault, FaultPoint::WriterAfterUpload)?;
+        step(FaultPoint::WriterAfterUpload)?;
         if pending.is_empty() {
             // Nothing to upload still tells whether the bucket answers, so an
             // `--ack bucket` writer refuses writes at once while it does not.
@@ -304,7 +310,7 @@ impl Shared {
             let hint = hints.entry(tenant.clone()).or_default();
             self.bucket.add_segments(&tenant, entries, hint)?;
         }
-        reached(&self.cfg.fault, FaultPoint::WriterAfterIndex)?;
+        step(FaultPoint::WriterAfterIndex)?;
         self.stats
             .segments
             .fetch_add(pending.len() as u64, Ordering::Relaxed);
@@ -321,7 +327,7 @@ impl Shared {
             }
         }
         self.stats.watermark.store(durable, Ordering::Relaxed);
-        reached(&self.cfg.fault, FaultPoint::WriterAfterAck)?;
+        step(FaultPoint::WriterAfterAck)?;
         let ids: Vec<u64> = self.uploaded.lock().iter().copied().collect();
         let dropped = store.forget_segments(&ids)?;
         let mut uploaded = self.uploaded.lock();
@@ -329,7 +335,7 @@ impl Shared {
             uploaded.remove(&id);
         }
         drop(uploaded);
-        reached(&self.cfg.fault, FaultPoint::WriterAfterForget)?;
+        step(FaultPoint::WriterAfterForget)?;
         Ok(())
     }
 }
