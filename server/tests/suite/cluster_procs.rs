@@ -104,10 +104,6 @@ impl Proc {
         self.child.try_wait().is_ok_and(|s| s.is_some())
     }
 
-    /// Its log so far.
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.with_extension("log")).unwrap_or_default()
-    }
 
     /// Starts it again on the same directory, port and flags.
     pub fn restart(&mut self) {
@@ -259,7 +255,7 @@ impl Ledger {
         self.next += 1;
         Push {
             id: self.next,
-            service: if self.next % 2 == 0 { "alpha" } else { "beta" },
+            service: if self.next.is_multiple_of(2) { "alpha" } else { "beta" },
             host: ["h1", "h2", "h3"][self.next % 3],
             from,
         }
