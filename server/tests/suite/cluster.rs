@@ -177,6 +177,7 @@ fn cluster_counts_every_acknowledged_push_once_and_answers_like_one_node() {
             service: if id % 2 == 0 { "alpha" } else { "beta" },
             host: ["h1", "h2", "h3"][id % 3],
             from: t0 - 60 + (id as u64 % 50),
+            tag: 0,
         })
         .collect();
     let acked = Arc::new(Mutex::new(Vec::<Push>::new()));
@@ -348,6 +349,7 @@ fn cluster_counts_every_acknowledged_push_once_and_answers_like_one_node() {
             service: "alpha",
             host: "h1",
             from: t0,
+            tag: 0,
         })
         .collect();
     for p in &late {

@@ -164,7 +164,7 @@ impl Bucket {
                 self.reload(view)?;
                 reloaded = true;
             }
-            match self.catch_up(view, None)? {
+            match self.catch_up(view, &mut |_, _, _| {})? {
                 CatchUp::Done => {
                     view.checked = Some(Instant::now());
                     return Ok(reloaded || view.index.generation != before);
@@ -209,12 +209,12 @@ impl Bucket {
         Ok(())
     }
 
-    /// Folds the entries after the view's generation into it, noting what the
-    /// entry of generation `watch` did.
+    /// Folds the entries after the view's generation into it, telling
+    /// `observe` each change's generation, what it did and the index after it.
     fn catch_up(
         &self,
         view: &mut TenantView,
-        mut watch: Option<(u64, &mut Option<Outcome>)>,
+        observe: &mut dyn FnMut(u64, &Outcome, &TenantIndex),
     ) -> Result<CatchUp, BucketError> {
         let after = log_key(&view.tenant, view.index.generation);
         let listed = self.list_after(&log_prefix(&view.tenant), Some(&after))?;
@@ -242,11 +242,7 @@ impl Bucket {
                     Ok(entry) => {
                         for change in &entry.changes {
                             let outcome = view.index.apply(change);
-                            if let Some((w, slot)) = watch.as_mut() {
-                                if *w == g {
-                                    **slot = Some(outcome);
-                                }
-                            }
+                            observe(g, &outcome, &view.index);
                         }
                     }
                     Err(e) => {
@@ -358,7 +354,12 @@ impl Bucket {
         let g = self.append_change(&view.tenant, change, &mut hint)?;
         let mut outcome = None;
         if view.index.generation < g {
-            if let CatchUp::Gap = self.catch_up(view, Some((g, &mut outcome)))? {
+            let mut watch = |at: u64, o: &Outcome, _: &TenantIndex| {
+                if at == g {
+                    outcome = Some(o.clone());
+                }
+            };
+            if let CatchUp::Gap = self.catch_up(view, &mut watch)? {
                 self.sync(view)?;
             }
         }
@@ -366,6 +367,25 @@ impl Bucket {
         // Folded into a checkpoint before this view saw it: read what it did
         // off the index (rare: the view was older than the log's grace).
         Ok(outcome.unwrap_or_else(|| settled_outcome(&view.index, &probe)))
+    }
+
+    /// Folds `tenant`'s whole log from its first generation, handing `each` the
+    /// index after every change: for audits, and for the bench's figure of what
+    /// rewriting the whole index on every change (the release before the log)
+    /// would have written. Fails once entries were pruned under a checkpoint.
+    pub fn fold_log(
+        &self,
+        tenant: &str,
+        mut each: impl FnMut(&TenantIndex),
+    ) -> Result<TenantIndex, BucketError> {
+        let mut view = TenantView::new(tenant);
+        match self.catch_up(&mut view, &mut |_, _, idx| each(idx))? {
+            CatchUp::Done => Ok(view.index),
+            CatchUp::Gap => Err(BucketError::Corrupt {
+                key: log_prefix(tenant),
+                reason: "the log's first entries were pruned under a checkpoint".into(),
+            }),
+        }
     }
 
     /// Writes the checkpoint of `view`'s generation.
