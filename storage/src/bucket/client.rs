@@ -18,7 +18,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::TryStreamExt;
 use object_store::aws::AmazonS3Builder;
 use object_store::memory::InMemory;
 use object_store::path::Path;
@@ -134,7 +133,7 @@ impl std::fmt::Debug for Bucket {
     }
 }
 
-fn inc(c: &AtomicU64, n: u64) {
+pub(super) fn inc(c: &AtomicU64, n: u64) {
     c.fetch_add(n, Ordering::Relaxed);
 }
 
@@ -265,7 +264,7 @@ impl Bucket {
         }
     }
 
-    fn key_of(&self, path: &str) -> String {
+    pub(super) fn key_of(&self, path: &str) -> String {
         match self.inner.prefix.as_str() {
             "" => path.to_string(),
             pre => path
@@ -276,7 +275,7 @@ impl Bucket {
     }
 
     /// Runs `fut` on the bucket's runtime and waits for it; notes the answer.
-    fn run<T: Send + 'static>(
+    pub(super) fn run<T: Send + 'static>(
         &self,
         fut: impl Future<Output = object_store::Result<T>> + Send + 'static,
     ) -> object_store::Result<T> {
@@ -311,11 +310,21 @@ impl Bucket {
         out
     }
 
-    fn failed(&self, what: &str, key: &str, e: object_store::Error) -> BucketError {
+    pub(super) fn failed(&self, what: &str, key: &str, e: object_store::Error) -> BucketError {
         if !matches!(e, object_store::Error::NotFound { .. }) {
             inc(&self.inner.counters.errors, 1);
         }
         BucketError::from_store(what, key, e)
+    }
+
+    /// Counts a LIST request.
+    pub(super) fn count_list(&self) {
+        inc(&self.inner.counters.lists, 1);
+    }
+
+    /// The store every request but segment uploads goes to.
+    pub(super) fn store(&self) -> Arc<dyn ObjectStore> {
+        self.inner.store.clone()
     }
 
     fn count_written(&self, key: &str, n: usize) {
@@ -550,66 +559,6 @@ impl Bucket {
             etag: m.e_tag,
             last_modified_ms: m.last_modified.timestamp_millis(),
         })
-    }
-
-    /// Every object whose key starts with `prefix` (a directory-like prefix
-    /// ending in `/`), recursively.
-    pub fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>, BucketError> {
-        self.list_after(prefix, None)
-    }
-
-    /// The objects under `prefix` whose keys sort after `after` (all of them
-    /// for `None`), in key order.
-    pub fn list_after(
-        &self,
-        prefix: &str,
-        after: Option<&str>,
-    ) -> Result<Vec<ObjectInfo>, BucketError> {
-        inc(&self.inner.counters.lists, 1);
-        let (store, path) = (
-            self.inner.store.clone(),
-            self.path(prefix.trim_end_matches('/')),
-        );
-        let offset = after.map(|a| self.path(a));
-        let metas = self
-            .run(async move {
-                match offset {
-                    Some(o) => store.list_with_offset(Some(&path), &o).try_collect().await,
-                    None => store.list(Some(&path)).try_collect::<Vec<_>>().await,
-                }
-            })
-            .map_err(|e| self.failed("LIST", prefix, e))?;
-        let mut out: Vec<ObjectInfo> = metas
-            .into_iter()
-            .map(|m| ObjectInfo {
-                key: self.key_of(m.location.as_ref()),
-                size: m.size,
-                etag: m.e_tag,
-                last_modified_ms: m.last_modified.timestamp_millis(),
-            })
-            .collect();
-        out.sort_by(|a, b| a.key.cmp(&b.key));
-        Ok(out)
-    }
-
-    /// The names of the "directories" right under `prefix` (one LIST with a
-    /// delimiter, not every object below).
-    pub fn list_dirs(&self, prefix: &str) -> Result<Vec<String>, BucketError> {
-        inc(&self.inner.counters.lists, 1);
-        let (store, path) = (
-            self.inner.store.clone(),
-            self.path(prefix.trim_end_matches('/')),
-        );
-        let listed = self
-            .run(async move { store.list_with_delimiter(Some(&path)).await })
-            .map_err(|e| self.failed("LIST", prefix, e))?;
-        let mut out: Vec<String> = listed
-            .common_prefixes
-            .iter()
-            .filter_map(|p| p.filename().map(str::to_string))
-            .collect();
-        out.sort();
-        Ok(out)
     }
 
     /// Deletes the object at `key`; a missing object is not an error.

@@ -4,7 +4,8 @@
 //! | file         | holds                                                          |
 //! |--------------|----------------------------------------------------------------|
 //! | `config.rs`  | where the bucket is: URL, endpoint, region, credentials, timeouts |
-//! | `client.rs`  | [`Bucket`]: put/get/list/delete over a private runtime, counters |
+//! | `client.rs`  | [`Bucket`]: put/get/delete over a private runtime, counters      |
+//! | `list.rs`    | listing: under a prefix, after a key, the tenants               |
 //! | `error.rs`   | unreachable store apart from damaged objects                    |
 //! | `layout.rs`  | the key of every kind of object                                 |
 //! | `index.rs`   | a tenant's index and the changes that make it (a pure fold)     |
@@ -25,6 +26,7 @@ mod gc;
 mod index;
 mod layout;
 mod lease;
+mod list;
 mod log;
 
 pub use client::{Bucket, BucketStats, ObjectInfo};
