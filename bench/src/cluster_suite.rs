@@ -298,29 +298,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }));
     let profiles = (args.hosts * args.rounds * args.services) as f64;
     let endpoint = s3.endpoint();
-    let cluster = |prefix: &str, role: &str| -> Vec<String> {
-        [
-            "--storage",
-            &s3.config(prefix).url,
-            "--s3-endpoint",
-            &endpoint,
-            "--role",
-            role,
-            "--upload-interval-ms",
-            "500",
-            "--sync-interval-ms",
-            "500",
-            "--bucket-compaction-interval-secs",
-            "2",
-            "--gc-grace-secs",
-            "5",
-            "--memory-mb",
-            "512",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
-    };
+    let cluster = |prefix: &str, role: &str| role_flags(&s3.config(prefix).url, &endpoint, role);
     let mem = vec!["--memory-mb".to_string(), "512".to_string()];
 
     // Single node.
@@ -524,4 +502,30 @@ fn whole_index_bytes(cfg: &profiledb_storage::BucketConfig) -> anyhow::Result<f6
         })?;
     }
     Ok(total as f64)
+}
+
+/// A role's flags in the cluster bench: passes every half second, compaction
+/// every 2 s, a 5 s grace.
+pub(crate) fn role_flags(url: &str, endpoint: &str, role: &str) -> Vec<String> {
+    [
+        "--storage",
+        url,
+        "--s3-endpoint",
+        endpoint,
+        "--role",
+        role,
+        "--upload-interval-ms",
+        "500",
+        "--sync-interval-ms",
+        "500",
+        "--bucket-compaction-interval-secs",
+        "2",
+        "--gc-grace-secs",
+        "5",
+        "--memory-mb",
+        "512",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
 }

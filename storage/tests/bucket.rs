@@ -10,33 +10,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use object_store::memory::InMemory;
-use profiledb_storage::{AppendHint, Bucket, BucketConfig, BucketError, SegmentEntry, TenantView};
+use profiledb_storage::{AppendHint, Bucket, BucketConfig, BucketError, TenantView};
+use support::entries::{entry, entry_seq};
 use support::moto::MotoServer;
-
-fn entry(key: &str) -> SegmentEntry {
-    seq_entry(key, None)
-}
-
-/// A writer's upload `key` with upload number `seq`.
-fn seq_entry(key: &str, seq: Option<u64>) -> SegmentEntry {
-    SegmentEntry {
-        key: key.into(),
-        min_ms: 0,
-        max_ms: 10_000,
-        partition_ms: 0,
-        level: 0,
-        step_ms: 10_000,
-        width_ms: 3_600_000,
-        bytes: 3,
-        samples: 1,
-        series: 1,
-        created_ms: 0,
-        origin: "w".into(),
-        seq,
-        profile_types: vec!["cpu".into()],
-        services: vec!["app".into()],
-    }
-}
+use support::roles::buckets;
 
 fn keys(b: &Bucket, tenant: &str) -> Vec<String> {
     let mut k: Vec<String> = b
@@ -50,16 +27,6 @@ fn keys(b: &Bucket, tenant: &str) -> Vec<String> {
     k
 }
 
-/// Every bucket the tests run on: memory always, moto when it starts.
-fn buckets(name: &str) -> Vec<(Bucket, Option<MotoServer>)> {
-    let mut v = vec![(Bucket::from_store(Arc::new(InMemory::new()), "p"), None)];
-    if let Some(s3) = MotoServer::start() {
-        let b = Bucket::open(&s3.config(name)).unwrap();
-        v.push((b, Some(s3)));
-    }
-    v
-}
-
 #[test]
 fn retried_uploads_add_nothing_and_readers_catch_up_with_new_entries_only() {
     for (b, _s3) in buckets("idem") {
@@ -69,7 +36,7 @@ fn retried_uploads_add_nothing_and_readers_catch_up_with_new_entries_only() {
         let g1 = b
             .add_segments(
                 "t",
-                vec![seq_entry("a", Some(1)), seq_entry("b", Some(2))],
+                vec![entry_seq("a", Some(1)), entry_seq("b", Some(2))],
                 &mut hint,
             )
             .unwrap();
@@ -79,12 +46,12 @@ fn retried_uploads_add_nothing_and_readers_catch_up_with_new_entries_only() {
         // Unchanged: nothing new to fold.
         assert!(!b.sync(&mut view).unwrap());
         // A retried upload is a new entry in the log, and adds nothing.
-        b.add_segments("t", vec![seq_entry("a", Some(1))], &mut hint)
+        b.add_segments("t", vec![entry_seq("a", Some(1))], &mut hint)
             .unwrap();
         assert_eq!(keys(&b, "t"), ["a", "b"]);
         assert_eq!(b.tenants().unwrap(), ["t"]);
         let g3 = b
-            .add_segments("t", vec![seq_entry("c", Some(3))], &mut hint)
+            .add_segments("t", vec![entry_seq("c", Some(3))], &mut hint)
             .unwrap();
         assert_eq!(g3, 3);
         assert!(b.sync(&mut view).unwrap());

@@ -12,30 +12,11 @@ use std::time::Duration;
 
 use object_store::memory::InMemory;
 use profiledb_storage::{
-    AppendHint, Bucket, BucketError, SegmentEntry, TenantIndex, TenantView, Unreachable, LOG_GRACE,
+    AppendHint, Bucket, BucketError, TenantIndex, TenantView, Unreachable, LOG_GRACE,
 };
+use support::entries::entry;
 use support::moto::MotoServer;
 use support::proxy::{FaultProxy, Mode};
-
-fn entry(key: &str) -> SegmentEntry {
-    SegmentEntry {
-        key: key.into(),
-        min_ms: 0,
-        max_ms: 10_000,
-        partition_ms: 0,
-        level: 0,
-        step_ms: 10_000,
-        width_ms: 3_600_000,
-        bytes: 3,
-        samples: 1,
-        series: 1,
-        created_ms: 0,
-        origin: "w".into(),
-        seq: None,
-        profile_types: vec!["cpu".into()],
-        services: vec!["app".into()],
-    }
-}
 
 fn log_objects(b: &Bucket) -> usize {
     b.list("tenants/t/index/log/").unwrap().len()

@@ -11,13 +11,8 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
-use object_store::memory::InMemory;
-use profiledb_storage::{
-    Acked, Batch, Bucket, Function, Labels, Location, Sample, SeriesSamples, Store, TenantId,
-    TimeRange, PROFILE_TYPE_LABEL,
-};
-use support::moto::MotoServer;
-use support::roles::{self, local, total_in, uploader, wait};
+use profiledb_storage::{Acked, Batch, Bucket, Sample, Store, TenantId, TimeRange};
+use support::roles::{self, buckets, demo_series, frame, local, total_in, uploader, wait};
 
 const T0: i64 = 1_700_000_000_000;
 
@@ -27,26 +22,13 @@ const T0: i64 = 1_700_000_000_000;
 fn wide_batch(at_ms: i64, seed: u64, n: usize, value: i64) -> Batch {
     let mut b = Batch::new(TenantId::default());
     let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let loc = |b: &mut Batch, name: String| {
-        b.symbols.functions.push(Function {
-            name: name.into(),
-            file: Default::default(),
-        });
-        b.symbols.locations.push(Location {
-            function: Some(b.symbols.functions.len() as u32 - 1),
-            mapping: None,
-            address: 0,
-            line: 0,
-        });
-        b.symbols.locations.len() as u32 - 1
-    };
-    let main = loc(&mut b, "main".into());
+    let main = frame(&mut b, "main".into(), "");
     let mut samples = Vec::with_capacity(n);
     for _ in 0..n {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        let leaf = loc(&mut b, format!("f{x:016x}{:016x}", x.rotate_left(29)));
+        let leaf = frame(&mut b, format!("f{x:016x}{:016x}", x.rotate_left(29)), "");
         let stack = b.stacks.push(&[main, leaf]);
         samples.push(Sample {
             timestamp_ms: at_ms,
@@ -54,26 +36,8 @@ fn wide_batch(at_ms: i64, seed: u64, n: usize, value: i64) -> Batch {
             value,
         });
     }
-    b.series.push(SeriesSamples {
-        labels: Labels::new([
-            (
-                PROFILE_TYPE_LABEL,
-                "process_cpu:cpu:nanoseconds:cpu:nanoseconds",
-            ),
-            ("service_name", "demo"),
-        ]),
-        samples,
-    });
+    b.series.push(demo_series(samples));
     b
-}
-
-/// Every bucket the test runs on: memory always, moto when it starts.
-fn buckets(name: &str) -> Vec<(Bucket, Option<MotoServer>)> {
-    let mut v = vec![(Bucket::from_store(Arc::new(InMemory::new()), "p"), None)];
-    if let Some(s3) = MotoServer::start() {
-        v.push((Bucket::open(&s3.config(name)).unwrap(), Some(s3)));
-    }
-    v
 }
 
 /// Writes one segment per value in `values` (one upload each) into `bucket`;

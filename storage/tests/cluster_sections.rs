@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use object_store::memory::InMemory;
 use profiledb_storage::{
-    Acked, Batch, Bucket, Function, Labels, Location, Mirror, Querier, QueryLimits, Sample,
-    Selector, SeriesSamples, Store, TenantId, TimeRange, PROFILE_TYPE_LABEL,
+    Acked, Batch, Bucket, Labels, Mirror, Querier, QueryLimits, Sample, Selector, SeriesSamples,
+    Store, TenantId, TimeRange, PROFILE_TYPE_LABEL,
 };
 use support::roles::{self, local, uploader};
 
@@ -37,19 +37,7 @@ fn noise(x: u64) -> i64 {
 /// One service's samples: every 10 s step, each of the stacks main → g`j` → h`k`.
 fn batch(service: u64) -> (Batch, Vec<(i64, i64)>) {
     let mut b = Batch::new(TenantId::default());
-    let loc = |b: &mut Batch, name: String| {
-        b.symbols.functions.push(Function {
-            name: name.into(),
-            file: "x.go".into(),
-        });
-        b.symbols.locations.push(Location {
-            function: Some(b.symbols.functions.len() as u32 - 1),
-            mapping: None,
-            address: 0,
-            line: 0,
-        });
-        b.symbols.locations.len() as u32 - 1
-    };
+    let loc = |b: &mut Batch, name: String| roles::frame(b, name, "x.go");
     let main = loc(&mut b, "main".into());
     let stacks: Vec<u32> = (0..STACKS)
         .map(|s| {

@@ -117,35 +117,23 @@ struct Rig {
     runs: usize,
 }
 
-/// A role's flags: fast passes and short grace, default timeouts.
+/// A role's flags: the cluster bench's, merging sooner and collecting garbage
+/// after 2 s; default timeouts.
 fn role_flags(url: &str, endpoint: &str, role: &str) -> Vec<String> {
-    [
-        "--storage",
-        url,
-        "--s3-endpoint",
-        endpoint,
-        "--role",
-        role,
-        "--upload-interval-ms",
-        "500",
-        "--sync-interval-ms",
-        "500",
-        "--bucket-compaction-interval-secs",
-        "1",
-        "--merge-min-segments",
-        "3",
-        "--merge-settle-secs",
-        "1",
-        "--gc-grace-secs",
-        "2",
-        "--lease-ttl-secs",
-        "8",
-        "--memory-mb",
-        "256",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
+    let mut v = super::role_flags(url, endpoint, role);
+    for (flag, value) in [
+        ("--bucket-compaction-interval-secs", "1"),
+        ("--merge-min-segments", "3"),
+        ("--merge-settle-secs", "1"),
+        ("--gc-grace-secs", "2"),
+        ("--lease-ttl-secs", "8"),
+    ] {
+        match v.iter().position(|f| f == flag) {
+            Some(i) => v[i + 1] = value.to_string(),
+            None => v.extend([flag.to_string(), value.to_string()]),
+        }
+    }
+    v
 }
 
 impl Rig {

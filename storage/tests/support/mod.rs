@@ -1,3 +1,4 @@
+pub mod entries;
 pub mod moto;
 pub mod proxy;
 pub mod roles;

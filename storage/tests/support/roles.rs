@@ -16,6 +16,18 @@ use profiledb_storage::{
     PROFILE_TYPE_LABEL,
 };
 
+/// Every bucket a test runs on: memory always, moto (`name` its prefix) when
+/// it starts.
+pub fn buckets(name: &str) -> Vec<(Bucket, Option<super::moto::MotoServer>)> {
+    let memory: Arc<dyn object_store::ObjectStore> =
+        Arc::new(object_store::memory::InMemory::new());
+    let mut v = vec![(Bucket::from_store(memory, "p"), None)];
+    if let Some(s3) = super::moto::MotoServer::start() {
+        v.push((Bucket::open(&s3.config(name)).unwrap(), Some(s3)));
+    }
+    v
+}
+
 /// A store that compacts only when told to, so tests count segments exactly.
 pub fn local() -> StoreConfig {
     StoreConfig {
@@ -89,24 +101,25 @@ pub fn querier(
     (qstore, mirror)
 }
 
-/// One sample of `value` on main → f`i` at `at_ms`.
-pub fn batch_at(at_ms: i64, i: i64, value: i64) -> Batch {
-    let mut b = Batch::new(TenantId::default());
-    for name in ["main".to_string(), format!("f{i}")] {
-        b.symbols.functions.push(Function {
-            name: name.into(),
-            file: Default::default(),
-        });
-        let function = Some(b.symbols.functions.len() as u32 - 1);
-        b.symbols.locations.push(Location {
-            function,
-            mapping: None,
-            address: 0,
-            line: 0,
-        });
-    }
-    let stack = b.stacks.push(&[0, 1]);
-    b.series.push(SeriesSamples {
+/// Adds function `name` (in `file`) and a location of it to `b`; the
+/// location's index.
+pub fn frame(b: &mut Batch, name: String, file: &str) -> u32 {
+    b.symbols.functions.push(Function {
+        name: name.into(),
+        file: file.into(),
+    });
+    b.symbols.locations.push(Location {
+        function: Some(b.symbols.functions.len() as u32 - 1),
+        mapping: None,
+        address: 0,
+        line: 0,
+    });
+    b.symbols.locations.len() as u32 - 1
+}
+
+/// The CPU series of service `demo` holding `samples`.
+pub fn demo_series(samples: Vec<Sample>) -> SeriesSamples {
+    SeriesSamples {
         labels: Labels::new([
             (
                 PROFILE_TYPE_LABEL,
@@ -114,12 +127,21 @@ pub fn batch_at(at_ms: i64, i: i64, value: i64) -> Batch {
             ),
             ("service_name", "demo"),
         ]),
-        samples: vec![Sample {
-            timestamp_ms: at_ms,
-            stack,
-            value,
-        }],
-    });
+        samples,
+    }
+}
+
+/// One sample of `value` on main → f`i` at `at_ms`.
+pub fn batch_at(at_ms: i64, i: i64, value: i64) -> Batch {
+    let mut b = Batch::new(TenantId::default());
+    let main = frame(&mut b, "main".into(), "");
+    let leaf = frame(&mut b, format!("f{i}"), "");
+    let stack = b.stacks.push(&[main, leaf]);
+    b.series.push(demo_series(vec![Sample {
+        timestamp_ms: at_ms,
+        stack,
+        value,
+    }]));
     b
 }
 
