@@ -161,7 +161,11 @@ impl Bucket {
         let mut reloaded = false;
         for _ in 0..5 {
             if view.checked.is_none() || !view.fresh() {
-                self.reload(view)?;
+                match self.reload(view) {
+                    // The checkpoint listed was pruned under a newer one.
+                    Err(BucketError::NotFound { .. }) => continue,
+                    r => r?,
+                }
                 reloaded = true;
             }
             match self.catch_up(view, &mut |_, _, _| {})? {

@@ -219,14 +219,14 @@ impl Shared {
     fn follow(&self, m: &mut TenantMirror) -> Result<()> {
         if self.bucket.sync(&mut m.view)? || m.dirty {
             m.dirty = true;
-            self.apply(m)?;
-            m.dirty = false;
+            m.dirty = self.apply(m)?;
         }
         Ok(())
     }
 
-    /// Makes the live set hold exactly the segments the index lists.
-    fn apply(&self, m: &mut TenantMirror) -> Result<()> {
+    /// Makes the live set hold exactly the segments the index lists; true when
+    /// it must run again (quarantining moved the index on past what it read).
+    fn apply(&self, m: &mut TenantMirror) -> Result<bool> {
         let tenant = m.view.tenant.clone();
         let tenant = tenant.as_str();
         let listed = m.view.index.segments.clone();
@@ -261,6 +261,7 @@ impl Shared {
         for (key, why) in &bad {
             self.quarantine(&mut m.view, key, why)?;
         }
+        let again = !bad.is_empty();
         let gone: BTreeSet<String> = m
             .live
             .keys()
@@ -269,7 +270,7 @@ impl Shared {
             .collect();
         let remove: Vec<u64> = gone.iter().filter_map(|k| m.live.get(k).copied()).collect();
         if add_files.is_empty() && remove.is_empty() {
-            return Ok(());
+            return Ok(again);
         }
         let ids = self.store.swap_external(add_files, &remove)?;
         let gone_paths: Vec<PathBuf> = gone
@@ -279,7 +280,7 @@ impl Shared {
         self.remote.lock().retain(|p, _| !gone_paths.contains(p));
         m.live.retain(|k, _| !gone.contains(k));
         m.live.extend(add_keys.into_iter().zip(ids));
-        Ok(())
+        Ok(again)
     }
 
     /// `entry`'s segment opened from its head, trailer and footer: from the local
