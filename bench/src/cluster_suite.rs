@@ -12,10 +12,12 @@
 //! blocks (`blocks.rs`); index bytes written per segment byte uploaded, against
 //! what rewriting the whole index on every change (the release before the log)
 //! would have written for the same changes. With `--faults`, the fault table
-//! instead (`faults.rs`). Skips with a message where moto is absent.
+//! instead (`faults.rs`). Skips with a message where moto is absent (fails instead
+//! with `PROFILEDB_REQUIRE_EXTERNAL=1`).
 
 #[path = "../../storage/tests/support/moto.rs"]
 mod moto;
+use crate::external;
 
 mod blocks;
 mod faults;

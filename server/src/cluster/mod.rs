@@ -5,8 +5,8 @@
 //! what each role serves: the writer's store to the ingest pipeline, the
 //! querier's mirror store to every query endpoint.
 
-pub mod args;
 mod metrics;
+pub mod options;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +17,7 @@ use profiledb_storage::{
     Uploader, UploaderConfig,
 };
 
-pub use args::{Ack, ClusterArgs, ClusterOptions, Roles};
+pub use options::{Ack, ClusterOptions, Roles};
 
 use crate::error::ApiError;
 
@@ -90,7 +90,7 @@ pub fn open(
 ) -> anyhow::Result<Running> {
     let bucket = Bucket::open(&opts.bucket)
         .with_context(|| format!("cannot open the object store {}", opts.bucket.url))?;
-    let node = args::node_id(data_dir)?;
+    let node = options::node_id(data_dir)?;
     let fault = fault_from_env()?;
     tracing::info!(bucket = %bucket.describe(), roles = %opts.roles.names(), node, "joining the cluster");
     // The bucket, not a local store, compacts and expires: local lifecycle off.

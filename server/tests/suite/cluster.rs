@@ -13,8 +13,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::cluster_procs::{merged, moto, now_secs, role_flags, Outcome, Proc, Push, CPU};
+use crate::cluster_procs::{merged, now_secs, role_flags, Outcome, Proc, Push, CPU};
 use crate::common::{free_port, wait_for};
+use crate::moto;
 use profiledb_storage::{Bucket, SegmentFile};
 
 const PREFIX: &str = "cluster-test";

@@ -17,10 +17,10 @@
 
 use std::time::Duration;
 
-use crate::cluster_procs::moto::MotoServer;
 use crate::cluster_procs::proxy::{FaultProxy, Mode};
 use crate::cluster_procs::{converge, role_flags, Ledger, Outcome, Proc};
 use crate::common::{free_port, wait_for};
+use crate::moto::MotoServer;
 use profiledb_storage::{Bucket, FaultPoint};
 
 /// Flags of a role for these tests: `role_flags`' fast passes and short grace,

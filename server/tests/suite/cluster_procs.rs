@@ -5,8 +5,6 @@
 
 #[path = "../../../storage/tests/support/ledger.rs"]
 mod ledger;
-#[path = "../../../storage/tests/support/moto.rs"]
-pub mod moto;
 #[path = "../../../storage/tests/support/proxy.rs"]
 pub mod proxy;
 

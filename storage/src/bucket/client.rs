@@ -384,9 +384,9 @@ impl Bucket {
         self.run(async move { store.put_opts(&path, PutPayload::from(bytes), opts).await })
     }
 
-    /// Creates `key` holding `bytes` unless an object is there already:
-    /// `Ok(false)` when one is (someone else created it first).
-    pub(super) fn create(&self, key: &str, bytes: Bytes) -> Result<bool, BucketError> {
+    /// Writes `bytes` at `key` only if no object is there (`If-None-Match: *`).
+    /// `Ok(false)`: one is (someone else created it first), left as it was.
+    pub fn put_if_absent(&self, key: &str, bytes: Bytes) -> Result<bool, BucketError> {
         let opts = PutOptions {
             mode: PutMode::Create,
             ..PutOptions::default()

@@ -289,7 +289,9 @@ impl Bucket {
                 reason: format!("cannot encode: {e}"),
             })?;
             // Taken: by someone else, or by this append whose answer was lost.
-            if self.create(&key, Bytes::from(body))? || self.entry_nonce(&key)? == Some(nonce) {
+            if self.put_if_absent(&key, Bytes::from(body))?
+                || self.entry_nonce(&key)? == Some(nonce)
+            {
                 *hint = AppendHint {
                     generation: next,
                     at: Some(Instant::now()),

@@ -22,6 +22,9 @@ use std::time::{Duration, Instant};
 
 use profiledb_storage::BucketConfig;
 
+// `external.rs`, which each includer declares once beside this module.
+use super::external;
+
 /// The bucket every test uses; prefixes keep tests apart.
 pub const BUCKET: &str = "profiledb-test";
 
@@ -30,15 +33,6 @@ pub struct MotoServer {
     port: u16,
     /// Where a persistent server journals its writes.
     journal: Option<PathBuf>,
-}
-
-/// Says why the S3 tests cannot run: a skip, or a failure where CI requires
-/// the external parts (`PROFILEDB_REQUIRE_EXTERNAL=1`).
-pub fn unavailable(why: &str) {
-    if std::env::var("PROFILEDB_REQUIRE_EXTERNAL").is_ok_and(|v| v == "1") {
-        panic!("PROFILEDB_REQUIRE_EXTERNAL=1 but {why}");
-    }
-    eprintln!("SKIP: {why}");
 }
 
 /// `moto_server`: the CI venv, then `PROFILEDB_MOTO`, then `PATH`.
@@ -103,7 +97,8 @@ fn request(port: u16, method: &str, path: &str) -> Option<u16> {
 }
 
 impl MotoServer {
-    /// Starts moto, or says why not (the caller skips) and returns None.
+    /// Starts moto, or says why not and returns None (the caller skips); with
+    /// `PROFILEDB_REQUIRE_EXTERNAL=1`, panics instead.
     pub fn start() -> Option<MotoServer> {
         Self::launch(None, None)
     }
@@ -130,7 +125,8 @@ impl MotoServer {
 
     fn launch(journal: Option<PathBuf>, port: Option<u16>) -> Option<MotoServer> {
         let Some(bin) = binary() else {
-            unavailable(
+            external::missing(
+                "moto",
                 "no moto_server (pip install \"moto[server]\" into target/moto-venv, as .ci/run does, or set PROFILEDB_MOTO)",
             );
             return None;
@@ -158,7 +154,7 @@ impl MotoServer {
         let child = match cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn() {
             Ok(c) => c,
             Err(e) => {
-                unavailable(&format!("cannot start {}: {e}", bin.display()));
+                external::missing("moto", format!("cannot start {}: {e}", bin.display()));
                 return None;
             }
         };
@@ -180,7 +176,10 @@ impl MotoServer {
                 );
             }
             if Instant::now() > deadline {
-                unavailable(&format!("moto at port {port} did not answer within 60 s"));
+                external::missing(
+                    "moto",
+                    format!("moto at port {port} did not answer within 60 s"),
+                );
                 return None;
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -189,7 +188,10 @@ impl MotoServer {
         match request(port, "PUT", &format!("/{BUCKET}")) {
             Some(200) | Some(409) => Some(server),
             other => {
-                unavailable(&format!("moto refused to create the bucket: {other:?}"));
+                external::missing(
+                    "moto",
+                    format!("moto refused to create the bucket: {other:?}"),
+                );
                 None
             }
         }
