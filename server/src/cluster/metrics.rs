@@ -4,7 +4,7 @@
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use profiledb_storage::Health;
+use profiledb_storage::{Health, Unreachable};
 
 use super::Running;
 use crate::metrics::family;
@@ -91,6 +91,18 @@ impl Running {
                 ),
             ],
         );
+        let _ = writeln!(
+            out,
+            "# HELP profiledb_bucket_unreachable_total Object store requests that found the store unreachable after the retries, by how: connect (refused, no route), timed_out (no answer within --s3-timeout-ms), broken (reset or closed mid-request), error_status (5xx).\n# TYPE profiledb_bucket_unreachable_total counter"
+        );
+        for kind in Unreachable::ALL {
+            let _ = writeln!(
+                out,
+                "profiledb_bucket_unreachable_total{{kind=\"{}\"}} {}",
+                kind.label(),
+                b.unreachable[kind.index()]
+            );
+        }
         self.render_health(out);
         if let Some(u) = &self.uploader {
             let s = u.stats();
@@ -132,12 +144,6 @@ impl Running {
                         "gauge",
                         "Highest WAL record durable in the bucket.",
                         get(&s.watermark),
-                    ),
-                    (
-                        "profiledb_bucket_healthy",
-                        "gauge",
-                        "1 while the writer's upload passes succeed.",
-                        u64::from(u.healthy()),
                     ),
                 ],
             );
@@ -190,16 +196,16 @@ impl Running {
                         get(&s.section_bytes),
                     ),
                     (
-                        "profiledb_mirror_quarantined_total",
-                        "counter",
-                        "Objects this node found damaged (missing, truncated, failing checks) and took out of service.",
-                        get(&s.quarantined),
-                    ),
-                    (
                         "profiledb_mirror_live_segments",
                         "gauge",
                         "Bucket segments a querier serves.",
                         get(&s.live),
+                    ),
+                    (
+                        "profiledb_mirror_max_sync_age_seconds",
+                        "gauge",
+                        "--max-sync-age-secs: past this age of its last good sync a querier answers 503.",
+                        self.max_sync_age.as_secs(),
                     ),
                 ],
             );
@@ -252,12 +258,6 @@ impl Running {
                         get(&s.deleted),
                     ),
                     (
-                        "profiledb_bucket_quarantined_total",
-                        "counter",
-                        "Damaged merge sources this compactor took out of service.",
-                        get(&s.quarantined),
-                    ),
-                    (
                         "profiledb_bucket_checkpoints_total",
                         "counter",
                         "Index checkpoints written.",
@@ -286,8 +286,9 @@ impl Running {
         }
     }
 
-    /// Per role: whether the store answered its last pass, and how long ago a
-    /// pass last succeeded.
+    /// Per role: whether the store answered its last pass, how long ago a pass
+    /// last succeeded, and the damaged objects it took out of service (the
+    /// store answered, the object was bad).
     fn render_health(&self, out: &mut String) {
         let roles: Vec<(&str, &Health)> = [
             ("writer", self.uploader.as_ref().map(|u| u.health())),
@@ -307,6 +308,28 @@ impl Running {
                 "profiledb_bucket_reachable{{role=\"{role}\"}} {}",
                 u8::from(h.reachable())
             );
+        }
+        let quarantined = [
+            (
+                "querier",
+                self.mirror.as_ref().map(|m| get(&m.stats().quarantined)),
+            ),
+            (
+                "compactor",
+                self.compactor.as_ref().map(|c| get(&c.stats().quarantined)),
+            ),
+        ];
+        let _ = writeln!(
+            out,
+            "# HELP profiledb_bucket_quarantined_total Objects this role found damaged (missing, truncated, failing checks) and took out of service: a querier's reads, a compactor's merge sources.\n# TYPE profiledb_bucket_quarantined_total counter"
+        );
+        for (role, n) in quarantined {
+            if let Some(n) = n {
+                let _ = writeln!(
+                    out,
+                    "profiledb_bucket_quarantined_total{{role=\"{role}\"}} {n}"
+                );
+            }
         }
         let _ = writeln!(
             out,

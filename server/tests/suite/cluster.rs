@@ -395,7 +395,7 @@ fn cluster_counts_every_acknowledged_push_once_and_answers_like_one_node() {
     // already out and do not count it again.
     let reported: u64 = [&q1, &q2, &q3]
         .iter()
-        .map(|q| q.metric("profiledb_mirror_quarantined_total"))
+        .map(|q| q.metric("profiledb_bucket_quarantined_total{role=\"querier\"}"))
         .sum();
     assert_eq!(
         reported,

@@ -73,6 +73,10 @@ pub struct BucketStats {
     pub cas_conflicts: u64,
     /// Requests that failed (not found excepted).
     pub errors: u64,
+    /// Of `errors`, those that found the store unreachable after the retries,
+    /// by how ([`Unreachable::ALL`] order): the rest were answers about an object
+    /// (damage, a lost race, a refusal).
+    pub unreachable: [u64; 4],
     /// When the store last answered a request (ms since the epoch; 0: never).
     pub last_answer_ms: i64,
 }
@@ -91,6 +95,7 @@ struct Counters {
     index_bytes_read: AtomicU64,
     cas_conflicts: AtomicU64,
     errors: AtomicU64,
+    unreachable: [AtomicU64; 4],
     last_answer_ms: AtomicI64,
 }
 
@@ -314,7 +319,11 @@ impl Bucket {
         if !matches!(e, object_store::Error::NotFound { .. }) {
             inc(&self.inner.counters.errors, 1);
         }
-        BucketError::from_store(what, key, e)
+        let e = BucketError::from_store(what, key, e);
+        if let BucketError::Unreachable { why, .. } = &e {
+            inc(&self.inner.counters.unreachable[why.index()], 1);
+        }
+        e
     }
 
     /// Counts a LIST request.
@@ -588,6 +597,7 @@ impl Bucket {
             index_bytes_read: g(&c.index_bytes_read),
             cas_conflicts: g(&c.cas_conflicts),
             errors: g(&c.errors),
+            unreachable: c.unreachable.each_ref().map(g),
             last_answer_ms: c.last_answer_ms.load(Ordering::Relaxed),
         }
     }

@@ -22,6 +22,31 @@ pub enum Unreachable {
     ErrorStatus,
 }
 
+impl Unreachable {
+    /// Every kind, in the order of [`super::BucketStats::unreachable`].
+    pub const ALL: [Unreachable; 4] = [
+        Unreachable::Connect,
+        Unreachable::TimedOut,
+        Unreachable::Broken,
+        Unreachable::ErrorStatus,
+    ];
+
+    /// Its place in [`Unreachable::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Its name as a metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Unreachable::Connect => "connect",
+            Unreachable::TimedOut => "timed_out",
+            Unreachable::Broken => "broken",
+            Unreachable::ErrorStatus => "error_status",
+        }
+    }
+}
+
 impl std::fmt::Display for Unreachable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
