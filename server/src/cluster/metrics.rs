@@ -1,13 +1,12 @@
 //! The cluster's gauges and counters in `/metrics`: the bucket client's on every
 //! role, each role's standing with the store, and each role's own counters.
 
-use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use profiledb_storage::{Health, Unreachable};
 
 use super::Running;
-use crate::metrics::family;
+use crate::metrics::{family, labelled};
 
 /// (name, kind, help, value) of one metric family.
 type Family<'a> = (&'a str, &'a str, &'a str, u64);
@@ -91,18 +90,16 @@ impl Running {
                 ),
             ],
         );
-        let _ = writeln!(
+        labelled(
             out,
-            "# HELP profiledb_bucket_unreachable_total Object store requests that found the store unreachable after the retries, by how: connect (refused, no route), timed_out (no answer within --s3-timeout-ms), broken (reset or closed mid-request), error_status (5xx).\n# TYPE profiledb_bucket_unreachable_total counter"
+            (
+                "profiledb_bucket_unreachable_total",
+                "counter",
+                "Object store requests that found the store unreachable after the retries, by how: connect (refused, no route), timed_out (no answer within --s3-timeout-ms), broken (reset or closed mid-request), error_status (5xx).",
+            ),
+            "kind",
+            Unreachable::ALL.map(|k| (k.label(), b.unreachable[k.index()])),
         );
-        for kind in Unreachable::ALL {
-            let _ = writeln!(
-                out,
-                "profiledb_bucket_unreachable_total{{kind=\"{}\"}} {}",
-                kind.label(),
-                b.unreachable[kind.index()]
-            );
-        }
         self.render_health(out);
         if let Some(u) = &self.uploader {
             let s = u.stats();
@@ -298,51 +295,42 @@ impl Running {
         .into_iter()
         .filter_map(|(r, h)| Some((r, h?)))
         .collect();
-        let _ = writeln!(
+        labelled(
             out,
-            "# HELP profiledb_bucket_reachable 1 while the object store answers this role's passes, 0 while it is unreachable (refused, reset, timed out).\n# TYPE profiledb_bucket_reachable gauge"
-        );
-        for (role, h) in &roles {
-            let _ = writeln!(
-                out,
-                "profiledb_bucket_reachable{{role=\"{role}\"}} {}",
-                u8::from(h.reachable())
-            );
-        }
-        let quarantined = [
             (
-                "querier",
-                self.mirror.as_ref().map(|m| get(&m.stats().quarantined)),
+                "profiledb_bucket_reachable",
+                "gauge",
+                "1 while the object store answers this role's passes, 0 while it is unreachable (refused, reset, timed out).",
             ),
+            "role",
+            roles.iter().map(|(r, h)| (*r, u8::from(h.reachable()))),
+        );
+        labelled(
+            out,
             (
-                "compactor",
-                self.compactor.as_ref().map(|c| get(&c.stats().quarantined)),
+                "profiledb_bucket_quarantined_total",
+                "counter",
+                "Objects this role found damaged (missing, truncated, failing checks) and took out of service: a querier's reads, a compactor's merge sources.",
             ),
-        ];
-        let _ = writeln!(
-            out,
-            "# HELP profiledb_bucket_quarantined_total Objects this role found damaged (missing, truncated, failing checks) and took out of service: a querier's reads, a compactor's merge sources.\n# TYPE profiledb_bucket_quarantined_total counter"
+            "role",
+            [
+                ("querier", self.mirror.as_ref().map(|m| get(&m.stats().quarantined))),
+                ("compactor", self.compactor.as_ref().map(|c| get(&c.stats().quarantined))),
+            ]
+            .into_iter()
+            .filter_map(|(r, n)| Some((r, n?))),
         );
-        for (role, n) in quarantined {
-            if let Some(n) = n {
-                let _ = writeln!(
-                    out,
-                    "profiledb_bucket_quarantined_total{{role=\"{role}\"}} {n}"
-                );
-            }
-        }
-        let _ = writeln!(
+        labelled(
             out,
-            "# HELP profiledb_bucket_last_success_age_seconds Seconds since this role's last successful pass over the bucket (absent before the first).\n# TYPE profiledb_bucket_last_success_age_seconds gauge"
+            (
+                "profiledb_bucket_last_success_age_seconds",
+                "gauge",
+                "Seconds since this role's last successful pass over the bucket (absent before the first).",
+            ),
+            "role",
+            roles
+                .iter()
+                .filter_map(|(r, h)| Some((*r, format!("{:.3}", h.since_success()?.as_secs_f64())))),
         );
-        for (role, h) in &roles {
-            if let Some(age) = h.since_success() {
-                let _ = writeln!(
-                    out,
-                    "profiledb_bucket_last_success_age_seconds{{role=\"{role}\"}} {:.3}",
-                    age.as_secs_f64()
-                );
-            }
-        }
     }
 }

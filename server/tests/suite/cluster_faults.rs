@@ -264,6 +264,21 @@ fn a_store_that_refuses_hangs_slows_or_resets_is_ridden_out() {
                 .then_some(())
         });
         assert_eq!(gauge(&w, "writer"), 0);
+        // Counted as the kind of unreachability it was, not as damage.
+        let kind = if mode == Mode::Refuse {
+            "connect"
+        } else {
+            "timed_out"
+        };
+        for p in [&w, &q, &k] {
+            let n = p.metric(&format!(
+                "profiledb_bucket_unreachable_total{{kind=\"{kind}\"}}"
+            ));
+            assert!(n > 0, "{} counted no {kind} request ({mode:?})", p.url);
+            let damaged = p.metric("profiledb_bucket_quarantined_total{role=\"querier\"}")
+                + p.metric("profiledb_bucket_quarantined_total{role=\"compactor\"}");
+            assert_eq!(damaged, 0, "an outage quarantines nothing ({mode:?})");
+        }
         proxy.set(Mode::Pass);
         // Back without a restart.
         wait_for(60, &format!("every role back ({mode:?})"), || {
