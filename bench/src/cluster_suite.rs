@@ -403,7 +403,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let down = q.metric("profiledb_bucket_read_bytes_total")? - merge_bytes;
         let segments = q.metric("profiledb_mirror_live_segments")?;
         index_rows.push(format!(
-            "| {writers} writer(s), --ack {ack} | {} | {} | {:.3} | {:.1} |",
+            "| {writers} writer(s), --ack {ack} | {} | {} | {:.3} | {:.3} |",
             report::human_bytes(up_bytes),
             report::human_bytes(index_bytes),
             index_bytes / up_bytes.max(1.0),
