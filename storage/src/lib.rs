@@ -43,14 +43,14 @@
 //!
 //! # Layers
 //!
-//! Each module depends only on modules listed before it (nothing imports upward, no
-//! cycles):
+//! Each module depends only on modules of its own layer or listed before it (nothing
+//! imports upward; `storage/tests/layers.rs` holds the code to this list):
 //!
-//! 1. `error`, `durable`, `codec`, `model` (the `profiledb-model` crate), `config`,
-//!    `stats`, `cache` — the ground.
+//! 1. `error`, `durable`, `codec`, `bytes`, `model` (the `profiledb-model` crate),
+//!    `config`, `stats`, `cache`, `bucket` (the object-store client) — the ground.
 //! 2. `dict`, `selector`, `index`, `fnindex` — dictionaries and label/function indexes.
 //! 3. `wal`, `segment` — the files; `catalog` — their metadata.
-//! 4. `head` — fresh data in memory.
+//! 4. `intern`, `head` — stack ids, then fresh data in memory.
 //! 5. `query` — per-source algorithms over a head partition or a segment
 //!    (frames below tree, merged, flame graphs, group-by, time series, diff).
 //! 6. `merger` — re-encoding segments into one (compaction's mechanism).
@@ -58,8 +58,8 @@
 //! 8. `analysis` — fleet analyses (hottest shared code, sampling noise) over
 //!    group-by rows.
 //! 9. `querier` — every query, its cache and limits.
-//! 10. `bucket`, `cluster` — the object store and the roles over it (writers
-//!     upload, queriers mirror, compactors merge in the bucket).
+//! 10. `cluster` — the roles over the bucket (writers upload, queriers mirror,
+//!     compactors merge in the bucket).
 
 #![deny(missing_docs)]
 
