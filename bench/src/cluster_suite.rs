@@ -9,7 +9,10 @@
 //! node's; its first label values and time series (GETs and bytes: segment
 //! summaries only, no body); bucket objects and bytes after compaction; and a
 //! fresh querier's merge over whole past days, from hourly segments and from day
-//! blocks (`blocks.rs`). Skips with a message where moto is absent (fails instead
+//! blocks (`blocks.rs`); index bytes written per segment byte uploaded, against
+//! what rewriting the whole index on every change (the release before the log)
+//! would have written for the same changes. With `--faults`, the fault table
+//! instead (`faults.rs`). Skips with a message where moto is absent (fails instead
 //! with `PROFILEDB_REQUIRE_EXTERNAL=1`).
 
 #[path = "../../storage/tests/support/moto.rs"]
@@ -17,6 +20,7 @@ mod moto;
 use crate::external;
 
 mod blocks;
+mod faults;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -60,6 +64,13 @@ pub struct Args {
     /// segments with day blocks.
     #[arg(long, default_value_t = 7)]
     block_days: i64,
+    /// Run the fault table instead: a writer and a compactor killed at every
+    /// step, the store refusing, hanging, slowing, resetting and restarting.
+    #[arg(long)]
+    faults: bool,
+    /// Cycles of each fault kind with --faults.
+    #[arg(long, default_value_t = 3)]
+    fault_cycles: usize,
 }
 
 /// One `profiledb serve` process.
@@ -70,10 +81,24 @@ pub(crate) struct Node {
 
 impl Node {
     pub(crate) fn start(bin: &Path, dir: &Path, flags: &[String]) -> anyhow::Result<Node> {
+        Self::start_env(bin, dir, flags, &[])
+    }
+
+    /// [`Node::start`] with environment variables (a fault point armed). The
+    /// log is appended to, across restarts on the same directory.
+    pub(crate) fn start_env(
+        bin: &Path,
+        dir: &Path,
+        flags: &[String],
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Node> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
-        let log = std::fs::File::create(dir.with_extension("log"))?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.with_extension("log"))?;
         let child = Command::new(bin)
             .args(["serve", "--data-dir"])
             .arg(dir)
@@ -82,6 +107,7 @@ impl Node {
             .env("AWS_ACCESS_KEY_ID", "bench")
             .env("AWS_SECRET_ACCESS_KEY", "bench")
             .env("AWS_REGION", "us-east-1")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -89,6 +115,11 @@ impl Node {
         let url = format!("http://127.0.0.1:{port}");
         wait_ready(&url, Instant::now(), Duration::from_secs(120))?;
         Ok(Node { child, url })
+    }
+
+    /// Whether the process has exited (an armed fault aborted it).
+    pub(crate) fn exited(&mut self) -> bool {
+        self.child.try_wait().is_ok_and(|s| s.is_some())
     }
 
     pub(crate) fn metric(&self, name: &str) -> anyhow::Result<f64> {
@@ -246,6 +277,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     } else {
         args
     };
+    if args.faults {
+        return faults::run(if args.quick { 1 } else { args.fault_cycles }, args.quick);
+    }
     let Some(s3) = moto::MotoServer::start() else {
         println!("cluster suite skipped: no S3-protocol server (moto) to run against");
         return Ok(());
@@ -266,29 +300,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }));
     let profiles = (args.hosts * args.rounds * args.services) as f64;
     let endpoint = s3.endpoint();
-    let cluster = |prefix: &str, role: &str| -> Vec<String> {
-        [
-            "--storage",
-            &s3.config(prefix).url,
-            "--s3-endpoint",
-            &endpoint,
-            "--role",
-            role,
-            "--upload-interval-ms",
-            "500",
-            "--sync-interval-ms",
-            "500",
-            "--bucket-compaction-interval-secs",
-            "2",
-            "--gc-grace-secs",
-            "5",
-            "--memory-mb",
-            "512",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
-    };
+    let cluster = |prefix: &str, role: &str| role_flags(&s3.config(prefix).url, &endpoint, role);
     let mem = vec!["--memory-mb".to_string(), "512".to_string()];
 
     // Single node.
@@ -305,6 +317,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
     let mut rows = Vec::new();
     let mut summary_rows = Vec::new();
+    let mut index_rows = Vec::new();
     let mut figures = json!({
         "hosts": args.hosts, "services": args.services, "rounds": args.rounds,
         "clients": args.clients, "cluster_clients": args.cluster_clients, "profiles": profiles, "values": values,
@@ -335,10 +348,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         let mut puts = 0.0;
         let mut up_bytes = 0.0;
+        let mut index_bytes = 0.0;
         for w in &ws {
             puts += w.metric("profiledb_bucket_put_requests_total")?;
             up_bytes += w.metric("profiledb_upload_bytes_total")?;
+            index_bytes += w.metric("profiledb_bucket_index_written_bytes_total")?;
         }
+        let whole = whole_index_bytes(&s3.config(&prefix))?;
         // A fresh querier: ready once its first sync downloaded the bucket.
         let t = Instant::now();
         let q = Node::start(
@@ -386,6 +402,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let gets = q.metric("profiledb_bucket_get_requests_total")? - merge_gets;
         let down = q.metric("profiledb_bucket_read_bytes_total")? - merge_bytes;
         let segments = q.metric("profiledb_mirror_live_segments")?;
+        index_rows.push(format!(
+            "| {writers} writer(s), --ack {ack} | {} | {} | {:.3} | {:.3} |",
+            report::human_bytes(up_bytes),
+            report::human_bytes(index_bytes),
+            index_bytes / up_bytes.max(1.0),
+            whole / up_bytes.max(1.0),
+        ));
         rows.push(format!(
             "| {writers} writer(s), --ack {ack} | {:.0} | {:.0} ms ({ready_gets:.0} GETs, {}) | {:.1} ms / {:.1} ms | {:.2} | {} | {gets:.0} GETs, {} ({segments:.0} segments) |",
             values as f64 / secs,
@@ -406,6 +429,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "cold_label_values_ms": labels_ms, "cold_label_values_get_requests": labels_gets,
             "cold_label_values_bytes": labels_bytes, "cold_timeseries_ms": series_ms,
             "cold_timeseries_get_requests": series_gets, "cold_timeseries_bytes": series_bytes,
+            "segment_bytes_uploaded": up_bytes, "index_bytes_written": index_bytes,
+            "index_bytes_per_segment_byte": index_bytes / up_bytes.max(1.0),
+            "whole_index_bytes_per_segment_byte": whole / up_bytes.max(1.0),
         });
     }
     println!(
@@ -423,6 +449,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         single_p50
     );
     for r in rows {
+        println!("{r}");
+    }
+    println!("\nIndex bytes the writers wrote (log entries) per segment byte uploaded, and what rewriting the whole index on every change (the release before the log) would have written for the same changes:");
+    println!("| setup | segment bytes | index bytes | index / segment | whole-index rewrites / segment |");
+    println!("|---|---|---|---|---|");
+    for r in index_rows {
         println!("{r}");
     }
     println!("\nA fresh querier's first label values and time series (a day, by service; segment summaries read with ranged GETs):");
@@ -453,4 +485,49 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let path = report::write("cluster", figures)?;
     println!("figures written to {}", path.display());
     Ok(())
+}
+
+/// What the release before the log would have written for the changes in the
+/// bucket's logs: the whole index document (without what only the log keeps:
+/// upload numbers and writers' marks) after every change.
+fn whole_index_bytes(cfg: &profiledb_storage::BucketConfig) -> anyhow::Result<f64> {
+    let bucket = profiledb_storage::Bucket::open(cfg)?;
+    let mut total = 0u64;
+    for tenant in bucket.tenants()? {
+        bucket.fold_log(&tenant, |idx| {
+            let mut doc = idx.clone();
+            doc.writers.clear();
+            for e in &mut doc.segments {
+                e.seq = None;
+            }
+            total += serde_json::to_vec(&doc).map_or(0, |b| b.len() as u64);
+        })?;
+    }
+    Ok(total as f64)
+}
+
+/// A role's flags in the cluster bench: passes every half second, compaction
+/// every 2 s, a 5 s grace.
+pub(crate) fn role_flags(url: &str, endpoint: &str, role: &str) -> Vec<String> {
+    [
+        "--storage",
+        url,
+        "--s3-endpoint",
+        endpoint,
+        "--role",
+        role,
+        "--upload-interval-ms",
+        "500",
+        "--sync-interval-ms",
+        "500",
+        "--bucket-compaction-interval-secs",
+        "2",
+        "--gc-grace-secs",
+        "5",
+        "--memory-mb",
+        "512",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
 }

@@ -54,6 +54,11 @@ impl From<StorageError> for ApiError {
                 "the write queue is full; retry after a short delay",
             ),
             StorageError::Closed => ApiError::unavailable("the store is shutting down"),
+            // A querier fetching a segment from a store that does not answer:
+            // not now, not a fault of the server.
+            StorageError::Bucket(b) if b.is_unreachable() => {
+                ApiError::unavailable(b.to_string()).with_retry_after(5)
+            }
             StorageError::Query(e @ QueryError::Timeout) => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "deadline_exceeded",

@@ -115,6 +115,9 @@ pub enum Readiness {
     /// docs/perf-log/2026-11-27-round-19-ready-after-warm-up.md), so a load
     /// balancer should wait.
     Warming,
+    /// A cluster role waits for the object store (`cluster::Waiting` says for
+    /// what); its endpoints answer 503 with the reason meanwhile.
+    Waiting(cluster::Waiting),
     Ready,
 }
 
@@ -232,7 +235,13 @@ impl AppState {
     pub fn readiness(&self) -> Readiness {
         let serving = match &self.options.cluster {
             None => self.store.get().is_some(),
-            Some(_) => self.cluster.get().is_some_and(|c| c.ready()),
+            Some(_) => match self.cluster.get() {
+                Some(c) => match c.waiting() {
+                    Some(w) => return Readiness::Waiting(w),
+                    None => true,
+                },
+                None => false,
+            },
         };
         if !serving {
             return Readiness::Opening;

@@ -95,13 +95,15 @@ mod store;
 mod wal;
 
 pub use bucket::{
-    index_key, lease_key, segment_key, Bucket, BucketConfig, BucketError, BucketStats, GcReport,
-    IndexView, Lease, ObjectInfo, Quarantined, Retired, SegmentEntry, TenantIndex, TENANTS,
+    index_key, lease_key, segment_key, AppendHint, Bucket, BucketConfig, BucketError, BucketStats,
+    Change, GcReport, Lease, ObjectInfo, Outcome, Quarantined, Retired, SegmentEntry, TenantIndex,
+    TenantView, Unreachable, DEFAULT_REQUEST_TIMEOUT, LOG_GRACE, TENANTS,
 };
 pub use catalog::{Catalog, TenantSettings};
 pub use cluster::{
-    plan_merges, Compactor, CompactorConfig, CompactorStats, MergePlan, MergePolicy, Mirror,
-    MirrorConfig, MirrorStats, Uploader, UploaderConfig, UploaderStats,
+    plan_merges, Acked, Compactor, CompactorConfig, CompactorStats, Fault, FaultAction, FaultPoint,
+    Health, MergePlan, MergePolicy, Mirror, MirrorConfig, MirrorStats, Uploader, UploaderConfig,
+    UploaderStats,
 };
 pub use config::{BlockPolicy, DownsampleRule, FsyncPolicy, StoreConfig};
 pub use error::{Budget, QueryError, Result, StorageError};

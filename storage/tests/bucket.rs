@@ -1,7 +1,8 @@
-//! The bucket's index, leases and garbage collection, each checked twice: on
+//! The bucket's index log, leases and garbage collection, each checked twice: on
 //! `object_store`'s in-memory store, and over the real S3 protocol against a moto
-//! server process (skipped with a message where moto is absent). The local-file
-//! store is checked for what it can and cannot do.
+//! server process (skipped with a message where moto is absent, failed with
+//! PROFILEDB_REQUIRE_EXTERNAL=1). The local-file store is checked for what it
+//! can and cannot do.
 
 mod support;
 
@@ -9,34 +10,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use object_store::memory::InMemory;
-use profiledb_storage::{Bucket, BucketConfig, BucketError, SegmentEntry};
+use profiledb_storage::{AppendHint, Bucket, BucketConfig, BucketError, TenantView};
+use support::entries::{entry, entry_seq};
 use support::moto::MotoServer;
-
-fn entry(key: &str) -> SegmentEntry {
-    SegmentEntry {
-        key: key.into(),
-        min_ms: 0,
-        max_ms: 10_000,
-        partition_ms: 0,
-        level: 0,
-        step_ms: 10_000,
-        width_ms: 3_600_000,
-        bytes: 3,
-        samples: 1,
-        series: 1,
-        created_ms: 0,
-        origin: "w".into(),
-        profile_types: vec!["cpu".into()],
-        services: vec!["app".into()],
-    }
-}
+use support::roles::buckets;
 
 fn keys(b: &Bucket, tenant: &str) -> Vec<String> {
     let mut k: Vec<String> = b
-        .load_index(tenant, None)
+        .load_index(tenant)
         .unwrap()
-        .unwrap()
-        .index
         .segments
         .into_iter()
         .map(|e| e.key)
@@ -45,60 +27,75 @@ fn keys(b: &Bucket, tenant: &str) -> Vec<String> {
     k
 }
 
-/// Every bucket the tests run on: memory always, moto when it starts.
-fn buckets(name: &str) -> Vec<(Bucket, Option<MotoServer>)> {
-    let mut v = vec![(Bucket::from_store(Arc::new(InMemory::new()), "p"), None)];
-    if let Some(s3) = MotoServer::start() {
-        let b = Bucket::open(&s3.config(name)).unwrap();
-        v.push((b, Some(s3)));
-    }
-    v
-}
-
 #[test]
-fn index_adds_are_idempotent_and_conditional_loads_see_changes_only() {
+fn retried_uploads_add_nothing_and_readers_catch_up_with_new_entries_only() {
     for (b, _s3) in buckets("idem") {
+        let mut hint = AppendHint::default();
         assert!(b.tenants().unwrap().is_empty());
-        let empty = b.load_index("t", None).unwrap().unwrap();
-        assert_eq!(empty.etag, "");
-        let v1 = b.add_segments("t", vec![entry("a"), entry("b")]).unwrap();
-        assert_eq!(v1.index.generation, 1);
-        // Unchanged: no body.
-        assert!(b.load_index("t", Some(&v1.etag)).unwrap().is_none());
-        // A retried upload adds nothing and writes nothing.
-        let again = b.add_segments("t", vec![entry("a")]).unwrap();
-        assert_eq!(again.index.generation, 1);
+        assert_eq!(b.load_index("t").unwrap().generation, 0);
+        let g1 = b
+            .add_segments(
+                "t",
+                vec![entry_seq("a", Some(1)), entry_seq("b", Some(2))],
+                &mut hint,
+            )
+            .unwrap();
+        assert_eq!(g1, 1);
+        let mut view = TenantView::new("t");
+        assert!(b.sync(&mut view).unwrap());
+        // Unchanged: nothing new to fold.
+        assert!(!b.sync(&mut view).unwrap());
+        // A retried upload is a new entry in the log, and adds nothing.
+        b.add_segments("t", vec![entry_seq("a", Some(1))], &mut hint)
+            .unwrap();
         assert_eq!(keys(&b, "t"), ["a", "b"]);
         assert_eq!(b.tenants().unwrap(), ["t"]);
-        let v2 = b.add_segments("t", vec![entry("c")]).unwrap();
-        assert_eq!(v2.index.generation, 2);
-        assert_eq!(
-            b.load_index("t", Some(&v1.etag)).unwrap().unwrap().index,
-            v2.index
-        );
+        let g3 = b
+            .add_segments("t", vec![entry_seq("c", Some(3))], &mut hint)
+            .unwrap();
+        assert_eq!(g3, 3);
+        assert!(b.sync(&mut view).unwrap());
+        assert_eq!(view.index, b.load_index("t").unwrap());
+        assert_eq!(view.index.generation, 3);
+        assert_eq!(view.index.writers["w"], 3);
+        // A second writer, not told where the log is, appends after it.
+        let g4 = b
+            .add_segments("t", vec![entry("d")], &mut AppendHint::default())
+            .unwrap();
+        assert_eq!(g4, 4);
     }
 }
 
 #[test]
-fn replace_is_atomic_and_refuses_sources_no_longer_live() {
+fn replace_is_atomic_and_void_once_a_source_is_gone() {
     for (b, _s3) in buckets("replace") {
-        b.add_segments("t", vec![entry("a"), entry("b"), entry("c")])
+        let mut hint = AppendHint::default();
+        b.add_segments("t", vec![entry("a"), entry("b"), entry("c")], &mut hint)
             .unwrap();
-        let v = b
-            .replace_segments("t", &["a".into(), "b".into()], vec![entry("m1")], 100)
+        let mut view = TenantView::new("t");
+        b.sync(&mut view).unwrap();
+        b.replace_segments(&mut view, &["a".into(), "b".into()], vec![entry("m1")], 100)
             .unwrap();
         assert_eq!(keys(&b, "t"), ["c", "m1"]);
         assert_eq!(
-            v.index
+            view.index
                 .retired
                 .iter()
                 .map(|r| (r.key.as_str(), r.retired_ms))
                 .collect::<Vec<_>>(),
             [("a", 100), ("b", 100)]
         );
-        // A second compactor merging "b" and "c" lost the race: nothing changes.
+        // A second compactor merging "b" and "c" lost the race: its change is
+        // void at its place in the log.
+        let mut stale = TenantView::new("t");
+        b.sync(&mut stale).unwrap();
         let err = b
-            .replace_segments("t", &["b".into(), "c".into()], vec![entry("m2")], 200)
+            .replace_segments(
+                &mut stale,
+                &["b".into(), "c".into()],
+                vec![entry("m2")],
+                200,
+            )
             .unwrap_err();
         assert!(
             matches!(err, BucketError::SourcesGone { ref key } if key == "b"),
@@ -106,20 +103,25 @@ fn replace_is_atomic_and_refuses_sources_no_longer_live() {
         );
         assert_eq!(keys(&b, "t"), ["c", "m1"]);
         // A retired key is never re-added by a retried upload.
-        b.add_segments("t", vec![entry("a")]).unwrap();
+        b.add_segments("t", vec![entry("a")], &mut hint).unwrap();
         assert_eq!(keys(&b, "t"), ["c", "m1"]);
         // Quarantine and retention move entries out of the live set.
         assert!(b
-            .quarantine_segment("t", "c", "checksum mismatch", 300)
+            .quarantine_segment(&mut view, "c", "checksum mismatch", 300)
             .unwrap());
         // A second node meeting the same bad object finds it already out.
         assert!(!b
-            .quarantine_segment("t", "c", "object missing", 301)
+            .quarantine_segment(&mut stale, "c", "object missing", 301)
             .unwrap());
-        let v = b.retire_segments("t", &["m1".into()], 400).unwrap();
-        assert!(v.index.segments.is_empty());
-        assert_eq!(v.index.quarantined[0].reason, "checksum mismatch");
-        assert_eq!(v.index.retired.len(), 3);
+        assert_eq!(
+            b.retire_segments(&mut view, &["m1".into()], 400).unwrap(),
+            1
+        );
+        let idx = b.load_index("t").unwrap();
+        assert!(idx.segments.is_empty());
+        assert_eq!(idx.quarantined.len(), 1);
+        assert_eq!(idx.quarantined[0].reason, "checksum mismatch");
+        assert_eq!(idx.retired.len(), 3);
     }
 }
 
@@ -130,8 +132,9 @@ fn concurrent_writers_lose_no_entry() {
             .map(|w| {
                 let b = b.clone();
                 std::thread::spawn(move || {
+                    let mut hint = AppendHint::default();
                     for i in 0..25 {
-                        b.add_segments("t", vec![entry(&format!("w{w}-{i:02}"))])
+                        b.add_segments("t", vec![entry(&format!("w{w}-{i:02}"))], &mut hint)
                             .unwrap();
                     }
                 })
@@ -140,9 +143,9 @@ fn concurrent_writers_lose_no_entry() {
         for t in threads {
             t.join().unwrap();
         }
-        let v = b.load_index("t", None).unwrap().unwrap();
-        assert_eq!(v.index.segments.len(), 100);
-        assert_eq!(v.index.generation, 100);
+        let idx = b.load_index("t").unwrap();
+        assert_eq!(idx.segments.len(), 100);
+        assert_eq!(idx.generation, 100);
     }
 }
 
@@ -190,21 +193,32 @@ fn garbage_waits_for_the_grace_period() {
         for k in ["a", "b", "m", "orphan"] {
             b.put(&seg(k), bytes::Bytes::from_static(b"seg")).unwrap();
         }
-        b.add_segments("t", vec![entry(&seg("a")), entry(&seg("b"))])
-            .unwrap();
+        b.add_segments(
+            "t",
+            vec![entry(&seg("a")), entry(&seg("b"))],
+            &mut AppendHint::default(),
+        )
+        .unwrap();
         let now = profiledb_storage::now_ms();
-        b.replace_segments("t", &[seg("a"), seg("b")], vec![entry(&seg("m"))], now)
-            .unwrap();
+        let mut view = TenantView::new("t");
+        b.sync(&mut view).unwrap();
+        b.replace_segments(
+            &mut view,
+            &[seg("a"), seg("b")],
+            vec![entry(&seg("m"))],
+            now,
+        )
+        .unwrap();
         let grace = Duration::from_secs(60);
         // Within the grace period nothing goes.
-        let r = b.collect_garbage("t", grace, now + 1_000).unwrap();
+        let r = b.collect_garbage(&mut view, grace, now + 1_000).unwrap();
         assert!(
             r.deleted_retired.is_empty() && r.deleted_orphans.is_empty(),
             "{r:?}"
         );
         assert_eq!(b.list("tenants/t/segments/").unwrap().len(), 4);
         // After it, the replaced sources and the orphan go; the live merge stays.
-        let r = b.collect_garbage("t", grace, now + 61_000).unwrap();
+        let r = b.collect_garbage(&mut view, grace, now + 61_000).unwrap();
         assert_eq!(r.deleted_retired, [seg("a"), seg("b")]);
         assert_eq!(r.deleted_orphans, [seg("orphan")]);
         let left: Vec<String> = b
@@ -214,13 +228,7 @@ fn garbage_waits_for_the_grace_period() {
             .map(|o| o.key)
             .collect();
         assert_eq!(left, [seg("m")]);
-        assert!(b
-            .load_index("t", None)
-            .unwrap()
-            .unwrap()
-            .index
-            .retired
-            .is_empty());
+        assert!(b.load_index("t").unwrap().retired.is_empty());
         assert_eq!(b.get_range(&seg("m"), 1..3).unwrap().as_ref(), b"eg");
         assert!(matches!(
             b.get(&seg("a")),
@@ -243,21 +251,31 @@ fn an_unreachable_store_is_reported_as_such() {
         access_key_id: Some("k".into()),
         secret_access_key: Some("s".into()),
         allow_http: true,
+        ..BucketConfig::new("memory://")
     };
     let b = Bucket::open(&cfg).unwrap();
-    let err = b.load_index("t", None).unwrap_err();
-    assert!(matches!(err, BucketError::Unreachable { .. }), "{err:?}");
+    let err = b.load_index("t").unwrap_err();
+    assert!(
+        matches!(
+            err,
+            BucketError::Unreachable {
+                why: profiledb_storage::Unreachable::Connect,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     assert!(err.to_string().contains("unreachable"), "{err}");
     let bad = Bucket::open(&BucketConfig::new("file:///tmp/x")).unwrap_err();
     assert!(matches!(bad, BucketError::Config(_)), "{bad}");
 }
 
 /// `object_store`'s local-file store serves segment objects (whole, ranged,
-/// listed, deleted) and a tenant's first index write (create-if-absent), but has
-/// no conditional update: the second index change is refused as unsupported, by
-/// name, instead of passing for an unreachable store or overwriting blindly.
+/// listed, deleted) and the index log (create-if-absent), but has no
+/// conditional update: taking over an expired lease is refused as unsupported,
+/// by name, instead of passing for an unreachable store or overwriting blindly.
 #[test]
-fn a_local_file_store_serves_objects_but_cannot_hold_the_index() {
+fn a_local_file_store_serves_objects_and_the_log_but_cannot_hand_over_leases() {
     let dir = tempfile::tempdir().unwrap();
     let fs = object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap();
     let b = Bucket::from_store(Arc::new(fs), "p");
@@ -274,21 +292,23 @@ fn a_local_file_store_serves_objects_but_cannot_hold_the_index() {
         .collect();
     assert_eq!(listed, [(key.to_string(), 10)]);
 
-    let first = b.add_segments("t", vec![entry("a")]).unwrap();
-    assert_eq!(first.index.generation, 1);
-    assert_eq!(keys(&b, "t"), ["a"]);
-    let err = b.add_segments("t", vec![entry("b")]).unwrap_err();
+    let mut hint = AppendHint::default();
+    b.add_segments("t", vec![entry("a")], &mut hint).unwrap();
+    b.add_segments("t", vec![entry("b")], &mut hint).unwrap();
+    assert_eq!(keys(&b, "t"), ["a", "b"]);
+    let ttl = Duration::from_secs(1);
+    assert!(b.try_lease("l", "x", ttl, 0).unwrap().is_some());
+    let err = b.try_lease("l", "y", ttl, 10_000).unwrap_err();
     assert!(matches!(err, BucketError::Unsupported { .. }), "{err:?}");
     assert!(err.to_string().contains("conditional writes"), "{err}");
-    // Nothing was overwritten.
-    assert_eq!(keys(&b, "t"), ["a"]);
 
     b.delete(key).unwrap();
     assert!(matches!(b.get(key), Err(BucketError::NotFound { .. })));
 }
 
-/// The store contract the index is built on: of writers racing to replace one
-/// version of an object, exactly one succeeds. Checked on the raw stores, with
+/// The store contract the index and leases are built on: of writers racing to
+/// replace one version of an object (leases), or to create one object (log
+/// entries), exactly one succeeds. Checked on the raw stores, with
 /// the racers released together, so a store (or test server) that checks the
 /// version and writes in two steps shows here, not as a lost index entry.
 #[test]
@@ -328,21 +348,33 @@ fn racing_conditional_puts_admit_exactly_one() {
             let barrier = Arc::new(tokio::sync::Barrier::new(RACERS));
             let racers: Vec<_> = (0..RACERS)
                 .map(|i| {
-                    let (store, path, barrier) = (store.clone(), path.clone(), barrier.clone());
+                    let (store, barrier) = (store.clone(), barrier.clone());
+                    // Odd rounds race to create a new object instead.
+                    let path = if round % 2 == 0 {
+                        path.clone()
+                    } else {
+                        object_store::path::Path::from(format!("contract/new-{round}"))
+                    };
                     let version = UpdateVersion {
                         e_tag: base.e_tag.clone(),
                         version: None,
                     };
                     rt.spawn(async move {
                         barrier.wait().await;
+                        let mode = if round % 2 == 0 {
+                            PutMode::Update(version)
+                        } else {
+                            PutMode::Create
+                        };
                         let opts = PutOptions {
-                            mode: PutMode::Update(version),
+                            mode,
                             ..PutOptions::default()
                         };
                         let body = PutPayload::from(format!("racer {i} of round {round}"));
                         match store.put_opts(&path, body, opts).await {
                             Ok(_) => true,
-                            Err(object_store::Error::Precondition { .. }) => false,
+                            Err(object_store::Error::Precondition { .. })
+                            | Err(object_store::Error::AlreadyExists { .. }) => false,
                             Err(e) => panic!("racer {i}: {e}"),
                         }
                     })

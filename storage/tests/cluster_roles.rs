@@ -10,12 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use object_store::memory::InMemory;
-use profiledb_storage::{
-    Batch, BlockPolicy, Bucket, Compactor, CompactorConfig, DownsampleRule, Function, Labels,
-    Location, MergePolicy, Querier, QueryLimits, Sample, Selector, SeriesSamples, Store, TenantId,
-    TimeRange, PROFILE_TYPE_LABEL,
-};
-use support::roles::{local, querier, uploader, wait};
+use profiledb_storage::{Acked, Batch, Bucket, Compactor, DownsampleRule, Store, TimeRange};
+use support::roles::{self, batch_at, local, querier, total_in, uploader, wait};
 
 const T0: i64 = 1_700_000_000_000;
 
@@ -24,79 +20,12 @@ fn batch(i: i64, value: i64) -> Batch {
     batch_at(T0 + i * 1000, i, value)
 }
 
-/// One sample of `value` on main → f`i` at `at_ms`.
-fn batch_at(at_ms: i64, i: i64, value: i64) -> Batch {
-    let mut b = Batch::new(TenantId::default());
-    for name in ["main".to_string(), format!("f{i}")] {
-        b.symbols.functions.push(Function {
-            name: name.into(),
-            file: Default::default(),
-        });
-        let function = Some(b.symbols.functions.len() as u32 - 1);
-        b.symbols.locations.push(Location {
-            function,
-            mapping: None,
-            address: 0,
-            line: 0,
-        });
-    }
-    let stack = b.stacks.push(&[0, 1]);
-    b.series.push(SeriesSamples {
-        labels: Labels::new([
-            (
-                PROFILE_TYPE_LABEL,
-                "process_cpu:cpu:nanoseconds:cpu:nanoseconds",
-            ),
-            ("service_name", "demo"),
-        ]),
-        samples: vec![Sample {
-            timestamp_ms: at_ms,
-            stack,
-            value,
-        }],
-    });
-    b
-}
-
 fn total(store: &Store) -> i64 {
     total_in(store, TimeRange::all())
 }
 
-fn total_in(store: &Store, range: TimeRange) -> i64 {
-    let q = Querier::new(store, 0, QueryLimits::default());
-    let sel = Selector::parse(r#"{service_name="demo"}"#).unwrap();
-    q.merge_tree(&TenantId::default(), &sel, range)
-        .unwrap()
-        .total()
-}
-
 fn compactor(bucket: &Bucket, downsample: Vec<DownsampleRule>) -> Compactor {
-    Compactor::start(
-        bucket.clone(),
-        CompactorConfig {
-            id: "c1".into(),
-            interval: Duration::from_millis(20),
-            // Day blocks, as these tests check them: the 2023 data's weeks are
-            // long over, and wide blocks would take the days (planned as in
-            // `storage/src/cluster/plan.rs`'s tests, merged as a day is).
-            policy: MergePolicy {
-                min_segments: 2,
-                blocks: BlockPolicy {
-                    wide_width_ms: 0,
-                    ..BlockPolicy::default()
-                },
-                ..MergePolicy::default()
-            },
-            lease_ttl: Duration::from_secs(30),
-            grace: Duration::from_secs(3600),
-            retention: None,
-            downsample,
-            zstd_level: 3,
-            wide_zstd_level: 15,
-            pause_before_swap: None,
-        },
-    )
-    .unwrap()
+    roles::compactor(bucket, downsample, Duration::from_secs(3600), None)
 }
 
 #[test]
@@ -112,7 +41,7 @@ fn writer_crash_uploads_once_and_mirror_and_compactor_keep_totals() {
         last = store.write(batch(i, i)).unwrap();
     }
     up.upload_now().unwrap();
-    assert!(up.wait_uploaded(last, Duration::ZERO));
+    assert_eq!(up.wait_uploaded(last, Duration::ZERO), Acked::Bucket);
     assert_eq!(store.replay_floor(), last);
     // Local copies wholly under the floor are gone: the bucket holds them.
     assert!(store.segments().is_empty());
@@ -137,13 +66,7 @@ fn writer_crash_uploads_once_and_mirror_and_compactor_keep_totals() {
     let up = uploader(&store, &bucket);
     up.upload_now().unwrap();
     up.upload_now().unwrap();
-    let n = bucket
-        .load_index("anonymous", None)
-        .unwrap()
-        .unwrap()
-        .index
-        .segments
-        .len();
+    let n = bucket.load_index("anonymous").unwrap().segments.len();
 
     // A querier mirrors the bucket: every write, once.
     // A disk budget smaller than two segments: every query past the first refetches.
@@ -183,7 +106,7 @@ fn writer_crash_uploads_once_and_mirror_and_compactor_keep_totals() {
         qstore.segments().len() == 1
     });
     assert_eq!(total(&qstore), 1 + 2 + 3 + 4 + 5);
-    let idx = bucket.load_index("anonymous", None).unwrap().unwrap().index;
+    let idx = bucket.load_index("anonymous").unwrap();
     assert_eq!(idx.segments.len(), 1);
     assert_eq!(idx.segments[0].level, 1);
     assert_eq!(idx.segments[0].step_ms, 3_600_000);
@@ -213,9 +136,9 @@ fn a_past_day_becomes_one_block_with_the_same_answers() {
     for (at, i, v) in writes {
         let lsn = store.write(batch_at(at, i, v)).unwrap();
         up.upload_now().unwrap();
-        assert!(up.wait_uploaded(lsn, Duration::ZERO));
+        assert_eq!(up.wait_uploaded(lsn, Duration::ZERO), Acked::Bucket);
     }
-    let before = bucket.load_index("anonymous", None).unwrap().unwrap().index;
+    let before = bucket.load_index("anonymous").unwrap();
     assert_eq!(before.segments.len(), 4);
 
     let (qstore, _mirror) = querier(
@@ -239,10 +162,10 @@ fn a_past_day_becomes_one_block_with_the_same_answers() {
     // No downsampling: the block keeps the 10 s steps.
     let c = compactor(&bucket, Vec::new());
     wait("the block", || {
-        let idx = bucket.load_index("anonymous", None).unwrap().unwrap().index;
+        let idx = bucket.load_index("anonymous").unwrap();
         idx.segments.len() == 1 && idx.segments[0].width_ms == DAY
     });
-    let idx = bucket.load_index("anonymous", None).unwrap().unwrap().index;
+    let idx = bucket.load_index("anonymous").unwrap();
     let block = &idx.segments[0];
     assert_eq!(
         (block.partition_ms, block.step_ms, block.level),

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use object_store::memory::InMemory;
 use profiledb_storage::{
-    Batch, Bucket, Function, Labels, Location, Mirror, Querier, QueryLimits, Sample, Selector,
-    SeriesSamples, Store, TenantId, TimeRange, PROFILE_TYPE_LABEL,
+    Acked, Batch, Bucket, Labels, Mirror, Querier, QueryLimits, Sample, Selector, SeriesSamples,
+    Store, TenantId, TimeRange, PROFILE_TYPE_LABEL,
 };
 use support::roles::{self, local, uploader};
 
@@ -37,19 +37,7 @@ fn noise(x: u64) -> i64 {
 /// One service's samples: every 10 s step, each of the stacks main → g`j` → h`k`.
 fn batch(service: u64) -> (Batch, Vec<(i64, i64)>) {
     let mut b = Batch::new(TenantId::default());
-    let loc = |b: &mut Batch, name: String| {
-        b.symbols.functions.push(Function {
-            name: name.into(),
-            file: "x.go".into(),
-        });
-        b.symbols.locations.push(Location {
-            function: Some(b.symbols.functions.len() as u32 - 1),
-            mapping: None,
-            address: 0,
-            line: 0,
-        });
-        b.symbols.locations.len() as u32 - 1
-    };
+    let loc = |b: &mut Batch, name: String| roles::frame(b, name, "x.go");
     let main = loc(&mut b, "main".into());
     let stacks: Vec<u32> = (0..STACKS)
         .map(|s| {
@@ -102,7 +90,7 @@ fn upload(bucket: &Bucket, dir: &std::path::Path) -> Want {
         want.insert(format!("svc{s}"), points);
     }
     up.upload_now().unwrap();
-    assert!(up.wait_uploaded(last, Duration::ZERO));
+    assert_eq!(up.wait_uploaded(last, Duration::ZERO), Acked::Bucket);
     want
 }
 
@@ -116,7 +104,7 @@ fn querier_answers_labels_and_time_series_from_section_reads() {
     let bucket = Bucket::from_store(Arc::new(InMemory::new()), "c");
     let dir = tempfile::tempdir().unwrap();
     let want = upload(&bucket, dir.path());
-    let index = bucket.load_index("anonymous", None).unwrap().unwrap().index;
+    let index = bucket.load_index("anonymous").unwrap();
     assert_eq!(index.segments.len(), 2, "{:?}", index.segments);
     let object_bytes: u64 = index.segments.iter().map(|e| e.bytes).sum();
 
@@ -218,7 +206,7 @@ fn uploaded_with_first_object(
     let bucket = Bucket::from_store(Arc::new(InMemory::new()), "c");
     let dir = tempfile::tempdir().unwrap();
     let want = upload(&bucket, dir.path());
-    let index = bucket.load_index("anonymous", None).unwrap().unwrap().index;
+    let index = bucket.load_index("anonymous").unwrap();
     let key = index.segments[0].key.clone();
     let mut bytes = bucket.get(&key).unwrap().to_vec();
     damage(&mut bytes);
@@ -252,7 +240,7 @@ fn a_damaged_summary_section_quarantines_the_object() {
     assert_eq!(services(&qstore), want.keys().cloned().collect::<Vec<_>>());
     assert_eq!(mirror.stats().quarantined.load(Relaxed), 1);
     assert_eq!(mirror.stats().downloads.load(Relaxed), 0);
-    let index = bucket.load_index("anonymous", None).unwrap().unwrap().index;
+    let index = bucket.load_index("anonymous").unwrap();
     assert_eq!(index.segments.len(), 1);
     assert_eq!(index.quarantined.len(), 1);
     assert_eq!(index.quarantined[0].key, key);
@@ -274,7 +262,7 @@ fn a_newer_format_version_is_skipped_not_quarantined() {
     assert_eq!(services(&qstore), want.keys().cloned().collect::<Vec<_>>());
     assert_eq!(qstore.segments().len(), 1);
     assert_eq!(mirror.stats().quarantined.load(Relaxed), 0);
-    let index = bucket.load_index("anonymous", None).unwrap().unwrap().index;
+    let index = bucket.load_index("anonymous").unwrap();
     assert_eq!(index.segments.len(), 2);
     assert!(index.quarantined.is_empty());
 }

@@ -371,18 +371,12 @@ impl Alerts {
             by_state[s.state as usize] += 1;
             outbox += s.outbox.len() as u64;
         }
-        let _ = writeln!(
+        crate::metrics::labelled(
             out,
-            "# HELP profiledb_alerts Alert rules by state.\n# TYPE profiledb_alerts gauge"
+            ("profiledb_alerts", "gauge", "Alert rules by state."),
+            "state",
+            AlertState::ALL.map(|st| (st.as_str(), by_state[st as usize])),
         );
-        for st in AlertState::ALL {
-            let _ = writeln!(
-                out,
-                "profiledb_alerts{{state=\"{}\"}} {}",
-                st.as_str(),
-                by_state[st as usize]
-            );
-        }
         let _ = writeln!(
             out,
             "# HELP profiledb_alert_notifications_queued Notifications waiting for (re)delivery.\n# TYPE profiledb_alert_notifications_queued gauge\nprofiledb_alert_notifications_queued {outbox}"

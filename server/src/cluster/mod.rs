@@ -5,6 +5,7 @@
 //! what each role serves: the writer's store to the ingest pipeline, the
 //! querier's mirror store to every query endpoint.
 
+mod metrics;
 pub mod options;
 
 use std::sync::Arc;
@@ -12,22 +13,65 @@ use std::time::Duration;
 
 use anyhow::Context;
 use profiledb_storage::{
-    Bucket, Compactor, CompactorConfig, Mirror, MirrorConfig, Store, StoreConfig, Uploader,
-    UploaderConfig,
+    Acked, Bucket, Compactor, CompactorConfig, Fault, Mirror, MirrorConfig, Store, StoreConfig,
+    Uploader, UploaderConfig,
 };
 
 pub use options::{Ack, ClusterOptions, Roles};
 
 use crate::error::ApiError;
-use crate::metrics::family;
 
 /// How long an `--ack bucket` write waits for its upload before it is answered
 /// as durable in the local WAL only (header `X-Profiledb-Ack: local`).
 pub const ACK_WAIT: Duration = Duration::from_secs(15);
 
+/// Seconds a client is told to wait (`Retry-After`) while the store is out.
+const RETRY_AFTER_SECS: u64 = 5;
+
+/// The fault point tests arm through the environment (`fault.rs` in the
+/// storage crate): the process aborts there.
+fn fault_from_env() -> anyhow::Result<Option<Fault>> {
+    match std::env::var("PROFILEDB_FAULT") {
+        Ok(spec) if !spec.is_empty() => {
+            let f = Fault::parse(&spec).map_err(anyhow::Error::msg)?;
+            tracing::warn!(
+                point = f.point().name(),
+                "fault injection armed (PROFILEDB_FAULT)"
+            );
+            Ok(Some(f))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// What a cluster process waits for before it serves (`/ready` says which).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Waiting {
+    /// The querier has not completed its first sync of the bucket index.
+    FirstSync,
+    /// The store does not answer the role named.
+    Unreachable(&'static str),
+    /// The querier's last successful sync is older than `--max-sync-age-secs`.
+    Stale,
+}
+
+impl Waiting {
+    /// The `status` field of `/ready`'s answer.
+    pub fn status(self) -> &'static str {
+        match self {
+            Waiting::FirstSync => "syncing",
+            Waiting::Unreachable(_) => "store_unreachable",
+            Waiting::Stale => "stale",
+        }
+    }
+}
+
 /// The roles running in this process.
 pub struct Running {
     pub roles: Roles,
+    pub ack: Ack,
+    /// Oldest last sync a querier answers from.
+    pub max_sync_age: Duration,
     pub bucket: Bucket,
     pub writer: Option<Arc<Store>>,
     pub uploader: Option<Arc<Uploader>>,
@@ -47,6 +91,7 @@ pub fn open(
     let bucket = Bucket::open(&opts.bucket)
         .with_context(|| format!("cannot open the object store {}", opts.bucket.url))?;
     let node = options::node_id(data_dir)?;
+    let fault = fault_from_env()?;
     tracing::info!(bucket = %bucket.describe(), roles = %opts.roles.names(), node, "joining the cluster");
     // The bucket, not a local store, compacts and expires: local lifecycle off.
     let local = StoreConfig {
@@ -72,6 +117,7 @@ pub fn open(
             UploaderConfig {
                 writer_id: node.clone(),
                 interval: opts.upload_interval,
+                fault: fault.clone(),
             },
         )?;
         writer = Some(store);
@@ -109,6 +155,7 @@ pub fn open(
                 zstd_level: base.zstd_level,
                 wide_zstd_level: base.wide_zstd_level,
                 pause_before_swap: opts.compactor_pause,
+                fault,
             },
         )?)
     } else {
@@ -116,6 +163,8 @@ pub fn open(
     };
     Ok(Running {
         roles: opts.roles,
+        ack: opts.ack,
+        max_sync_age: opts.max_sync_age,
         bucket,
         writer,
         uploader,
@@ -126,24 +175,89 @@ pub fn open(
 }
 
 impl Running {
-    /// 503 while the mirror cannot reach the bucket: its answers would be stale.
+    /// 503 while the mirror cannot reach the bucket, or has not synced for
+    /// longer than `--max-sync-age-secs`: its answers could be stale.
     pub fn check_queries(&self) -> Result<(), ApiError> {
-        match &self.mirror {
-            Some(m) if !m.healthy() => Err(ApiError::unavailable(format!(
-                "the object store is unreachable, so answers could be stale: {}",
-                m.last_error().unwrap_or_default()
-            ))),
-            Some(m) if !m.synced() => Err(ApiError::unavailable(match m.last_error() {
+        let Some(m) = &self.mirror else {
+            return Ok(());
+        };
+        if !m.synced() {
+            return Err(ApiError::unavailable(match m.last_error() {
                 Some(e) => format!("this querier could not read the bucket index yet: {e}"),
                 None => "this querier has not read the bucket index yet".to_string(),
-            })),
+            }));
+        }
+        if !m.healthy() {
+            return Err(ApiError::unavailable(format!(
+                "the object store is unreachable, so answers could be stale: {}",
+                m.last_error().unwrap_or_default()
+            ))
+            .with_retry_after(RETRY_AFTER_SECS));
+        }
+        match m.health().since_success() {
+            Some(age) if age > self.max_sync_age => Err(ApiError::unavailable(format!(
+                "this querier's last successful sync of the bucket index was {:.1} s ago, over the {} s --max-sync-age-secs allows (the object store may be hanging)",
+                age.as_secs_f64(),
+                self.max_sync_age.as_secs()
+            ))
+            .with_retry_after(RETRY_AFTER_SECS)),
             _ => Ok(()),
         }
     }
 
-    /// True once every role can serve (the querier has synced once).
-    pub fn ready(&self) -> bool {
-        self.mirror.as_ref().is_none_or(|m| m.synced())
+    /// What this process waits for before it serves, if anything: a querier's
+    /// first sync, a store that does not answer a role that needs it (a writer
+    /// acknowledging from the bucket, a querier, a compactor), a querier's
+    /// sync too old.
+    pub fn waiting(&self) -> Option<Waiting> {
+        if let Some(m) = &self.mirror {
+            if !m.synced() {
+                return Some(Waiting::FirstSync);
+            }
+            if !m.health().reachable() {
+                return Some(Waiting::Unreachable("querier"));
+            }
+            if m.health()
+                .since_success()
+                .is_some_and(|a| a > self.max_sync_age)
+            {
+                return Some(Waiting::Stale);
+            }
+        }
+        if let Some(u) = &self.uploader {
+            if self.ack == Ack::Bucket && !u.health().reachable() {
+                return Some(Waiting::Unreachable("writer"));
+            }
+        }
+        if let Some(c) = &self.compactor {
+            if !c.health().reachable() {
+                return Some(Waiting::Unreachable("compactor"));
+            }
+        }
+        None
+    }
+
+    /// `/ready`'s message for what this process waits for.
+    pub fn explain(&self, w: Waiting) -> String {
+        let err = |e: Option<String>| e.unwrap_or_else(|| "no answer yet".into());
+        match w {
+            Waiting::FirstSync => format!(
+                "this querier has not completed its first sync of the bucket index: {}",
+                err(self.mirror.as_ref().and_then(|m| m.last_error()))
+            ),
+            Waiting::Unreachable(role) => {
+                let e = match role {
+                    "writer" => self.uploader.as_ref().and_then(|u| u.last_error()),
+                    "querier" => self.mirror.as_ref().and_then(|m| m.last_error()),
+                    _ => self.compactor.as_ref().and_then(|c| c.last_error()),
+                };
+                format!("the object store does not answer the {role}: {}", err(e))
+            }
+            Waiting::Stale => format!(
+                "this querier's last successful sync of the bucket index is older than {} s (--max-sync-age-secs)",
+                self.max_sync_age.as_secs()
+            ),
+        }
     }
 
     /// Stops uploading after a last pass, so a clean shutdown leaves nothing
@@ -153,233 +267,6 @@ impl Running {
             if let Err(e) = u.stop() {
                 tracing::error!(error = %e, "last upload at shutdown failed; the WAL keeps the data and it is uploaded at the next start");
             }
-        }
-    }
-
-    /// Cluster gauges and counters for `/metrics`.
-    pub fn render_metrics(&self, out: &mut String) {
-        use std::sync::atomic::Ordering::Relaxed;
-        let b = self.bucket.stats();
-        for (name, help, v) in [
-            (
-                "profiledb_bucket_get_requests_total",
-                "GET requests to the object store (whole and ranged).",
-                b.gets + b.range_gets,
-            ),
-            (
-                "profiledb_bucket_put_requests_total",
-                "PUT requests to the object store.",
-                b.puts,
-            ),
-            (
-                "profiledb_bucket_list_requests_total",
-                "LIST requests to the object store.",
-                b.lists,
-            ),
-            (
-                "profiledb_bucket_delete_requests_total",
-                "DELETE requests to the object store.",
-                b.deletes,
-            ),
-            (
-                "profiledb_bucket_read_bytes_total",
-                "Bytes read from the object store.",
-                b.bytes_read,
-            ),
-            (
-                "profiledb_bucket_written_bytes_total",
-                "Bytes written to the object store.",
-                b.bytes_written,
-            ),
-            (
-                "profiledb_bucket_cas_conflicts_total",
-                "Conditional writes that lost a race and were retried.",
-                b.cas_conflicts,
-            ),
-            (
-                "profiledb_bucket_errors_total",
-                "Object store requests that failed.",
-                b.errors,
-            ),
-        ] {
-            family(out, name, "counter", help, v);
-        }
-        if let Some(u) = &self.uploader {
-            let s = u.stats();
-            family(
-                out,
-                "profiledb_upload_segments_total",
-                "counter",
-                "Segments a writer uploaded.",
-                s.segments.load(Relaxed),
-            );
-            family(
-                out,
-                "profiledb_upload_bytes_total",
-                "counter",
-                "Bytes a writer uploaded.",
-                s.bytes.load(Relaxed),
-            );
-            family(
-                out,
-                "profiledb_upload_passes_total",
-                "counter",
-                "Upload passes the writer's loop ran, failed or not.",
-                s.passes.load(Relaxed),
-            );
-            family(
-                out,
-                "profiledb_upload_errors_total",
-                "counter",
-                "Upload passes that failed (retried).",
-                s.errors.load(Relaxed),
-            );
-            family(
-                out,
-                "profiledb_upload_pending_segments",
-                "gauge",
-                "Local segments waiting for upload.",
-                s.pending.load(Relaxed),
-            );
-            family(
-                out,
-                "profiledb_upload_watermark_lsn",
-                "gauge",
-                "Highest WAL record durable in the bucket.",
-                s.watermark.load(Relaxed),
-            );
-            family(
-                out,
-                "profiledb_bucket_healthy",
-                "gauge",
-                "1 while the writer reaches the object store.",
-                u64::from(u.healthy()),
-            );
-        }
-        if let Some(m) = &self.mirror {
-            let s = m.stats();
-            family(
-                out,
-                "profiledb_mirror_syncs_total",
-                "counter",
-                "Index sync passes of a querier.",
-                s.syncs.load(Relaxed),
-            );
-            family(
-                out,
-                "profiledb_mirror_errors_total",
-                "counter",
-                "Index sync passes that failed.",
-                s.errors.load(Relaxed),
-            );
-            family(
-                out,
-                "profiledb_mirror_downloads_total",
-                "counter",
-                "Segment objects a querier downloaded.",
-                s.downloads.load(Relaxed),
-            );
-            family(
-                out,
-                "profiledb_mirror_download_bytes_total",
-                "counter",
-                "Bytes of segment objects downloaded.",
-                s.download_bytes.load(Relaxed),
-            );
-            family(
-                out,
-                "profiledb_mirror_summaries_total",
-                "counter",
-                "Segment summaries (labels and totals) a querier read with ranged GETs instead of downloading the object.",
-                s.summaries.load(Relaxed),
-            );
-            family(
-                out,
-                "profiledb_mirror_section_reads_total",
-                "counter",
-                "Ranged GETs of segment summary sections.",
-                s.section_reads.load(Relaxed),
-            );
-            family(
-                out,
-                "profiledb_mirror_section_bytes_total",
-                "counter",
-                "Bytes of segment summary sections read.",
-                s.section_bytes.load(Relaxed),
-            );
-            family(
-                out,
-                "profiledb_mirror_quarantined_total",
-                "counter",
-                "Objects this node found corrupt or missing and took out of service.",
-                s.quarantined.load(Relaxed),
-            );
-            family(
-                out,
-                "profiledb_mirror_live_segments",
-                "gauge",
-                "Bucket segments a querier serves.",
-                s.live.load(Relaxed),
-            );
-        }
-        if let Some(c) = &self.compactor {
-            let s = c.stats();
-            family(
-                out,
-                "profiledb_bucket_merge_uploads_total",
-                "counter",
-                "Merged segments uploaded (swapped in or not).",
-                s.uploads.load(Relaxed),
-            );
-            family(
-                out,
-                "profiledb_bucket_merges_total",
-                "counter",
-                "Merges swapped into the bucket index.",
-                s.merges.load(Relaxed),
-            );
-            family(
-                out,
-                "profiledb_bucket_merged_sources_total",
-                "counter",
-                "Segments replaced by merges.",
-                s.merged_sources.load(Relaxed),
-            );
-            family(
-                out,
-                "profiledb_bucket_lease_busy_total",
-                "counter",
-                "Partitions skipped: another compactor held the lease.",
-                s.lease_busy.load(Relaxed),
-            );
-            family(
-                out,
-                "profiledb_bucket_merge_races_total",
-                "counter",
-                "Merges abandoned: a source left the index meanwhile.",
-                s.lost_races.load(Relaxed),
-            );
-            family(
-                out,
-                "profiledb_bucket_expired_segments_total",
-                "counter",
-                "Segments expired by retention.",
-                s.expired.load(Relaxed),
-            );
-            family(
-                out,
-                "profiledb_bucket_deleted_objects_total",
-                "counter",
-                "Objects deleted past the grace period.",
-                s.deleted.load(Relaxed),
-            );
-            family(
-                out,
-                "profiledb_bucket_compaction_errors_total",
-                "counter",
-                "Compaction passes that failed.",
-                s.errors.load(Relaxed),
-            );
         }
     }
 }
@@ -399,14 +286,15 @@ impl UploadGate {
             "the object store is unreachable, so this write could not be made durable there (--ack bucket); nothing was stored, retry later: {}",
             self.0.last_error().unwrap_or_default()
         ))
-        .with_retry_after(5))
+        .with_retry_after(RETRY_AFTER_SECS))
     }
 
     /// Waits (on a blocking thread) until record `lsn` is in the bucket; false
-    /// when [`ACK_WAIT`] passed first (it is in the local WAL and uploads later).
+    /// when [`ACK_WAIT`] passed first, or an upload pass failed meanwhile (it is
+    /// in the local WAL and uploads later).
     pub async fn uploaded(&self, lsn: u64) -> bool {
         let up = self.0.clone();
-        tokio::task::spawn_blocking(move || up.wait_uploaded(lsn, ACK_WAIT))
+        tokio::task::spawn_blocking(move || up.wait_uploaded(lsn, ACK_WAIT) == Acked::Bucket)
             .await
             .unwrap_or(false)
     }

@@ -88,6 +88,8 @@ pub struct ClusterOptions {
     pub lease_ttl: Duration,
     pub retention: Option<Duration>,
     pub compactor_pause: Option<Duration>,
+    /// A querier older than this since its last good sync answers 503.
+    pub max_sync_age: Duration,
 }
 
 /// This process's name in object keys and leases: random at first start, kept in

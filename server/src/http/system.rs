@@ -33,6 +33,10 @@ async fn ready(State(state): State<AppRef>) -> Response {
                 "total_bytes": total,
             })
         }
+        Readiness::Waiting(w) => serde_json::json!({
+            "status": w.status(),
+            "message": state.cluster.get().map(|c| c.explain(w)).unwrap_or_default(),
+        }),
         Readiness::Warming => serde_json::json!({
             "status": "warming",
             "message": "decoding the last day of segments for queries (answered meanwhile, the first ones slower)",

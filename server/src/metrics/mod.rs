@@ -36,6 +36,20 @@ pub(crate) fn family(out: &mut String, name: &str, kind: &str, help: &str, value
     let _ = writeln!(out, "{name} {value}");
 }
 
+/// One family whose samples differ by one label: `rows` are (label value, value).
+pub(crate) fn labelled<'a, V: std::fmt::Display>(
+    out: &mut String,
+    (name, kind, help): (&str, &str, &str),
+    label: &str,
+    rows: impl IntoIterator<Item = (&'a str, V)>,
+) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+    for (v, value) in rows {
+        let _ = writeln!(out, "{name}{{{label}=\"{}\"}} {value}", escape(v));
+    }
+}
+
 /// Renders every metric in the Prometheus text format (version 0.0.4).
 pub fn render(
     http: &HttpMetrics,

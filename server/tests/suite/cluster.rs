@@ -8,216 +8,17 @@
 //! Bad states: an unreachable bucket answers 503 with a message; a corrupt and a
 //! missing object are quarantined and reported while the rest is served.
 
-use crate::moto;
-
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::cluster_procs::{merged, now_secs, role_flags, Outcome, Proc, Push, CPU};
 use crate::common::{free_port, wait_for};
+use crate::moto;
 use profiledb_storage::{Bucket, SegmentFile};
 
-const BIN: &str = env!("CARGO_BIN_EXE_profiledb");
-const CPU: &str = "process_cpu:cpu:nanoseconds:cpu:nanoseconds";
 const PREFIX: &str = "cluster-test";
-
-/// One `profiledb serve` process.
-struct Proc {
-    child: Child,
-    url: String,
-    port: u16,
-    dir: std::path::PathBuf,
-    flags: Vec<String>,
-}
-
-impl Proc {
-    fn start(dir: &Path, flags: &[String]) -> Proc {
-        Self::start_on(dir, flags, free_port(), true)
-    }
-
-    fn start_on(dir: &Path, flags: &[String], port: u16, wait_ready: bool) -> Proc {
-        let log = std::fs::File::create(dir.with_extension("log")).unwrap();
-        let child = Command::new(BIN)
-            .args(["serve", "--data-dir"])
-            .arg(dir)
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .args(flags)
-            .env("AWS_ACCESS_KEY_ID", "test")
-            .env("AWS_SECRET_ACCESS_KEY", "test")
-            .env("AWS_REGION", "us-east-1")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let p = Proc {
-            child,
-            url: format!("http://127.0.0.1:{port}"),
-            port,
-            dir: dir.to_path_buf(),
-            flags: flags.to_vec(),
-        };
-        if wait_ready {
-            p.wait_ready();
-        }
-        p
-    }
-
-    fn wait_ready(&self) {
-        let client = reqwest::blocking::Client::new();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !client
-            .get(format!("{}/ready", self.url))
-            .send()
-            .is_ok_and(|r| r.status() == 200)
-        {
-            assert!(
-                Instant::now() < deadline,
-                "{} did not become ready; log: {}",
-                self.url,
-                std::fs::read_to_string(self.dir.with_extension("log")).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn kill9(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    /// Starts it again on the same directory, port and flags.
-    fn restart(&mut self) {
-        self.kill9();
-        let p = Proc::start_on(&self.dir, &self.flags, self.port, true);
-        *self = p;
-    }
-
-    fn metric(&self, name: &str) -> u64 {
-        let text = reqwest::blocking::get(format!("{}/metrics", self.url))
-            .unwrap()
-            .text()
-            .unwrap();
-        text.lines()
-            .find_map(|l| l.strip_prefix(&format!("{name} ")))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0)
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.kill9();
-    }
-}
-
-fn role_flags(endpoint: &str, url: &str, role: &str, extra: &[&str]) -> Vec<String> {
-    let mut v: Vec<String> = [
-        "--storage",
-        url,
-        "--s3-endpoint",
-        endpoint,
-        "--role",
-        role,
-        "--upload-interval-ms",
-        "200",
-        "--sync-interval-ms",
-        "200",
-        "--bucket-compaction-interval-secs",
-        "1",
-        "--merge-min-segments",
-        "3",
-        "--gc-grace-secs",
-        "3",
-        "--lease-ttl-secs",
-        "8",
-        "--memory-mb",
-        "256",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    v.extend(extra.iter().map(|s| s.to_string()));
-    v
-}
-
-/// What became of a push.
-#[derive(Debug, PartialEq)]
-enum Outcome {
-    Status(u16),
-    /// No connection: nothing was sent.
-    Refused,
-    /// The connection broke mid-request: it may or may not be stored.
-    Broken,
-}
-
-/// One push: a unique stack whose value identifies it.
-#[derive(Clone, Debug)]
-struct Push {
-    id: usize,
-    service: &'static str,
-    host: &'static str,
-    from: u64,
-}
-
-impl Push {
-    fn path(&self) -> String {
-        format!(
-            "/ingest?name={}.cpu{{host={}}}&from={}",
-            self.service, self.host, self.from
-        )
-    }
-    /// Its value in nanoseconds: `/ingest` takes samples at 100 Hz by default.
-    fn value(&self) -> i64 {
-        (self.id as i64 + 1) * 10_000_000
-    }
-    fn body(&self) -> String {
-        format!("main;work;p{} {}\n", self.id, self.id + 1)
-    }
-    fn send(&self, client: &reqwest::blocking::Client, url: &str) -> Outcome {
-        match client
-            .post(format!("{url}{}", self.path()))
-            .body(self.body())
-            .timeout(Duration::from_secs(30))
-            .send()
-        {
-            Ok(r) => Outcome::Status(r.status().as_u16()),
-            Err(e) if e.is_connect() => Outcome::Refused,
-            Err(_) => Outcome::Broken,
-        }
-    }
-}
-
-fn now_secs() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-}
-
-fn merged(url: &str) -> BTreeMap<String, i64> {
-    let resp = reqwest::blocking::Client::new()
-        .get(format!("{url}/api/v1/merge"))
-        .query(&[
-            ("query", format!("{CPU}{{}}").as_str()),
-            ("from", "0"),
-            ("until", "now+1d"),
-            ("format", "folded"),
-        ])
-        .send()
-        .unwrap();
-    assert_eq!(resp.status(), 200, "merge at {url}");
-    resp.text()
-        .unwrap()
-        .lines()
-        .filter_map(|l| {
-            let (k, v) = l.rsplit_once(' ')?;
-            Some((k.to_string(), v.parse().ok()?))
-        })
-        .collect()
-}
 
 /// Every query kind the issue lists, as (what, answer).
 fn answers(url: &str, t0: u64) -> Vec<(String, serde_json::Value)> {
@@ -313,10 +114,10 @@ fn bucket_state(bucket: &Bucket) -> (BTreeSet<String>, BTreeSet<String>, usize) 
     let mut listed = BTreeSet::new();
     let mut retired = 0;
     for t in bucket.tenants().unwrap() {
-        let view = bucket.load_index(&t, None).unwrap().unwrap();
-        listed.extend(view.index.segments.iter().map(|e| e.key.clone()));
-        listed.extend(view.index.quarantined.iter().map(|e| e.key.clone()));
-        retired += view.index.retired.len();
+        let view = bucket.load_index(&t).unwrap();
+        listed.extend(view.segments.iter().map(|e| e.key.clone()));
+        listed.extend(view.quarantined.iter().map(|e| e.key.clone()));
+        retired += view.retired.len();
     }
     (objects, listed, retired)
 }
@@ -377,6 +178,7 @@ fn cluster_counts_every_acknowledged_push_once_and_answers_like_one_node() {
             service: if id % 2 == 0 { "alpha" } else { "beta" },
             host: ["h1", "h2", "h3"][id % 3],
             from: t0 - 60 + (id as u64 % 50),
+            tag: 0,
         })
         .collect();
     let acked = Arc::new(Mutex::new(Vec::<Push>::new()));
@@ -548,6 +350,7 @@ fn cluster_counts_every_acknowledged_push_once_and_answers_like_one_node() {
             service: "alpha",
             host: "h1",
             from: t0,
+            tag: 0,
         })
         .collect();
     for p in &late {
@@ -560,7 +363,7 @@ fn cluster_counts_every_acknowledged_push_once_and_answers_like_one_node() {
         .tenants()
         .unwrap()
         .iter()
-        .flat_map(|t| bucket.load_index(t, None).unwrap().unwrap().index.segments)
+        .flat_map(|t| bucket.load_index(t).unwrap().segments)
         .map(|e| e.key)
         .collect();
     assert!(keys.len() >= 2, "need two segments, have {keys:?}");
@@ -592,7 +395,7 @@ fn cluster_counts_every_acknowledged_push_once_and_answers_like_one_node() {
     // already out and do not count it again.
     let reported: u64 = [&q1, &q2, &q3]
         .iter()
-        .map(|q| q.metric("profiledb_mirror_quarantined_total"))
+        .map(|q| q.metric("profiledb_bucket_quarantined_total{role=\"querier\"}"))
         .sum();
     assert_eq!(
         reported,
@@ -604,14 +407,7 @@ fn cluster_counts_every_acknowledged_push_once_and_answers_like_one_node() {
         .tenants()
         .unwrap()
         .iter()
-        .flat_map(|t| {
-            bucket
-                .load_index(t, None)
-                .unwrap()
-                .unwrap()
-                .index
-                .quarantined
-        })
+        .flat_map(|t| bucket.load_index(t).unwrap().quarantined)
         .map(|q| q.key)
         .collect();
     // Each exactly once: a sorted list, not a set, so a duplicate would show.

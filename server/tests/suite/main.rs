@@ -21,6 +21,8 @@ mod alerts;
 mod bad_input;
 mod clear_answers;
 mod cluster;
+mod cluster_faults;
+mod cluster_procs;
 mod config_file;
 mod control_api;
 mod deploy;

@@ -18,7 +18,17 @@ pub struct BucketConfig {
     pub secret_access_key: Option<String>,
     /// Plain HTTP to the endpoint (a local store).
     pub allow_http: bool,
+    /// How long one request may wait for the store's answer (and for each
+    /// further read of a body) before it counts as failed.
+    pub request_timeout: std::time::Duration,
+    /// How often a failed or timed-out request is tried again before the
+    /// store counts as unreachable.
+    pub retries: usize,
 }
+
+/// The default request timeout: a hung store is noticed within about
+/// `(retries + 1) ×` this, a few seconds.
+pub const DEFAULT_REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl std::fmt::Debug for BucketConfig {
     // Credentials stay out of logs and panics.
@@ -28,6 +38,8 @@ impl std::fmt::Debug for BucketConfig {
             .field("endpoint", &self.endpoint)
             .field("region", &self.region)
             .field("allow_http", &self.allow_http)
+            .field("request_timeout", &self.request_timeout)
+            .field("retries", &self.retries)
             .finish_non_exhaustive()
     }
 }
@@ -48,6 +60,8 @@ impl BucketConfig {
             region: env("AWS_REGION").or_else(|| env("AWS_DEFAULT_REGION")),
             access_key_id: env("AWS_ACCESS_KEY_ID"),
             secret_access_key: env("AWS_SECRET_ACCESS_KEY"),
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            retries: 1,
         }
     }
 

@@ -3,11 +3,17 @@
 //! Work is claimed per partition with a lease (a conditional write in the bucket),
 //! so two compactors do not merge the same segments; a crashed compactor's lease
 //! expires. Correctness does not rest on the lease: the merged segment replaces its
-//! sources in the index by compare-and-swap only if every source is still live, so
-//! a compactor that lost its lease (a long pause) fails that swap and deletes what
-//! it uploaded. Sources leave the index first and the bucket only after the grace
-//! period, when no querier can still be reading them; objects in no list of the
-//! index (a crash between upload and swap) are deleted after the same grace.
+//! sources in the index only if every source is still live at the change's place
+//! in the log, so a compactor that lost its lease (a long pause) finds its swap
+//! void and deletes what it uploaded. Sources leave the index first and the
+//! bucket only after the grace period, when no querier can still be reading
+//! them; objects in no list of the index (a crash between upload and swap) are
+//! deleted after the same grace. The compactor also writes the index's
+//! checkpoints and prunes the log entries they cover (`bucket/log.rs`).
+//!
+//! A damaged source (missing, truncated, failing its checks) is quarantined
+//! in the index and counted; a pass quarantines every one it meets and merges
+//! the rest of the partition on the next.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -19,9 +25,11 @@ use parking_lot::Mutex;
 use tracing::{error, info, warn};
 
 use super::entry::{entry_for, object_name};
+use super::fault::{reached, Fault, FaultPoint};
+use super::health::{Health, Turn};
 use super::plan::{plan_merges, MergePlan, MergePolicy};
 use super::Worker;
-use crate::bucket::{segment_key, Bucket, BucketError, Lease, SegmentEntry};
+use crate::bucket::{segment_key, Bucket, BucketError, Lease, SegmentEntry, TenantView, LOG_GRACE};
 use crate::config::{duration_ms, DownsampleRule};
 use crate::error::{Result, StorageError};
 use crate::merger::{Merger, OutputFrame};
@@ -54,6 +62,8 @@ pub struct CompactorConfig {
     /// Fault injection for tests: sleep this long between uploading a merged
     /// segment and swapping it into the index (a window to kill the process in).
     pub pause_before_swap: Option<Duration>,
+    /// A fault point armed for tests.
+    pub fault: Option<Fault>,
 }
 
 /// Counters of the compactor for `/metrics`.
@@ -73,6 +83,15 @@ pub struct CompactorStats {
     pub expired: AtomicU64,
     /// Objects deleted by garbage collection.
     pub deleted: AtomicU64,
+    /// Damaged or missing sources this compactor took out of service (one
+    /// another node quarantined first is not counted again).
+    pub quarantined: AtomicU64,
+    /// Index checkpoints written, and their bytes.
+    pub checkpoints: AtomicU64,
+    /// Bytes of the checkpoints written.
+    pub checkpoint_bytes: AtomicU64,
+    /// Log entries and old checkpoints deleted under a newer checkpoint.
+    pub pruned: AtomicU64,
     /// Passes that failed.
     pub errors: AtomicU64,
 }
@@ -82,7 +101,9 @@ struct Shared {
     cfg: CompactorConfig,
     stats: CompactorStats,
     seq: AtomicU64,
-    last_error: Mutex<Option<String>>,
+    health: Health,
+    /// Each tenant's index as this compactor follows it.
+    views: Mutex<BTreeMap<String, TenantView>>,
 }
 
 /// A running compactor.
@@ -99,18 +120,22 @@ impl Compactor {
             cfg,
             stats: CompactorStats::default(),
             seq: AtomicU64::new(0),
-            last_error: Mutex::new(None),
+            health: Health::default(),
+            views: Mutex::new(BTreeMap::new()),
         });
         let worker = {
             let shared = shared.clone();
             Worker::spawn("profiledb-bucket-compactor", shared.cfg.interval, move || {
-                match shared.pass() {
-                    Ok(()) => *shared.last_error.lock() = None,
-                    Err(e) => {
-                        shared.stats.errors.fetch_add(1, Ordering::Relaxed);
+                let outcome = shared.pass();
+                if outcome.is_err() {
+                    shared.stats.errors.fetch_add(1, Ordering::Relaxed);
+                }
+                match (shared.health.record(&outcome), &outcome) {
+                    (Turn::Failed, Err(e)) => {
                         warn!(error = %e, "bucket compaction pass failed; retried next interval");
-                        *shared.last_error.lock() = Some(e.to_string());
                     }
+                    (Turn::Recovered, _) => info!("bucket compaction passes succeed again"),
+                    _ => {}
                 }
                 true
             })
@@ -130,7 +155,12 @@ impl Compactor {
 
     /// Why the last pass failed, if it did.
     pub fn last_error(&self) -> Option<String> {
-        self.shared.last_error.lock().clone()
+        self.shared.health.last_error()
+    }
+
+    /// The compactor's standing with the bucket.
+    pub fn health(&self) -> &Health {
+        &self.shared.health
     }
 }
 
@@ -143,11 +173,22 @@ impl Shared {
     }
 
     fn tenant_pass(&self, tenant: &str) -> Result<()> {
+        let mut view = self
+            .views
+            .lock()
+            .remove(tenant)
+            .unwrap_or_else(|| TenantView::new(tenant));
+        let outcome = self.tenant_work(&mut view);
+        self.views.lock().insert(tenant.to_string(), view);
+        outcome
+    }
+
+    fn tenant_work(&self, view: &mut TenantView) -> Result<()> {
+        let tenant = view.tenant.clone();
+        let tenant = tenant.as_str();
         let now = now_ms();
-        let Some(view) = self.bucket.load_index(tenant, None)? else {
-            return Ok(());
-        };
-        let mut live = view.index.segments;
+        self.bucket.sync(view)?;
+        let mut live = view.index.segments.clone();
         if let Some(keep) = self.cfg.retention {
             let cutoff = now - keep.as_millis() as i64;
             let expired: Vec<String> = live
@@ -156,15 +197,9 @@ impl Shared {
                 .map(|e| e.key.clone())
                 .collect();
             if !expired.is_empty() {
-                self.bucket.retire_segments(tenant, &expired, now)?;
-                self.stats
-                    .expired
-                    .fetch_add(expired.len() as u64, Ordering::Relaxed);
-                info!(
-                    tenant,
-                    segments = expired.len(),
-                    "expired segments past retention"
-                );
+                let n = self.bucket.retire_segments(view, &expired, now)?;
+                self.stats.expired.fetch_add(n as u64, Ordering::Relaxed);
+                info!(tenant, segments = n, "expired segments past retention");
                 live.retain(|e| e.max_ms > cutoff);
             }
         }
@@ -187,15 +222,18 @@ impl Shared {
             let sources: BTreeMap<&str, &SegmentEntry> =
                 live.iter().map(|e| (e.key.as_str(), e)).collect();
             let mut lease = lease;
-            let result = self.merge(tenant, &plan, &sources, &mut lease);
+            let result = self.merge(view, &plan, &sources, &mut lease);
             if let Err(e) = self.bucket.release_lease(lease) {
                 warn!(error = %e, lease = name, "could not release a lease; it expires");
             }
             result?;
         }
+        let fault = &self.cfg.fault;
         let gc = self
             .bucket
-            .collect_garbage(tenant, self.cfg.grace, now_ms())?;
+            .collect_garbage_then(view, self.cfg.grace, now_ms(), |_| {
+                reached(fault, FaultPoint::CompactorAfterGcDelete)
+            })?;
         let deleted = gc.deleted_retired.len() + gc.deleted_orphans.len();
         if deleted > 0 {
             self.stats
@@ -208,29 +246,51 @@ impl Shared {
                 "deleted objects past the grace period"
             );
         }
+        if view.checkpoint_due() {
+            let n = self.bucket.write_checkpoint(view)?;
+            self.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
+            self.stats.checkpoint_bytes.fetch_add(n, Ordering::Relaxed);
+            reached(&self.cfg.fault, FaultPoint::CompactorAfterCheckpoint)?;
+            let pruned = self.bucket.prune_log(tenant, LOG_GRACE, now_ms())?;
+            self.stats
+                .pruned
+                .fetch_add(pruned as u64, Ordering::Relaxed);
+        }
         Ok(())
     }
 
     /// Merges one plan's segments into one object and swaps it in.
     fn merge(
         &self,
-        tenant: &str,
+        view: &mut TenantView,
         plan: &MergePlan,
         live: &BTreeMap<&str, &SegmentEntry>,
         lease: &mut Lease,
     ) -> Result<()> {
+        let tenant = view.tenant.clone();
+        let tenant = tenant.as_str();
         let mut segs: Vec<LoadedSegment> = Vec::with_capacity(plan.keys.len());
+        let mut bad = Vec::new();
         for key in &plan.keys {
-            match self.load(key) {
+            let size = live.get(key.as_str()).map_or(0, |e| e.bytes);
+            match self.load(key, size) {
                 Ok(seg) => segs.push(seg),
-                Err(Load::Bad(why)) => {
-                    error!(tenant, key, reason = %why, "corrupt bucket segment quarantined; merge skipped");
-                    self.bucket
-                        .quarantine_segment(tenant, key, &why, now_ms())?;
-                    return Ok(());
-                }
+                // Every bad source of the plan, not just the first: one pass
+                // takes them all out of service.
+                Err(Load::Bad(why)) => bad.push((key, why)),
                 Err(Load::Failed(e)) => return Err(e),
             }
+        }
+        if !bad.is_empty() {
+            for (key, why) in bad {
+                if self.bucket.quarantine_segment(view, key, &why, now_ms())? {
+                    self.stats.quarantined.fetch_add(1, Ordering::Relaxed);
+                    error!(tenant, key, reason = %why, "damaged bucket segment quarantined; the rest of its partition is merged next pass");
+                } else {
+                    warn!(tenant, key, reason = %why, "bucket segment already out of service (another node quarantined it)");
+                }
+            }
+            return Ok(());
         }
         let mut merger = Merger::new(OutputFrame {
             start_ms: plan.partition_ms,
@@ -279,6 +339,7 @@ impl Shared {
         if let Some(pause) = self.cfg.pause_before_swap {
             std::thread::sleep(pause);
         }
+        reached(&self.cfg.fault, FaultPoint::CompactorAfterUpload)?;
         // A lease lost while merging (a pause past its expiry) means another
         // compactor may be merging the same segments: leave it to them.
         if !self
@@ -301,9 +362,10 @@ impl Shared {
             .collect();
         match self
             .bucket
-            .replace_segments(tenant, &sources, vec![entry], now_ms())
+            .replace_segments(view, &sources, vec![entry], now_ms())
         {
-            Ok(_) => {
+            Ok(()) => {
+                reached(&self.cfg.fault, FaultPoint::CompactorAfterSwap)?;
                 self.stats.merges.fetch_add(1, Ordering::Relaxed);
                 self.stats
                     .merged_sources
@@ -332,14 +394,15 @@ impl Shared {
         }
     }
 
-    fn load(&self, key: &str) -> std::result::Result<LoadedSegment, Load> {
-        let bytes = match self.bucket.get(key) {
+    fn load(&self, key: &str, size: u64) -> std::result::Result<LoadedSegment, Load> {
+        let bytes = match self.bucket.get_sized(key, size) {
             Ok(b) => b,
             Err(BucketError::NotFound { .. }) => {
                 return Err(Load::Bad(
                     "listed in the index but missing from the bucket".into(),
                 ))
             }
+            Err(e) if e.is_damage() => return Err(Load::Bad(e.to_string())),
             Err(e) => return Err(Load::Failed(e.into())),
         };
         let loaded = open_in_memory(key, &bytes).and_then(|f| f.load_from(bytes.to_vec()));

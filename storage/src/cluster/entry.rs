@@ -38,6 +38,7 @@ pub(super) fn entry_for(
         series: meta.series,
         created_ms: meta.created_ms,
         origin: origin.to_string(),
+        seq: None,
         profile_types: types.into_iter().collect(),
         services: services.into_iter().collect(),
     }

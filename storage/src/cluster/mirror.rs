@@ -1,7 +1,7 @@
 //! The querier's mirror: a local store whose live segments follow the bucket index.
 //!
-//! Every pass lists the tenants, fetches each tenant's index only when it changed
-//! (a conditional GET: an unchanged index costs one request and no body), reads
+//! Every pass lists the tenants, catches up with each tenant's index log (an
+//! unchanged index costs one LIST and no body; a change, the new entries), reads
 //! the head, trailer and footer of each segment it lists that is not here yet with
 //! ranged GETs (two small requests), and swaps those in for the ones it no longer
 //! lists, in a single change of the live set.
@@ -13,9 +13,10 @@
 //! (never written here). A query needing rows gets the body: downloaded into
 //! `objects/` the first time, checked, and kept while the disk budget allows
 //! (least recently fetched files go first; a query needing one again fetches it
-//! again). A corrupt object (body or summary section) is quarantined in the index
-//! (every querier then skips it) and reported; a listed object that is missing is
-//! reported and quarantined too; everything else is still served.
+//! again). A damaged object (missing, shorter than the index says, failing its
+//! checks) is quarantined in the index (every querier then skips it) and
+//! reported; everything else is still served. Only an unreachable store fails
+//! a pass: the querier then answers 503 until a pass succeeds again.
 //!
 //! The download directory is a cache: a restarted querier keeps the files whose
 //! size matches and fetches the rest on demand.
@@ -30,8 +31,9 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tracing::{error, info, warn};
 
+use super::health::{Health, Turn};
 use super::Worker;
-use crate::bucket::{Bucket, BucketError, IndexView, SegmentEntry};
+use crate::bucket::{Bucket, SegmentEntry, TenantView};
 use crate::error::{IoContext, Result, StorageError};
 use crate::segment::{SegmentFile, SegmentSummary};
 use crate::store::{now_ms, Fetch as Fetcher, Store};
@@ -76,11 +78,12 @@ pub struct MirrorStats {
     pub evictions: AtomicU64,
 }
 
-/// One tenant's mirrored state: the index version held and object key → local id.
-#[derive(Default)]
+/// One tenant's mirrored state: its index as followed, and object key → local id.
 struct TenantMirror {
-    etag: Option<String>,
+    view: TenantView,
     live: BTreeMap<String, u64>,
+    /// The live set may differ from the index (a pass failed midway).
+    dirty: bool,
 }
 
 struct Shared {
@@ -92,8 +95,7 @@ struct Shared {
     /// Local path → (tenant, object key), for fetching bodies on demand.
     remote: Mutex<BTreeMap<PathBuf, (String, String)>>,
     synced: AtomicBool,
-    healthy: AtomicBool,
-    last_error: Mutex<Option<String>>,
+    health: Health,
     stats: MirrorStats,
     /// Held while a fetched body is written and the disk budget enforced.
     disk: Mutex<()>,
@@ -119,8 +121,7 @@ impl Mirror {
             tenants: Mutex::new(BTreeMap::new()),
             remote: Mutex::new(BTreeMap::new()),
             synced: AtomicBool::new(false),
-            healthy: AtomicBool::new(true),
-            last_error: Mutex::new(None),
+            health: Health::default(),
             stats: MirrorStats::default(),
             disk: Mutex::new(()),
         });
@@ -147,12 +148,17 @@ impl Mirror {
 
     /// False while the bucket is unreachable.
     pub fn healthy(&self) -> bool {
-        self.shared.healthy.load(Ordering::Relaxed)
+        self.shared.health.healthy()
     }
 
     /// Why the last pass failed, if it did.
     pub fn last_error(&self) -> Option<String> {
-        self.shared.last_error.lock().clone()
+        self.shared.health.last_error()
+    }
+
+    /// The mirror's standing with the bucket: when it last synced.
+    pub fn health(&self) -> &Health {
+        &self.shared.health
     }
 
     /// Runs one pass now.
@@ -168,61 +174,69 @@ impl Mirror {
 
 impl Shared {
     fn pass_logged(&self) {
-        match self.pass() {
+        let outcome = self.pass();
+        match (self.health.record(&outcome), &outcome) {
+            (Turn::Recovered, _) => {
+                info!(bucket = %self.bucket.describe(), "bucket reachable again")
+            }
+            (Turn::Failed, Err(e)) => {
+                warn!(error = %e, "bucket sync failed; queries answer 503 until it succeeds")
+            }
+            _ => {}
+        }
+        match outcome {
             Ok(()) => {
                 self.stats.syncs.fetch_add(1, Ordering::Relaxed);
-                if !self.healthy.swap(true, Ordering::Relaxed) {
-                    info!(bucket = %self.bucket.describe(), "bucket reachable again");
-                }
-                *self.last_error.lock() = None;
                 self.synced.store(true, Ordering::Relaxed);
             }
-            Err(e) => {
+            Err(_) => {
                 self.stats.errors.fetch_add(1, Ordering::Relaxed);
-                if self.healthy.swap(false, Ordering::Relaxed) {
-                    warn!(error = %e, "bucket sync failed; serving the last synced state");
-                }
-                *self.last_error.lock() = Some(e.to_string());
             }
         }
     }
 
     fn pass(&self) -> Result<()> {
         for tenant in self.bucket.tenants()? {
-            let known = self
+            let mut m = self
                 .tenants
                 .lock()
-                .get(&tenant)
-                .and_then(|m| m.etag.clone());
-            if let Some(view) = self.bucket.load_index(&tenant, known.as_deref())? {
-                self.apply(&tenant, view)?;
-            }
+                .remove(&tenant)
+                .unwrap_or_else(|| TenantMirror {
+                    view: TenantView::new(&tenant),
+                    live: BTreeMap::new(),
+                    dirty: true,
+                });
+            let outcome = self.follow(&mut m);
+            self.tenants.lock().insert(tenant, m);
+            outcome?;
         }
         let live: usize = self.tenants.lock().values().map(|m| m.live.len()).sum();
         self.stats.live.store(live as u64, Ordering::Relaxed);
         Ok(())
     }
 
-    /// Makes the live set hold exactly the segments `view` lists for `tenant`.
-    fn apply(&self, tenant: &str, view: IndexView) -> Result<()> {
-        let wanted: BTreeMap<&str, &SegmentEntry> = view
-            .index
-            .segments
-            .iter()
-            .map(|e| (e.key.as_str(), e))
-            .collect();
-        let (have, mut etag): (BTreeMap<String, u64>, Option<String>) = {
-            let t = self.tenants.lock();
-            let m = t.get(tenant);
-            (
-                m.map(|m| m.live.clone()).unwrap_or_default(),
-                Some(view.etag.clone()),
-            )
-        };
+    /// Catches `m` up with its tenant's index and makes its live set match.
+    fn follow(&self, m: &mut TenantMirror) -> Result<()> {
+        if self.bucket.sync(&mut m.view)? || m.dirty {
+            m.dirty = true;
+            m.dirty = self.apply(m)?;
+        }
+        Ok(())
+    }
+
+    /// Makes the live set hold exactly the segments the index lists; true when
+    /// it must run again (quarantining moved the index on past what it read).
+    fn apply(&self, m: &mut TenantMirror) -> Result<bool> {
+        let tenant = m.view.tenant.clone();
+        let tenant = tenant.as_str();
+        let listed = m.view.index.segments.clone();
+        let wanted: BTreeMap<&str, &SegmentEntry> =
+            listed.iter().map(|e| (e.key.as_str(), e)).collect();
         let mut add_keys = Vec::new();
         let mut add_files = Vec::new();
+        let mut bad = Vec::new();
         for (key, entry) in &wanted {
-            if have.contains_key(*key) {
+            if m.live.contains_key(*key) {
                 continue;
             }
             match self.attach(entry) {
@@ -233,11 +247,9 @@ impl Shared {
                     add_keys.push(key.to_string());
                     add_files.push(file);
                 }
-                Err(Fetch::Bad(why)) => {
-                    self.quarantine(tenant, key, &why)?;
-                    // The index changed under us: read it again next pass.
-                    etag = None;
-                }
+                // Every damaged one, then the rest served: one bad object
+                // never holds up the tenant (or a fresh querier's readiness).
+                Err(Fetch::Bad(why)) => bad.push((key.to_string(), why)),
                 Err(Fetch::Newer(why)) => {
                     // Left in the bucket for the queriers that read it; this one
                     // serves the rest until it is upgraded.
@@ -246,18 +258,19 @@ impl Shared {
                 Err(Fetch::Failed(e)) => return Err(e),
             }
         }
-        let gone: BTreeSet<&String> = have
+        for (key, why) in &bad {
+            self.quarantine(&mut m.view, key, why)?;
+        }
+        let again = !bad.is_empty();
+        let gone: BTreeSet<String> = m
+            .live
             .keys()
             .filter(|k| !wanted.contains_key(k.as_str()))
+            .cloned()
             .collect();
-        let remove: Vec<u64> = gone.iter().filter_map(|k| have.get(*k).copied()).collect();
+        let remove: Vec<u64> = gone.iter().filter_map(|k| m.live.get(k).copied()).collect();
         if add_files.is_empty() && remove.is_empty() {
-            self.tenants
-                .lock()
-                .entry(tenant.to_string())
-                .or_default()
-                .etag = etag;
-            return Ok(());
+            return Ok(again);
         }
         let ids = self.store.swap_external(add_files, &remove)?;
         let gone_paths: Vec<PathBuf> = gone
@@ -265,12 +278,9 @@ impl Shared {
             .map(|k| self.objects.join(local_name(k)))
             .collect();
         self.remote.lock().retain(|p, _| !gone_paths.contains(p));
-        let mut t = self.tenants.lock();
-        let m = t.entry(tenant.to_string()).or_default();
         m.live.retain(|k, _| !gone.contains(k));
         m.live.extend(add_keys.into_iter().zip(ids));
-        m.etag = etag;
-        Ok(())
+        Ok(again)
     }
 
     /// `entry`'s segment opened from its head, trailer and footer: from the local
@@ -335,7 +345,7 @@ impl Shared {
         match checked.map_err(classify) {
             Ok(bytes) => Ok(bytes),
             Err(Fetch::Bad(why)) => {
-                self.quarantine(&tenant, &key, &why)?;
+                self.quarantine_found(&tenant, &key, &why)?;
                 Err(StorageError::Corrupt(format!("{key}: {why}")))
             }
             Err(Fetch::Failed(e)) => Err(e),
@@ -369,7 +379,7 @@ impl Shared {
                 Ok(summary)
             }
             Err(Fetch::Bad(why)) => {
-                self.quarantine(&tenant, &key, &why)?;
+                self.quarantine_found(&tenant, &key, &why)?;
                 Err(StorageError::Corrupt(format!("{key}: {why}")))
             }
             Err(Fetch::Failed(e)) => Err(e),
@@ -379,14 +389,26 @@ impl Shared {
 
     /// Takes a damaged or missing object out of service in the index, for every
     /// querier; counts it only when this node was the one to do so.
-    fn quarantine(&self, tenant: &str, key: &str, why: &str) -> Result<()> {
-        if self.bucket.quarantine_segment(tenant, key, why, now_ms())? {
+    fn quarantine(&self, view: &mut TenantView, key: &str, why: &str) -> Result<()> {
+        let tenant = view.tenant.clone();
+        if self.bucket.quarantine_segment(view, key, why, now_ms())? {
             self.stats.quarantined.fetch_add(1, Ordering::Relaxed);
             error!(tenant, key, reason = %why, "bucket segment quarantined; the rest is served");
         } else {
             warn!(tenant, key, reason = %why, "bucket segment already out of service (another node quarantined it)");
         }
         Ok(())
+    }
+
+    /// [`Shared::quarantine`] for an object a query met (outside a pass).
+    fn quarantine_found(&self, tenant: &str, key: &str, why: &str) -> Result<()> {
+        let mut view = self
+            .tenants
+            .lock()
+            .get(tenant)
+            .map(|m| m.view.clone())
+            .unwrap_or_else(|| TenantView::new(tenant));
+        self.quarantine(&mut view, key, why)
     }
 
     /// Writes a fetched body as the local copy at `path`, checks every section
@@ -447,12 +469,14 @@ impl Fetcher for Shared {
     }
 }
 
-/// Damaged or missing objects are quarantined; anything else is retried.
+/// Damaged or missing objects are quarantined; an unreachable store (or a
+/// failing disk) is retried.
 fn classify(e: StorageError) -> Fetch {
     match e {
-        StorageError::Bucket(BucketError::NotFound { .. }) => {
+        StorageError::Bucket(crate::bucket::BucketError::NotFound { .. }) => {
             Fetch::Bad("listed in the index but missing from the bucket".into())
         }
+        StorageError::Bucket(b) if b.is_damage() => Fetch::Bad(b.to_string()),
         e if e.is_corruption() => Fetch::Bad(e.to_string()),
         e @ StorageError::UnsupportedVersion { .. } => Fetch::Newer(e.to_string()),
         e => Fetch::Failed(e),

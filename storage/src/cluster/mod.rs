@@ -10,21 +10,31 @@
 //! | `mirror.rs`    | querier   | follows the index, downloads new segments, swaps them into a local store's live set |
 //! | `compactor.rs` | compactor | merges a partition's small segments under a lease, replaces them in the index, expires old data, collects garbage |
 //! | `plan.rs`      | compactor | which segments to merge (policy apart from the merge)        |
+//! | `seqs.rs`      | writer    | upload sequence numbers, kept on disk                        |
+//! | `fault.rs`     | all       | fault points where tests make a role crash                   |
+//! | `health.rs`    | all       | a role's standing with the bucket (for `/ready`, `/metrics`) |
 //!
 //! Segment objects are named `<origin>-<id>`: a writer's local segment id, so an
-//! upload retried after a crash writes the same object and adds the same index
-//! entry (both idempotent), and a sample is never stored twice.
+//! upload retried after a crash writes the same object. Its index entry carries
+//! the writer's upload sequence number, and the index refuses a number its
+//! writer's mark has passed, so a sample is never counted twice, however late
+//! the retry (`bucket/index.rs`).
 
 mod compactor;
 mod entry;
+mod fault;
+mod health;
 mod mirror;
 mod plan;
+mod seqs;
 mod uploader;
 
 pub use compactor::{Compactor, CompactorConfig, CompactorStats};
+pub use fault::{Fault, FaultAction, FaultPoint};
+pub use health::Health;
 pub use mirror::{Mirror, MirrorConfig, MirrorStats};
 pub use plan::{plan_merges, MergePlan, MergePolicy};
-pub use uploader::{Uploader, UploaderConfig, UploaderStats};
+pub use uploader::{Acked, Uploader, UploaderConfig, UploaderStats};
 
 /// A stoppable background loop: the thread, the channel that stops it and the
 /// one that wakes it early.

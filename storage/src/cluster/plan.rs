@@ -152,6 +152,7 @@ mod tests {
             series: 1,
             created_ms,
             origin: "w".into(),
+            seq: None,
             profile_types: vec![],
             services: vec![],
         }

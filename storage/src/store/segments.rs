@@ -189,6 +189,13 @@ impl Inner {
         self.cache.remove(&h.meta.id);
         self.summaries.remove(&h.meta.id);
         inc(&self.stats.segments_quarantined, 1);
+        if self.fetcher.get().is_some() {
+            // A bucket segment: the fetcher has quarantined it in the bucket's
+            // index (and said so); the local copy is only a cache, deleted when
+            // found damaged, so there is nothing here to move.
+            let _ = std::fs::remove_file(&h.file.path);
+            return;
+        }
         error!(segment = h.meta.id, file = %h.file.path.display(), error = %why, "corrupt segment quarantined; its data is no longer served");
         if let Err(e) = self
             .catalog

@@ -1,3 +1,5 @@
+pub mod entries;
 pub mod external;
 pub mod moto;
+pub mod proxy;
 pub mod roles;

@@ -5,7 +5,12 @@
 //!
 //! moto is started through `moto_atomic.py`, which applies each writing
 //! request as one step: plain moto lets two racing conditional PUTs both
-//! succeed, which S3 never does and the bucket index depends on.
+//! succeed, which S3 never does and the bucket index depends on. Started with
+//! a journal ([`MotoServer::start_persistent`]), it keeps the bucket across a
+//! restart (`kill -9` included), as a real store does.
+//!
+//! Where moto is missing the tests skip with a message, unless
+//! `PROFILEDB_REQUIRE_EXTERNAL=1` (CI): then they fail.
 
 #![allow(dead_code)]
 
@@ -26,6 +31,8 @@ pub const BUCKET: &str = "profiledb-test";
 pub struct MotoServer {
     child: Child,
     port: u16,
+    /// Where a persistent server journals its writes.
+    journal: Option<PathBuf>,
 }
 
 /// `moto_server`: the CI venv, then `PROFILEDB_MOTO`, then `PATH`.
@@ -93,6 +100,30 @@ impl MotoServer {
     /// Starts moto, or says why not and returns None (the caller skips); with
     /// `PROFILEDB_REQUIRE_EXTERNAL=1`, panics instead.
     pub fn start() -> Option<MotoServer> {
+        Self::launch(None, None)
+    }
+
+    /// Starts moto keeping its bucket in `journal` across restarts.
+    pub fn start_persistent(journal: &std::path::Path) -> Option<MotoServer> {
+        Self::launch(Some(journal.to_path_buf()), None)
+    }
+
+    /// Kills the server (SIGKILL) and starts it again on the same port and
+    /// journal; the bucket is as it was.
+    pub fn restart(&mut self) {
+        self.kill9();
+        let again = Self::launch(self.journal.clone(), Some(self.port))
+            .expect("moto started before, so it starts again");
+        *self = again;
+    }
+
+    /// Kills the server (SIGKILL); [`MotoServer::restart`] brings it back.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    fn launch(journal: Option<PathBuf>, port: Option<u16>) -> Option<MotoServer> {
         let Some(bin) = binary() else {
             external::missing(
                 "moto",
@@ -100,32 +131,39 @@ impl MotoServer {
             );
             return None;
         };
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .ok()?
-            .local_addr()
-            .ok()?
-            .port();
-        let child = match Command::new(python_beside(&bin))
-            .args([
-                "-c",
-                ATOMIC_LAUNCHER,
-                "-H",
-                "127.0.0.1",
-                "-p",
-                &port.to_string(),
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-        {
+        let port = match port {
+            Some(p) => p,
+            None => std::net::TcpListener::bind("127.0.0.1:0")
+                .ok()?
+                .local_addr()
+                .ok()?
+                .port(),
+        };
+        let mut cmd = Command::new(python_beside(&bin));
+        cmd.args([
+            "-c",
+            ATOMIC_LAUNCHER,
+            "-H",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+        ]);
+        if let Some(j) = &journal {
+            cmd.arg("--journal").arg(j);
+        }
+        let child = match cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn() {
             Ok(c) => c,
             Err(e) => {
                 external::missing("moto", format!("cannot start {}: {e}", bin.display()));
                 return None;
             }
         };
-        let mut server = MotoServer { child, port };
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut server = MotoServer {
+            child,
+            port,
+            journal,
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
         while request(port, "GET", "/").is_none() {
             // moto is installed, so a launcher that dies is a breakage to see,
             // not a reason to skip the S3 tests quietly.
@@ -140,14 +178,15 @@ impl MotoServer {
             if Instant::now() > deadline {
                 external::missing(
                     "moto",
-                    format!("moto at port {port} did not answer within 30 s"),
+                    format!("moto at port {port} did not answer within 60 s"),
                 );
                 return None;
             }
             std::thread::sleep(Duration::from_millis(100));
         }
+        // A restarted server has it already (409, or 200 from us-east-1).
         match request(port, "PUT", &format!("/{BUCKET}")) {
-            Some(200) => Some(server),
+            Some(200) | Some(409) => Some(server),
             other => {
                 external::missing(
                     "moto",
@@ -156,6 +195,10 @@ impl MotoServer {
                 None
             }
         }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     pub fn endpoint(&self) -> String {
@@ -171,6 +214,17 @@ impl MotoServer {
             access_key_id: Some("test".into()),
             secret_access_key: Some("test".into()),
             allow_http: true,
+            ..BucketConfig::new("memory://")
+        }
+    }
+}
+
+impl MotoServer {
+    /// The bucket under `prefix`, reached at `endpoint` (a proxy in front).
+    pub fn config_through(&self, endpoint: &str, prefix: &str) -> BucketConfig {
+        BucketConfig {
+            endpoint: Some(endpoint.to_string()),
+            ..self.config(prefix)
         }
     }
 }

@@ -63,6 +63,20 @@ pub struct ClusterArgs {
     /// Days of data the compactor keeps in the bucket (unset: everything).
     #[arg(long)]
     pub bucket_retention_days: Option<u64>,
+    /// Milliseconds one request to the object store may wait for an answer (and
+    /// for each further read of a body) before it counts as failed. A store that
+    /// hangs is noticed within about (--s3-retries + 1) times this.
+    #[arg(long, default_value_t = 2000)]
+    pub s3_timeout_ms: u64,
+    /// How often a failed or timed-out request to the object store is tried
+    /// again before the store counts as unreachable.
+    #[arg(long, default_value_t = 1)]
+    pub s3_retries: usize,
+    /// A querier whose last successful sync of the bucket index is older than
+    /// this many seconds answers queries 503 (saying so) rather than possibly
+    /// stale data, and /ready says so.
+    #[arg(long, default_value_t = 10)]
+    pub max_sync_age_secs: u64,
     /// Fault injection for tests: a compactor sleeps this long between uploading a
     /// merged segment and swapping it into the index.
     #[arg(long, hide = true)]
@@ -91,7 +105,10 @@ impl ClusterArgs {
             return Ok(None);
         };
         let roles = Roles::parse(&self.role)?;
-        let bucket = bucket_config(url, self.s3_endpoint.as_deref(), self.s3_region.as_deref());
+        let mut bucket = bucket_config(url, self.s3_endpoint.as_deref(), self.s3_region.as_deref());
+        bucket.request_timeout =
+            Duration::from_millis(positive(self.s3_timeout_ms, "s3-timeout-ms")?);
+        bucket.retries = self.s3_retries;
         Ok(Some(ClusterOptions {
             bucket,
             roles,
@@ -121,6 +138,10 @@ impl ClusterArgs {
                 .bucket_retention_days
                 .map(|d| Duration::from_secs(d.saturating_mul(86_400))),
             compactor_pause: self.fault_compactor_pause_ms.map(Duration::from_millis),
+            max_sync_age: Duration::from_secs(positive(
+                self.max_sync_age_secs,
+                "max-sync-age-secs",
+            )?),
         }))
     }
 }
