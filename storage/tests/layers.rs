@@ -27,7 +27,9 @@ fn numbered_list(lines: &[&str], heading: &str) -> BTreeMap<String, usize> {
         let raw = raw.strip_prefix(' ').unwrap_or(raw);
         let doc = raw.trim();
         // A paragraph after the list (text at the margin that is no item) ends it.
-        let item = doc.split_once(". ").is_some_and(|(n, _)| n.parse::<usize>().is_ok());
+        let item = doc
+            .split_once(". ")
+            .is_some_and(|(n, _)| n.parse::<usize>().is_ok());
         if layer > 0 && !doc.is_empty() && !raw.starts_with(' ') && !item {
             break;
         }
