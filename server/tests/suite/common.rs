@@ -2,7 +2,7 @@
 //! to build pprof payloads and read fixtures.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -434,4 +434,19 @@ pub fn on_path(name: &str) -> Option<PathBuf> {
             .map(|d| d.join(name))
             .find(|p| p.exists())
     })
+}
+
+/// A copy of the executable `from` at `to` (mode 0755) that can be run at once. The
+/// copy is written by a `cp` process, not by this one: a file this process held open
+/// for writing would be inherited by children that other test threads fork meanwhile,
+/// and exec of it would fail with "Text file busy" until they exec themselves.
+pub fn executable_copy(from: &Path, to: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let status = std::process::Command::new("cp")
+        .arg(from)
+        .arg(to)
+        .status()
+        .expect("cp");
+    assert!(status.success(), "cp {} {}", from.display(), to.display());
+    std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o755)).expect("chmod");
 }

@@ -225,13 +225,11 @@ fn the_agent_samples_the_machine_with_only_its_documented_capabilities() {
     // A copy nobody can execute (the target directory may not be reachable).
     let dir = tempfile::tempdir().unwrap();
     let copy = dir.path().join("profiledb-agent");
-    std::fs::copy(&agent, &copy).unwrap();
-    let open = |p: &Path| {
+    crate::common::executable_copy(&agent, &copy);
+    {
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
-    };
-    open(dir.path());
-    open(&copy);
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
 
     let s = TestServer::start();
     // A busy process of another user (root), so reading its maps and binary

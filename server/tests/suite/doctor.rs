@@ -5,6 +5,7 @@
 
 use crate::moto;
 
+use std::path::Path;
 use std::process::{Command, Output};
 
 use profiledb_storage::Bucket;
@@ -61,8 +62,8 @@ fn doctor_passes_a_writable_directory_and_fails_unwritable_and_full_ones() {
     let root = String::from_utf8(Command::new("id").arg("-u").output().unwrap().stdout).unwrap();
     let (code, text) = if root.trim() == "0" {
         let bin = dir.path().join("profiledb");
-        std::fs::copy(BIN, &bin).unwrap();
-        for p in [dir.path(), &data, &bin] {
+        crate::common::executable_copy(Path::new(BIN), &bin);
+        for p in [dir.path(), &data] {
             std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
         }
         let mut cmd = Command::new("setpriv");
