@@ -11,7 +11,8 @@
 //! section as a zstd prefix (codec 3): the part it shares costs a few bytes.
 //! Strings stay self-contained because a querier reads them alone, as part of
 //! the summary. Decoded, a segment's tables are whole again: nothing above the
-//! reader knows bases exist.
+//! reader knows bases exist (the segments on a base share its stack nodes'
+//! frame-tree ids, inside their memos: `gid_memo.rs`).
 //!
 //! Bases are immutable and named by id; a segment names its base and the base's
 //! checksum in its footer. Which base a block is written on, and when a base is
@@ -24,7 +25,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-use super::SectionKind;
+use super::{GidMemo, SectionKind};
 use crate::codec::{put_uvarint, Reader};
 use crate::dict::{self, Dict};
 use crate::durable::{sync_dir, write_file};
@@ -76,6 +77,9 @@ pub struct SymbolBase {
     /// decodes a section on it: loading the 4.6 MB stack tree of the bench
     /// fleet's base into a fresh decoder was a copy per segment decoded.
     prepared: [std::sync::OnceLock<zstd::dict::DecoderDictionary<'static>>; 5],
+    /// Its stack nodes' frame-tree ids, shared by the segments on it (see
+    /// `gid_memo.rs`).
+    memo: Arc<GidMemo>,
 }
 
 impl std::fmt::Debug for SymbolBase {
@@ -106,6 +110,7 @@ impl SymbolBase {
             checksum: content_checksum(&raw),
             raw,
             prepared: Default::default(),
+            memo: Arc::default(),
         }
     }
 
@@ -143,6 +148,26 @@ impl SymbolBase {
         let dict =
             self.prepared[i].get_or_init(|| zstd::dict::DecoderDictionary::copy(&self.raw[i]));
         zstd::bulk::Decompressor::with_prepared_dictionary(dict)?.decompress(stored, capacity)
+    }
+
+    /// The number of stack nodes the base holds (the Stacks section's count),
+    /// `None` when the section does not start with one.
+    pub(crate) fn nodes(&self) -> Option<usize> {
+        let stacks = self.raw(SectionKind::Stacks)?;
+        Reader::new(stacks, "base stacks")
+            .uvarint()
+            .ok()?
+            .try_into()
+            .ok()
+    }
+
+    /// A memo for a segment on this base: the base's own nodes are memoised in
+    /// the memo the base's segments share.
+    pub(crate) fn segment_memo(&self) -> GidMemo {
+        match self.nodes() {
+            Some(below) => GidMemo::sharing(self.memo.clone(), below),
+            None => GidMemo::default(),
+        }
     }
 
     /// The base's tables, decoded and checked like a segment's.
@@ -235,6 +260,7 @@ impl SymbolBase {
             checksum,
             raw,
             prepared: Default::default(),
+            memo: Arc::default(),
         })
     }
 }

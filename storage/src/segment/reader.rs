@@ -381,6 +381,10 @@ impl SegmentFile {
         }
 
         let totals = decode_totals(self, &sec(SectionKind::SeriesTotals)?, n)?;
+        let gids = match self.meta.base {
+            Some(want) => base::load(&self.path, want)?.segment_memo(),
+            None => Default::default(),
+        };
 
         Ok(LoadedSegment {
             summary: SegmentSummary {
@@ -391,7 +395,7 @@ impl SegmentFile {
             },
             dict,
             rows,
-            gids: Default::default(),
+            gids,
             stacks: Default::default(),
             stack_index_asked: Default::default(),
         })
