@@ -138,6 +138,25 @@ impl SymbolBase {
         stored: &[u8],
         capacity: usize,
     ) -> std::io::Result<Vec<u8>> {
+        zstd::bulk::Decompressor::with_prepared_dictionary(self.prepared(kind)?)?
+            .decompress(stored, capacity)
+    }
+
+    /// The first `n` bytes of section `kind` of a segment on this base (codec 3).
+    pub(super) fn head(
+        &self,
+        kind: SectionKind,
+        stored: &[u8],
+        n: usize,
+    ) -> std::io::Result<Vec<u8>> {
+        super::unzstd::head(stored, Some(self.prepared(kind)?), n)
+    }
+
+    /// Section `kind` prepared as a zstd dictionary.
+    fn prepared(
+        &self,
+        kind: SectionKind,
+    ) -> std::io::Result<&zstd::dict::DecoderDictionary<'static>> {
         let Some(i) = KINDS.iter().position(|k| *k == kind) else {
             return Err(std::io::Error::other(format!(
                 "{kind:?} is not a base section"
@@ -145,9 +164,7 @@ impl SymbolBase {
         };
         // A dictionary without zstd's magic number is raw content, as written
         // by `compress_on`.
-        let dict =
-            self.prepared[i].get_or_init(|| zstd::dict::DecoderDictionary::copy(&self.raw[i]));
-        zstd::bulk::Decompressor::with_prepared_dictionary(dict)?.decompress(stored, capacity)
+        Ok(self.prepared[i].get_or_init(|| zstd::dict::DecoderDictionary::copy(&self.raw[i])))
     }
 
     /// The number of stack nodes the base holds (the Stacks section's count),
