@@ -3,9 +3,10 @@
 # (gitignored): DuckDB, and ClickHouse in-process through chdb. Rerunnable. Needs
 # python3 with the venv module and network access to PyPI.
 #
-# Exits non-zero only when DuckDB cannot be installed (it also converts the rows to
-# the Parquet every baseline loads). A failed chdb install leaves DuckDB in place and
-# the query suite skips the ClickHouse side with a message.
+# Exits non-zero when DuckDB cannot be installed (it also converts the rows to the
+# Parquet every baseline loads). A failed chdb install leaves DuckDB in place and the
+# query suite skips the ClickHouse side with a message; with
+# PROFILEDB_REQUIRE_EXTERNAL=1 (CI) it fails this script too, as the suite would.
 set -euo pipefail
 cd "$(dirname "$0")"
 DUCKDB_VERSION="${DUCKDB_VERSION:-2.0.0}"
@@ -25,6 +26,9 @@ if .venv/bin/python -m pip install --quiet --no-deps "chdb-core==${CHDB_CORE_VER
   && .venv/bin/python -m pip install --quiet --no-deps "chdb==${CHDB_VERSION}" \
   && .venv/bin/python -c 'import chdb; print("chdb", chdb.__version__, "(ClickHouse", chdb.engine_version + ") installed in bench/.venv")'; then
   :
+elif [ "${PROFILEDB_REQUIRE_EXTERNAL:-}" = 1 ]; then
+  echo "chdb could not be installed, and PROFILEDB_REQUIRE_EXTERNAL=1 requires it" >&2
+  exit 1
 else
   echo "chdb could not be installed; the query suite will skip the ClickHouse side"
 fi

@@ -15,7 +15,10 @@
 //! not), and the average
 //! stack depth and share of complete stacks (down to `_start`) of each busy binary.
 //! A last, shorter run at the highest frequency with `--stack-bytes 0` shows the
-//! depth frame-pointer callchains alone reach on each build.
+//! depth frame-pointer callchains alone reach on each build. Each frequency runs
+//! once per `--symbolize` mode (`host` and `server` by default): in server mode the
+//! agent reads no symbol table and the busy processes' frames arrive as addresses
+//! (so their unsymbolized share is ~100% and the depth of named busy leaves 0).
 //!
 //! When perf_event_open is not permitted the suite prints the kernel's reason and
 //! exits successfully.
@@ -60,12 +63,18 @@ pub struct Args {
     /// Short run for CI (5 s per frequency, 3 s frame-pointer-only, 1 s push interval).
     #[arg(long)]
     quick: bool,
+    /// The agent's `--symbolize` modes to measure at each frequency (`host`: ELF
+    /// symbol tables read on the host; `server`: addresses and build ids sent).
+    #[arg(long, default_value = "host,server", value_delimiter = ',')]
+    symbolize: Vec<String>,
 }
 
 /// What one agent run measured.
 #[derive(Default)]
 struct Run {
     frequency: u64,
+    /// The agent's `--symbolize` mode.
+    symbolize: String,
     /// `--stack-bytes 0`: frame-pointer callchains only.
     fp_only: bool,
     seconds: u64,
@@ -293,7 +302,12 @@ struct Setup<'a> {
     dir: &'a Path,
 }
 
-fn measure(setup: &Setup<'_>, frequency: u64, fp_only: bool, seconds: u64) -> anyhow::Result<Run> {
+fn measure(
+    setup: &Setup<'_>,
+    (frequency, symbolize): (u64, &str),
+    fp_only: bool,
+    seconds: u64,
+) -> anyhow::Result<Run> {
     let Setup {
         agent,
         url,
@@ -316,7 +330,10 @@ fn measure(setup: &Setup<'_>, frequency: u64, fp_only: bool, seconds: u64) -> an
             .spawn()?,
     );
     std::thread::sleep(Duration::from_millis(300));
-    let run_label = format!("f{frequency}{}", if fp_only { "-fp-only" } else { "" });
+    let run_label = format!(
+        "f{frequency}-{symbolize}{}",
+        if fp_only { "-fp-only" } else { "" }
+    );
     let log_path = dir.join(format!("agent-{run_label}.log"));
     let log = std::fs::File::create(&log_path)?;
     let t0 = Instant::now();
@@ -328,6 +345,7 @@ fn measure(setup: &Setup<'_>, frequency: u64, fp_only: bool, seconds: u64) -> an
         .args(["--tag", &format!("bench_run={run_label}")])
         // The suite measures overhead; the guard must not cut the run short.
         .args(["--max-cpu-percent", "50"])
+        .args(["--symbolize", symbolize])
         .stdout(Stdio::null())
         .stderr(Stdio::from(log))
         .spawn()
@@ -337,13 +355,14 @@ fn measure(setup: &Setup<'_>, frequency: u64, fp_only: bool, seconds: u64) -> an
     std::mem::forget(child);
     let pb = ProgressBar::new(seconds).with_style(
         ProgressStyle::with_template(&format!(
-            "agent {frequency:>3} Hz{} [{{bar:40}}] {{pos}}/{{len}} s {{msg}}",
+            "agent {frequency:>3} Hz {symbolize}{} [{{bar:40}}] {{pos}}/{{len}} s {{msg}}",
             if fp_only { " FP only" } else { "" }
         ))?
         .progress_chars("=> "),
     );
     let mut run = Run {
         frequency,
+        symbolize: symbolize.to_string(),
         fp_only,
         seconds,
         ..Default::default()
@@ -395,6 +414,8 @@ fn measure(setup: &Setup<'_>, frequency: u64, fp_only: bool, seconds: u64) -> an
 
 pub fn run(mut args: Args) -> anyhow::Result<()> {
     if let Err(reason) = profiledb_agent::perf::probe_system_wide() {
+        // The kernel's refusal, not a missing install: skipped even under
+        // PROFILEDB_REQUIRE_EXTERNAL=1, with the reason printed.
         println!("agent suite: SKIPPED: perf_event_open is not permitted here: {reason}");
         return Ok(());
     }
@@ -423,7 +444,9 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
     };
     let mut runs = Vec::new();
     for &f in &args.frequencies {
-        runs.push(measure(&setup, f, false, args.seconds)?);
+        for mode in &args.symbolize {
+            runs.push(measure(&setup, (f, mode), false, args.seconds)?);
+        }
     }
     if let Some(&f) = args
         .frequencies
@@ -431,7 +454,7 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
         .max()
         .filter(|_| args.fp_only_seconds > 0)
     {
-        runs.push(measure(&setup, f, true, args.fp_only_seconds)?);
+        runs.push(measure(&setup, (f, "host"), true, args.fp_only_seconds)?);
     }
     server.stop()?;
 
@@ -444,7 +467,7 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
         args.seconds
     );
     println!(
-        "  {:>9} | {:>8} {:>8} | {:>9} {:>9} {:>9} | {:>4} | {:>9} {:>8} | {:>7} {:>7} | {:>14} {:>14}",
+        "  {:>14} | {:>8} {:>8} | {:>9} {:>9} {:>9} | {:>4} | {:>9} {:>8} | {:>7} {:>7} | {:>14} {:>14}",
         "Hz",
         "CPU%stat",
         "CPU%ru",
@@ -462,13 +485,18 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
     let mut figures = BTreeMap::new();
     for r in &runs {
         let per_s = r.delivered_samples as f64 / r.seconds as f64;
-        let label = format!("{}{}", r.frequency, if r.fp_only { " FP-only" } else { "" });
+        let label = format!(
+            "{} {}{}",
+            r.frequency,
+            r.symbolize,
+            if r.fp_only { " FP" } else { "" }
+        );
         let busy_unsym = ratio(
             r.nofp.unsymbolized_frames + r.fp.unsymbolized_frames,
             r.nofp.frames + r.fp.frames,
         );
         println!(
-            "  {:>9} | {:>7.3}% {:>7.3}% | {:>9} {:>9} {:>9} | {:>4} | {:>9.1} {:>8} | {:>6.2}% {:>6.2}% | {:>5.1} ({:>3.0}%) {:>6.1} ({:>3.0}%)",
+            "  {:>14} | {:>7.3}% {:>7.3}% | {:>9} {:>9} {:>9} | {:>4} | {:>9.1} {:>8} | {:>6.2}% {:>6.2}% | {:>5.1} ({:>3.0}%) {:>6.1} ({:>3.0}%)",
             label,
             r.cpu_percent_stat,
             r.cpu_percent_rusage,
@@ -487,12 +515,14 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
         );
         figures.insert(
             format!(
-                "hz_{}{}",
+                "hz_{}_{}{}",
                 r.frequency,
+                r.symbolize,
                 if r.fp_only { "_fp_only" } else { "" }
             ),
             json!({
                 "frequency_hz": r.frequency,
+                "symbolize": r.symbolize,
                 "stack_bytes": if r.fp_only { 0 } else { 16384 },
                 "seconds": r.seconds,
                 "wall_seconds": r.wall_s,
@@ -519,8 +549,9 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
     println!("   FP-only: --stack-bytes 0, the kernel's frame-pointer callchains without DWARF unwinding)");
     for r in &runs {
         println!(
-            "  agent {} Hz{}: {}",
+            "  agent {} Hz --symbolize {}{}: {}",
             r.frequency,
+            r.symbolize,
             if r.fp_only { " --stack-bytes 0" } else { "" },
             r.summary
         );

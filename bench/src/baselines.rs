@@ -112,20 +112,22 @@ pub(crate) struct Installed {
 
 impl Installed {
     /// Finds the engines, printing what is skipped and why. `required`: fail instead
-    /// of skipping (the `baseline` suite outside `--quick`).
+    /// of skipping (the `baseline` suite outside `--quick`), as everywhere with
+    /// `PROFILEDB_REQUIRE_EXTERNAL=1` (CI, whose `bench/setup.sh` installs both).
     pub(crate) fn detect(skip: bool, required: bool) -> anyhow::Result<Self> {
         if skip {
             return Ok(Self::default());
         }
+        let required = required || crate::external::required();
         let duckdb = duckdb_version();
         // chdb loads the Parquet that DuckDB converts the rows to.
         let chdb = duckdb.as_ref().and_then(|_| module_version("chdb"));
         match (&duckdb, &chdb) {
             (None, _) if required => {
-                bail!("DuckDB is not installed in bench/.venv: run bench/setup.sh first")
+                bail!("DuckDB is not installed in bench/.venv (required by `baseline` and by PROFILEDB_REQUIRE_EXTERNAL=1): run bench/setup.sh first")
             }
             (Some(_), None) if required => {
-                bail!("chdb is not installed in bench/.venv: run bench/setup.sh first")
+                bail!("chdb is not installed in bench/.venv (required by `baseline` and by PROFILEDB_REQUIRE_EXTERNAL=1): run bench/setup.sh first")
             }
             (None, _) => println!(
                 "baseline: DuckDB not installed in bench/.venv (run bench/setup.sh); skipping the DuckDB and ClickHouse sides"

@@ -9,10 +9,12 @@
 //! node's; its first label values and time series (GETs and bytes: segment
 //! summaries only, no body); bucket objects and bytes after compaction; and a
 //! fresh querier's merge over whole past days, from hourly segments and from day
-//! blocks (`blocks.rs`). Skips with a message where moto is absent.
+//! blocks (`blocks.rs`). Skips with a message where moto is absent (fails instead
+//! with `PROFILEDB_REQUIRE_EXTERNAL=1`).
 
 #[path = "../../storage/tests/support/moto.rs"]
 mod moto;
+use crate::external;
 
 mod blocks;
 

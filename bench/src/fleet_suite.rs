@@ -78,6 +78,9 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
     let baseline = match (args.no_baseline, duckdb_version()) {
         (true, _) => None,
         (false, Some(v)) => Some(v),
+        (false, None) if crate::external::required() => bail!(
+            "DuckDB is not installed in bench/.venv (run bench/setup.sh), and PROFILEDB_REQUIRE_EXTERNAL=1 makes that a failure"
+        ),
         (false, None) => {
             println!("baseline: DuckDB not installed in bench/.venv (run bench/setup.sh); skipping the DuckDB side");
             None

@@ -195,6 +195,7 @@ fn host_batch(fleet: &Fleet, host: usize, from: i64, to: i64, draws: usize) -> (
         b.symbols.mappings.push(Mapping {
             file: format!("/usr/bin/{}", fleet.service_name(s)),
             build_id: String::new(),
+            ..Mapping::default()
         });
         let mapping = (b.symbols.mappings.len() - 1) as u32;
         let mut ts = from;

@@ -10,6 +10,8 @@ mod baselines;
 mod cluster_suite;
 mod cold_queries;
 mod control_suite;
+#[path = "../../storage/tests/support/external.rs"]
+mod external;
 mod fleet;
 mod fleet_suite;
 mod ingest_fleet;
@@ -25,6 +27,7 @@ mod sections;
 mod server;
 mod soak_suite;
 mod storage_suite;
+mod symbolize_suite;
 mod thread_cpu;
 mod ui_suite;
 
@@ -58,7 +61,8 @@ enum Suite {
     /// query's ratio taken against the fastest of them.
     Query(query_suite::Args),
     /// The `query` suite with the baselines required (in `--quick` mode a missing
-    /// engine only skips its side, with a message).
+    /// engine only skips its side, with a message, unless
+    /// PROFILEDB_REQUIRE_EXTERNAL=1).
     Baseline(query_suite::Args),
     /// A generated fleet over 7 simulated days written with several level-0 segments
     /// per hourly partition, then compacted and downsampled to 60 s and 1 h: bytes on
@@ -71,6 +75,9 @@ enum Suite {
     /// fds, samples/s delivered, unsymbolized frames, stack depth. Skips when
     /// perf_event_open is not permitted.
     Agent(agent_suite::Args),
+    /// Server-side symbolization on this bench's own binary (DWARF line tables):
+    /// cold and warm CPU per frame, the file's parse, bytes held per build id.
+    Symbolize(symbolize_suite::Args),
     /// The fleet loop: a simulated fleet of agents checking in with one server under
     /// machine sampling (check-ins/s, latency, server CPU, machines per period), the
     /// real agent under `--control` at 19 and 99 Hz (CPU, RSS), and unsymbolized /
@@ -118,6 +125,7 @@ fn main() -> anyhow::Result<()> {
         Suite::Baseline(args) => query_suite::run(args, true),
         Suite::Lifecycle(args) => lifecycle_suite::run(args),
         Suite::Agent(args) => agent_suite::run(args),
+        Suite::Symbolize(args) => symbolize_suite::run(args),
         Suite::Control(args) => control_suite::run(args),
         Suite::Ui(args) => ui_suite::run(args),
         Suite::Fleet(args) => fleet_suite::run(args),

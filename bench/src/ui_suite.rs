@@ -2,10 +2,12 @@
 //! assets served (raw and gzip'd), time from navigation to a drawn flame graph for
 //! one service over 1 day (cold: fresh browser and server caches; cached: the same
 //! page again), and frames per second while zooming a 10,000-node flame graph.
-//! Skips with a message where chromium or chromedriver is absent.
+//! Skips with a message where chromium or chromedriver is absent (fails instead
+//! with `PROFILEDB_REQUIRE_EXTERNAL=1`).
 
 #[path = "../../server/tests/suite/browser.rs"]
 mod browser;
+use crate::external;
 
 use std::path::PathBuf;
 

@@ -25,7 +25,7 @@ use crate::pprof::{self, LabelConfig};
 use crate::procs::ProcessTable;
 use crate::push::{HttpTransport, PushStats, Pusher, RetryPolicy};
 use crate::sampler::{drain, Encoder, State};
-use crate::symbolize::{HostSymbolizer, SymbolStats, SymbolizerThread};
+use crate::symbolize::{HostSymbolizer, SymbolStats, SymbolizeMode, SymbolizerThread};
 
 /// Deepest stack kept.
 pub const MAX_FRAMES: usize = 256;
@@ -69,6 +69,8 @@ pub struct AgentConfig {
     /// Track process records with a dummy event opened before the `/proc` scan
     /// (off only to measure what it saves).
     pub mmap_tracking: bool,
+    /// Where user frames are named (`--symbolize host|server`).
+    pub symbolize: SymbolizeMode,
 }
 
 impl Default for AgentConfig {
@@ -90,6 +92,7 @@ impl Default for AgentConfig {
             verbose: false,
             control: false,
             mmap_tracking: true,
+            symbolize: SymbolizeMode::Host,
         }
     }
 }
@@ -407,8 +410,10 @@ pub fn run(cfg: AgentConfig, stop: &AtomicBool) -> Result<Summary, AgentError> {
         verbose: cfg.verbose,
     };
     // Two windows may wait for symbols: 20 s at the default push interval.
-    let symbolizer = SymbolizerThread::spawn(2, move |job, frames| encoder.encode(job, frames))
-        .map_err(AgentError::Thread)?;
+    let symbolizer = SymbolizerThread::spawn_with(2, cfg.symbolize, move |job, frames| {
+        encoder.encode(job, frames)
+    })
+    .map_err(AgentError::Thread)?;
     let mut cgroups = CgroupNames::default();
     cgroups.scan();
     let summary = Summary {
@@ -602,8 +607,9 @@ pub fn run(cfg: AgentConfig, stop: &AtomicBool) -> Result<Summary, AgentError> {
         if now >= next_guard {
             next_guard = now + Duration::from_secs(1);
             // Every second, not every window: in 10 s the unwinder touches enough
-            // of other processes' big binaries (rustc, test binaries) to add ~15 MB
-            // of file-backed RSS; one madvise per cached file costs microseconds.
+            // of other processes' big binaries (rustc, test binaries) to add
+            // megabytes of file-backed RSS; one madvise per cached file costs
+            // microseconds.
             state.unwinder.release_pages();
             if let Some(pct) = plan_guard.guard.check()? {
                 if !cfg.control {

@@ -2,9 +2,9 @@
 //!
 //! A mapping symbolizer (blazesym, which the agent used before) maps the whole ELF
 //! file and indexes its symbol table; for big binaries on
-//! the host (a `librustc_driver` has 4 MB of `.symtab` and 20 MB of `.strtab`) every
-//! page it touches counts as the agent's RSS, which put the agent at ~45 MB of
-//! file-backed RSS. Here the symbol tables are read with `pread` in fixed-size chunks
+//! the host (a `librustc_driver` has tens of MB of symbol tables) every page it
+//! touches counts as the agent's RSS (docs/perf-log/2026-11-22-agent.md). Here the
+//! symbol tables are read with `pread` in fixed-size chunks
 //! (the page cache holds them, the agent's address space never maps them) and only
 //! the best candidate per queried address is kept, so memory is O(queries), whatever
 //! the file's size. The price is one sequential scan of the tables per batch of new

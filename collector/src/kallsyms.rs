@@ -1,10 +1,11 @@
 //! Kernel symbols from `/proc/kallsyms`, in a compact index.
 //!
-//! The file has ~120 k text symbols (~5 MB of text). A general-purpose resolver keeps
-//! one heap string and enum per symbol (~8 MB on this machine, the largest part of the
-//! agent's anonymous memory); here only text symbols are kept, as one sorted
-//! `(address, name offset)` array and one string buffer (~3.5 MB). Reading the file
-//! costs ~50 ms of kernel time (it is generated on every read), so it is read once,
+//! The file has over a hundred thousand text symbols. A general-purpose resolver keeps
+//! one heap string and enum per symbol (the largest part of the agent's anonymous
+//! memory); here only text symbols are kept, as one sorted `(address, name offset)`
+//! array and one string buffer, under half of that (docs/perf-log/2026-11-22-agent.md).
+//! Reading the file costs tens of ms of kernel time (it is generated on every
+//! read), so it is read once,
 //! lazily, on the first kernel frame.
 
 use std::io::{BufRead, BufReader};

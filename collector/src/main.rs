@@ -14,6 +14,7 @@ use profiledb_agent::agent::{self, AgentConfig};
 use profiledb_agent::config::{parse_duration, parse_events, parse_tag};
 use profiledb_agent::pprof::LabelConfig;
 use profiledb_agent::push::RetryPolicy;
+use profiledb_agent::symbolize::SymbolizeMode;
 
 #[derive(Parser)]
 #[command(
@@ -82,6 +83,18 @@ struct Cli {
     /// /proc reads (to measure what tracking saves).
     #[arg(long, hide = true)]
     no_mmap_tracking: bool,
+    /// Where user-space frames get their names: `host` reads the mapped files'
+    /// symbol tables here; `server` sends addresses, mappings and build ids and
+    /// lets profiledb symbolize them from uploaded debug files or debuginfod
+    /// (lighter on the host; stripped binaries get names there).
+    #[arg(long, value_enum, default_value_t = Symbolize::Host)]
+    symbolize: Symbolize,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum Symbolize {
+    Host,
+    Server,
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -145,6 +158,10 @@ fn main() -> Result<()> {
         verbose: cli.verbose,
         control: cli.control,
         mmap_tracking: !cli.no_mmap_tracking,
+        symbolize: match cli.symbolize {
+            Symbolize::Host => SymbolizeMode::Host,
+            Symbolize::Server => SymbolizeMode::Server,
+        },
         ..AgentConfig::default()
     };
     let s = agent::run(cfg, &STOP).context("sampling failed")?;

@@ -214,8 +214,21 @@ impl Batch {
     }
 }
 
+/// Where user frames get their names (`--symbolize`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SymbolizeMode {
+    /// Here, from the mapped files' ELF symbol tables.
+    #[default]
+    Host,
+    /// On the server: user frames are sent as addresses in mappings with build
+    /// ids, and no symbol table is read on the host. Kernel frames are still
+    /// named here (the server has no kernel image).
+    Server,
+}
+
 /// Symbolizer with bounded caches; lives for the agent's lifetime (on its own thread).
 pub struct HostSymbolizer {
+    mode: SymbolizeMode,
     /// Loaded on the first kernel frame (`None` until then).
     kallsyms: Option<KernelSymbols>,
     names: BoundedCache<(FileKey, u64), Option<Arc<str>>>,
@@ -257,7 +270,12 @@ fn hex(b: &[u8]) -> String {
 
 impl HostSymbolizer {
     pub fn new() -> Self {
+        Self::with_mode(SymbolizeMode::Host)
+    }
+
+    pub fn with_mode(mode: SymbolizeMode) -> Self {
         Self {
+            mode,
             kallsyms: None,
             names: BoundedCache::new(MAX_NAMES),
             kernel: BoundedCache::new(MAX_KERNEL),
@@ -362,7 +380,10 @@ impl HostSymbolizer {
                     if !self.kernel.contains(&lookup) {
                         kernel.push(lookup);
                     }
-                } else if let Some(m) = batch.mapping(st, i).filter(|m| m.is_file()) {
+                } else if let Some(m) = batch
+                    .mapping(st, i)
+                    .filter(|m| m.is_file() && self.mode == SymbolizeMode::Host)
+                {
                     let Some(info) = self.file_info(&m.file) else {
                         continue;
                     };
@@ -397,6 +418,11 @@ impl HostSymbolizer {
                     }
                 } else {
                     match batch.mapping(st, i) {
+                        // The address the server symbolizes: the call's, not the
+                        // return address after it (as the host looks up).
+                        Some(m) if self.mode == SymbolizeMode::Server => {
+                            self.user_frame(lookup, lookup, m)
+                        }
                         Some(m) => self.user_frame(addr, lookup, m),
                         None => Frame {
                             function: None,
@@ -435,12 +461,15 @@ impl HostSymbolizer {
         } else {
             None
         };
-        let function = info.as_ref().and_then(|i| {
-            self.names
-                .get(&(i.key.clone(), m.file_offset(lookup)))
-                .cloned()
-                .flatten()
-        });
+        let function = info
+            .as_ref()
+            .filter(|_| self.mode == SymbolizeMode::Host)
+            .and_then(|i| {
+                self.names
+                    .get(&(i.key.clone(), m.file_offset(lookup)))
+                    .cloned()
+                    .flatten()
+            });
         Frame {
             function,
             address: addr,
@@ -457,7 +486,7 @@ impl HostSymbolizer {
 
 /// Gives freed heap memory back to the OS. A window's batch, frames and pprof are
 /// a burst of allocations on this thread's malloc arena; without this, glibc keeps
-/// the arena at its high-water mark (measured: +6 MB of RSS at 99 Hz).
+/// the arena at its high-water mark (docs/perf-log/2026-11-22-agent.md).
 fn trim_heap() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only releases free memory; it has no preconditions.
@@ -477,7 +506,15 @@ pub struct SymbolizerThread<J: Send + 'static> {
 impl<J: Send + 'static> SymbolizerThread<J> {
     /// `queue` windows may wait; more are dropped (counted) so the sampling thread
     /// never blocks on symbolization.
-    pub fn spawn<F>(queue: usize, mut sink: F) -> std::io::Result<Self>
+    pub fn spawn<F>(queue: usize, sink: F) -> std::io::Result<Self>
+    where
+        F: FnMut(J, Vec<Vec<Frame>>) + Send + 'static,
+    {
+        Self::spawn_with(queue, SymbolizeMode::Host, sink)
+    }
+
+    /// [`SymbolizerThread::spawn`] symbolizing user frames as `mode` says.
+    pub fn spawn_with<F>(queue: usize, mode: SymbolizeMode, mut sink: F) -> std::io::Result<Self>
     where
         F: FnMut(J, Vec<Vec<Frame>>) + Send + 'static,
     {
@@ -485,7 +522,7 @@ impl<J: Send + 'static> SymbolizerThread<J> {
         let handle = std::thread::Builder::new()
             .name("symbolizer".into())
             .spawn(move || {
-                let mut s = HostSymbolizer::new();
+                let mut s = HostSymbolizer::with_mode(mode);
                 for (job, batch) in rx {
                     let frames = s.symbolize(&batch);
                     drop(batch);
@@ -582,6 +619,31 @@ mod tests {
         assert_eq!(out[0][1].function, None);
         assert_eq!(out[0][1].address, 0x10);
         assert_eq!(s.stats.unsymbolized, 1);
+    }
+
+    /// In server mode user frames keep no name but their mapping and build id, and
+    /// a caller's address is its call's (the return address minus one), what the
+    /// server then symbolizes.
+    #[test]
+    fn server_mode_sends_addresses_with_build_ids() {
+        let me = std::process::id();
+        let mut procs = ProcessTable::new();
+        assert!(procs.load_from_proc(me));
+        let addr = profiledb_agent_test_symbol as *const () as u64 + 2;
+        let mut s = HostSymbolizer::with_mode(SymbolizeMode::Server);
+        let stacks = [(me, &[addr, addr + 4][..])];
+        let out = s.symbolize_procs(&procs, &stacks);
+        assert_eq!(out[0][0].function, None);
+        assert_eq!(out[0][0].address, addr);
+        assert_eq!(
+            out[0][1].address,
+            addr + 3,
+            "the call, not the return address"
+        );
+        let m = out[0][0].module.as_ref().expect("has a mapping");
+        assert!(m.build_id.is_some());
+        assert!(m.start <= addr && addr < m.end);
+        assert!(s.names.is_empty(), "no symbol table was read");
     }
 
     #[test]

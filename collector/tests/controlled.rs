@@ -1,9 +1,10 @@
 //! The agent under the server's control plane, end to end: a real `profiledb serve` on
 //! loopback sets the plan, the real agent binary follows it.
 //!
-//! Skips (passing, with a message) when the server binary is not built next to the
-//! test or the kernel refuses perf_event_open. This VM has no PMU: plans asking for
-//! hardware events get cpu-clock, through the same code path.
+//! Skips (passing, with a message) when the kernel refuses perf_event_open or the
+//! server binary is not built next to the test (a failure instead with
+//! `PROFILEDB_REQUIRE_EXTERNAL=1`). This VM has no PMU: plans asking for hardware
+//! events get cpu-clock, through the same code path.
 
 mod common;
 
@@ -11,20 +12,13 @@ use std::net::SocketAddr;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{http, http_get, start_server, Kill};
+use common::{http, http_get, server_for_agent, Kill};
 use serde_json::Value;
 
 /// The server, or why the test cannot run here.
 fn setup() -> Option<(tempfile::TempDir, Kill, SocketAddr)> {
-    if let Err(reason) = profiledb_agent::perf::probe_system_wide() {
-        eprintln!("SKIP: perf_event_open not permitted here: {reason}");
-        return None;
-    }
     let dir = tempfile::tempdir().expect("tempdir");
-    let Some((server, addr)) = start_server(dir.path()) else {
-        eprintln!("SKIP: the profiledb server binary is not built next to this test (run `cargo build -p profiledb` first)");
-        return None;
-    };
+    let (server, addr) = server_for_agent(dir.path())?;
     Some((dir, server, addr))
 }
 

@@ -4,8 +4,9 @@
 //! The busy process is this test binary re-executed in busy mode (the `busy_child`
 //! test, which does nothing unless `PROFILEDB_AGENT_BUSY` is set). The server binary
 //! is `target/<profile>/profiledb` next to the test executable; build it with
-//! `cargo build -p profiledb`. The test skips (passing, with a message) when that
-//! binary is missing or when the kernel refuses perf_event_open.
+//! `cargo build -p profiledb`. The test skips (passing, with a message) when the
+//! kernel refuses perf_event_open, or when that binary is missing (a failure
+//! instead with `PROFILEDB_REQUIRE_EXTERNAL=1`).
 
 mod common;
 
@@ -14,7 +15,7 @@ use std::hint::black_box;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{http_get, start_server, Kill};
+use common::{http_get, server_for_agent, Kill};
 
 #[inline(never)]
 fn busy_alpha(n: u64) -> u64 {
@@ -69,13 +70,8 @@ fn busy_child() {
 
 #[test]
 fn samples_busy_process_into_real_server() {
-    if let Err(reason) = profiledb_agent::perf::probe_system_wide() {
-        eprintln!("SKIP: perf_event_open not permitted here: {reason}");
-        return;
-    }
     let dir = tempfile::tempdir().expect("tempdir");
-    let Some((_server, addr)) = start_server(dir.path()) else {
-        eprintln!("SKIP: the profiledb server binary is not built next to this test (run `cargo build -p profiledb` first)");
+    let Some((_server, addr)) = server_for_agent(dir.path()) else {
         return;
     };
 

@@ -4,8 +4,7 @@
 //! Each profile is decoded straight into the request's batch, its indices placed
 //! after what earlier profiles put there. Decoding each into a batch of its own and
 //! appending that copied every name, location and stack a second time and grew the
-//! request's vectors again: 7 % of the decoders' samples in a call-graph `perf` of
-//! the bench's fleet.
+//! request's vectors again (docs/perf-log/2026-11-27-round-21-id-wal-records.md).
 
 use std::collections::HashMap;
 

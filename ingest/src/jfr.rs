@@ -57,10 +57,11 @@ pub struct JfrOptions {
     pub tenant: TenantId,
     /// `service_name` and the query's tags.
     pub base_labels: Labels,
-    /// Time given to every sample (ms).
+    /// Time of the samples whose event has none (ms).
     pub time_ms: i64,
-    /// The `sampleRate` parameter (Hz): CPU and wall samples weigh 1 s / rate.
-    pub sample_rate: u32,
+    /// The `sampleRate` parameter (Hz), when the upload has one: CPU and wall
+    /// samples then weigh 1 s / rate, else the recording's own period.
+    pub sample_rate: Option<u32>,
     /// Bounds on the body, stacks and labels.
     pub limits: Limits,
 }
@@ -80,7 +81,9 @@ pub fn decode_jfr(
         }
         None => None,
     };
-    let period_ns = 1_000_000_000 / i64::from(opts.sample_rate.max(1));
+    let period_ns = opts
+        .sample_rate
+        .map(|r| 1_000_000_000 / i64::from(r.max(1)));
     let mut conv = Converter::new(
         Batch::new(opts.tenant.clone()),
         period_ns,
@@ -104,11 +107,16 @@ pub fn decode_jfr(
             meta: &meta,
             pools: &pools,
             stack_cache: HashMap::new(),
+            header,
         };
+        let execution_sample = meta.by_name("jdk.ExecutionSample").map(|c| c.id);
         let mut events = Events::new(bytes, header.compressed, &meta);
         while let Some(ev) = events.next(&mut dec, &pools)? {
             match ev {
-                Event::Setting { name, value } => conv.setting(&name, &value),
+                Event::Setting { id, name, value } => {
+                    let of_execution = id.is_some() && id == execution_sample;
+                    conv.setting(&name, &value, of_execution)
+                }
                 Event::Profile(o) => {
                     events_seen += 1;
                     limits.check_samples(events_seen, "events in recording")?;
@@ -116,6 +124,7 @@ pub fn decode_jfr(
                 }
             }
         }
+        conv.end_chunk();
     }
     conv.finish(&opts.base_labels, opts.time_ms, limits)
 }

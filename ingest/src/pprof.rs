@@ -8,7 +8,9 @@
 //! - A `process_cpu` profile that has a `samples`/`count` type but no `cpu` type, and a
 //!   `cpu` period in ns/µs/ms/s with a positive period, additionally yields
 //!   `process_cpu:cpu:nanoseconds:cpu:nanoseconds` with value = count × period (in ns),
-//!   so such uploads show up under the CPU type Grafana looks for.
+//!   so such uploads show up under the CPU type Grafana looks for. So does one with no
+//!   period type and a `milliseconds` period unit (pyroscope-rs: Python, Ruby), each
+//!   sample weighing 1 s / `sampleRate` (100 Hz unless the upload says).
 //! - Zero values are skipped; a sample whose values are all zero adds no stack.
 //! - String sample labels become series labels (they override base labels of the same
 //!   name) except `span_id`, `trace_id` and `profile_id`
@@ -45,6 +47,9 @@ use crate::proto::pprof::Profile;
 
 mod wire;
 
+/// The sampling rate Pyroscope SDKs use unless told otherwise (Hz).
+const DEFAULT_SAMPLE_RATE: u32 = 100;
+
 use wire::RawProfile;
 
 /// What the caller knows about a pprof upload besides its bytes.
@@ -64,6 +69,9 @@ pub struct PprofOptions {
     pub limits: Limits,
     /// Pyroscope `sample_type_config` sent with the upload, if any.
     pub sample_type_config: Option<SampleTypeConfig>,
+    /// The upload's `sampleRate` (Hz): what one sample of a pyroscope-rs CPU
+    /// profile (Python, Ruby) weighs; 100 Hz when unset.
+    pub sample_rate: Option<u32>,
 }
 
 /// Decodes a pprof profile (gzip-framed or plain) into a new batch.
@@ -415,18 +423,32 @@ fn output_types(
         "seconds" => Some(1_000_000_000),
         _ => None,
     };
-    // Only a declared `cpu` period: pyroscope-rs sends `:milliseconds` with a period
-    // of 1e9, which would turn every sample into ~31 years of CPU.
-    if let (false, Some(value_index), Some(unit_ns), "process_cpu", "cpu") =
-        (has_cpu, samples_index, unit_ns, name.as_str(), period_type)
-    {
-        if let Some(scale) = profile.period.checked_mul(unit_ns).filter(|&p| p > 0) {
-            out.push(OutType {
-                id: CPU_NANOSECONDS.to_string(),
-                value_index,
-                scale,
-            });
+    let derived = match (
+        has_cpu,
+        samples_index,
+        name.as_str(),
+        period_type,
+        period_unit,
+    ) {
+        (false, Some(i), "process_cpu", "cpu", _) => unit_ns
+            .and_then(|u| profile.period.checked_mul(u))
+            .filter(|&p| p > 0)
+            .map(|scale| (i, scale)),
+        // pyroscope-rs (py-spy, rbspy) declares no period type, `milliseconds`, and a
+        // period of 1e9 that is no period at all: its samples are taken at the
+        // upload's `sampleRate`, so each weighs 1 s / sampleRate of CPU.
+        (false, Some(i), "process_cpu", "", "milliseconds") => {
+            let rate = i64::from(opts.sample_rate.unwrap_or(DEFAULT_SAMPLE_RATE).max(1));
+            Some((i, 1_000_000_000 / rate))
         }
+        _ => None,
+    };
+    if let Some((value_index, scale)) = derived {
+        out.push(OutType {
+            id: CPU_NANOSECONDS.to_string(),
+            value_index,
+            scale,
+        });
     }
     Ok((name, out))
 }
@@ -531,6 +553,9 @@ fn build_symbols(
             build_id: strings
                 .get(m.build_id, || format!("mapping {} build_id", m.id))?
                 .to_string(),
+            start: m.memory_start,
+            limit: m.memory_limit,
+            offset: m.file_offset,
         });
     }
 

@@ -166,6 +166,7 @@ pub fn push_to_batch(
             fallback_time_ms,
             limits: limits.clone(),
             sample_type_config: None,
+            sample_rate: None,
         };
         for p in &s.profiles {
             decode_pprof_into(&p.raw, &opts, &mut batch)?;

@@ -158,8 +158,9 @@ pub struct IngestParams {
     pub until_ms: Option<i64>,
     /// `None` when the parameter is absent: a multipart body then means pprof.
     pub format: Option<Format>,
-    /// `sampleRate` in Hz (default [`IngestParams::DEFAULT_SAMPLE_RATE`]).
-    pub sample_rate: u32,
+    /// `sampleRate` in Hz, when the upload names one (formats that need one use
+    /// [`IngestParams::DEFAULT_SAMPLE_RATE`] otherwise).
+    pub sample_rate: Option<u32>,
     /// `spyName`: the SDK's profiler.
     pub spy_name: Option<String>,
     /// `units`, as sent.
@@ -193,7 +194,7 @@ impl IngestParams {
             from_ms: None,
             until_ms: None,
             format: None,
-            sample_rate: Self::DEFAULT_SAMPLE_RATE,
+            sample_rate: None,
             spy_name: None,
             units: None,
             aggregation_type: None,
@@ -208,7 +209,7 @@ impl IngestParams {
                 "format" => p.format = Some(Format::parse(v)?),
                 "sampleRate" => {
                     p.sample_rate = match v.trim().parse::<u32>() {
-                        Ok(r) if r > 0 => r,
+                        Ok(r) if r > 0 => Some(r),
                         _ => {
                             return Err(IngestError::param(
                                 "sampleRate",
@@ -249,6 +250,11 @@ impl IngestParams {
         Self::from_pairs(pairs, now_ms, limits)
     }
 
+    /// `sampleRate`, or the SDKs' default of 100 Hz.
+    pub fn sample_rate_or_default(&self) -> u32 {
+        self.sample_rate.unwrap_or(Self::DEFAULT_SAMPLE_RATE)
+    }
+
     /// Time of the uploaded samples: `from`, else `now_ms`.
     pub fn sample_time_ms(&self, now_ms: i64) -> i64 {
         self.from_ms.unwrap_or(now_ms)
@@ -265,7 +271,7 @@ impl IngestParams {
         let mut labels = self.name.tags.clone();
         labels.set(SERVICE_NAME_LABEL, self.name.stripped.as_str());
         let scale = if self.name.suffix_type.counts_are_samples {
-            ValueScale::samples_to_nanos(self.sample_rate)
+            ValueScale::samples_to_nanos(self.sample_rate_or_default())
         } else {
             ValueScale::IDENTITY
         };
@@ -311,6 +317,7 @@ impl IngestParams {
             fallback_time_ms: self.sample_time_ms(now_ms),
             limits,
             sample_type_config,
+            sample_rate: self.sample_rate,
         }
     }
 }
@@ -526,7 +533,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(p.format, None);
-        assert_eq!(p.sample_rate, 100);
+        assert_eq!(p.sample_rate_or_default(), 100);
         let o = p.pprof_options(TenantId::default(), None, 5, Limits::default());
         assert_eq!(o.base_labels.get(SERVICE_NAME_LABEL), Some("api.cpu"));
         assert_eq!(o.base_labels.get("pod"), Some("x"));

@@ -1,7 +1,8 @@
 //! Decodes every real pprof fixture and checks the batch against totals computed
 //! independently from the raw prost `Profile`, and against the sample counts and
 //! profile type ids that the fixtures' SOURCES.md (and Pyroscope's ingest tests)
-//! state. Skips, with a message, when the fixtures directory is absent.
+//! state. Skips, with a message, when the fixtures directory is absent (fails
+//! instead with `PROFILEDB_REQUIRE_EXTERNAL=1`: docs/testing.md).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
@@ -12,12 +13,18 @@ use profiledb_ingest::{decode_pprof, PprofOptions};
 use profiledb_model::{Batch, Labels, NAME_LABEL, SERVICE_NAME_LABEL};
 use prost::Message;
 
+#[path = "../../storage/tests/support/external.rs"]
+mod external;
+
 fn fixtures_dir() -> Option<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures");
     if dir.join("pprof").is_dir() {
         Some(dir)
     } else {
-        println!("skipping: fixtures not found at {}", dir.display());
+        external::missing(
+            "the shared fixtures",
+            format!("not found at {}", dir.display()),
+        );
         None
     }
 }
@@ -30,9 +37,18 @@ struct Expect {
     samples: Option<usize>,
     /// Every profile type id the batch must contain, and nothing else.
     types: &'static [&'static str],
-    /// Whether `process_cpu:cpu:nanoseconds:cpu:nanoseconds` is derived from
-    /// `samples:count` × period.
-    derived_cpu: bool,
+    /// How `process_cpu:cpu:nanoseconds:cpu:nanoseconds` is derived from
+    /// `samples:count`, if it is.
+    derived_cpu: Derived,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Derived {
+    No,
+    /// count × the profile's period.
+    Period,
+    /// count × these nanoseconds (pyroscope-rs: 1 s / sampleRate, 100 Hz by default).
+    PerSample(i128),
 }
 
 const GO_HEAP: &[&str] = &[
@@ -53,42 +69,42 @@ const EXPECTED: &[Expect] = &[
         name: "memory",
         samples: None,
         types: GO_HEAP,
-        derived_cpu: false,
+        derived_cpu: Derived::No,
     },
     Expect {
         file: "pprof/1644509299337903000.pb.gz",
         name: "memory",
         samples: None,
         types: GO_HEAP,
-        derived_cpu: false,
+        derived_cpu: Derived::No,
     },
     Expect {
         file: "pprof/alloc_objects.pb.gz",
         name: "memory",
         samples: Some(4661),
         types: GO_HEAP,
-        derived_cpu: false,
+        derived_cpu: Derived::No,
     },
     Expect {
         file: "pprof/alloc_space_delta.pb.gz",
         name: "memory",
         samples: Some(4942),
         types: GO_HEAP,
-        derived_cpu: false,
+        derived_cpu: Derived::No,
     },
     Expect {
         file: "pprof/labels.pb.gz",
         name: "process_cpu",
         samples: Some(121),
         types: GO_CPU,
-        derived_cpu: false,
+        derived_cpu: Derived::No,
     },
     Expect {
         file: "pprof/large.cpu",
         name: "process_cpu",
         samples: Some(20430),
         types: GO_CPU,
-        derived_cpu: false,
+        derived_cpu: Derived::No,
     },
     // samples/count with a cpu/nanoseconds period of 52,631,578 ns.
     Expect {
@@ -96,14 +112,14 @@ const EXPECTED: &[Expect] = &[
         name: "process_cpu",
         samples: None,
         types: GO_CPU,
-        derived_cpu: true,
+        derived_cpu: Derived::Period,
     },
     Expect {
         file: "pprof/normal-cpu.stripped.pprof",
         name: "process_cpu",
         samples: None,
         types: GO_CPU,
-        derived_cpu: false,
+        derived_cpu: Derived::No,
     },
     // samples/count with period 0: nothing to derive nanoseconds from.
     Expect {
@@ -111,78 +127,84 @@ const EXPECTED: &[Expect] = &[
         name: "process_cpu",
         samples: Some(439),
         types: &["process_cpu:samples:count:cpu:nanoseconds"],
-        derived_cpu: false,
+        derived_cpu: Derived::No,
     },
     Expect {
         file: "pprof/two-stacks.pb.gz",
         name: "process_cpu",
         samples: Some(2),
         types: CPU_NS,
-        derived_cpu: false,
+        derived_cpu: Derived::No,
     },
     Expect {
         file: "pyroscope/cpu.pb.gz",
         name: "process_cpu",
         samples: Some(7),
         types: GO_CPU,
-        derived_cpu: false,
+        derived_cpu: Derived::No,
     },
     Expect {
         file: "pyroscope/go.cpu.labels.pprof",
         name: "process_cpu",
         samples: Some(480),
         types: GO_CPU,
-        derived_cpu: false,
+        derived_cpu: Derived::No,
     },
     Expect {
         file: "pyroscope/heap.pb.gz",
         name: "memory",
         samples: Some(1150),
         types: GO_HEAP,
-        derived_cpu: false,
+        derived_cpu: Derived::No,
     },
     Expect {
         file: "pyroscope/profile_java",
         name: "process_cpu",
         samples: Some(2614),
         types: CPU_NS,
-        derived_cpu: false,
+        derived_cpu: Derived::No,
     },
     Expect {
         file: "pyroscope/profile_nodejs",
         name: "wall",
         samples: Some(27),
         types: &["wall:wall:microseconds:wall:microseconds"],
-        derived_cpu: false,
+        derived_cpu: Derived::No,
     },
     // Pyroscope's ingest test expects exactly this id for pyspy output.
     Expect {
         file: "pyroscope/profile_python",
         name: "process_cpu",
         samples: None,
-        types: &["process_cpu:samples:count::milliseconds"],
-        derived_cpu: false,
+        types: &[
+            "process_cpu:cpu:nanoseconds:cpu:nanoseconds",
+            "process_cpu:samples:count::milliseconds",
+        ],
+        derived_cpu: Derived::PerSample(10_000_000),
     },
     Expect {
         file: "pyroscope/profile_ruby",
         name: "process_cpu",
         samples: Some(1662),
-        types: &["process_cpu:samples:count::milliseconds"],
-        derived_cpu: false,
+        types: &[
+            "process_cpu:cpu:nanoseconds:cpu:nanoseconds",
+            "process_cpu:samples:count::milliseconds",
+        ],
+        derived_cpu: Derived::PerSample(10_000_000),
     },
     Expect {
         file: "pyroscope/profile_rust",
         name: "process_cpu",
         samples: Some(30),
         types: CPU_NS,
-        derived_cpu: false,
+        derived_cpu: Derived::No,
     },
     Expect {
         file: "pyroscope/single_group_with_optional_span_id.pb.gz",
         name: "process_cpu",
         samples: None,
         types: GO_CPU,
-        derived_cpu: false,
+        derived_cpu: Derived::No,
     },
 ];
 
@@ -242,7 +264,11 @@ fn expected_totals(p: &Profile, e: &Expect) -> BTreeMap<String, (i128, usize)> {
             entry.1 += usize::from(sums[i] != 0);
         }
     }
-    if e.derived_cpu {
+    if e.derived_cpu != Derived::No {
+        let scale = match e.derived_cpu {
+            Derived::PerSample(ns) => ns,
+            _ => i128::from(p.period),
+        };
         let idx = p
             .sample_type
             .iter()
@@ -252,7 +278,7 @@ fn expected_totals(p: &Profile, e: &Expect) -> BTreeMap<String, (i128, usize)> {
             .entry("process_cpu:cpu:nanoseconds:cpu:nanoseconds".to_string())
             .or_default();
         for sums in groups.values() {
-            entry.0 += sums[idx] * i128::from(p.period);
+            entry.0 += sums[idx] * scale;
             entry.1 += usize::from(sums[idx] != 0);
         }
     }

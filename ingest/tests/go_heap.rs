@@ -2,20 +2,26 @@
 //! class), so stacks repeat with only the numeric `bytes` label differing.
 //! Pyroscope stores one sample per stack with the values summed; so must we.
 //! The expected numbers were counted from the raw protobuf (1,150 samples over 585
-//! distinct stacks, 76 of them with in-use values). Skips when the fixture is absent.
+//! distinct stacks, 76 of them with in-use values). Skips when the fixture is absent
+//! (fails instead with `PROFILEDB_REQUIRE_EXTERNAL=1`: docs/testing.md).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use profiledb_ingest::{decode_pprof, PprofOptions};
 
+#[path = "../../storage/tests/support/external.rs"]
+mod external;
+
 #[test]
 fn go_heap_duplicate_stacks_are_merged() {
     let path =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/pyroscope/heap.pb.gz");
-    let Ok(data) = std::fs::read(&path) else {
-        println!("skipping: fixture not found at {}", path.display());
-        return;
+    let data = match std::fs::read(&path) {
+        Ok(data) => data,
+        Err(e) => {
+            return external::missing("the shared fixtures", format!("{}: {e}", path.display()))
+        }
     };
     let b = decode_pprof(&data, &PprofOptions::default()).unwrap();
     b.validate().unwrap();

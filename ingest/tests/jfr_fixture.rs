@@ -3,7 +3,8 @@
 //! what Pyroscope gives for the same upload: the golden profiles its ingest test
 //! keeps next to the fixture (`pkg/og/convert/jfr/testdata/dump2.jfr.gz.<type>.*`,
 //! SelectMergeProfile answers after `/ingest?format=jfr` with the default
-//! `sampleRate` of 100). Skips, with a message, when the fixtures are absent.
+//! `sampleRate` of 100). Skips, with a message, when the fixtures are absent (fails
+//! instead with `PROFILEDB_REQUIRE_EXTERNAL=1`: docs/testing.md).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -11,14 +12,17 @@ use std::path::{Path, PathBuf};
 use profiledb_ingest::{decode_jfr, JfrOptions};
 use profiledb_model::{Batch, Labels, SERVICE_NAME_LABEL};
 
+#[path = "../../storage/tests/support/external.rs"]
+mod external;
+
 fn fixture(name: &str) -> Option<Vec<u8>> {
     let path: PathBuf = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../shared/fixtures/pyroscope")
         .join(name);
     match std::fs::read(&path) {
         Ok(b) => Some(b),
-        Err(_) => {
-            println!("skipping: fixture not found at {}", path.display());
+        Err(e) => {
+            external::missing("the shared fixtures", format!("{}: {e}", path.display()));
             None
         }
     }
@@ -28,7 +32,7 @@ fn options() -> JfrOptions {
     JfrOptions {
         base_labels: Labels::new([(SERVICE_NAME_LABEL, "javaapp")]),
         time_ms: 1_700_000_000_000,
-        sample_rate: 100,
+        sample_rate: Some(100),
         ..JfrOptions::default()
     }
 }
@@ -109,9 +113,14 @@ fn dump2_without_labels_keeps_the_totals() {
     let (by_type, by_thread) = totals(&b);
     assert_eq!(by_type.get(CPU), Some(&33_580_000_000));
     assert!(by_thread.keys().all(|(_, thread)| thread.is_none()));
-    // Each stack appears once per series: samples were summed per stack.
+    // Each stack appears once per series and second: samples were summed per
+    // stack and event second.
     for s in &b.series {
-        let mut stacks: Vec<u32> = s.samples.iter().map(|x| x.stack).collect();
+        let mut stacks: Vec<(u32, i64)> = s
+            .samples
+            .iter()
+            .map(|x| (x.stack, x.timestamp_ms))
+            .collect();
         stacks.sort_unstable();
         stacks.dedup();
         assert_eq!(stacks.len(), s.samples.len());

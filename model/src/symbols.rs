@@ -10,13 +10,34 @@ use serde::{Deserialize, Serialize};
 /// name never holds a whole body.
 pub type Name = bytestring::ByteString;
 
-/// A binary or shared library a frame belongs to.
+/// A binary or shared library a frame belongs to, and where it was mapped: what a
+/// server-side symbolizer needs to turn a frame's address into a place in the file
+/// (`address - start + offset` is the file offset, as pprof computes it).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Mapping {
     /// Path or name of the mapped file (`/usr/lib/libc.so.6`).
     pub file: String,
     /// Hex build id, empty when unknown.
     pub build_id: String,
+    /// First address of the mapping in the process (0 when unknown).
+    pub start: u64,
+    /// One past its last address (0 when unknown).
+    pub limit: u64,
+    /// File offset mapped at `start`.
+    pub offset: u64,
+}
+
+impl Mapping {
+    /// The file offset of `address` in this mapping (pprof's rule; a mapping of
+    /// unknown range, all zeros, takes addresses as file offsets).
+    pub fn file_offset(&self, address: u64) -> u64 {
+        address.wrapping_sub(self.start).wrapping_add(self.offset)
+    }
+
+    /// The mapped file's base name (`libc.so.6`).
+    pub fn base_name(&self) -> &str {
+        self.file.rsplit('/').next().unwrap_or(&self.file)
+    }
 }
 
 /// A function as a symbolizer names it.

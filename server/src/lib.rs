@@ -9,8 +9,8 @@ pub mod alerts;
 pub mod cli;
 pub mod cluster;
 pub mod control;
+pub mod debuginfo;
 pub mod error;
-pub mod fleet_cli;
 pub mod http;
 pub mod memory;
 pub mod metrics;
@@ -69,6 +69,8 @@ pub struct ServeOptions {
     /// last day's segments (see [`Readiness::Warming`]); zero: not at all.
     /// Default 30 s.
     pub ready_warm_up: std::time::Duration,
+    /// Symbolization of frames kept as addresses: debug files and debuginfod.
+    pub debuginfo: debuginfo::DebuginfoOptions,
 }
 
 impl Default for ServeOptions {
@@ -89,6 +91,7 @@ impl Default for ServeOptions {
             cluster: None,
             control: control::ControlOptions::default(),
             ready_warm_up: std::time::Duration::from_secs(30),
+            debuginfo: debuginfo::DebuginfoOptions::default(),
         }
     }
 }
@@ -101,8 +104,8 @@ pub enum Readiness {
     Opening,
     /// Everything serves, and the warm-up is still decoding the segments of the
     /// last day: queries are answered, the first ones over recent data doing
-    /// that work themselves, competing with it (on the bench fleet the first
-    /// 1-day queries' medians are 14–84 ms then, 3–58 ms after), so a load
+    /// that work themselves, competing with it (several times slower:
+    /// docs/perf-log/2026-11-27-round-19-ready-after-warm-up.md), so a load
     /// balancer should wait.
     Warming,
     Ready,
@@ -328,9 +331,10 @@ impl Server {
                 }
             }
         };
+        // hyper's own answers to unparsable requests get a JSON body too.
         axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
+            http::listener::JsonErrorListener(listener),
+            app.into_make_service(),
         )
         .with_graceful_shutdown(stop)
         .await
@@ -383,6 +387,12 @@ fn open_roles(
             stores
         }
     };
+    // One symbolizer for the process: queries name frames kept as addresses
+    // with it (debug files in the data directory, debuginfod).
+    let symbols = debuginfo::open(&dir, &state.options.debuginfo, None)?;
+    for s in reads.iter().chain(writes.iter()) {
+        s.set_symbolizer(symbols.clone());
+    }
     if let Some(store) = &reads {
         let querier = Arc::new(Querier::new(
             store,

@@ -15,7 +15,7 @@
 //! | `wal_buffer`   | 2 %   | the WAL writer's group-commit buffer (at most 32 MiB)   |
 //!
 //! What no part tracks (the binary, thread stacks, sled's page cache, allocator
-//! slack) is a fixed overhead on top, measured in docs/performance.md. A part's own
+//! slack) is a fixed overhead on top (docs/performance.md, Memory). A part's own
 //! flag (`--head-max-mb`, `--segment-cache-mb`, `--query-cache-mb`,
 //! `--query-memory-mb`, `--compaction-memory-mb`, `--ingest-memory-mb`) wins over
 //! its share.

@@ -3,11 +3,11 @@
 //! Rust compares byte slices with one `memcmp` (or `bcmp`) call of their length,
 //! zero included, and an empty `String` or slice points at a dangling address
 //! (`0x1`). glibc's AVX-512 `memcmp` answers a zero-length call with a masked load
-//! from that address, all lanes masked off; on this project's machine (AMD EPYC,
-//! family 26, in a VM) that load appears to take a microcode assist: about 130 ns a
-//! call, against 1.6 ns with two valid pointers and 1.7 ns for 31 equal bytes
-//! (`bench memtouch` measures all three). The ingest path compared empty file
-//! names once per function of every profile: a tenth of all ingest CPU. Hot
+//! from that address, all lanes masked off; on some machines (AMD EPYC in a VM)
+//! that load takes a microcode assist, far slower than a real compare (`bench
+//! memtouch` measures it; figures in
+//! docs/perf-log/2026-11-27-round-20-empty-memcmp-batches-freed.md). The ingest
+//! path compares empty file names once per function of every profile. Hot
 //! comparisons that can meet empty strings go through [`eq`].
 
 /// `a == b`, with no libc call when either is empty.

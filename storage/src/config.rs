@@ -59,7 +59,7 @@ pub struct StoreConfig {
     pub stack_interner_bytes: usize,
     /// Decoded segments kept in memory for queries (default 1 GiB). A decoded
     /// segment is about 9x its file (dictionary, index, rows as flat columns,
-    /// frame-id memo; measured on the bench fleet), and a segment evicted between
+    /// frame-id memo), and a segment evicted between
     /// queries is decoded again and loses its frame ids.
     pub segment_cache_bytes: u64,
     /// Decode the newest segments into the cache after open (up to half of it), and
@@ -74,9 +74,9 @@ pub struct StoreConfig {
     pub zstd_level: i32,
     /// zstd level for wide and wider blocks (`BlockPolicy::zstd_level`), when
     /// higher than `zstd_level`: written once a week or month and kept for long,
-    /// they are worth slower compression. Default 15: on the bench fleet's 4-week
-    /// block 7 % fewer bytes than level 3, for about 3 s more of compaction per
-    /// 13 MB block.
+    /// they are worth slower compression. Default 15: fewer bytes than level 3 for
+    /// seconds more of compaction per block
+    /// (docs/perf-log/2026-11-27-round-16-ranks-per-service-4-week-blocks.md).
     pub wide_zstd_level: i32,
     /// Write compacted blocks a day wide or wider on a symbol base shared by the
     /// tenant's blocks (their stack tree and symbols stored once, see
@@ -396,7 +396,7 @@ impl StoreConfig {
         if self.query_threads > 0 {
             self.query_threads
         } else {
-            // Asked once: the answer reads cgroup files, 2 % of a flame graph query.
+            // Asked once: the answer reads cgroup files, a share of a small query.
             static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
             *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
         }

@@ -18,6 +18,26 @@ pub const NO_PARENT: u32 = u32::MAX;
 pub struct MappingRec {
     pub file: u32,
     pub build_id: u32,
+    pub range: MappingRange,
+}
+
+/// Where a mapping lay in its process: what turns a frame's address into a file
+/// offset for symbolization (all zeros when the producer did not say).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct MappingRange {
+    pub start: u64,
+    pub limit: u64,
+    pub offset: u64,
+}
+
+impl MappingRange {
+    pub fn of(m: &crate::model::Mapping) -> Self {
+        MappingRange {
+            start: m.start,
+            limit: m.limit,
+            offset: m.offset,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -229,10 +249,11 @@ impl DictBuilder {
         id
     }
 
-    pub fn mapping(&mut self, file: &str, build_id: &str) -> u32 {
+    pub fn mapping(&mut self, file: &str, build_id: &str, range: MappingRange) -> u32 {
         let rec = MappingRec {
             file: self.intern(file),
             build_id: self.intern(build_id),
+            range,
         };
         self.mapping_rec(rec)
     }
@@ -357,12 +378,19 @@ pub fn encode_string_table(strings: &[String], more: &[String]) -> Vec<u8> {
     out
 }
 
+/// Names first (as every version wrote them), then since format 7 a column of
+/// address ranges, so a section of an older version decodes with ranges of zeros.
 pub fn encode_mappings(d: &Dict) -> Vec<u8> {
     let mut out = Vec::new();
     put_uvarint(&mut out, d.mappings.len() as u64);
     for m in &d.mappings {
         put_uvarint(&mut out, m.file.into());
         put_uvarint(&mut out, m.build_id.into());
+    }
+    for m in &d.mappings {
+        put_uvarint(&mut out, m.range.start);
+        put_uvarint(&mut out, m.range.limit);
+        put_uvarint(&mut out, m.range.offset);
     }
     out
 }
@@ -481,7 +509,18 @@ pub fn decode_on(
         d.mappings.push(MappingRec {
             file: file as u32,
             build_id: build_id as u32,
+            range: MappingRange::default(),
         });
+    }
+    // Format 7 on: the ranges column; a section of an older file ends here.
+    if !r.is_empty() {
+        for m in &mut d.mappings {
+            m.range = MappingRange {
+                start: r.uvarint()?,
+                limit: r.uvarint()?,
+                offset: r.uvarint()?,
+            };
+        }
     }
 
     let mut r = Reader::new(functions, "functions section");
@@ -565,11 +604,17 @@ mod tests {
         assert_eq!((b.intern("a"), b.intern(""), b.intern("b")), (0, 1, 2));
         assert_eq!((b.intern(""), b.intern("a")), (1, 0));
         let f = b.function("f", "");
-        let m = b.mapping("", "");
+        let m = b.mapping("", "", MappingRange::default());
         assert_eq!(b.dict().strings, ["a", "", "b", "f"]);
         let mut c = DictBuilder::from_dict(b.finish());
         assert_eq!((c.intern(""), c.intern("f"), c.intern("new")), (1, 3, 4));
-        assert_eq!((c.function("f", ""), c.mapping("", "")), (f, m));
+        assert_eq!(
+            (
+                c.function("f", ""),
+                c.mapping("", "", MappingRange::default())
+            ),
+            (f, m)
+        );
         assert_eq!(c.dict().strings.len(), 5);
     }
 
@@ -597,6 +642,41 @@ mod tests {
         let d = b.finish();
         assert_eq!(d.stack(s2), vec![f[0], f[1], f[3]]);
         assert_eq!(round_trip(&d), d);
+    }
+
+    /// A Mappings section as formats before 7 wrote it (names only) decodes with
+    /// ranges of zeros; today's keeps each mapping's range.
+    #[test]
+    fn mappings_of_older_formats_decode_without_ranges() {
+        let mut b = DictBuilder::new();
+        let range = MappingRange {
+            start: 0x5555_5555_4000,
+            limit: 0x5555_5556_0000,
+            offset: 0x1000,
+        };
+        let m = b.mapping("/bin/app", "abcd", range);
+        let d = b.finish();
+        let encoded = encode_mappings(&d);
+        let strings = encode_string_table(&d.strings, &[]);
+        let (f, l, st) = (
+            encode_functions(&d),
+            encode_locations(&d),
+            encode_stacks(&[], &[]),
+        );
+        let today = decode(&strings, &encoded, &f, &l, &st).unwrap();
+        assert_eq!(today.mappings[m as usize].range, range);
+        let mut old = Vec::new();
+        put_uvarint(&mut old, 1);
+        put_uvarint(&mut old, u64::from(d.mappings[0].file));
+        put_uvarint(&mut old, u64::from(d.mappings[0].build_id));
+        let before = decode(&strings, &old, &f, &l, &st).unwrap();
+        assert_eq!(before.mappings[0].range, MappingRange::default());
+        assert_eq!(before.str(before.mappings[0].build_id), "abcd");
+        let cut = &encoded[..encoded.len() - 1];
+        assert!(
+            decode(&strings, cut, &f, &l, &st).is_err(),
+            "a ranges column cut short"
+        );
     }
 
     #[test]
@@ -632,7 +712,7 @@ mod tests {
         #[test]
         fn dict_round_trips(stacks in prop::collection::vec(prop::collection::vec(0u8..12, 0..12), 0..40)) {
             let mut b = DictBuilder::new();
-            let m = b.mapping("/bin/app", "abcd");
+            let m = b.mapping("/bin/app", "abcd", MappingRange { start: 0x400000, limit: 0x500000, offset: stacks.len() as u64 });
             let mut ids = Vec::new();
             for s in &stacks {
                 let locs: Vec<u32> = s.iter().map(|&x| {

@@ -11,11 +11,10 @@
 //! Built once per segment on the first function filter that reads it, and kept in a
 //! byte-bounded cache keyed by segment id (segments are immutable; an evicted index
 //! is rebuilt from the dictionary). This replaced a per-segment tantivy index of
-//! name trigrams: on a segment of the bench fleet (28,671 functions, 0.8 MB of
-//! names) tantivy took 146–180 ms to build, on the query path of the first filter
-//! after a restart, for each segment of the range, and answered `deflate` in
-//! 0.13 ms; the buffer takes 0.3–0.5 ms to lay out and answers in 0.07–0.09 ms (the
-//! regex on every name: 0.5–1.0 ms).
+//! name trigrams, which took hundreds of times longer to build than the buffer
+//! takes to lay out, on the query path of the first filter after a restart, for
+//! each segment of the range, and answered no faster (figures:
+//! docs/perf-log/2026-11-26-round-11-first-queries-no-index-mapping.md).
 
 use memchr::memmem;
 use regex::Regex;

@@ -13,7 +13,7 @@ mod rows;
 
 use rows::SeriesRows;
 
-use crate::dict::{Dict, DictBuilder, LocationRec};
+use crate::dict::{Dict, DictBuilder, LocationRec, MappingRange};
 use crate::error::Result;
 use crate::index::LabelIndex;
 use crate::intern::{Interned, NOT_INTERNED};
@@ -101,7 +101,7 @@ impl Remap {
             let c = &mut self.mappings[m as usize];
             if *c == UNMAPPED {
                 let map = &b.symbols.mappings[m as usize];
-                *c = d.mapping(&map.file, &map.build_id);
+                *c = d.mapping(&map.file, &map.build_id, MappingRange::of(map));
             }
             *c
         });

@@ -120,7 +120,13 @@ struct Tables {
     generation: u64,
     /// Pairs of names as spans of `names` (see [`Pair`]).
     functions: Table<Pair>,
-    mappings: Table<Pair>,
+    /// A mapping's file and build id; [`Tables::mappings`] adds its range.
+    mapping_names: Table<Pair>,
+    /// A mapping: its names' id and its address range. Processes map one binary
+    /// at different addresses, and the range is what turns an address into a
+    /// place in the file: one id per range, or a replayed WAL would read one
+    /// process's addresses through another's range.
+    mappings: Table<(u32, [u64; 3])>,
     locations: Table<LocationKey>,
     /// Each stack's path as `(start, len)` in `paths`.
     stacks: Table<(u32, u32)>,
@@ -139,7 +145,10 @@ const STACK_BYTES: usize = 48;
 impl Tables {
     fn approx_bytes(&self) -> usize {
         self.names.capacity()
-            + (self.functions.items.len() + self.mappings.items.len()) * FUNCTION_BYTES
+            + (self.functions.items.len()
+                + self.mapping_names.items.len()
+                + self.mappings.items.len())
+                * FUNCTION_BYTES
             + self.locations.items.len() * LOCATION_BYTES
             + self.stacks.items.len() * STACK_BYTES
             + self.paths.capacity() * 4
@@ -359,7 +368,13 @@ impl StackInterner {
             .iter()
             .map(|m| {
                 let h = pair_hash(&m.file, &m.build_id);
-                names(&mut t.mappings, &mut t.names, h, &m.file, &m.build_id)
+                let pair = names(&mut t.mapping_names, &mut t.names, h, &m.file, &m.build_id);
+                if pair == NOT_INTERNED {
+                    return NOT_INTERNED;
+                }
+                let key = (pair, [m.start, m.limit, m.offset]);
+                t.mappings
+                    .id(hash_of(|h| key.hash(h)), |k| *k == key, || key)
             })
             .collect();
         // A location's function or mapping as a key: 0 for none, id + 1 for one;
@@ -435,6 +450,7 @@ mod tests {
         b.symbols.mappings.push(Mapping {
             file: "lib.so".into(),
             build_id: String::new(),
+            ..Mapping::default()
         });
         let mut names: Vec<&str> = stacks.iter().flat_map(|s| s.iter().copied()).collect();
         names.sort_unstable();

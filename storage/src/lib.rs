@@ -108,6 +108,8 @@ pub use model::{
     Batch, Function, InvalidTenant, Labels, Location, Mapping, Sample, SeriesSamples, Stacks,
     Symbols, TenantId, NAME_LABEL, PROFILE_TYPE_LABEL, SERVICE_NAME_LABEL,
 };
+/// The server-side symbolizer a store names frames kept as addresses with.
+pub use profiledb_symbolize as symbolize;
 pub use querier::{
     AskedBefore, CacheStats, DiffResult, Querier, QueryLimits, QueryPlan, ScopePlan,
 };
@@ -117,6 +119,7 @@ pub use query::flamegraph::{
     FlameGraphDiff,
 };
 pub use query::groupby::{GroupAcc, GroupByQuery, GroupKey};
+pub use query::lines::{FunctionLines, LineFrame, LineProfile, LineValue};
 pub use query::merged::{flamegraph_diff_merged, Merged};
 pub use query::timeseries::SeriesPoints;
 pub use query::{CallTree, TimeRange, TreeNode};

@@ -97,7 +97,7 @@ impl Merger {
 
         let mut mappings = Vec::with_capacity(d.mappings.len());
         for mp in &d.mappings {
-            mappings.push(b.mapping(d.str(mp.file), d.str(mp.build_id)));
+            mappings.push(b.mapping(d.str(mp.file), d.str(mp.build_id), mp.range));
         }
         let mut functions = Vec::with_capacity(d.functions.len());
         for f in &d.functions {

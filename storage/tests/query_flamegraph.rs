@@ -6,13 +6,18 @@ use std::path::PathBuf;
 
 use profiledb_storage::{flamegraph, tree_from_levels};
 
+#[path = "support/external.rs"]
+mod external;
+
 #[test]
 fn golden_flamegraph_layout() {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../shared/fixtures/pyroscope/flamegraph.json");
-    let Ok(text) = std::fs::read_to_string(&path) else {
-        eprintln!("skipping: fixture {} is absent", path.display());
-        return;
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) => {
+            return external::missing("the shared fixtures", format!("{}: {e}", path.display()))
+        }
     };
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
     let fg = &v["flamegraph"];

@@ -9,6 +9,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "../../../storage/tests/support/external.rs"]
+pub mod external;
+
 /// Kills and reaps a child process when dropped.
 pub struct Kill(pub Child);
 
@@ -43,13 +46,25 @@ pub fn http(
     path: &str,
     body: &str,
 ) -> std::io::Result<(u16, String)> {
+    http_bytes(addr, method, path, "application/json", body.as_bytes())
+}
+
+/// One HTTP/1.1 request with a body of any type; the status and the body.
+pub fn http_bytes(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: &[u8],
+) -> std::io::Result<(u16, String)> {
     let mut s = TcpStream::connect(addr)?;
     s.set_read_timeout(Some(Duration::from_secs(30)))?;
     write!(
         s,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\r\n",
         body.len()
     )?;
+    s.write_all(body)?;
     let mut buf = Vec::new();
     s.read_to_end(&mut buf)?;
     let text = String::from_utf8_lossy(&buf).into_owned();
@@ -87,6 +102,24 @@ fn dechunk(mut s: &str) -> String {
 
 /// Starts `profiledb serve` on a free port with its data in `dir`; waits until it
 /// accepts connections. `None` when the binary is not built.
+/// A server in `dir` for an agent test to push to, or `None` after saying why:
+/// the kernel refuses perf_event_open (a skip wherever), or the `profiledb`
+/// binary is not built (a failure with `PROFILEDB_REQUIRE_EXTERNAL=1`).
+pub fn server_for_agent(dir: &Path) -> Option<(Kill, SocketAddr)> {
+    if let Err(reason) = profiledb_agent::perf::probe_system_wide() {
+        external::refused("perf_event_open", reason);
+        return None;
+    }
+    let server = start_server(dir);
+    if server.is_none() {
+        external::missing(
+            "the profiledb server binary",
+            "it is not built next to this test (run `cargo build -p profiledb` first)",
+        );
+    }
+    server
+}
+
 pub fn start_server(dir: &Path) -> Option<(Kill, SocketAddr)> {
     let server = server_binary()?;
     let addr = free_addr();

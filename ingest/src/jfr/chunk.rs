@@ -26,6 +26,10 @@ pub struct Header {
     pub metadata_offset: usize,
     /// Wall-clock start of the chunk, ns since the epoch.
     pub start_nanos: i64,
+    /// The tick count at `start_nanos`: events carry their times in ticks.
+    pub start_ticks: i64,
+    /// Ticks per second (0 in a header that does not say).
+    pub ticks_per_second: i64,
     /// Integers are varints (feature bit 0).
     pub compressed: bool,
 }
@@ -75,8 +79,24 @@ impl Header {
             constant_pool_offset: offset(16, "constant pool")?,
             metadata_offset: offset(24, "metadata")?,
             start_nanos: be(h, 32, 8) as i64,
+            start_ticks: be(h, 48, 8) as i64,
+            ticks_per_second: be(h, 56, 8) as i64,
             compressed: be(h, 64, 4) & 1 == 1,
         })
+    }
+}
+
+impl Header {
+    /// The wall-clock time, ms since the epoch, of an event at `ticks`; `None` when
+    /// the header gives no tick rate or the time does not fit.
+    pub fn time_ms(&self, ticks: i64) -> Option<i64> {
+        if self.ticks_per_second <= 0 {
+            return None;
+        }
+        let since = i128::from(ticks) - i128::from(self.start_ticks);
+        let nanos = i128::from(self.start_nanos)
+            + since * 1_000_000_000 / i128::from(self.ticks_per_second);
+        i64::try_from(nanos.div_euclid(1_000_000)).ok()
     }
 }
 

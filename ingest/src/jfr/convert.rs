@@ -3,7 +3,10 @@
 //!
 //! - `jdk.ExecutionSample`: CPU (`process_cpu`) unless the thread state is
 //!   `STATE_SLEEPING` or unknown; also wall time when the recording's `event`
-//!   setting is `wall`. Each sample weighs one sampling period, 1 s / `sampleRate`.
+//!   setting is `wall`. Each sample weighs one sampling period: 1 s / `sampleRate`
+//!   when the upload names one, else the `period` the recording states for
+//!   `jdk.ExecutionSample` in its `jdk.ActiveSetting` events (the JDK's recorder:
+//!   20 ms with its default settings, 10 ms with `profile`), else 10 ms.
 //! - `profiler.WallClockSample`: wall time of `samples` periods; also CPU when the
 //!   thread was `STATE_RUNNABLE` in a `wall` recording.
 //! - allocations in and outside TLABs and `jdk.ObjectAllocationSample`: one object
@@ -13,7 +16,10 @@
 //! - `profiler.LiveObject`: one live object.
 //!
 //! The `event` setting is applied from where it appears in the event stream on, as
-//! Pyroscope does. A sample whose stack trace is missing is dropped; frames whose
+//! Pyroscope does; a `period` applies to its whole chunk, since the JDK writes its
+//! settings events after some samples of the chunk. Every sample is stored at its
+//! event's own time (`startTime`, to the second), or at the upload's time when the
+//! event has none. A sample whose stack trace is missing is dropped; frames whose
 //! method or class is missing are left out of their stack.
 
 use std::collections::HashMap;
@@ -73,15 +79,29 @@ fn counted(source: Source) -> Option<(usize, Option<usize>)> {
     })
 }
 
-/// Accumulates a recording's samples, summed per (type, context, stack).
+/// A CPU or wall sample's weight when neither the upload nor the recording says:
+/// Pyroscope's default of 100 Hz.
+pub const DEFAULT_PERIOD_NS: i64 = 10_000_000;
+
+/// (profile type, context, stack, time in ms or `None`: the upload's).
+type Key = (usize, u64, u32, Option<i64>);
+
+/// Accumulates a recording's samples, summed per (type, context, stack, second).
 pub struct Converter<'l> {
     batch: Batch,
-    period_ns: i64,
+    /// The upload's period (from `sampleRate`), which wins over the recording's.
+    request_period_ns: Option<i64>,
+    /// The `period` of `jdk.ExecutionSample` the recording states, as last seen.
+    recording_period_ns: Option<i64>,
     labels: Option<&'l LabelsSnapshot>,
     functions: HashMap<String, u32>,
     locations: HashMap<(u32, u32), u32>,
     stacks: HashMap<Vec<u32>, u32>,
-    totals: HashMap<(usize, u64, u32), i64>,
+    /// (type, context, stack, time in ms) → value; `None` time: the upload's.
+    totals: HashMap<Key, i64>,
+    /// CPU and wall samples of the current chunk, counted in sampling periods
+    /// until the chunk's period is known (when the upload names none).
+    periods: HashMap<Key, i64>,
     /// The recording's `event` setting (`cpu`, `itimer`, `wall`, …).
     event: String,
     max_stack_depth: usize,
@@ -95,33 +115,54 @@ pub struct ChunkTables<'c> {
     pub pools: &'c Pools,
     /// Stack trace key → stack index in the batch (`None`: missing trace).
     pub stack_cache: HashMap<u64, Option<u32>>,
+    /// The chunk's header, which turns event ticks into times.
+    pub header: super::chunk::Header,
 }
 
 impl<'l> Converter<'l> {
-    /// A converter filling `batch`; CPU and wall samples weigh `period_ns`.
+    /// A converter filling `batch`; CPU and wall samples weigh `period_ns` when
+    /// given, else the recording's own period.
     pub fn new(
         batch: Batch,
-        period_ns: i64,
+        period_ns: Option<i64>,
         labels: Option<&'l LabelsSnapshot>,
         limits: &Limits,
     ) -> Self {
         Converter {
             batch,
-            period_ns,
+            request_period_ns: period_ns,
+            recording_period_ns: None,
             labels,
             functions: HashMap::new(),
             locations: HashMap::new(),
             stacks: HashMap::new(),
             totals: HashMap::new(),
+            periods: HashMap::new(),
             event: String::new(),
             max_stack_depth: limits.max_stack_depth,
         }
     }
 
-    /// Records an `event` setting.
-    pub fn setting(&mut self, name: &str, value: &str) {
-        if name == "event" {
-            self.event = value.to_string();
+    /// Records a setting: `event` (async-profiler's mode) of the recording, or,
+    /// when `of_execution_sample`, the `period` of `jdk.ExecutionSample`.
+    pub fn setting(&mut self, name: &str, value: &str, of_execution_sample: bool) {
+        match name {
+            "event" => self.event = value.to_string(),
+            "period" if of_execution_sample => {
+                if let Some(ns) = period_ns_of(value) {
+                    self.recording_period_ns = Some(ns);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Weighs the chunk's CPU and wall samples with its period (the recording's
+    /// as last stated, else 10 ms); call at the end of every chunk.
+    pub fn end_chunk(&mut self) {
+        let period = self.recording_period_ns.unwrap_or(DEFAULT_PERIOD_NS);
+        for (key, n) in self.periods.drain() {
+            bump(&mut self.totals, key, n.saturating_mul(period));
         }
     }
 
@@ -145,34 +186,45 @@ impl<'l> Converter<'l> {
         };
         let state = o.state.as_deref();
         let wall_mode = self.event == "wall";
-        let mut add = |ty: usize, v: i64| {
-            let e = self.totals.entry((ty, o.context, stack)).or_insert(0);
-            *e = e.saturating_add(v);
-        };
+        // To the second: finer than any storage step, and a recording of many
+        // events per second and stack keeps one sample per second and stack.
+        let time = o
+            .ticks
+            .and_then(|ticks| t.header.time_ms(ticks))
+            .map(|ms| ms - ms.rem_euclid(1000));
+        let key = |ty: usize| (ty, o.context, stack, time);
         match (o.source, counted(o.source)) {
             (_, Some((count, weight))) => {
-                add(count, 1);
+                bump(&mut self.totals, key(count), 1);
                 if let Some(w) = weight {
-                    add(w, o.value);
+                    bump(&mut self.totals, key(w), o.value);
                 }
             }
             (Source::Execution, None) => {
                 if state.is_some_and(|s| s != "STATE_SLEEPING") {
-                    add(CPU, self.period_ns);
+                    self.sampled(key(CPU), 1);
                 }
                 if wall_mode {
-                    add(WALL, self.period_ns);
+                    self.sampled(key(WALL), 1);
                 }
             }
             (_, None) => {
-                let v = o.value.saturating_mul(self.period_ns);
                 if wall_mode && state == Some("STATE_RUNNABLE") {
-                    add(CPU, v);
+                    self.sampled(key(CPU), o.value);
                 }
-                add(WALL, v);
+                self.sampled(key(WALL), o.value);
             }
         }
         Ok(())
+    }
+
+    /// `n` sampling periods of CPU or wall time: weighed now with the upload's
+    /// period, or at the chunk's end with the recording's.
+    fn sampled(&mut self, key: Key, n: i64) {
+        match self.request_period_ns {
+            Some(p) => bump(&mut self.totals, key, n.saturating_mul(p)),
+            None => bump(&mut self.periods, key, n),
+        }
     }
 
     fn intern_stack(
@@ -228,8 +280,9 @@ impl<'l> Converter<'l> {
         )))
     }
 
-    /// The batch: one series per (profile type, context labels), each stack once.
-    /// `base` holds `service_name` and the query's tags.
+    /// The batch: one series per (profile type, context labels), each stack once
+    /// per second. `base` holds `service_name` and the query's tags; `time_ms` is
+    /// the time of samples whose event has none.
     pub fn finish(
         mut self,
         base: &Labels,
@@ -240,11 +293,11 @@ impl<'l> Converter<'l> {
         let mut context_labels: HashMap<u64, Labels> = HashMap::new();
         // Contexts whose labels are equal (or dropped) share a series, so values
         // are summed again per (series, stack).
-        let mut values: HashMap<(usize, u32), i64> = HashMap::new();
+        let mut values: HashMap<(usize, u32, i64), i64> = HashMap::new();
         let mut totals: Vec<_> = self.totals.into_iter().filter(|(_, v)| *v != 0).collect();
         // Deterministic series order: by type, then context.
         totals.sort_unstable();
-        for ((ty, context, stack), value) in totals {
+        for ((ty, context, stack, time), value) in totals {
             let mut labels = match context_labels.get(&context) {
                 Some(l) => l.clone(),
                 None => {
@@ -271,16 +324,18 @@ impl<'l> Converter<'l> {
                     self.batch.series.len() - 1
                 }
             };
-            let v = values.entry((idx, stack)).or_insert(0);
+            let v = values
+                .entry((idx, stack, time.unwrap_or(time_ms)))
+                .or_insert(0);
             *v = v.saturating_add(value);
         }
         let mut values: Vec<_> = values.into_iter().collect();
-        // Deterministic output: samples in stack order within each series.
+        // Deterministic output: samples in stack, then time order within each series.
         values.sort_unstable();
-        for ((idx, stack), value) in values {
+        for ((idx, stack, timestamp_ms), value) in values {
             if let Some(s) = self.batch.series.get_mut(idx) {
                 s.samples.push(Sample {
-                    timestamp_ms: time_ms,
+                    timestamp_ms,
                     stack,
                     value,
                 });
@@ -288,6 +343,27 @@ impl<'l> Converter<'l> {
         }
         Ok(self.batch)
     }
+}
+
+/// A JFR duration setting (`20 ms`, `1 s`, `500 us`, `10000000 ns`) in ns; `None`
+/// for anything else (`off`, `everyChunk`, …).
+pub(crate) fn period_ns_of(value: &str) -> Option<i64> {
+    let (number, unit) = value.trim().split_once(char::is_whitespace)?;
+    let n: i64 = number.parse().ok().filter(|&n| n > 0)?;
+    let scale = match unit.trim() {
+        "ns" => 1,
+        "us" | "µs" => 1_000,
+        "ms" => 1_000_000,
+        "s" => 1_000_000_000,
+        "m" | "min" => 60_000_000_000,
+        _ => return None,
+    };
+    n.checked_mul(scale)
+}
+
+fn bump(map: &mut HashMap<Key, i64>, key: Key, v: i64) {
+    let e = map.entry(key).or_insert(0);
+    *e = e.saturating_add(v);
 }
 
 /// Series label Pyroscope adds with the recording's `event` setting.

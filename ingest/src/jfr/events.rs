@@ -78,6 +78,8 @@ pub struct Observation {
     pub state: Option<String>,
     /// The event's weight: bytes, duration or sample count (0 when it has none).
     pub value: i64,
+    /// The event's `startTime` in ticks (see [`super::chunk::Header::time_ms`]).
+    pub ticks: Option<i64>,
 }
 
 /// What one event said.
@@ -85,8 +87,11 @@ pub struct Observation {
 pub enum Event {
     /// A profiling event.
     Profile(Observation),
-    /// A `jdk.ActiveSetting` (async-profiler records its `event` mode this way).
+    /// A `jdk.ActiveSetting`: async-profiler records its `event` mode this way, the
+    /// JDK each event type's `period` (`id` names the event type).
     Setting {
+        /// The id of the event type the setting is of, when the event says.
+        id: Option<u64>,
         /// Setting name.
         name: String,
         /// Setting value.
@@ -102,8 +107,10 @@ struct Plan {
     context: Option<usize>,
     state: Option<usize>,
     value: Option<usize>,
+    time: Option<usize>,
     name: Option<usize>,
     setting_value: Option<usize>,
+    setting_id: Option<usize>,
 }
 
 /// Walks the events of one chunk in order.
@@ -127,8 +134,10 @@ impl<'a> Events<'a> {
                     context: c.field_index("contextId"),
                     state: c.field_index("state"),
                     value: value_field.and_then(|f| c.field_index(f)),
+                    time: c.field_index("startTime"),
                     name: None,
                     setting_value: None,
+                    setting_id: None,
                 });
             }
         }
@@ -140,8 +149,10 @@ impl<'a> Events<'a> {
                 context: None,
                 state: None,
                 value: None,
+                time: None,
                 name: c.field_index("name"),
                 setting_value: c.field_index("value"),
+                setting_id: c.field_index("id"),
             });
         }
         Events {
@@ -190,6 +201,10 @@ impl Plan {
         let Some(source) = self.source else {
             let text = |i| v.field(i).and_then(|s| pools.text(s)).unwrap_or_default();
             return Event::Setting {
+                id: v
+                    .field(self.setting_id)
+                    .and_then(Value::int)
+                    .map(|i| i as u64),
                 name: text(self.name),
                 value: text(self.setting_value),
             };
@@ -209,6 +224,7 @@ impl Plan {
             context: v.field(self.context).and_then(Value::int).unwrap_or(0) as u64,
             state,
             value: v.field(self.value).and_then(Value::int).unwrap_or(0),
+            ticks: v.field(self.time).and_then(Value::int),
         })
     }
 }

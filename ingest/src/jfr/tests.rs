@@ -159,6 +159,7 @@ fn classes() -> Vec<ClassDef> {
             SETTING,
             "jdk.ActiveSetting",
             ev(vec![
+                ("id", LONG, false, false),
                 ("name", STRING, false, false),
                 ("value", STRING, false, false),
             ]),
@@ -282,19 +283,33 @@ fn checkpoint_event() -> Vec<u8> {
 /// One event of type `ty` with integer fields `values` after `startTime` (strings
 /// are written by [`setting`]).
 fn ev(ty: u64, values: &[u64]) -> Vec<u8> {
+    ev_at(ty, 1_000, values)
+}
+
+/// [`ev`] at `ticks` (ns after the chunk's start: the header's tick rate is 1e9).
+fn ev_at(ty: u64, ticks: u64, values: &[u64]) -> Vec<u8> {
     let mut b = Vec::new();
     varint(&mut b, ty);
-    varint(&mut b, 1_000); // startTime
+    varint(&mut b, ticks); // startTime
     for &v in values {
         varint(&mut b, v);
     }
     event(&b)
 }
 
+/// The chunk's start (header) and the time of events at 1,000 ticks, in ms.
+const CHUNK_START_MS: i64 = 1_700_000_000_000;
+
 fn setting(name: &str, value: &str) -> Vec<u8> {
+    setting_of(0, name, value)
+}
+
+/// A `jdk.ActiveSetting` of the event type `id`.
+fn setting_of(id: u64, name: &str, value: &str) -> Vec<u8> {
     let mut b = Vec::new();
     varint(&mut b, SETTING);
     varint(&mut b, 1_000);
+    varint(&mut b, id);
     string(&mut b, name);
     string(&mut b, value);
     event(&b)
@@ -331,7 +346,7 @@ fn options() -> JfrOptions {
     JfrOptions {
         base_labels: Labels::new([(SERVICE_NAME_LABEL, "app")]),
         time_ms: 42,
-        sample_rate: 100,
+        sample_rate: Some(100),
         ..JfrOptions::default()
     }
 }
@@ -355,7 +370,7 @@ fn rows(b: &Batch) -> Vec<(String, String, Vec<String>, i64)> {
                 names,
                 x.value,
             ));
-            assert_eq!(x.timestamp_ms, 42);
+            assert_eq!(x.timestamp_ms, CHUNK_START_MS);
         }
     }
     out.sort();
@@ -390,6 +405,69 @@ fn cpu_recording_counts_running_samples_only() {
 }
 
 #[test]
+fn the_recordings_period_weighs_samples_when_the_upload_names_none() {
+    // The JDK's recorder with its default settings: every 20 ms, stated in the
+    // chunk after some of its samples (the JDK flushes settings late).
+    let data = recording(&[
+        ev(EXECUTION, &[1, 1, 0]),
+        setting_of(IN_TLAB, "period", "5 ms"), // another event's: ignored
+        setting_of(EXECUTION, "period", "20 ms"),
+        ev(EXECUTION, &[1, 1, 0]),
+    ]);
+    let cpu = "process_cpu:cpu:nanoseconds:cpu:nanoseconds".to_string();
+    let mut opts = options();
+    opts.sample_rate = None;
+    let b = decode_jfr(&data, None, &opts).unwrap();
+    assert_eq!(
+        rows(&b),
+        vec![(cpu.clone(), String::new(), stack("work"), 40_000_000)]
+    );
+    // The upload's sampleRate wins.
+    let b = decode_jfr(&data, None, &options()).unwrap();
+    assert_eq!(
+        rows(&b),
+        vec![(cpu.clone(), String::new(), stack("work"), 20_000_000)]
+    );
+    // Neither: Pyroscope's 100 Hz.
+    let data = recording(&[ev(EXECUTION, &[1, 1, 0])]);
+    let b = decode_jfr(&data, None, &opts).unwrap();
+    assert_eq!(
+        rows(&b),
+        vec![(cpu, String::new(), stack("work"), 10_000_000)]
+    );
+    for (text, ns) in [
+        ("20 ms", Some(20_000_000)),
+        ("1 s", Some(1_000_000_000)),
+        ("off", None),
+    ] {
+        assert_eq!(super::convert::period_ns_of(text), ns, "{text}");
+    }
+}
+
+#[test]
+fn samples_are_stored_at_their_events_times() {
+    let data = recording(&[
+        ev_at(EXECUTION, 1_000, &[1, 1, 0]),
+        ev_at(EXECUTION, 400_000_000, &[1, 1, 0]),
+        ev_at(EXECUTION, 2_500_000_000, &[1, 1, 0]),
+    ]);
+    let b = decode_jfr(&data, None, &options()).unwrap();
+    let times: Vec<(i64, i64)> = b.series[0]
+        .samples
+        .iter()
+        .map(|s| (s.timestamp_ms, s.value))
+        .collect();
+    // To the second: the first two share one.
+    assert_eq!(
+        times,
+        [
+            (CHUNK_START_MS, 20_000_000),
+            (CHUNK_START_MS + 2_000, 10_000_000)
+        ]
+    );
+}
+
+#[test]
 fn wall_recording_adds_wall_time_for_every_sample() {
     let data = recording(&[
         setting("event", "wall"),
@@ -398,7 +476,7 @@ fn wall_recording_adds_wall_time_for_every_sample() {
         ev(EXECUTION, &[2, 2, 0]),
     ]);
     let mut opts = options();
-    opts.sample_rate = 50;
+    opts.sample_rate = Some(50);
     let b = decode_jfr(&gzip(&data), None, &opts).unwrap();
     let (cpu, wall) = (
         "process_cpu:cpu:nanoseconds:cpu:nanoseconds".to_string(),

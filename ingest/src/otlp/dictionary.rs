@@ -237,6 +237,9 @@ impl Symbols {
                 batch.symbols.mappings.push(Mapping {
                     file: file.to_string(),
                     build_id: build_ids.first().map_or("", |(_, v)| v).to_string(),
+                    start: m.memory_start,
+                    limit: m.memory_limit,
+                    offset: m.file_offset,
                 });
                 Ok(to_u32(batch.symbols.mappings.len() - 1))
             },

@@ -149,7 +149,9 @@ fn cpu_request() -> ExportProfilesServiceRequest {
     d.0.mapping_table.push(Mapping {
         filename_strindex,
         attribute_indices: vec![build_id],
-        ..Default::default()
+        memory_start: 0x40_0000,
+        memory_limit: 0x48_0000,
+        file_offset: 0x1000,
     });
     let leaf = d.location(&["inner", "work"], 1, 0x1000);
     let root = d.location(&["main"], 1, 0x2000);
@@ -251,6 +253,8 @@ fn ebpf_cpu_profile_becomes_cpu_nanoseconds_per_event() {
     assert_eq!(batch.symbols.mappings.len(), 1);
     assert_eq!(batch.symbols.mappings[0].file, "/usr/bin/api");
     assert_eq!(batch.symbols.mappings[0].build_id, "abc123");
+    let m = &batch.symbols.mappings[0];
+    assert_eq!((m.start, m.limit, m.offset), (0x40_0000, 0x48_0000, 0x1000));
     let inner = batch.symbols.locations[batch.stacks.get(0).unwrap()[2] as usize];
     assert_eq!((inner.address, inner.line), (0x1000, 10));
 }

@@ -61,6 +61,9 @@ impl Builder {
             id,
             filename: self.s(file),
             build_id: self.s(build_id),
+            memory_start: 0x40_0000 * id,
+            memory_limit: 0x48_0000 * id,
+            file_offset: 0x1000,
             ..Default::default()
         };
         self.p.mapping.push(m);
@@ -232,7 +235,10 @@ fn go_cpu_profile_with_inlined_lines() {
         b.symbols.mappings,
         vec![Mapping {
             file: "/bin/app".into(),
-            build_id: "abc123".into()
+            build_id: "abc123".into(),
+            start: 0x40_0000,
+            limit: 0x48_0000,
+            offset: 0x1000,
         }]
     );
     for s in &b.series {
@@ -483,8 +489,9 @@ fn samples_count_with_a_cpu_period_also_yields_cpu_nanoseconds() {
         ]
     );
 
-    // pyroscope-rs style: empty period type, absurd period; no derived type (as in
-    // Pyroscope, which stores only `process_cpu:samples:count::milliseconds`).
+    // pyroscope-rs style (Python, Ruby): empty period type, a period of 1e9 that is
+    // no period; each sample weighs 1 s / sampleRate (100 Hz unless the upload
+    // says), so it shows in the CPU view too.
     let p = Builder::new()
         .sample_type("samples", "count")
         .period("", "milliseconds", 1_000_000_000)
@@ -496,7 +503,20 @@ fn samples_count_with_a_cpu_period_also_yields_cpu_nanoseconds() {
         got.into_iter()
             .map(|(k, v)| (k, v[0].1))
             .collect::<Vec<_>>(),
-        vec![("process_cpu:samples:count::milliseconds".to_string(), 3)]
+        vec![
+            (
+                "process_cpu:cpu:nanoseconds:cpu:nanoseconds".to_string(),
+                30_000_000
+            ),
+            ("process_cpu:samples:count::milliseconds".to_string(), 3)
+        ]
+    );
+    let mut at_50hz = opts();
+    at_50hz.sample_rate = Some(50);
+    let got = by_type(&decode_pprof(&p.bytes(), &at_50hz).unwrap());
+    assert_eq!(
+        got["process_cpu:cpu:nanoseconds:cpu:nanoseconds"][0].1,
+        60_000_000
     );
 
     // A `cpu` period in milliseconds is converted to nanoseconds.

@@ -37,6 +37,9 @@ pub(crate) struct RawValueType {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct RawMapping {
     pub id: u64,
+    pub memory_start: u64,
+    pub memory_limit: u64,
+    pub file_offset: u64,
     pub filename: i64,
     pub build_id: i64,
 }
@@ -243,6 +246,9 @@ impl<'a> RawProfile<'a> {
             .iter()
             .map(|m| RawMapping {
                 id: m.id,
+                memory_start: m.memory_start,
+                memory_limit: m.memory_limit,
+                file_offset: m.file_offset,
                 filename: m.filename,
                 build_id: m.build_id,
             })
@@ -372,10 +378,13 @@ impl<'a> RawProfile<'a> {
             let (tag, wt) = r.key()?;
             match tag {
                 1 => m.id = r.int(wt)?,
+                2 => m.memory_start = r.int(wt)?,
+                3 => m.memory_limit = r.int(wt)?,
+                4 => m.file_offset = r.int(wt)?,
                 5 => m.filename = r.int(wt)? as i64,
                 6 => m.build_id = r.int(wt)? as i64,
-                // memory_start, memory_limit, file_offset, has_* flags
-                2..=4 | 7..=10 => {
+                // has_* flags
+                7..=10 => {
                     r.int(wt)?;
                 }
                 _ => r.skip(wt, tag, depth)?,

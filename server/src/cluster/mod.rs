@@ -5,7 +5,7 @@
 //! what each role serves: the writer's store to the ingest pipeline, the
 //! querier's mirror store to every query endpoint.
 
-pub mod args;
+pub mod options;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +16,7 @@ use profiledb_storage::{
     UploaderConfig,
 };
 
-pub use args::{Ack, ClusterArgs, ClusterOptions, Roles};
+pub use options::{Ack, ClusterOptions, Roles};
 
 use crate::error::ApiError;
 use crate::metrics::family;
@@ -46,7 +46,7 @@ pub fn open(
 ) -> anyhow::Result<Running> {
     let bucket = Bucket::open(&opts.bucket)
         .with_context(|| format!("cannot open the object store {}", opts.bucket.url))?;
-    let node = args::node_id(data_dir)?;
+    let node = options::node_id(data_dir)?;
     tracing::info!(bucket = %bucket.describe(), roles = %opts.roles.names(), node, "joining the cluster");
     // The bucket, not a local store, compacts and expires: local lifecycle off.
     let local = StoreConfig {

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use super::request::Params;
 use super::{tenant_of, AppRef, TENANT_HEADER};
 use crate::alerts::deliver::{figures, links};
-use crate::alerts::rule::{Rule, RuleSpec};
+use crate::alerts::rule::{Condition, Rule, RuleSpec};
 use crate::alerts::state::{AlertState, RuleState};
 use crate::alerts::{AlertError, Alerts};
 use crate::error::{ApiError, ApiResult};
@@ -84,10 +84,67 @@ fn ms(t: Option<i64>) -> Value {
     t.map_or(Value::Null, |t| Value::String(rfc3339(t)))
 }
 
+/// `1234567` → `1,234,567`.
+fn thousands(v: f64) -> String {
+    let digits = format!("{:.0}", v.abs());
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if v < 0.0 {
+        out.insert(0, '-');
+    }
+    out
+}
+
+/// Why a rule is in its state, in a sentence a person reads beside the state.
+fn reason(rule: &Rule, s: &RuleState) -> String {
+    if let Some(e) = &s.last_error {
+        return format!("the last evaluation failed: {e}");
+    }
+    let Some(m) = &s.last else {
+        return "not evaluated yet".to_string();
+    };
+    let (value, threshold) = match rule.spec.condition {
+        Condition::ShareDeltaPp(_) => {
+            (format!("{:+.2} pp", m.value), format!("{} pp", m.threshold))
+        }
+        Condition::RelativeIncrease(_) => (
+            format!("{:+.1} %", m.value * 100.0),
+            format!("{} %", m.threshold * 100.0),
+        ),
+        Condition::Manhattan(_) => (format!("{:.4}", m.value), format!("{}", m.threshold)),
+    };
+    let what = m.function.as_deref().unwrap_or("the watched functions");
+    let noise = m.noise.as_ref().filter(|n| n.above == Some(false));
+    match s.state {
+        AlertState::Firing => format!("{what} moved {value}, at or over {threshold}"),
+        AlertState::Pending => format!(
+            "{what} moved {value}, at or over {threshold}; fires once that has held for {}",
+            rule.spec.for_duration
+        ),
+        AlertState::Inactive | AlertState::Resolved if !m.enough_samples => format!(
+            "too few samples to judge: {} on the smaller side, {} required",
+            thousands(m.samples_base.min(m.samples_compare)),
+            thousands(m.required_samples as f64)
+        ),
+        AlertState::Inactive | AlertState::Resolved if m.condition_met && noise.is_some() => {
+            format!("{what} moved {value}, but no more than sampling noise explains")
+        }
+        AlertState::Inactive | AlertState::Resolved => {
+            format!("{what} moved {value}, under the threshold {threshold}")
+        }
+    }
+}
+
 fn rule_json(a: &Alerts, rule: &Rule, s: &RuleState) -> Value {
     json!({
         "rule": rule.spec,
         "state": s.state.as_str(),
+        "reason": reason(rule, s),
         "active_at": ms(s.active_at_ms),
         "fired_at": ms(s.fired_at_ms),
         "resolved_at": ms(s.resolved_at_ms),
@@ -215,6 +272,7 @@ async fn list_alerts(
             json!({
                 "rule": r.name(),
                 "state": s.state.as_str(),
+                "reason": reason(r, s),
                 "labels": labels,
                 "annotations": r.spec.annotations,
                 "active_at": ms(s.active_at_ms),
@@ -227,4 +285,17 @@ async fn list_alerts(
         })
         .collect();
     Ok(Json(json!({ "alerts": list })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::thousands;
+
+    #[test]
+    fn counts_read_in_thousands() {
+        assert_eq!(thousands(144_866.0), "144,866");
+        assert_eq!(thousands(8_000_000.0), "8,000,000");
+        assert_eq!(thousands(999.0), "999");
+        assert_eq!(thousands(-1234.4), "-1,234");
+    }
 }

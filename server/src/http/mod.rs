@@ -1,5 +1,6 @@
 //! HTTP routes. Each submodule owns one family of endpoints.
 
+pub mod access;
 mod admin;
 pub mod admission;
 mod alerts;
@@ -7,17 +8,17 @@ mod control;
 mod fleet_boost;
 mod ingest;
 mod labels;
+pub mod listener;
 mod otlp;
 pub(crate) mod query;
 pub(crate) mod request;
 mod system;
 mod ui;
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
-use axum::middleware::{self, Next};
+use axum::extract::Request;
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 
@@ -67,17 +68,23 @@ pub fn router(state: AppRef) -> Router {
         .merge(control::routes())
         .merge(fleet_boost::routes())
         .merge(ui::routes())
+        .merge(
+            crate::debuginfo::http::routes(&state).route_layer(middleware::from_fn_with_state(
+                state.clone(),
+                admission::admit,
+            )),
+        )
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::map_response(json_errors))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             crate::tenancy::gate,
         ))
         .layer(middleware::from_fn_with_state(
             state.clone(),
-            count_requests,
+            access::observe,
         ))
-        .layer(tower_http::trace::TraceLayer::new_for_http())
         .with_state(state)
 }
 
@@ -104,14 +111,54 @@ async fn method_not_allowed(req: Request) -> ApiError {
     )
 }
 
-async fn count_requests(State(state): State<AppRef>, req: Request, next: Next) -> Response {
-    let resp = next.run(req).await;
-    let m = &state.http;
-    m.requests.fetch_add(1, Ordering::Relaxed);
-    if resp.status().is_client_error() {
-        m.client_errors.fetch_add(1, Ordering::Relaxed);
-    } else if resp.status().is_server_error() {
-        m.server_errors.fetch_add(1, Ordering::Relaxed);
+/// Gives an error answered without a JSON body (axum's and tower's rejections: a
+/// body over the limit, a malformed path or JSON, a missing content type) the
+/// `{"code", "message"}` body every other error has, with their text as the message.
+async fn json_errors(resp: Response) -> Response {
+    let status = resp.status();
+    let is_json = resp
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json") || v.starts_with("application/grpc"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return resp;
     }
-    resp
+    let (parts, body) = resp.into_parts();
+    let text = axum::body::to_bytes(body, 64 << 10)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .unwrap_or_default();
+    let message = match text.is_empty() {
+        true => status
+            .canonical_reason()
+            .unwrap_or("request failed")
+            .to_string(),
+        false => text,
+    };
+    let mut out = ApiError::new(status, error_code(status), message).into_response();
+    for (name, value) in parts.headers.iter() {
+        if name != axum::http::header::CONTENT_TYPE && name != axum::http::header::CONTENT_LENGTH {
+            out.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    out
+}
+
+/// The error code of a status when the rejection did not name one.
+fn error_code(status: axum::http::StatusCode) -> &'static str {
+    match status.as_u16() {
+        400 | 422 => "invalid_argument",
+        401 => "unauthenticated",
+        403 => "permission_denied",
+        404 => "not_found",
+        405 => "method_not_allowed",
+        408 => "deadline_exceeded",
+        413 => "payload_too_large",
+        414 => "uri_too_long",
+        415 => "unsupported_media_type",
+        429 => "resource_exhausted",
+        503 => "unavailable",
+        _ => "internal",
+    }
 }

@@ -15,6 +15,7 @@ mod dot;
 mod fleet;
 mod fleet_cpi;
 pub(crate) mod fleet_variance;
+mod functions;
 mod go_pgo;
 mod grid;
 mod heatmap;
@@ -26,6 +27,7 @@ mod proto;
 mod querier;
 mod render;
 mod services;
+mod warnings;
 
 pub(crate) use answers::{AnswerCache, AnswerStats};
 pub(crate) use services::{is_procedure, unimplemented};
@@ -39,6 +41,7 @@ pub fn routes() -> Router<AppRef> {
         .merge(querier::routes())
         .merge(render::routes())
         .merge(native::routes())
+        .merge(functions::routes())
         .merge(fleet::routes())
         .merge(fleet_cpi::routes())
         .merge(fleet_variance::routes())

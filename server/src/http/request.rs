@@ -49,9 +49,9 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Params<T> {
 /// on the blocking pool. A panic is this request's 500, not the server's.
 ///
 /// In place, a query skips the hand-off to a blocking thread and the wake-up of
-/// the worker after it: `bench ab` measured 0.02–0.04 ms off a 0.4–0.7 ms query
-/// asked back to back and 0.05–0.12 ms off one asked after 20 ms idle, when both
-/// threads had gone to sleep.
+/// the worker after it, which `bench ab` sees on sub-millisecond queries, most
+/// after idle time, when both threads have gone to sleep
+/// (docs/perf-log/2026-11-27-round-18-diff-without-stall.md).
 pub async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> ApiResult<T> + Send + 'static,
 ) -> ApiResult<T> {
@@ -188,19 +188,39 @@ impl Selection {
     /// From a separate profile type field (may be empty) and a selector that may
     /// carry a type prefix too; both, when present, must agree.
     pub fn from_parts(profile_type: &str, selector: &str) -> ApiResult<Self> {
+        Self::from_all(profile_type, &[selector])
+    }
+
+    /// From a profile type field and several selectors that all apply (a diff's
+    /// shared selector and a side's own): their matchers are ANDed, and every
+    /// profile type they name must agree.
+    pub fn from_all(profile_type: &str, selectors: &[&str]) -> ApiResult<Self> {
         let field = match profile_type.trim() {
             "" => None,
             t => Some(ProfileTypeId::parse(t)?),
         };
-        let (prefix, mut sel) = parse_query(selector)?;
+        let mut prefixes = Vec::new();
+        let mut sel = Selector::default();
+        for text in selectors {
+            let (prefix, part) = parse_query(text)?;
+            prefixes.extend(prefix);
+            for m in part.matchers {
+                sel = sel.with(m);
+            }
+        }
+        let selector = selectors.join(" ");
+        let selector = selector.as_str();
         let in_matchers = sel
             .matchers
             .iter()
-            .find(|m| m.name == PROFILE_TYPE_LABEL && m.op == MatchOp::Eq)
+            .filter(|m| m.name == PROFILE_TYPE_LABEL && m.op == MatchOp::Eq)
             .map(|m| ProfileTypeId::parse(&m.value))
-            .transpose()?;
-        let named: Vec<ProfileTypeId> =
-            [field, prefix, in_matchers].into_iter().flatten().collect();
+            .collect::<ApiResult<Vec<_>>>()?;
+        let named: Vec<ProfileTypeId> = field
+            .into_iter()
+            .chain(prefixes)
+            .chain(in_matchers)
+            .collect();
         let Some(first) = named.first().cloned() else {
             return Err(ApiError::bad_request(format!(
                 "the query names no profile type: a merge, group-by, time series or diff reads \
@@ -277,9 +297,21 @@ pub fn window_ms(from: i64, until: i64, names: (&str, &str)) -> ApiResult<TimeRa
     Ok(TimeRange::new(from, until))
 }
 
-/// A request's node budget: unset or 0 is Pyroscope's default, negative is none;
-/// the tenant's `max_nodes` limit caps the default and refuses more.
+/// A native request's node budget: unset or 0 is Pyroscope's default, a positive
+/// number that many nodes at most; a negative one is refused. The tenant's
+/// `max_nodes` limit caps the default and refuses more.
 pub fn max_nodes(v: Option<i64>) -> ApiResult<usize> {
+    if let Some(n) = v.filter(|&n| n < 0) {
+        return Err(ApiError::bad_request(format!(
+            "max_nodes must be a number of nodes, at least 1 (or 0 for the default,              {DEFAULT_MAX_NODES}); got {n}"
+        )));
+    }
+    pyroscope_max_nodes(v)
+}
+
+/// The node budget of a Pyroscope-compatible request (Connect, `/pyroscope/render`):
+/// as [`max_nodes`], but a negative number asks for every node, as in Pyroscope.
+pub fn pyroscope_max_nodes(v: Option<i64>) -> ApiResult<usize> {
     let asked = match v {
         None | Some(0) => None,
         Some(n) if n < 0 => Some(0),
@@ -368,6 +400,27 @@ mod tests {
     }
 
     #[test]
+    fn selectors_of_one_request_combine() {
+        let pt = "process_cpu:cpu:nanoseconds:cpu:nanoseconds";
+        let s = Selection::from_all(pt, &["{service_name=\"a\"}", "{version=\"v1\"}"]).unwrap();
+        let names: Vec<&str> = s
+            .selector
+            .matchers
+            .iter()
+            .map(|m| m.name.as_str())
+            .collect();
+        assert_eq!(names, ["service_name", "version", "__profile_type__"]);
+        assert!(err(Selection::from_all(
+            "",
+            &[
+                &format!("{pt}{{}}"),
+                "memory:alloc_space:bytes:space:bytes{}"
+            ]
+        ))
+        .contains("two profile types"));
+    }
+
+    #[test]
     fn windows_are_half_open_and_ordered() {
         let r = window(("from", Some("1000")), ("until", Some("2000"))).unwrap();
         assert_eq!((r.start_ms, r.end_ms), (1_000_000, 2_000_000));
@@ -383,7 +436,8 @@ mod tests {
     fn max_nodes_defaults() {
         assert_eq!(max_nodes(None).unwrap(), 8192);
         assert_eq!(max_nodes(Some(0)).unwrap(), 8192);
-        assert_eq!(max_nodes(Some(-1)).unwrap(), 0);
+        assert!(err(max_nodes(Some(-1))).contains("max_nodes must be"));
+        assert_eq!(pyroscope_max_nodes(Some(-1)).unwrap(), 0);
         assert_eq!(max_nodes(Some(16)).unwrap(), 16);
     }
 }

@@ -53,6 +53,7 @@ static ASSETS: &[Asset] = assets! {
     "js/table.js" => JS,
     "js/controls.js" => JS,
     "js/explore.js" => JS,
+    "js/labels.js" => JS,
     "js/compare.js" => JS,
     "js/groupby.js" => JS,
     "js/fleet.js" => JS,

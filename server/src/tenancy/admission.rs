@@ -13,6 +13,7 @@ use profiledb_storage::{Batch, TenantId};
 use super::bucket::{Refusal, TokenBucket};
 use super::limits::{LimitExceeded, LimitName, Limits};
 use super::series::{fingerprint, ActiveSeries};
+use crate::metrics::escape;
 
 /// What one tenant has used.
 #[derive(Debug, Default)]
@@ -20,6 +21,9 @@ struct Usage {
     bytes: Option<TokenBucket>,
     profiles: Option<TokenBucket>,
     series: ActiveSeries,
+    /// Bytes (as sent) and profiles admitted, for the per-tenant ingest rate.
+    admitted_bytes: u64,
+    admitted_profiles: u64,
 }
 
 pub struct Admission {
@@ -163,7 +167,9 @@ impl Admission {
             ),
             bytes,
             "bytes",
-        )
+        )?;
+        u.admitted_bytes += bytes;
+        Ok(())
     }
 
     /// Checks a decoded upload of `profiles` profiles: labels per series, then the
@@ -234,6 +240,7 @@ impl Admission {
             "profiles",
         )?;
         u.series.record(&fingerprints, now_ms);
+        u.admitted_profiles += profiles;
         Ok(())
     }
 
@@ -301,7 +308,8 @@ impl Admission {
         }
     }
 
-    /// `profiledb_limit_refusals_total`, `profiledb_active_series` and
+    /// `profiledb_limit_refusals_total`, `profiledb_active_series`,
+    /// `profiledb_tenant_ingested_{bytes,profiles}_total` and
     /// `profiledb_queries_running`.
     pub fn render_metrics(&self, out: &mut String) {
         let refusals: Vec<(String, u64)> = lock(&self.refusals)
@@ -323,15 +331,30 @@ impl Admission {
             .iter()
             .map(|(t, u)| (t.clone(), u.clone()))
             .collect();
-        let active = usage
-            .into_iter()
-            .map(|(t, u)| (tenant_label(&t), lock(&u).series.len() as u64))
-            .collect();
+        let (mut active, mut bytes, mut profiles) = (Vec::new(), Vec::new(), Vec::new());
+        for (t, u) in usage {
+            let u = lock(&u);
+            active.push((tenant_label(&t), u.series.len() as u64));
+            bytes.push((tenant_label(&t), u.admitted_bytes));
+            profiles.push((tenant_label(&t), u.admitted_profiles));
+        }
         family(
             out,
             ("profiledb_active_series", "gauge"),
             "Series written within the active-series window (tenants with a series limit).",
             active,
+        );
+        family(
+            out,
+            ("profiledb_tenant_ingested_bytes_total", "counter"),
+            "Upload bytes (as sent, before decompression) the tenant's limits admitted.",
+            bytes,
+        );
+        family(
+            out,
+            ("profiledb_tenant_ingested_profiles_total", "counter"),
+            "Profiles the tenant's limits admitted.",
+            profiles,
         );
         let running = lock(&self.running)
             .iter()
@@ -356,13 +379,6 @@ fn family(out: &mut String, (name, kind): (&str, &str), help: &str, samples: Vec
     for (labels, v) in samples {
         let _ = writeln!(out, "{name}{{{labels}}} {v}");
     }
-}
-
-/// A Prometheus label value: backslash, quote and newline escaped.
-fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 #[cfg(test)]
@@ -454,5 +470,23 @@ mod tests {
         assert!(metrics
             .lines()
             .any(|l| l == "profiledb_active_series{tenant=\"free\"} 0"));
+    }
+
+    #[test]
+    fn only_admitted_uploads_count_as_ingested() {
+        let (a, t) = admission(serde_json::json!({
+            "ingestion_rate_bytes": 100, "ingestion_burst_bytes": 100
+        }));
+        assert_eq!(a.admit_bytes(&t, 60), Ok(()));
+        assert!(a.admit_bytes(&t, 60).is_err(), "past the burst");
+        assert_eq!(a.admit_batch(&t, &Batch::new(t.clone()), 3, 0), Ok(()));
+        let mut metrics = String::new();
+        a.render_metrics(&mut metrics);
+        for line in [
+            "profiledb_tenant_ingested_bytes_total{tenant=\"t\"} 60",
+            "profiledb_tenant_ingested_profiles_total{tenant=\"t\"} 3",
+        ] {
+            assert!(metrics.lines().any(|l| l == line), "{line} in {metrics}");
+        }
     }
 }

@@ -128,5 +128,8 @@ pub async fn gate(State(state): State<AppRef>, mut req: Request, next: Next) -> 
     } else {
         None
     };
-    within(RequestScope { tenant, admission }, next.run(req)).await
+    let served = crate::http::access::ServedTenant(tenant.clone());
+    let mut resp = within(RequestScope { tenant, admission }, next.run(req)).await;
+    resp.extensions_mut().insert(served);
+    resp
 }

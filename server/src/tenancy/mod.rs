@@ -8,7 +8,6 @@ mod admission;
 mod auth;
 pub mod authfile;
 mod bucket;
-pub mod cli;
 mod gate;
 mod limits;
 pub mod routes;

@@ -51,6 +51,8 @@ pub const ROUTES: &[(&str, RouteClass)] = &[
     ("/api/v1/timeseries", RouteClass::Query),
     ("/api/v1/diff", RouteClass::Query),
     ("/api/v1/flamegraph", RouteClass::Query),
+    ("/api/v1/functions", RouteClass::Query),
+    ("/api/v1/sandwich", RouteClass::Query),
     ("/api/v1/pprof", RouteClass::Query),
     ("/api/v1/render.svg", RouteClass::Query),
     ("/api/v1/diff.svg", RouteClass::Query),

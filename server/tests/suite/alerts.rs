@@ -749,8 +749,10 @@ fn delivers_to_a_real_alertmanager() {
                 .is_ok_and(|o| o.status.success())
         });
     let Some(bin) = bin else {
-        eprintln!("skipping: prometheus-alertmanager is not installed (apt-get install prometheus-alertmanager; .ci/run installs it)");
-        return;
+        return crate::external::missing(
+            "prometheus-alertmanager",
+            "apt-get install prometheus-alertmanager (.ci/run installs it)",
+        );
     };
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("alertmanager.yml");

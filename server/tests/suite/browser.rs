@@ -12,6 +12,10 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 use serde_json::{json, Value};
 
+// `storage/tests/support/external.rs`, which each includer declares once beside
+// this module.
+use super::external;
+
 pub const CHROMIUM: &str = "/usr/bin/chromium";
 pub const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 /// W3C's key for an element reference in JSON.
@@ -37,12 +41,14 @@ impl Element {
 
 impl Browser {
     /// Starts chromedriver and a 1280x800 headless Chromium session, or answers `None`
-    /// (after saying why) where they are not installed.
+    /// (after saying why) where they are not installed; with
+    /// `PROFILEDB_REQUIRE_EXTERNAL=1`, panics instead.
     pub fn start() -> Option<Browser> {
         for bin in [CHROMIUM, CHROMEDRIVER] {
             if !Path::new(bin).exists() {
-                eprintln!(
-                    "SKIP: {bin} is absent; install Debian's chromium and chromium-driver (.ci/run does) to run the browser tests"
+                external::missing(
+                    bin,
+                    "install Debian's chromium and chromium-driver (.ci/run does) to run the browser tests",
                 );
                 return None;
             }

@@ -8,8 +8,7 @@
 //! Bad states: an unreachable bucket answers 503 with a message; a corrupt and a
 //! missing object are quarantined and reported while the rest is served.
 
-#[path = "../../../storage/tests/support/moto.rs"]
-mod moto;
+use crate::moto;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;

@@ -109,32 +109,50 @@ impl TestServer {
         tenant: Option<&str>,
         query: &str,
     ) -> std::collections::BTreeMap<String, i64> {
-        let mut req = self
-            .client
-            .get(format!("{}/api/v1/merge", self.url))
-            .query(&[
-                ("query", query),
-                ("from", "0"),
-                ("until", "now+1d"),
-                ("format", "folded"),
-            ]);
-        if let Some(t) = tenant {
-            req = req.header("X-Scope-OrgID", t);
-        }
-        let resp = req.send().unwrap();
-        assert_eq!(resp.status(), 200, "merge {query}");
-        resp.text()
-            .unwrap()
-            .lines()
-            .map(|l| {
-                let (k, v) = l.rsplit_once(' ').unwrap();
-                (k.to_string(), v.parse().unwrap())
-            })
-            .collect()
+        self.merged_in(tenant, query, ("0", "now+1d"))
+    }
+
+    /// Folded stacks → value of a merge over `[from, until)` (any time form the
+    /// API takes).
+    pub fn merged_in(
+        &self,
+        tenant: Option<&str>,
+        query: &str,
+        range: (&str, &str),
+    ) -> std::collections::BTreeMap<String, i64> {
+        merged_at(&self.client, &self.url, tenant, query, range)
     }
 
     pub fn total(&self, tenant: Option<&str>, query: &str) -> i64 {
         self.merged(tenant, query).values().sum()
+    }
+
+    /// POSTs JSON to `path` and answers the JSON answer, asserting its `status`.
+    pub fn post_json(
+        &self,
+        path: &str,
+        body: &serde_json::Value,
+        status: u16,
+    ) -> serde_json::Value {
+        let r = self
+            .client
+            .post(format!("{}{path}", self.url))
+            .json(body)
+            .send()
+            .unwrap();
+        assert_eq!(r.status(), status, "{path} {body}");
+        r.json().unwrap()
+    }
+
+    /// `POST /ingest?<query>` with `body`, asserting 200.
+    pub fn upload(&self, query: &str, body: Vec<u8>) {
+        let r = self
+            .client
+            .post(format!("{}/ingest?{query}", self.url))
+            .body(body)
+            .send()
+            .unwrap();
+        assert_eq!(r.status(), 200, "{query}: {}", r.text().unwrap_or_default());
     }
 
     pub fn json(&self, path: &str, params: &[(&str, &str)]) -> serde_json::Value {
@@ -155,13 +173,47 @@ impl Drop for TestServer {
     }
 }
 
-/// `../shared/fixtures`, or `None` (and a message) when absent.
+/// Folded stacks → value of a merge over `[from, until)` (any time form the API
+/// takes), asked of the server at `url` (a [`TestServer`] or a spawned binary).
+pub fn merged_at(
+    client: &reqwest::blocking::Client,
+    url: &str,
+    tenant: Option<&str>,
+    query: &str,
+    (from, until): (&str, &str),
+) -> std::collections::BTreeMap<String, i64> {
+    let mut req = client.get(format!("{url}/api/v1/merge")).query(&[
+        ("query", query),
+        ("from", from),
+        ("until", until),
+        ("format", "folded"),
+    ]);
+    if let Some(t) = tenant {
+        req = req.header("X-Scope-OrgID", t);
+    }
+    let resp = req.send().unwrap();
+    assert_eq!(resp.status(), 200, "merge {query}");
+    resp.text()
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let (k, v) = l.rsplit_once(' ').unwrap();
+            (k.to_string(), v.parse().unwrap())
+        })
+        .collect()
+}
+
+/// `../shared/fixtures`, or `None` (and a message) when absent; a failure instead
+/// with `PROFILEDB_REQUIRE_EXTERNAL=1`.
 pub fn fixtures() -> Option<PathBuf> {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures");
     if p.is_dir() {
         Some(p)
     } else {
-        eprintln!("skipping: fixtures not found at {}", p.display());
+        crate::external::missing(
+            "the shared fixtures",
+            format!("not found at {}", p.display()),
+        );
         None
     }
 }
@@ -287,6 +339,25 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// The value of the series written exactly `series` (name and labels) in a
+/// `/metrics` text.
+pub fn metric_value(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// Starts a `profiledb serve` process (`cmd`, stdout dropped) and waits until
+/// `url`/ready answers 200.
+pub fn spawn_ready(mut cmd: std::process::Command, url: &str) -> std::process::Child {
+    let child = cmd.stdout(std::process::Stdio::null()).spawn().unwrap();
+    let client = reqwest::blocking::Client::new();
+    wait_for(30, &format!("{url}/ready"), || {
+        let r = client.get(format!("{url}/ready")).send().ok()?;
+        (r.status() == 200).then_some(())
+    });
+    child
+}
+
 /// Polls until `f` returns Some, failing after `secs`.
 pub fn wait_for<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + Duration::from_secs(secs);
@@ -331,4 +402,36 @@ pub fn ingest_hw_event(
         .send()
         .unwrap();
     assert_eq!(r.status(), 200, "{}", r.text().unwrap_or_default());
+}
+
+/// A part a test needs is missing: with `PROFILEDB_REQUIRE_EXTERNAL=1` (CI) that
+/// fails the test, else it prints why the test is skipped.
+pub fn skip_or_fail(why: &str) {
+    crate::external::missing("a part the test needs", why)
+}
+
+/// The repository's root (the workspace holding this crate).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// A tool `.ci/run` installs under `target/` (a venv's or npm's bin), or on PATH.
+pub fn tool(in_target: &str, on_path_name: &str) -> Option<PathBuf> {
+    let local = repo_root().join("target").join(in_target);
+    if local.exists() {
+        return Some(local);
+    }
+    on_path(on_path_name)
+}
+
+/// `name` in a directory of PATH.
+pub fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(name))
+            .find(|p| p.exists())
+    })
 }

@@ -266,8 +266,7 @@ fn run(ex: &Example, server: &TestServer, dir: &Path) -> Result<(), String> {
 #[test]
 fn every_shell_example_in_the_docs_runs_as_shown() {
     if Command::new("curl").arg("--version").output().is_err() {
-        eprintln!("SKIP: curl is not installed; the doc examples use it");
-        return;
+        return crate::external::missing("curl", "the doc examples use it");
     }
     let mut failures = Vec::new();
     let (mut ran, mut skipped) = (0, 0);

@@ -6,26 +6,42 @@
 
 mod browser;
 mod common;
+#[path = "../../../storage/tests/support/external.rs"]
+mod external;
+mod jdk;
+/// The S3-protocol server of the cluster, monitoring and doctor tests.
+#[path = "../../../storage/tests/support/moto.rs"]
+mod moto;
+mod pprof_oracle;
 
+mod access_log;
 mod admin_api;
 mod alerts;
 mod bad_input;
 mod clear_answers;
 mod cluster;
+mod config_file;
 mod control_api;
+mod deploy;
 mod docs_examples;
+mod doctor;
 mod fleet_api;
 mod go_pgo;
 mod grafana_api;
 mod ingest_http;
 mod ingest_jfr;
+mod monitoring;
 mod otlp;
 mod pipeline;
 mod process;
+mod query_answers;
 mod query_api;
 mod query_cache;
 mod sdk_python;
+mod symbolization;
 mod tenancy_isolation;
 mod tenancy_limits;
 mod ui_assets;
 mod ui_browser;
+mod ui_oracle;
+mod upgrade;

@@ -2,7 +2,7 @@
 //! HTTP in both encodings, and the Python `opentelemetry-proto` package's own
 //! messages sent with grpcio and urllib (`.ci/run` installs them into
 //! `target/otlp-venv`; elsewhere point `PROFILEDB_OTLP_PYTHON` at a Python that has
-//! them, or that test skips).
+//! them, or that test skips; with `PROFILEDB_REQUIRE_EXTERNAL=1` it fails).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -290,10 +290,13 @@ fn python() -> Option<PathBuf> {
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
-        eprintln!(
-            "skipping: no Python with opentelemetry-proto (profiles v1development) and grpcio at {} \
-             (set PROFILEDB_OTLP_PYTHON or run .ci/run)",
-            p.display()
+        crate::external::missing(
+            "the OTLP Python client",
+            format!(
+                "no Python with opentelemetry-proto (profiles v1development) and grpcio at {} \
+                 (set PROFILEDB_OTLP_PYTHON or run .ci/run)",
+                p.display()
+            ),
         );
         return None;
     }

@@ -3,7 +3,7 @@
 //! stay within their budgets (uploads past the ingest share get 429, merges past the
 //! query share 422, the WAL is cut at the head budget).
 
-use crate::common::free_port;
+use crate::common::{free_port, spawn_ready};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -16,27 +16,14 @@ fn start(dir: &std::path::Path) -> (Child, String) {
 
 fn start_with(dir: &std::path::Path, flags: &[&str]) -> (Child, String) {
     let port = free_port();
-    let child = Command::new(BIN)
-        .args(["serve", "--data-dir"])
+    let url = format!("http://127.0.0.1:{port}");
+    let mut cmd = Command::new(BIN);
+    cmd.args(["serve", "--data-dir"])
         .arg(dir)
         .args(["--listen", &format!("127.0.0.1:{port}")])
         .args(flags)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let url = format!("http://127.0.0.1:{port}");
-    let client = reqwest::blocking::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !client
-        .get(format!("{url}/ready"))
-        .send()
-        .is_ok_and(|r| r.status() == 200)
-    {
-        assert!(Instant::now() < deadline, "server did not become ready");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    (child, url)
+        .stderr(Stdio::null());
+    (spawn_ready(cmd, &url), url)
 }
 
 fn ingest(url: &str, i: usize) {

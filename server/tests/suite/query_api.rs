@@ -220,17 +220,20 @@ fn connect_flamegraph_both_encodings() {
         ])
     );
 
-    // max_nodes truncation: 4 nodes keep total, main, idle, b; `a` folds into other.
-    let (_, v) = connect_json(
-        &s,
-        "fg",
-        "SelectMergeStacktraces",
-        json!({"profile_typeID": CPU, "labelSelector": "{}", "start": start, "end": end, "max_nodes": 4}),
-    );
-    assert_eq!(
-        v["flamegraph"]["names"],
-        json!(["total", "idle", "main", "b", "other"])
-    );
+    // max_nodes truncation: 5 nodes hold the whole tree; 4 (a hard bound, `other`
+    // counted) keep total, main and idle, with a and b in main's `other`.
+    for (n, names) in [
+        (5, json!(["total", "idle", "main", "a", "b"])),
+        (4, json!(["total", "idle", "main", "other"])),
+    ] {
+        let (_, v) = connect_json(
+            &s,
+            "fg",
+            "SelectMergeStacktraces",
+            json!({"profile_typeID": CPU, "labelSelector": "{}", "start": start, "end": end, "max_nodes": n}),
+        );
+        assert_eq!(v["flamegraph"]["names"], names, "max_nodes {n}");
+    }
 
     // Legacy render: same layout in flamebearer JSON.
     let v = s.json(

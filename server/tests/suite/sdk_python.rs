@@ -1,6 +1,7 @@
 //! The real Pyroscope Python SDK (`pyroscope-io` from PyPI) pushing to profiledb,
 //! unchanged. `.ci/run` installs it into `target/sdk-venv`; elsewhere point
-//! `PROFILEDB_SDK_PYTHON` at a Python that has it, or the test skips.
+//! `PROFILEDB_SDK_PYTHON` at a Python that has it, or the test skips (fails with
+//! `PROFILEDB_REQUIRE_EXTERNAL=1`).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -18,9 +19,12 @@ fn python() -> Option<PathBuf> {
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
-        eprintln!(
-            "skipping: no Python with pyroscope-io at {} (set PROFILEDB_SDK_PYTHON or run .ci/run)",
-            p.display()
+        crate::external::missing(
+            "the Pyroscope Python SDK",
+            format!(
+                "no Python with pyroscope-io at {} (set PROFILEDB_SDK_PYTHON or run .ci/run)",
+                p.display()
+            ),
         );
         return None;
     }

@@ -364,6 +364,8 @@ fn every_route(svc: &str, start: i64, end: i64) -> Vec<Call> {
             json!({"profile_type": CPU, "selector": "{}", "base": window, "compare": window}),
         ),
         call("/api/v1/flamegraph", M::GET, format!("/api/v1/flamegraph?query={all}&{win}")),
+        call("/api/v1/functions", M::GET, format!("/api/v1/functions?query={all}&{win}")),
+        call("/api/v1/sandwich", M::GET, format!("/api/v1/sandwich?query={all}&{win}&function=main")),
         call("/api/v1/pprof", M::GET, format!("/api/v1/pprof?query={all}&{win}")),
         call("/api/v1/render.svg", M::GET, format!("/api/v1/render.svg?query={all}&{win}")),
         call(

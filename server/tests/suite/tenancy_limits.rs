@@ -314,17 +314,14 @@ fn query_limits_refuse_with_400_and_their_connect_code() {
         400,
         "max_nodes = 100",
     );
-    let path = format!(
-        "/api/v1/flamegraph?query={}&max_nodes=-1",
-        percent_encoding::utf8_percent_encode(
-            &format!("{CPU}{{}}"),
-            percent_encoding::NON_ALPHANUMERIC
-        )
-    );
+    // Pyroscope's "every node" (a negative max_nodes) is over any node limit.
     let v = refused(
-        as_tenant(&s, "nodes", reqwest::Method::GET, &path)
-            .send()
-            .unwrap(),
+        connect(
+            &s,
+            "nodes",
+            "SelectMergeStacktraces",
+            merge(now - 60_000, Some(-1)),
+        ),
         400,
         "max_nodes = 100",
     );

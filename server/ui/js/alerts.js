@@ -1,15 +1,20 @@
-// Alerts: every rule of the tenant with its state, last evaluation and figures, and a
-// link to Compare for the two ranges it measured last.
+// Alerts: every rule of the tenant with its state and why it is in it, the last
+// evaluation and figures, and a link to Compare for the two ranges it measured last.
 import { h } from './dom.js';
 import { getJSON } from './api.js';
 import * as state from './state.js';
 import { DataTable } from './table.js';
+import { formatTime, linkTime, resolveTime } from './format.js';
 
-/** Compare for the ranges of an alert's `links.diff.body` (GET /api/v1/alerts*). */
+/**
+ * Compare for the ranges of an alert's `links.diff.body` (GET /api/v1/alerts*),
+ * with the times readable in the link.
+ */
 export function compareLink(rule, body) {
+  const t = (v) => linkTime(resolveTime(v));
   return state.link('compare', {
     type: body.profile_type, sel: body.selector || rule.selector,
-    bfrom: body.base.start, buntil: body.base.end, cfrom: body.compare.start, cuntil: body.compare.end,
+    bfrom: t(body.base.start), buntil: t(body.base.end), cfrom: t(body.compare.start), cuntil: t(body.compare.end),
   });
 }
 
@@ -24,11 +29,12 @@ export async function render(root, ui) {
   const rows = rules.map((r) => ({
     name: r.rule.name,
     state: r.state,
+    reason: r.reason || '',
     selector: `${r.rule.profile_type}${r.rule.selector || '{}'}`,
     function: (r.figures && r.figures.function) || (r.rule.watch && r.rule.watch.function) || '',
     value: r.figures ? r.figures.value : null,
     threshold: r.figures ? r.figures.threshold : null,
-    last: r.last_evaluation || 'never',
+    last: r.last_evaluation ? formatTime(Date.parse(r.last_evaluation)) : 'never',
     error: r.last_error || '',
     links: r.links,
     rule: r.rule,
@@ -37,7 +43,10 @@ export async function render(root, ui) {
     label: 'rules', filterKey: 'name', sort: { key: 'name', desc: false },
     columns: [
       { key: 'name', label: 'Rule' },
-      { key: 'state', label: 'State', format: (v) => h('span', { class: `state-${v}` }, v) },
+      {
+        key: 'state', label: 'State', wrap: true,
+        format: (v, r) => h('span', {}, h('span', { class: `state-${v}` }, v), r.reason ? [h('br'), h('span', { class: 'reason' }, r.reason)] : null),
+      },
       { key: 'function', label: 'Watches' },
       { key: 'value', label: 'Value', num: true, format: (v, r) => (v === null ? '–' : `${Number(v).toFixed(2)} (threshold ${r.threshold})`) },
       { key: 'last', label: 'Last evaluation' },

@@ -1,6 +1,7 @@
 // Compare: two ranges (or two selections) side by side and as one diff flame graph,
-// with the diff API's top movers and stability figures.
-import { h } from './dom.js';
+// with the diff API's top movers and stability figures. A side's own selection
+// narrows the shared one (both apply), as the diff API combines them.
+import { h, warningsBox } from './dom.js';
 import { getJSON, postJSON, query } from './api.js';
 import * as state from './state.js';
 import { selection, selector, range, timePicker } from './controls.js';
@@ -29,19 +30,21 @@ export async function render(root, ui) {
     return;
   }
   const shared = selector();
-  const braced = (s) => (s.startsWith('{') ? s : `{${s}}`);
-  const bsel = braced(state.get('bsel') || shared);
-  const csel = braced(state.get('csel') || shared);
+  const bare = (t) => t.trim().replace(/^\{|\}$/g, '').trim();
+  const both = (own) => `{${[bare(shared), bare(own)].filter(Boolean).join(',')}}`;
+  const [bown, cown] = [state.get('bsel'), state.get('csel')];
   const maxNodes = Number(state.get('max_nodes', DEFAULT_MAX_NODES));
-  const side = ([start, end], sel) => ({ start, end, selector: sel });
+  const side = ([start, end], own) => ({ start, end, selector: own ? `{${bare(own)}}` : undefined });
   const [diff, left, right] = await Promise.all([
     postJSON('/api/v1/diff', {
-      profile_type: type, selector: shared, base: side(base, bsel), compare: side(cmp, csel), top: 20, max_nodes: maxNodes,
+      profile_type: type, selector: shared, base: side(base, bown), compare: side(cmp, cown), top: 20, max_nodes: maxNodes,
     }),
-    getJSON('/api/v1/flamegraph', { query: query(type, bsel), from: base[0], until: base[1], max_nodes: maxNodes }),
-    getJSON('/api/v1/flamegraph', { query: query(type, csel), from: cmp[0], until: cmp[1], max_nodes: maxNodes }),
+    getJSON('/api/v1/flamegraph', { query: query(type, both(bown)), from: base[0], until: base[1], max_nodes: maxNodes }),
+    getJSON('/api/v1/flamegraph', { query: query(type, both(cown)), from: cmp[0], until: cmp[1], max_nodes: maxNodes }),
   ]);
   if (!ui.current()) return;
+  const box = warningsBox(diff.warnings, diff.notice);
+  if (box) root.append(box);
 
   const s = diff.stats;
   root.append(h('div', { class: 'stats', 'aria-label': 'Diff figures' },
@@ -63,7 +66,7 @@ export async function render(root, ui) {
   new DataTable(movers, {
     label: 'movers', filterKey: 'function', sort: { key: 'abs', desc: true },
     columns: [
-      { key: 'function', label: 'Function' },
+      { key: 'function', label: 'Function', middle: 34 },
       { key: 'base_share', label: 'Base', num: true, format: pct },
       { key: 'compare_share', label: 'Compare', num: true, format: pct },
       { key: 'delta', label: 'Change', num: true, format: (v) => h('span', { class: v > 0 ? 'up' : 'down' }, pp(v)) },
@@ -92,6 +95,6 @@ function sideSelectors() {
   return h('form', {
     class: 'toolbar', 'aria-label': 'Selections per side',
     onsubmit: (e) => { e.preventDefault(); state.update({ bsel: b.value.trim(), csel: c.value.trim() }, { push: true }); },
-  }, h('label', {}, 'Base selection (optional)', b), h('label', {}, 'Compare selection (optional)', c),
+  }, h('label', {}, 'Base narrowed to (optional)', b), h('label', {}, 'Compare narrowed to (optional)', c),
   h('button', { type: 'submit' }, 'Apply'));
 }

@@ -4,7 +4,7 @@
 import { h } from './dom.js';
 import { getJSON, query } from './api.js';
 import * as state from './state.js';
-import { quote, resolveTime, unitOf } from './format.js';
+import { linkTime, quote, resolveTime, typeNames, unitOf } from './format.js';
 
 export const PRESETS = [
   ['now-15m', 'Last 15 minutes'], ['now-1h', 'Last hour'], ['now-6h', 'Last 6 hours'],
@@ -55,10 +55,14 @@ export async function selection(host, [from, until]) {
     type = types.find((t) => t.startsWith('process_cpu:cpu:')) || types.find((t) => /cpu/.test(t)) || types[0] || '';
     if (type) state.update({ type }, { quiet: true });
   }
+  // Friendly names (CPU, Allocated bytes, …), the id on hover.
+  const names = typeNames(types);
   const typeSel = h('select', {
-    name: 'type', 'aria-label': 'Profile type',
+    name: 'type', 'aria-label': 'Profile type', title: type,
     onchange: () => state.update({ type: typeSel.value, zoom: null }, { push: true }),
-  }, (types.length ? types : ['']).map((t) => h('option', { value: t, selected: t === type }, t || 'no data in range')));
+  }, types.length
+    ? types.map((t, k) => h('option', { value: t, title: t, selected: t === type }, names[k]))
+    : h('option', { value: '' }, 'no data in range'));
   const serviceSel = h('select', {
     name: 'service', 'aria-label': 'Service',
     onchange: () => state.update({ service: serviceSel.value, zoom: null }, { push: true }),
@@ -118,8 +122,10 @@ function labelFilters(type, [from, until]) {
 
 /** A range picker over URL keys `fromKey`/`untilKey`: presets and free from/until fields. */
 export function timePicker(title, fromKey = 'from', untilKey = 'until', fallback = ['now-1h', 'now']) {
-  const from = state.get(fromKey, fallback[0]);
-  const until = state.get(untilKey, fallback[1]);
+  // Epoch numbers in a link read as dates in the fields.
+  const readable = (v) => (/^\d+$/.test(v) ? linkTime(resolveTime(v)) : v);
+  const from = readable(state.get(fromKey, fallback[0]));
+  const until = readable(state.get(untilKey, fallback[1]));
   const preset = h('select', {
     'aria-label': `${title} preset`,
     onchange: () => preset.value && state.update({ [fromKey]: preset.value, [untilKey]: 'now' }, { push: true }),

@@ -38,6 +38,17 @@ export function showError(err) {
   box.hidden = false;
 }
 
+/**
+ * The warnings an answer carried (Prometheus' `warnings`: what the query names that
+ * the data does not have), as a box above the view's content; nothing when none.
+ */
+export function warningsBox(...lists) {
+  const all = [...new Set(lists.flat().filter(Boolean))];
+  if (!all.length) return null;
+  return h('div', { class: 'warnings', role: 'status', 'aria-label': 'Warnings' },
+    all.map((w) => h('p', {}, '⚠ ', w)));
+}
+
 /** The shared tooltip: shows `content` near the pointer, or hides it on `null`. */
 export function tooltip(content, clientX = 0, clientY = 0) {
   const tip = document.getElementById('tooltip');

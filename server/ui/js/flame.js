@@ -3,8 +3,8 @@
 // skips nodes under half a pixel, so thousands of nodes redraw within a frame; zoom
 // animates the visible x range.
 import { h, tooltip } from './dom.js';
-import { formatValue, pct } from './format.js';
-import { rootTotal, search, searchRegex, nodeCount } from './flamemodel.js';
+import { formatValue, middle, pct } from './format.js';
+import { rootTotal, search, searchRegex, nodeCount, packageOf, packageTotals } from './flamemodel.js';
 
 const ROW = 18;
 const ZOOM_MS = 180;
@@ -15,10 +15,42 @@ function hash(s) {
   return x >>> 0;
 }
 
-/** Warm colours by name, so a function has the same colour everywhere. */
-function nameColor(name) {
-  const x = hash(name);
-  return `hsl(${8 + (x % 44)}, ${70 + ((x >> 8) % 20)}%, ${56 + ((x >> 16) % 14)}%)`;
+// Distinct hues for the largest packages, light enough for dark text.
+const PALETTE = [
+  'hsl(28, 85%, 62%)', 'hsl(200, 65%, 62%)', 'hsl(120, 45%, 58%)', 'hsl(350, 70%, 68%)',
+  'hsl(50, 85%, 58%)', 'hsl(265, 50%, 70%)', 'hsl(170, 50%, 55%)', 'hsl(15, 60%, 72%)',
+  'hsl(85, 55%, 58%)', 'hsl(225, 55%, 72%)', 'hsl(320, 45%, 70%)', 'hsl(190, 40%, 70%)',
+];
+
+// Package → colour for the whole page: the first graph drawn (the view's main
+// one) hands the palette to its largest packages, and every graph after it (the
+// sandwich) reuses those colours, so a package reads as one colour everywhere.
+const assigned = new Map();
+const GREY = 'hsl(220, 8%, 72%)';
+
+function colorOf(p) {
+  if (!assigned.has(p)) {
+    const x = hash(p);
+    assigned.set(p, assigned.size < PALETTE.length ? PALETTE[assigned.size] : `hsl(${x % 360}, 25%, ${68 + ((x >> 9) % 10)}%)`);
+  }
+  return assigned.get(p);
+}
+
+/**
+ * Colours by package (see `packageOf`), the synthetic root and `other` frames
+ * grey; answers the colour per name and the legend (the model's largest packages).
+ */
+export function packageColors(m) {
+  const synthetic = (n, k) => k === 0 || n === 'other';
+  const ranked = packageTotals(m).filter(([p]) => p !== '');
+  ranked.forEach(([p]) => colorOf(p));
+  const legend = ranked.slice(0, PALETTE.length).map(([p, v]) => ({ name: p, color: colorOf(p), value: v }));
+  const byName = m.names.map((n, k) => {
+    if (synthetic(n, k)) return GREY;
+    const p = packageOf(n);
+    return p ? colorOf(p) : 'hsl(30, 20%, 75%)';
+  });
+  return { byName, legend };
 }
 
 /** Red where the node's share grew, blue where it shrank, grey when unchanged. */
@@ -59,19 +91,30 @@ export class FlameGraph {
 
   setModel(m) {
     this.m = m;
-    // Colours are fixed per model: by name, or per node for a diff.
-    this.colors = m.diff
-      ? m.levels.map((l) => Array.from({ length: l.n }, (_, i) => diffColor(m, l, i)))
-      : m.names.map(nameColor);
+    // Colours are fixed per model: by package, or per node for a diff.
+    if (m.diff) {
+      this.colors = m.levels.map((l) => Array.from({ length: l.n }, (_, i) => diffColor(m, l, i)));
+      this.legend = [];
+    } else {
+      const pc = packageColors(m);
+      this.colors = pc.byName;
+      this.legend = pc.legend;
+    }
+    if (this.opts.onLegend) this.opts.onLegend(this.legend);
     this.focus = { d: 0, i: 0 };
     this.view = [0, rootTotal(m) || 1];
     this.setSearch(this.searchText || '');
   }
 
-  /** Highlights nodes matching `text`; answers their combined share of the root. */
-  setSearch(text) {
+  /**
+   * Highlights nodes matching `text` (case-sensitive unless `ignoreCase`); answers
+   * their combined share of the drawn root (the page asks the server for the share
+   * of the whole merge, which `max_nodes` does not truncate).
+   */
+  setSearch(text, ignoreCase = this.ignoreCase || false) {
     this.searchText = text;
-    const re = searchRegex(text);
+    this.ignoreCase = ignoreCase;
+    const re = searchRegex(text, ignoreCase);
     this.searchResult = re && this.m ? search(this.m, re) : null;
     this.marks = this.searchResult && this.searchResult.marks;
     this.draw();
@@ -160,10 +203,9 @@ export class FlameGraph {
       ctx.fillStyle = this.color(l, d, i);
       ctx.fillRect(x, y, Math.max(w - 0.5, 0.5), ROW - 1);
       if (w > 3 * cw) {
-        const name = m.names[l.name[i]];
-        const max = Math.floor((w - 6) / cw);
+        // The middle goes: the package and the function name both stay readable.
         ctx.fillStyle = '#111';
-        ctx.fillText(name.length > max ? `${name.slice(0, max - 1)}…` : name, x + 3, y + ROW / 2);
+        ctx.fillText(middle(m.names[l.name[i]], Math.floor((w - 6) / cw)), x + 3, y + ROW / 2);
       }
     };
     for (let d = 0; d < this.focus.d; d++) box(m.levels[d], d, this.ancestor(d), 0, W, true);
@@ -252,7 +294,8 @@ export class FlameGraph {
     if (!n) { tooltip(null); return; }
     const info = this.describe(n.d, n.i);
     const u = this.opts.unit;
-    const lines = [h('b', {}, info.name), h('br')];
+    const pkg = n.d > 0 ? packageOf(info.name) : '';
+    const lines = [h('b', {}, info.name), h('br'), pkg ? [h('span', { class: 'muted-tip' }, `package ${pkg}`), h('br')] : null];
     if (this.m.diff) {
       lines.push(`base ${pct(info.baseShare)} (${formatValue(info.baseTotal, u)}) → compare ${pct(info.compareShare)} (${formatValue(info.compareTotal, u)})`);
     } else {

@@ -48,6 +48,19 @@ function newLevel(n, diff) {
   return l;
 }
 
+/**
+ * The model without its synthetic root when that root has one child (a sandwich's
+ * `total` above the function): the function becomes the root.
+ */
+export function dropRoot(m) {
+  if (m.levels.length < 2 || m.levels[1].n !== 1) return m;
+  const levels = m.levels.slice(1);
+  for (const l of levels) { l.first.fill(0); l.count.fill(0); l.parent.fill(0); }
+  const out = { ...m, levels };
+  link(out);
+  return out;
+}
+
 /** Fills parent and child ranges: children of a node are contiguous in the level below. */
 function link(m) {
   for (let d = 1; d < m.levels.length; d++) {
@@ -60,6 +73,47 @@ function link(m) {
       up.count[j]++;
     }
   }
+}
+
+/**
+ * The package or module a frame belongs to, which its colour follows: Go
+ * `github.com/a/b.(*T).F` → `github.com/a/b`, `runtime.mallocgc` → `runtime`; Java
+ * `java/lang/Thread.run` or `java.lang.Thread.run` → `java/lang` / `java.lang`;
+ * Rust and C++ `std::io::read` → `std`; Python and Ruby `app/db.py:12 - query` →
+ * `app/db.py`. A bare name (a C function) has none: ''.
+ */
+export function packageOf(name) {
+  const n = String(name).replace(/^[<(&*]+/, '');
+  const file = /^(.*?\.(?:py|rb|js|ts|php)):/.exec(n);
+  if (file) return file[1];
+  if (n.includes('::')) return n.split('::')[0];
+  const slash = n.lastIndexOf('/');
+  if (slash >= 0) {
+    const last = n.slice(slash + 1);
+    // Java's `/`-separated class names: the class starts in upper case.
+    if (/^[A-Z$]/.test(last)) return n.slice(0, slash);
+    const dot = last.indexOf('.');
+    return dot >= 0 ? n.slice(0, slash + 1 + dot) : n.slice(0, slash);
+  }
+  const parts = n.split('.');
+  if (parts.length < 2) return '';
+  // Dotted Java: the segments before the class (upper case); Go: the first segment.
+  const cls = parts.findIndex((p) => /^[A-Z]/.test(p));
+  return cls > 0 ? parts.slice(0, cls).join('.') : parts[0];
+}
+
+/** Value per package (self values summed), largest first: `[[package, value], …]`. */
+export function packageTotals(m) {
+  const by = new Map();
+  const pkgOfName = m.names.map((n) => (n === 'other' ? '' : packageOf(n)));
+  for (let d = 1; d < m.levels.length; d++) {
+    const l = m.levels[d];
+    for (let i = 0; i < l.n; i++) {
+      const p = pkgOfName[l.name[i]];
+      by.set(p, (by.get(p) || 0) + l.self[i]);
+    }
+  }
+  return [...by.entries()].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1));
 }
 
 export const rootTotal = (m) => (m.levels.length ? m.levels[0].total[0] : 0);
@@ -90,10 +144,14 @@ export function functionTable(m) {
     .sort((a, b) => b.self - a.self || b.total - a.total);
 }
 
-/** Compiles a search: a case-insensitive regex, or the literal text if it is no regex. */
-export function searchRegex(text) {
+/**
+ * Compiles a search: a regex (case-sensitive unless `ignoreCase`), or the literal
+ * text if it is no regex.
+ */
+export function searchRegex(text, ignoreCase = false) {
   if (!text) return null;
-  try { return new RegExp(text, 'i'); } catch { return new RegExp(text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'), 'i'); }
+  const flags = ignoreCase ? 'i' : '';
+  try { return new RegExp(text, flags); } catch { return new RegExp(text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'), flags); }
 }
 
 /**

@@ -2,12 +2,12 @@
 // every service, cycles per instruction per (service, platform), and the groups of
 // units whose costs vary most with the functions and labels that go with it. The
 // boost button raises sampling on the top groups' hosts for an hour (admin).
-import { h } from './dom.js';
+import { h, warningsBox } from './dom.js';
 import { getJSON, send, query } from './api.js';
 import * as state from './state.js';
 import { header, selector } from './controls.js';
 import { DataTable } from './table.js';
-import { formatValue, pct } from './format.js';
+import { formatValue, middle, pct } from './format.js';
 
 const TOKEN_KEY = 'profiledb-admin-token';
 const BY = [['function', 'functions (self)'], ['function_total', 'functions (total)'], ['binary', 'binaries']];
@@ -25,6 +25,8 @@ export async function render(root, ui) {
     getJSON('/api/v1/fleet/variance', { query: q, from, until, group_by: groupBy, unit: unitLabel }),
   ]);
   if (!ui.current()) return;
+  const box = warningsBox(hot.warnings, variance.warnings);
+  if (box) root.append(box);
   root.append(hottest(hot, unit), cpiSection(cpi), varianceSection(variance, unit, { query: q, from, until, groupBy, unitLabel }));
   ui.mark('fleetDrawn');
 }
@@ -52,7 +54,7 @@ function hottest(ans, unit) {
   new DataTable(host, {
     label: 'hottest', filterKey: 'name', sort: { key: 'share', desc: true },
     columns: [
-      { key: 'name', label: ans.by === 'binary' ? 'Binary' : 'Function' },
+      { key: 'name', label: ans.by === 'binary' ? 'Binary' : 'Function', middle: 56 },
       { key: 'services', label: 'Services', num: true },
       { key: 'value', label: 'Value', num: true, format: (v) => formatValue(v, unit) },
       ...(hasCost ? [{ key: 'cores', label: 'Avg cores', num: true, format: (v) => v.toFixed(3) }] : []),
@@ -107,8 +109,9 @@ function varianceSection(ans, unit, params) {
       { key: 'units', label: 'Units', num: true },
       { key: 'mean', label: 'Mean', num: true, format: (v) => formatValue(v, unit) },
       { key: 'stddev', label: 'Stddev', num: true, format: (v) => formatValue(v, unit) },
-      { key: 'max', label: 'Costliest', format: (v, r) => `${v} (${formatValue(r.maxValue, unit)})` },
-      { key: 'min', label: 'Cheapest', format: (v, r) => `${v} (${formatValue(r.minValue, unit)})` },
+      // Units that all cost the same have no costliest or cheapest one.
+      { key: 'max', label: 'Costliest', format: (v, r) => (r.cov > 0 ? `${v} (${formatValue(r.maxValue, unit)})` : `all equal (${formatValue(r.maxValue, unit)})`) },
+      { key: 'min', label: 'Cheapest', format: (v, r) => (r.cov > 0 ? `${v} (${formatValue(r.minValue, unit)})` : '–') },
       { key: 'cov', label: 'CoV', num: true, format: (v) => v.toFixed(3), bar: true },
     ],
   }).set(ans.groups.map((g) => ({
@@ -128,7 +131,9 @@ function varianceSection(ans, unit, params) {
 function plainTable(label, heads, rows) {
   return h('table', { class: 'data', 'aria-label': label },
     h('thead', {}, h('tr', {}, heads.map(([text, num]) => h('th', { class: num ? 'num' : '' }, text)))),
-    h('tbody', {}, rows.map((cells) => h('tr', {}, cells.map(([text, num]) => h('td', { class: num ? 'num' : 'name' }, text))))));
+    h('tbody', {}, rows.map((cells) => h('tr', {}, cells.map(([text, num]) => (num
+      ? h('td', { class: 'num' }, text)
+      : h('td', { class: 'name', title: text }, middle(text, 56))))))));
 }
 
 function explainers(g) {

@@ -5,6 +5,62 @@ export function unitOf(profileType) {
   return (profileType || '').split(':')[2] || 'count';
 }
 
+// What a person calls a profile type, by `name:sample_type` (then by sample type).
+const TYPE_NAMES = {
+  'process_cpu:cpu': 'CPU', 'process_cpu:samples': 'CPU samples', 'wall:wall': 'Wall time',
+  'wall:samples': 'Wall samples', 'memory:alloc_space': 'Allocated bytes',
+  'memory:alloc_objects': 'Allocated objects', 'memory:inuse_space': 'In-use bytes',
+  'memory:inuse_objects': 'In-use objects', 'memory:alloc_in_new_tlab_bytes': 'Allocated bytes (in new TLABs)',
+  'memory:alloc_in_new_tlab_objects': 'Allocations (in new TLABs)',
+  'memory:alloc_outside_tlab_bytes': 'Allocated bytes (outside TLABs)',
+  'memory:alloc_outside_tlab_objects': 'Allocations (outside TLABs)',
+  'memory:alloc_sample_bytes': 'Allocated bytes (sampled)', 'memory:alloc_sample_objects': 'Allocations (sampled)',
+  'memory:live': 'Live objects', 'mutex:contentions': 'Lock contentions', 'mutex:delay': 'Lock wait time',
+  'block:contentions': 'Blocking events', 'block:delay': 'Blocked time', 'goroutines:goroutine': 'Goroutines',
+  'goroutine:goroutine': 'Goroutines', 'off_cpu:events': 'Off-CPU time', 'cycles:cycles': 'CPU cycles',
+  'instructions:instructions': 'Instructions',
+};
+
+/** `CPU`, `Allocated bytes`, … for a profile type id; the id's parts when unknown. */
+export function typeName(id) {
+  const [name = '', sampleType = '', unit = ''] = (id || '').split(':');
+  return TYPE_NAMES[`${name}:${sampleType}`] || (sampleType ? `${name} ${sampleType} (${unit})` : id || '');
+}
+
+/** Friendly names of a list of type ids, the id added where two would read the same. */
+export function typeNames(ids) {
+  const count = new Map();
+  for (const id of ids) count.set(typeName(id), (count.get(typeName(id)) || 0) + 1);
+  return ids.map((id) => (count.get(typeName(id)) > 1 ? `${typeName(id)} · ${id}` : typeName(id)));
+}
+
+/**
+ * `long…name` with the middle left out so the start (package) and the end (the
+ * function) both show; `max` characters at most.
+ */
+export function middle(text, max) {
+  const s = String(text);
+  if (max < 3) return s.length > max ? '…'.slice(0, max) : s;
+  if (s.length <= max) return s;
+  const tail = Math.ceil((max - 1) * 0.55);
+  return `${s.slice(0, max - 1 - tail)}…${s.slice(s.length - tail)}`;
+}
+
+/**
+ * The rate a total per step of profile type `type` stands for, in a person's unit:
+ * CPU nanoseconds per second are cores (wall time: threads), bytes per second
+ * `B/s`, counts per second `/s`.
+ */
+export function rateOf(type) {
+  const [name, , unit] = (type || '').split(':');
+  // Small rates keep two significant digits rather than reading 0.00.
+  const num = (r) => (r !== 0 && Math.abs(r) < 0.01 ? r.toPrecision(2) : trim(r));
+  const ns = (label) => ({ per: (v, secs) => v / 1e9 / secs, format: (r) => `${num(r)} ${label}`, label });
+  if (unit === 'nanoseconds') return ns(name === 'process_cpu' ? 'cores' : name === 'wall' ? 'threads' : 's/s');
+  if (unit === 'bytes') return { per: (v, secs) => v / secs, format: (r) => `${formatValue(r, 'bytes')}/s`, label: 'bytes/s' };
+  return { per: (v, secs) => v / secs, format: (r) => `${formatValue(r, 'count')}/s`, label: `${unit}/s` };
+}
+
 const SCALES = {
   nanoseconds: [[3600e9, 'h'], [60e9, 'min'], [1e9, 's'], [1e6, 'ms'], [1e3, 'µs'], [1, 'ns']],
   microseconds: [[1e6, 's'], [1e3, 'ms'], [1, 'µs']],
@@ -48,6 +104,11 @@ export function formatTime(ms, withSeconds = true) {
   const p = (n) => String(n).padStart(2, '0');
   const s = `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())} ${p(d.getHours())}:${p(d.getMinutes())}`;
   return withSeconds ? `${s}:${p(d.getSeconds())}` : s;
+}
+
+/** A time for a link: RFC 3339 in UTC (`2026-11-29T07:15:00Z`; ms only when set). */
+export function linkTime(ms) {
+  return new Date(Math.round(Number(ms))).toISOString().replace('.000Z', 'Z');
 }
 
 /** `value` for an `<input type=datetime-local>` from ms. */

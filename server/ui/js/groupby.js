@@ -1,6 +1,6 @@
 // Group by: the GWP k-key query (`POST /api/v1/query`) as a sortable table; a row
 // opens Explore filtered to it (labels become matchers, a function becomes a search).
-import { h } from './dom.js';
+import { h, warningsBox } from './dom.js';
 import { getJSON, postJSON, query } from './api.js';
 import * as state from './state.js';
 import { header, selector } from './controls.js';
@@ -20,6 +20,8 @@ export async function render(root, ui) {
     function: state.get('fn_re') || undefined, exclude_function: state.get('xfn') || undefined, limit,
   });
   if (!ui.current()) return;
+  const box = warningsBox(ans.warnings);
+  if (box) root.append(box);
   const total = ans.total || 1;
   root.append(h('p', { class: 'muted', 'aria-label': 'Group-by total' },
     `${ans.rows.length} groups · total ${formatValue(ans.total, unit)}`));

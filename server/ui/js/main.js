@@ -66,6 +66,12 @@ window.profiledbUI = {
   get flames() { return ui.flames; },
   /** True once the view has rendered and no request is running. */
   idle: () => !rendering && api.idle(),
+  /** The server's share of the whole merge for Explore's search: `{value, share}`. */
+  get search() { return ui.search || null; },
+  /** Explore's time chart (its `rates()` are what it draws). */
+  get chart() { return ui.chart || null; },
+  /** The Labels view's cells: `[{value, total, share}]`. */
+  get breakdown() { return ui.breakdown || null; },
   /** ms since navigation start at which marks (e.g. `flameDrawn`) were first reached. */
   timings,
   view: () => state.currentView(),

@@ -1,7 +1,7 @@
 // View state lives in the URL: `/ui/<view>?type=…&service=…&m=…&from=…&until=…`,
 // so reloading or sharing a link shows the same thing.
 
-export const VIEWS = ['explore', 'compare', 'groupby', 'fleet', 'alerts', 'admin'];
+export const VIEWS = ['explore', 'labels', 'compare', 'groupby', 'fleet', 'alerts', 'admin'];
 
 /** The view named by the path (`/` and unknown paths show Explore). */
 export function currentView() {

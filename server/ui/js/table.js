@@ -1,6 +1,10 @@
-// A sortable, filterable table. Columns: `{key, label, num, format, bar}`; clicking a
-// header sorts by it (again: reverses); `onRow(row)` makes rows clickable.
+// A sortable, filterable table. Columns: `{key, label, num, format, bar, middle,
+// wrap}`;
+// clicking a header sorts by it (again: reverses); `onRow(row)` makes rows
+// clickable. Text cells longer than `middle` characters (default 48) lose their
+// middle, so a package path and its function both show; hovering shows it whole.
 import { h, fill } from './dom.js';
+import { middle } from './format.js';
 
 export class DataTable {
   constructor(host, { columns, onRow, sort, filterKey, label, limit = 500 }) {
@@ -45,8 +49,13 @@ export class DataTable {
       tabindex: this.onRow ? 0 : null,
       onclick: this.onRow && (() => this.onRow(r)),
       onkeydown: this.onRow && ((e) => { if (e.key === 'Enter') this.onRow(r); }),
-    }, this.columns.map((c) => h('td', { class: c.num ? 'num' : 'name', title: c.num ? null : String(r[c.key]) },
-      c.format ? c.format(r[c.key], r) : String(r[c.key]),
+    }, this.columns.map((c) => h('td', {
+      class: c.num ? 'num' : c.wrap ? 'text' : 'name',
+      title: c.num || c.wrap ? null : String(r[c.key]),
+      // The exact number behind the shown text, for tests and copy-paste.
+      'data-value': c.num && typeof r[c.key] === 'number' ? String(r[c.key]) : null,
+    },
+      c.format ? c.format(r[c.key], r) : c.num ? String(r[c.key]) : middle(r[c.key], c.middle || 48),
       c.bar ? h('span', { class: 'bar', style: `width:${Math.round((Math.abs(r[c.key]) / max[c.key]) * 30)}px` }) : null))));
     fill(this.table, h('thead', {}, head), h('tbody', {}, body));
   }

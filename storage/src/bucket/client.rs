@@ -244,6 +244,24 @@ impl Bucket {
             .map_err(|e| self.failed("PUT", key, e))
     }
 
+    /// Writes `bytes` at `key` only if no object is there (`If-None-Match: *`).
+    /// `Ok(false)`: one is, and it was left as it was.
+    pub fn put_if_absent(&self, key: &str, bytes: Bytes) -> Result<bool, BucketError> {
+        let opts = PutOptions {
+            mode: object_store::PutMode::Create,
+            ..PutOptions::default()
+        };
+        match self.put_opts(key, bytes, opts) {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::AlreadyExists { .. })
+            | Err(object_store::Error::Precondition { .. }) => {
+                self.conflict();
+                Ok(false)
+            }
+            Err(e) => Err(self.failed("PUT", key, e)),
+        }
+    }
+
     /// A PUT with options, errors unclassified (the CAS loops read them).
     pub(super) fn put_opts(
         &self,

@@ -5,8 +5,9 @@
 //! exploring has per-segment parts no later query reads. And a query's whole
 //! answer, or its whole-range merge part, is keyed by its exact range: a dashboard
 //! sliding "the last hour" asks each range once. Kept on first ask, such entries
-//! took fresh memory on every query (the kernel zeroing pages was a tenth to a fifth
-//! of an uncached diff) and evicted entries that are read. A dashboard's repeated
+//! took fresh memory on every query (the kernel zeroing its pages; figures in
+//! docs/perf-log/2026-11-26-round-07-first-query-rows-by-chunk.md) and evicted
+//! entries that are read. A dashboard's repeated
 //! absolute range, or a panel rendered twice, is cached from its second ask on.
 
 use std::hash::{Hash, Hasher};

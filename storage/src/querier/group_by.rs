@@ -157,6 +157,7 @@ impl Querier {
                 .collect();
             return FrameGroups::into_rows(accs, &frames.read(), q);
         }
+        let symbols = self.store.frames().symbolizer();
         let accs = self.store.scan_scoped(
             tenant,
             range,
@@ -164,7 +165,7 @@ impl Querier {
             || (GroupAcc::default(), Scratch::take()),
             |(acc, s), src| {
                 deadline.check()?;
-                group_into(src, sel, range, q, &resolve, acc, s)
+                group_into(src, sel, range, q, &resolve, acc, s, symbols.as_deref())
             },
         )?;
         let mut out = GroupAcc::default();

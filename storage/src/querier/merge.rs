@@ -125,7 +125,7 @@ impl Querier {
     ) -> Result<DiffResult> {
         let (b, c) = self.diff_sides(tenant, base, compare)?;
         // The drawing and the per-name statistics read the sides only: at once.
-        // The drawing, the longer (0.5–0.8 ms against 0.2 on the bench fleet), runs
+        // The drawing, the longer of the two, runs
         // on the asking thread, which starts at once; a pool thread may first have
         // to be woken.
         let (statistics, flamegraph) = join(
@@ -272,7 +272,8 @@ impl Querier {
     /// The sum of a merge's cached shares, itself cached by the set of shares.
     ///
     /// Summing a day's shares (a dozen lists of thousands of frames) was most of
-    /// an uncached 1-day diff's side: 0.3–0.4 ms of 0.5–0.6. A sliding window, or
+    /// an uncached 1-day diff's side
+    /// (docs/perf-log/2026-11-26-round-08-sums-of-cached-shares.md). A sliding window, or
     /// a diff side whose start moves by milliseconds, asks the same set again until
     /// an edge crosses a ten-minute chunk; then only the ragged ends are summed
     /// per query.

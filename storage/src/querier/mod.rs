@@ -24,6 +24,7 @@ mod cache;
 mod fleet;
 mod group_by;
 mod limits;
+mod lines;
 mod merge;
 mod plan;
 

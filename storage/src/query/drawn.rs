@@ -72,6 +72,104 @@ impl<const K: usize> Drawn<K> {
         }
     }
 
+    /// Makes `max_nodes` (0 = no bound) a hard bound on the nodes answered, the
+    /// root and every `other` node counted.
+    ///
+    /// The threshold rule (Pyroscope's: every node whose total is at least the
+    /// `max_nodes`-th largest, each parent's other children folded into one
+    /// `other`) answers more nodes than asked when totals tie and with the `other`
+    /// nodes. Here the drawn nodes are then taken largest total first (ties:
+    /// shallower first, then left to right) for as long as the answer, with the
+    /// `other` nodes it then needs, stays within `max_nodes`; what a parent loses
+    /// goes to its `other`, so every total stays as it was. The bound is at least
+    /// 2: the root and one `other` holding everything below it. Call after
+    /// [`Drawn::sort_children`].
+    pub fn bound(&mut self, max_nodes: usize) {
+        let max_nodes = if max_nodes == 0 { 0 } else { max_nodes.max(2) };
+        let n = self.nodes.len();
+        let has_other = |d: &DrawnNode<K>| d.other.is_some() || !d.children.is_empty();
+        let full: usize = n + self.nodes.iter().filter(|d| d.other.is_some()).count();
+        if max_nodes == 0 || n == 0 || full <= max_nodes {
+            return;
+        }
+        // Breadth-first order (the layout's): the tie-break, parents before children.
+        let mut order: Vec<u32> = Vec::with_capacity(n);
+        let mut parent = vec![u32::MAX; n];
+        order.push(0);
+        let mut at = 0;
+        while at < order.len() {
+            let i = order[at] as usize;
+            for &c in &self.nodes[i].children {
+                parent[c as usize] = i as u32;
+                order.push(c);
+            }
+            at += 1;
+        }
+        let rank: Vec<u32> = {
+            let mut r = vec![0u32; n];
+            for (k, &i) in order.iter().enumerate() {
+                r[i as usize] = k as u32;
+            }
+            r
+        };
+        let weight = |d: &DrawnNode<K>| d.total.iter().sum::<i64>();
+        order.sort_by(|&a, &b| {
+            weight(&self.nodes[b as usize])
+                .cmp(&weight(&self.nodes[a as usize]))
+                .then(rank[a as usize].cmp(&rank[b as usize]))
+        });
+        let mut kept = vec![false; n];
+        kept[0] = true;
+        // Children of each kept node not kept yet.
+        let mut missing: Vec<usize> = self.nodes.iter().map(|d| d.children.len()).collect();
+        let mut count = 1 + usize::from(has_other(&self.nodes[0]));
+        for &i in order.iter().filter(|&&i| i != 0) {
+            let i = i as usize;
+            let p = parent[i] as usize;
+            if p == u32::MAX as usize || !kept[p] {
+                continue;
+            }
+            let own_other = usize::from(has_other(&self.nodes[i]));
+            let parent_other_gone = usize::from(missing[p] == 1 && self.nodes[p].other.is_none());
+            let next = count + 1 + own_other - parent_other_gone;
+            if next > max_nodes {
+                break;
+            }
+            count = next;
+            kept[i] = true;
+            missing[p] -= 1;
+        }
+        // Renumber the kept nodes (parents stay before children) and fold the rest.
+        let mut slot = vec![u32::MAX; n];
+        let mut out: Vec<DrawnNode<K>> = Vec::with_capacity(count);
+        for i in 0..n {
+            if kept[i] {
+                slot[i] = out.len() as u32;
+                let d = &self.nodes[i];
+                out.push(DrawnNode {
+                    total: d.total,
+                    selfv: d.selfv,
+                    name: d.name,
+                    children: Vec::new(),
+                    other: d.other,
+                });
+            }
+        }
+        for i in 0..n {
+            if !kept[i] {
+                continue;
+            }
+            let me = slot[i] as usize;
+            for &c in &self.nodes[i].children {
+                match slot[c as usize] {
+                    u32::MAX => out[me].add_other(self.nodes[c as usize].total),
+                    s => out[me].children.push(s),
+                }
+            }
+        }
+        self.nodes = out;
+    }
+
     fn root_totals(&self) -> [i64; K] {
         self.nodes.first().map_or([0; K], |r| r.total)
     }

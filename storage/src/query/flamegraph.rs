@@ -54,7 +54,7 @@ pub fn tree_bytes(tree: &CallTree, max_nodes: usize) -> Vec<u8> {
     Shape::new(tree, selfs).drawn(max_nodes).tree_bytes(tree)
 }
 
-/// The flame graph of `tree`, truncated to about `max_nodes` nodes (0 = all).
+/// The flame graph of `tree`, truncated to at most `max_nodes` nodes (0 = all).
 pub fn flamegraph(tree: &CallTree, max_nodes: usize) -> FlameGraph {
     let selfs: Vec<[i64; 1]> = tree.nodes().iter().map(|n| [n.self_value]).collect();
     Shape::new(tree, selfs).drawn(max_nodes).flamegraph(tree)
@@ -209,11 +209,12 @@ mod tests {
         assert_eq!(b, want);
         let back = tree_from_bytes(&b).expect("well-formed");
         assert_eq!(back.folded(), sample().folded());
-        // Truncated to 4 nodes: `a` (2) joins main's `other`.
+        // Truncated to 4 nodes (the virtual root, idle, main, other): `a` (2) and
+        // `b` (3) make main's `other`.
         let t = tree_from_bytes(&tree_bytes(&sample(), 4))
             .expect("well-formed")
             .folded();
-        assert_eq!(t.get("main;other"), Some(&2));
+        assert_eq!(t.get("main;other"), Some(&5));
         assert_eq!(t.get("main;a"), None);
         assert_eq!(t.values().sum::<i64>(), 10);
         assert!(tree_bytes(&CallTree::new(), 0).is_empty());
@@ -232,11 +233,48 @@ mod tests {
 
     #[test]
     fn truncation_folds_into_other() {
-        // Totals: total 10, main 6, idle 4, b 3, a 2. With 4 nodes the threshold is 3,
-        // so `a` (2) becomes `other` after b.
+        // Totals: total 10, main 6, idle 4, b 3, a 2. Pyroscope's threshold for 4
+        // nodes is 3, so `a` (2) becomes `other` after b, which answers 5 nodes
+        // (with the `other`); the bound keeps 4: b joins `a` in main's `other`.
         let fg = flamegraph(&sample(), 4);
-        assert_eq!(fg.names, vec!["total", "idle", "main", "b", "other"]);
-        assert_eq!(fg.levels[2], vec![5, 3, 3, 3, 0, 2, 2, 4]);
+        assert_eq!(fg.names, vec!["total", "idle", "main", "other"]);
+        assert_eq!(fg.levels[2], vec![5, 5, 5, 3]);
+        // Two nodes at least: the root and one `other` under it.
+        let fg = flamegraph(&sample(), 1);
+        assert_eq!(fg.names, vec!["total", "other"]);
+        assert_eq!(fg.levels, vec![vec![0, 10, 0, 0], vec![0, 10, 10, 1]]);
+    }
+
+    proptest::proptest! {
+        /// `max_nodes` is a hard bound on the nodes answered, `other` nodes
+        /// counted, and truncation never changes a total.
+        #[test]
+        fn max_nodes_bounds_the_answer(
+            stacks in proptest::collection::vec(
+                (proptest::collection::vec(0u8..4, 1..6), 1i64..5), 1..40),
+            max_nodes in 1usize..40,
+        ) {
+            let mut t = CallTree::new();
+            for (frames, v) in &stacks {
+                let names: Vec<String> = frames.iter().map(|f| format!("f{f}")).collect();
+                t.add_stack(&names, *v);
+            }
+            t.finalize();
+            let full = flamegraph(&t, 0);
+            let count = |fg: &FlameGraph| fg.levels.iter().map(|l| l.len() / 4).sum::<usize>();
+            let fg = flamegraph(&t, max_nodes);
+            proptest::prop_assert!(count(&fg) <= max_nodes.max(2), "{} > {max_nodes}", count(&fg));
+            proptest::prop_assert_eq!(fg.total, full.total);
+            if count(&full) <= max_nodes {
+                proptest::prop_assert_eq!(&fg, &full);
+            }
+            // Every drawn node's children (and `other`) sum to its total less its self.
+            let back = tree_from_levels(&fg.names, &fg.levels).expect("valid levels");
+            proptest::prop_assert_eq!(back.total(), full.total);
+            let bytes = tree_from_bytes(&tree_bytes(&t, max_nodes)).expect("well-formed");
+            proptest::prop_assert_eq!(bytes.total(), full.total);
+            proptest::prop_assert!(bytes.nodes().len() <= max_nodes.max(2));
+        }
     }
 
     #[test]

@@ -13,7 +13,7 @@ use regex::Regex;
 use roaring::RoaringBitmap;
 use rustc_hash::FxHashMap;
 
-use super::frames::frame_name;
+use super::frames::{frame_name, location_frames};
 use super::frames::{FrameTree, GidSlots, ROOT_GID};
 use super::interner::Interner;
 use super::node_filter::NodeFilter;
@@ -24,6 +24,7 @@ use crate::error::{QueryError, Result, StorageError};
 use crate::index::LabelIndex;
 use crate::model::Labels;
 use crate::selector::Selector;
+use profiledb_symbolize::Symbolizer;
 
 /// Group-by key: the leaf function of a stack (self value).
 pub const KEY_FUNCTION: &str = "function";
@@ -31,6 +32,8 @@ pub const KEY_FUNCTION: &str = "function";
 pub const KEY_FUNCTION_TOTAL: &str = "function_total";
 /// Group-by key: the binary (mapping file) of a stack's leaf.
 pub const KEY_BINARY: &str = "binary";
+/// Group-by key: the source line of a stack's leaf, `file:line`.
+pub const KEY_LINE: &str = "line";
 
 /// One dimension a group-by projects onto.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -43,15 +46,19 @@ pub enum GroupKey {
     FunctionTotal,
     /// The binary of the leaf frame.
     Binary,
+    /// The leaf frame's `file:line` (its innermost frame's, where calls were
+    /// inlined; the frame's name when it has no file).
+    Line,
 }
 
 impl GroupKey {
-    /// `function`, `function_total`, `binary`, or else a label name.
+    /// `function`, `function_total`, `binary`, `line`, or else a label name.
     pub fn parse(s: &str) -> GroupKey {
         match s {
             KEY_FUNCTION => GroupKey::Function,
             KEY_FUNCTION_TOTAL => GroupKey::FunctionTotal,
             KEY_BINARY => GroupKey::Binary,
+            KEY_LINE => GroupKey::Line,
             other => GroupKey::Label(other.to_string()),
         }
     }
@@ -63,6 +70,7 @@ impl GroupKey {
             GroupKey::Function => KEY_FUNCTION,
             GroupKey::FunctionTotal => KEY_FUNCTION_TOTAL,
             GroupKey::Binary => KEY_BINARY,
+            GroupKey::Line => KEY_LINE,
         }
     }
 
@@ -244,6 +252,7 @@ pub fn group_into(
     resolve: &dyn Fn(&dyn Source, &Regex) -> Result<RoaringBitmap>,
     acc: &mut GroupAcc,
     scratch: &mut Scratch,
+    symbols: Option<&Symbolizer>,
 ) -> Result<()> {
     let Some((series, lo, hi)) = selection(src, sel, range) else {
         return Ok(());
@@ -288,12 +297,23 @@ pub fn group_into(
                             let id = match scratch.names.get(leaf_loc) {
                                 Some(id) => id,
                                 None => {
-                                    let id = names.intern(&frame_name(dict, leaf_loc));
+                                    let id = names.intern(&frame_name(dict, leaf_loc, symbols));
                                     scratch.names.set(leaf_loc, id);
                                     id
                                 }
                             };
                             choices.push(vec![id]);
+                        }
+                        GroupKey::Line => {
+                            let frames = location_frames(dict, leaf_loc, symbols);
+                            let line = frames.last().map_or_else(String::new, |f| {
+                                if f.file.is_empty() {
+                                    f.name.to_string()
+                                } else {
+                                    format!("{}:{}", f.file, f.line)
+                                }
+                            });
+                            choices.push(vec![names.intern(&line)]);
                         }
                         GroupKey::Binary => {
                             let id = match scratch.nodes.get(leaf_loc) {
@@ -314,7 +334,7 @@ pub fn group_into(
                                 let id = match scratch.names.get(loc) {
                                     Some(id) => id,
                                     None => {
-                                        let id = names.intern(&frame_name(dict, loc));
+                                        let id = names.intern(&frame_name(dict, loc, symbols));
                                         scratch.names.set(loc, id);
                                         id
                                     }
@@ -425,7 +445,7 @@ pub struct FrameGroups {
 /// Whether a query can run over frame ids: `binary` needs each leaf's mapping,
 /// which is per location, not per frame name.
 pub fn frames_can_group(q: &GroupByQuery) -> bool {
-    !q.keys.contains(&GroupKey::Binary)
+    !q.keys.contains(&GroupKey::Binary) && !q.keys.contains(&GroupKey::Line)
 }
 
 /// What a frame group-by keeps of a stack, and so what the second half of a
@@ -518,7 +538,7 @@ impl FrameGroups {
                             choices.push(vec![labels.get(li).cloned().unwrap_or_default()]);
                             li += 1;
                         }
-                        GroupKey::Function | GroupKey::Binary => {
+                        GroupKey::Function | GroupKey::Binary | GroupKey::Line => {
                             let name = match stack_key {
                                 StackKey::Leaf => gid,
                                 _ => tree.name_of(gid),

@@ -1,8 +1,8 @@
 //! A merge result kept in frame-tree space: self values by frame-tree id (gid).
 //!
 //! A merge sums values by gid (see [`super::frames`]); turning that into a
-//! [`CallTree`] costs a hash insert per node of the merged tree, 150 k for one service
-//! of the bench fleet, although a flame graph draws about `max_nodes` of them. The
+//! [`CallTree`] costs a hash insert per node of the merged tree, many times the
+//! `max_nodes` a flame graph draws. The
 //! flame graph, the diff flame graph and the diff statistics are therefore computed
 //! straight from the gid sums, laid onto the selection's [`Skeleton`] (the touched
 //! part of the frame tree, cut into chains), where the drawn nodes are decided per
@@ -91,7 +91,7 @@ impl Merged {
         Ok(tree)
     }
 
-    /// The flame graph, truncated to about `max_nodes` nodes (0 = all); the same
+    /// The flame graph, truncated to at most `max_nodes` nodes (0 = all); the same
     /// layout as [`flamegraph`] of [`Merged::to_tree`].
     pub fn flamegraph(&self, max_nodes: usize) -> FlameGraph {
         let tree = self.frames.read();

@@ -12,6 +12,7 @@ pub mod flamegraph;
 pub mod frames;
 pub mod groupby;
 pub mod interner;
+pub mod lines;
 pub mod merged;
 mod node_filter;
 pub(crate) mod pool;

@@ -130,6 +130,7 @@ impl<'a, N: Nodes, const K: usize> Shape<'a, N, K> {
             }
         }
         d.sort_children(self.tree);
+        d.bound(max_nodes);
         d
     }
 }

@@ -17,7 +17,7 @@
 //!
 //! The skeleton also holds its *chains*: maximal paths whose nodes, but the last,
 //! have one child. Stacks are deep and mostly unshared below a few branch points
-//! (150 k nodes for 5 k stacks in the bench fleet), and along a chain a node's
+//! (tens of nodes a stack), and along a chain a node's
 //! total changes only where a self value sits; so a flame graph is decided per
 //! chain (see [`super::skeleton_shape`]), not per node.
 

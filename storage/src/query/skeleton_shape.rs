@@ -123,6 +123,7 @@ pub(crate) fn drawn<const K: usize>(
         }
     }
     d.sort_children(names);
+    d.bound(max_nodes);
     Some(d)
 }
 
@@ -132,8 +133,8 @@ pub(crate) fn drawn<const K: usize>(
 ///
 /// The sides (each sorted by gid) are merged by gid first, so a frame summed on
 /// both sides is looked up once: the lookups are reads spread over the skeleton's
-/// arrays, and on the bench fleet's diff the two halves share most frames (half
-/// the lookups). Slots mostly follow gids (a chain's
+/// arrays, and a diff's two halves share most frames (up to half the
+/// lookups). Slots mostly follow gids (a chain's
 /// nodes are usually consecutive gids), so the rows are sorted by slot only when
 /// they are not already.
 fn by_slot<const K: usize>(
@@ -174,8 +175,8 @@ fn by_slot<const K: usize>(
 /// of `side` adds no row.
 ///
 /// Rows are built whole (`with`), not written at `[k]` and then copied: a row
-/// read back right after an 8-byte store into it stalled on store forwarding:
-/// the merge of a 1-hour diff's halves took 98 µs that way, 40 µs built whole.
+/// read back right after an 8-byte store into it stalled on store forwarding
+/// (figures: docs/perf-log/2026-11-29-figures-from-code-comments.md).
 fn merge_side<const K: usize>(
     at: Vec<(u32, [i64; K])>,
     side: &[(u32, i64)],

@@ -1,9 +1,9 @@
 //! Symbol bases: the symbol tables and stack tree a tenant's blocks share.
 //!
 //! A fleet samples nearly the same stacks every day, so every block of a tenant
-//! held nearly the same stack tree: on the bench fleet each of a month's four
-//! blocks stored the same 1.5 million nodes, 1.9 MB compressed, a quarter of the
-//! month's bytes. A base is such a set of tables (Strings, Mappings, Functions,
+//! held nearly the same stack tree, a large share of the tenant's bytes
+//! (docs/perf-log/2026-11-27-round-17-symbol-bases.md). A base is such a set of
+//! tables (Strings, Mappings, Functions,
 //! Locations, Stacks) written once into its own file under the tenant's
 //! `bases/` directory. A segment written on a base numbers its symbols and
 //! nodes as the base does, with what it adds after them, and compresses its
@@ -74,8 +74,8 @@ pub struct SymbolBase {
     checksum: u32,
     raw: [Vec<u8>; 5],
     /// Each section prepared as a zstd dictionary once, when a segment first
-    /// decodes a section on it: loading the 4.6 MB stack tree of the bench
-    /// fleet's base into a fresh decoder was a copy per segment decoded.
+    /// decodes a section on it: loading a base's stack tree (megabytes) into a
+    /// fresh decoder was a copy per segment decoded.
     prepared: [std::sync::OnceLock<zstd::dict::DecoderDictionary<'static>>; 5],
     /// Its stack nodes' frame-tree ids, shared by the segments on it (see
     /// `gid_memo.rs`).
@@ -288,8 +288,8 @@ impl SymbolBase {
 /// trained dictionary (it starts with their magic number; a uvarint-encoded
 /// section almost never does): such a section is compressed on its own
 /// instead. zstd's `refPrefix` would say "raw content" outright, but in a
-/// probe through the bulk compressor it left the prefix unused (40 KB of
-/// noise against itself stayed 40 KB), where a loaded dictionary took 19 bytes.
+/// probe through the bulk compressor it left the prefix unused (noise against
+/// itself did not shrink), where a loaded dictionary took a few bytes.
 pub(super) fn compress_on(
     raw: &[u8],
     prefix: &[u8],
@@ -304,15 +304,16 @@ pub(super) fn compress_on(
         let mut c = zstd::bulk::Compressor::with_dictionary(level, prefix)?;
         c.set_parameter(zstd::zstd_safe::CParameter::WindowLog(window_log))?;
         // zstd indexes only the last 2^(hashLog + 3) bytes of a dictionary; the
-        // fast levels' tables are too small for a base's stack tree (at level 3
-        // a day block's 4.6 MB Stacks on its base: 2.05 MB as is, 0.28 MB with
-        // the table raised). The slow levels' are large enough already.
+        // fast levels' tables are too small for a base's stack tree (a day block
+        // on its base stored more than alone:
+        // docs/perf-log/2026-11-27-round-17-symbol-bases.md). The slow levels'
+        // are large enough already.
         let needed = log2(prefix.len()).saturating_sub(3);
         if level < 10 && needed > 17 {
             c.set_parameter(zstd::zstd_safe::CParameter::HashLog(needed.min(26)))?;
         }
         // No long-distance matching: it does not see a dictionary, and its
-        // matches displaced the dictionary's (level 15: 0.31 MB against 0.26).
+        // matches displaced the dictionary's.
         c.compress(raw)
     };
     Some(compress())

@@ -1,8 +1,9 @@
 //! A row column as one zstd frame per chunk of series (format version 3).
 //!
 //! Whole-section compression made a query decompress every row of every segment
-//! it touched: a day's eight segments are 77 MB of row columns once decompressed,
-//! when a flame graph of one service reads a tenth of them. Framed, a column keeps
+//! it touched: a day's segments are tens of megabytes of row columns once
+//! decompressed, when a flame graph of one service reads a fraction of them
+//! (docs/perf-log/2026-11-26-round-09-row-columns-by-chunk.md). Framed, a column keeps
 //! its compressed bytes and a chunk's frame is decompressed when a query first
 //! reads one of the chunk's series. Repeats between series, which a whole-section
 //! window used to find, are now mostly stored once (a series whose rows repeat an

@@ -53,8 +53,10 @@ pub const MAGIC_TAIL: &[u8; 8] = b"PRFDBEND";
 /// one's rows; version 4 may name stacks in StackIds by rank, through an optional
 /// StackRanks section (`stack_ranks.rs`); version 5 ranks each service's series
 /// apart, with a table per group of series; version 6 may write a segment on a
-/// symbol base (`base.rs`), named in the footer, with codec 3 sections.
-pub const FORMAT_VERSION: u16 = 6;
+/// symbol base (`base.rs`), named in the footer, with codec 3 sections; version 7
+/// adds each mapping's address range (start, limit, file offset) to Mappings, what
+/// a frame kept as an address needs to be symbolized at query time.
+pub const FORMAT_VERSION: u16 = 7;
 /// The oldest version this build still reads.
 pub const OLDEST_READABLE_VERSION: u16 = 1;
 /// Fixed-size trailer: footer offset (u64), footer length (u32), footer crc (u32),

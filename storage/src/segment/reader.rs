@@ -582,7 +582,7 @@ impl LoadedSegment {
     /// The stack index of this segment's tree.
     ///
     /// Built from the second ask on, as answers are cached: the index takes 8 bytes a
-    /// stack node (2 M nodes in the bench fleet's last hour), and a first filtered
+    /// stack node (millions in a busy hour's segment), and a first filtered
     /// query after a restart built one for every segment of its window, most of the
     /// cost in the kernel zeroing their pages. A first ask gets `None`, and the
     /// filter marks the stack tree's nodes in one pass instead (a byte a node,

@@ -128,6 +128,7 @@ fn onto(base: Dict, dict: &Dict, tree: &OrderedTree) -> Result<Rebased> {
         mappings.push(b.mapping_rec(MappingRec {
             file: string(m.file)?,
             build_id: string(m.build_id)?,
+            range: m.range,
         }));
     }
     let mut functions = Vec::with_capacity(dict.functions.len());

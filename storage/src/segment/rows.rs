@@ -3,16 +3,17 @@
 //! into flat arrays a chunk of series at a time, when a query first reads one.
 //!
 //! Decoding every row at load made the first query after a restart pay for the
-//! whole segment: the last hour of the bench fleet is 10.5 M rows (168 MB once
-//! decoded) when a flame graph of one service reads a fortieth of them. Series are
+//! whole segment: an hour of a fleet is millions of rows when a flame graph of one
+//! service reads a small part of them
+//! (docs/perf-log/2026-11-26-round-07-first-query-rows-by-chunk.md). Series are
 //! written in profile-type and service order, so a selector's series sit in a few
 //! neighbouring chunks and only those are decoded.
 //!
 //! A series may name an earlier one whose rows it repeats (version 3): one pprof
 //! with several sample types (samples and CPU nanoseconds; four allocation types)
 //! gives series with the same times and stacks and, once each is divided by its
-//! scale, the same values. Half the bench fleet's series are such repeats; they
-//! are stored once and decoded by copying.
+//! scale, the same values. Every profile with several sample types gives such
+//! repeats; they are stored once and decoded by copying.
 
 use std::ops::Range;
 use std::sync::OnceLock;

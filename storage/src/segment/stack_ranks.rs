@@ -2,18 +2,18 @@
 //! most frequent first, instead of by its node id.
 //!
 //! Node ids follow the tree (depth first), so the stacks one profile samples are
-//! scattered over the whole range of its service's nodes: in the bench fleet's
-//! week blocks a row's stack id delta took 1.73 bytes after zstd, the largest
-//! part of a segment. Sampled stacks follow a steep popularity curve, and a
-//! profile mostly holds the popular ones: numbered by popularity, the stacks of
-//! one step are small numbers close together, and their deltas compress to 1.16
-//! bytes a row (and the values, now in popularity order too, from 0.23 to 0.18).
+//! scattered over the whole range of its service's nodes: a row's stack id delta
+//! was the largest part of a segment after zstd. Sampled stacks follow a steep
+//! popularity curve, and a profile mostly holds the popular ones: numbered by
+//! popularity, the stacks of one step are small numbers close together, and their
+//! deltas compress better (and the values, now in popularity order too). Figures:
+//! docs/perf-log/2026-11-27-round-15-stack-ranks.md and the round-16 file after it.
 //!
 //! Version 5 ranks each *group* of neighbouring series apart: the writer groups
 //! series by profile type and service. A service's profiles sample that
 //! service's stacks only, and ranked among the whole segment's its ranks were
-//! spread over ten times the range: ranked per service, the same week block's
-//! stack deltas take 0.78 bytes a row instead of 1.16. The tables hold as many
+//! spread over ten times the range: ranked per service, the stack deltas
+//! compress better again. The tables hold as many
 //! entries as before (services rarely share stacks), about 3 bytes each, so a
 //! group only gets one when it has many rows per stack ([`MIN_ROWS_PER_STACK`]);
 //! an hour of a fleet pushing twice an hour has about as many stacks as rows,

@@ -6,7 +6,8 @@
 //! the nodes rows reach, and only those, depth first with each node's children
 //! ordered by location. Most parents are then the node just before, and sibling
 //! subtrees are stored as runs, which zstd compresses far better
-//! (docs/performance.md, "Bytes on the same rows"). Readers need nothing new:
+//! (docs/perf-log/2026-11-25-round-01-bytes-same-rows-day-blocks.md). Readers need
+//! nothing new:
 //! parents still precede their children.
 
 use crate::dict::{Dict, NO_PARENT};

@@ -3,8 +3,10 @@
 //! `zstd::bulk::decompress` creates a decompression context per call: an
 //! allocation of about 100 KiB that zstd then initialises. A segment's row
 //! columns are one zstd frame per chunk of 16 series, so a query reading a day
-//! decompresses thousands of frames, and the first query after a restart spent
-//! 6 % of its CPU in `ZSTD_createDCtx` alone. A context per thread, reset by zstd
+//! decompresses thousands of frames, and a first query after a restart spent a
+//! visible share of its CPU in `ZSTD_createDCtx` alone
+//! (docs/perf-log/2026-11-27-round-15-stack-ranks.md).
+//! A context per thread, reset by zstd
 //! at the start of each frame, does the same work without it.
 
 use std::cell::RefCell;

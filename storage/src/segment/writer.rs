@@ -469,9 +469,9 @@ fn series_order(l: &Labels) -> (Option<&str>, Option<&str>, &Labels) {
 /// Compresses one section whole. In format 2 the row columns were laid out series
 /// after series, and what repeated was the same steps in other series: in a day
 /// block those lie tens of megabytes apart, beyond level 3's 2 MiB window. A window
-/// covering the section and long-distance matching found them again (measured on
-/// the lifecycle fleet: a day block's stack ids 31.6 → 16.3 MB, its values 5.7 →
-/// 2.9 MB). Format 3 frames the row columns per chunk and stores repeated series
+/// covering the section and long-distance matching found them again, halving
+/// those columns (docs/perf-log/2026-11-25-round-01-bytes-same-rows-day-blocks.md).
+/// Format 3 frames the row columns per chunk and stores repeated series
 /// once instead (`frames.rs`); the stack tree and the other large sections still
 /// take this path. The frames decode with the default decoder.
 fn compress_section(raw: &[u8], level: i32) -> std::io::Result<Vec<u8>> {

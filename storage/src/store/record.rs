@@ -3,8 +3,9 @@
 //! A push's record is hundreds of KB, and growing the buffer by doubling copied it
 //! again and again, so it is sized first. `postcard::experimental::serialized_size`
 //! sized it by running the whole serializer once to count. [`encoded_len`] adds up
-//! the varints' lengths directly: the record's encoding went from 6.6 % to 5.3 % of
-//! the full-density ingest's CPU samples. A test holds it to postcard's own output
+//! the varints' lengths directly
+//! (docs/perf-log/2026-11-27-round-20-empty-memcmp-batches-freed.md). A test holds
+//! it to postcard's own output
 //! length; a wrong length would cost the buffer a regrowth, never a wrong record.
 
 use crate::codec::{uvarint_len as varint, zigzag};
@@ -58,7 +59,14 @@ pub(super) fn encoded_len(batch: &Batch) -> usize {
             .flatten()
             .map(|&l| varint(u64::from(l)))
             .sum::<usize>();
-    seq(&syms.mappings, |m| string(&m.file) + string(&m.build_id))
+    FULL_RECORD.len()
+        + seq(&syms.mappings, |m| {
+            string(&m.file)
+                + string(&m.build_id)
+                + varint(m.start)
+                + varint(m.limit)
+                + varint(m.offset)
+        })
         + seq(&syms.functions, |f| string(&f.name) + string(&f.file))
         + seq(&syms.locations, location)
         + offsets
@@ -82,9 +90,79 @@ pub(super) fn body_len(batch: &Batch, stack: impl Fn(u32) -> Option<u32>) -> usi
         })
 }
 
+/// The first bytes of a full record since mappings carry their address range
+/// (segment format 7). A full record of earlier versions is a bare postcard
+/// `Batch` of the older shape ([`legacy`]), starting with its tenant's length,
+/// which is never 0.
+pub(super) const FULL_RECORD: [u8; 2] = [0, 3];
+
 /// `batch` as a WAL record.
 pub(super) fn encode(batch: &Batch) -> postcard::Result<Vec<u8>> {
-    postcard::to_extend(batch, Vec::with_capacity(encoded_len(batch)))
+    let mut out = Vec::with_capacity(encoded_len(batch));
+    out.extend_from_slice(&FULL_RECORD);
+    postcard::to_extend(batch, out)
+}
+
+/// A full record's batch: after [`FULL_RECORD`], or an older bare one.
+pub(super) fn decode(payload: &[u8]) -> postcard::Result<Batch> {
+    match payload.strip_prefix(&FULL_RECORD[..]) {
+        Some(rest) => postcard::from_bytes(rest),
+        None => postcard::from_bytes::<legacy::Batch>(payload).map(Batch::from),
+    }
+}
+
+/// The batch as WALs before segment format 7 wrote it: mappings without their
+/// address range. Replay reads it into today's batch with a range of zeros.
+pub(super) mod legacy {
+    use serde::Deserialize;
+
+    use crate::model::{Function, Location, Mapping, SeriesSamples, Stacks, Symbols, TenantId};
+
+    #[derive(Deserialize)]
+    pub struct MappingV1 {
+        pub file: String,
+        pub build_id: String,
+    }
+
+    impl From<MappingV1> for Mapping {
+        fn from(m: MappingV1) -> Mapping {
+            Mapping {
+                file: m.file,
+                build_id: m.build_id,
+                ..Mapping::default()
+            }
+        }
+    }
+
+    #[derive(Deserialize)]
+    struct SymbolsV1 {
+        mappings: Vec<MappingV1>,
+        functions: Vec<Function>,
+        locations: Vec<Location>,
+    }
+
+    #[derive(Deserialize)]
+    pub struct Batch {
+        tenant: TenantId,
+        symbols: SymbolsV1,
+        stacks: Stacks,
+        series: Vec<SeriesSamples>,
+    }
+
+    impl From<Batch> for crate::model::Batch {
+        fn from(b: Batch) -> Self {
+            crate::model::Batch {
+                tenant: b.tenant,
+                symbols: Symbols {
+                    mappings: b.symbols.mappings.into_iter().map(Mapping::from).collect(),
+                    functions: b.symbols.functions,
+                    locations: b.symbols.locations,
+                },
+                stacks: b.stacks,
+                series: b.series,
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -109,6 +187,9 @@ mod tests {
             b.symbols.mappings.push(Mapping {
                 file: c.clone(),
                 build_id: a.clone(),
+                start: a.len() as u64 * 0x1000,
+                limit: u64::MAX - c.len() as u64,
+                offset: 0x40,
             });
         }
         b.symbols.locations = locations
@@ -171,6 +252,53 @@ mod tests {
         }
     }
 
+    /// A full record as WALs before format 7 wrote it (a bare postcard batch
+    /// whose mappings have no range) still replays, with a range of zeros.
+    #[test]
+    fn a_full_record_of_the_older_shape_still_decodes() {
+        #[derive(serde::Serialize)]
+        struct OldMapping<'a> {
+            file: &'a str,
+            build_id: &'a str,
+        }
+        #[derive(serde::Serialize)]
+        struct OldSymbols<'a> {
+            mappings: Vec<OldMapping<'a>>,
+            functions: &'a [Function],
+            locations: &'a [Location],
+        }
+        let mut b = batch(
+            vec![("main".into(), "/bin/app".into())],
+            vec![(Some(0), Some(0), 0x401000, 12)],
+            vec![vec![0]],
+            vec![(1_700_000_000_000, 0, 5)],
+        );
+        for m in &mut b.symbols.mappings {
+            (m.start, m.limit, m.offset) = (0, 0, 0);
+        }
+        let old = postcard::to_stdvec(&(
+            &b.tenant,
+            OldSymbols {
+                mappings: b
+                    .symbols
+                    .mappings
+                    .iter()
+                    .map(|m| OldMapping {
+                        file: &m.file,
+                        build_id: &m.build_id,
+                    })
+                    .collect(),
+                functions: &b.symbols.functions,
+                locations: &b.symbols.locations,
+            },
+            &b.stacks,
+            &b.series,
+        ))
+        .unwrap();
+        assert_ne!(old[0], 0, "an old record starts with its tenant's length");
+        assert_eq!(decode(&old).unwrap(), b);
+    }
+
     proptest! {
         #[test]
         fn records_have_their_computed_length_and_decode_to_the_batch(
@@ -186,7 +314,7 @@ mod tests {
             let record = encode(&b).unwrap();
             prop_assert_eq!(record.len(), encoded_len(&b));
             prop_assert_eq!(record.capacity(), record.len(), "one allocation, never grown");
-            prop_assert_eq!(postcard::from_bytes::<Batch>(&record).unwrap(), b);
+            prop_assert_eq!(decode(&record).unwrap(), b);
         }
     }
 }

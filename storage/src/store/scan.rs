@@ -36,10 +36,23 @@ pub(super) enum Item {
 }
 
 impl Store {
-    /// Changes whenever the set of live segments changes. A result computed from
-    /// segments only is still valid while this value is unchanged.
+    /// Names frames kept as addresses (a mapping with a build id, no function)
+    /// with `symbols` at query time, from the next query on.
+    pub fn set_symbolizer(&self, symbols: std::sync::Arc<profiledb_symbolize::Symbolizer>) {
+        self.inner.frames.set_symbolizer(symbols);
+    }
+
+    /// The symbolizer set with [`Store::set_symbolizer`].
+    pub fn symbolizer(&self) -> Option<std::sync::Arc<profiledb_symbolize::Symbolizer>> {
+        self.inner.frames.symbolizer()
+    }
+
+    /// Changes whenever the set of live segments changes, or a debug file arrives
+    /// (names of frames kept as addresses may change: the symbolizer's generation
+    /// is added in). A result computed from segments only is still valid while
+    /// this value is unchanged.
     pub fn segments_version(&self) -> u64 {
-        self.inner.segments_version.load(Ordering::SeqCst)
+        self.inner.segments_version.load(Ordering::SeqCst) + self.inner.frames.symbols_generation()
     }
 
     /// `Some(segments_version)` when no head partition of `tenant` (nor one being
@@ -115,7 +128,7 @@ impl StoreReader {
 
     /// See [`Store::segments_version`].
     pub fn segments_version(&self) -> u64 {
-        self.0.segments_version.load(Ordering::SeqCst)
+        self.0.segments_version.load(Ordering::SeqCst) + self.0.frames.symbols_generation()
     }
 
     /// The store's shared frame tree (see [`crate::query::frames`]).

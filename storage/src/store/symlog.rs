@@ -2,9 +2,8 @@
 //! WAL file.
 //!
 //! A push repeats its profile's symbol table, and a full record (`record.rs`)
-//! wrote every name, location and stack of it again: 207 bytes per value in the
-//! bench's fleet, four fifths of the push body, copied into the page cache and
-//! synced.
+//! wrote every name, location and stack of it again, most of the push body, copied
+//! into the page cache and synced (docs/perf-log/2026-11-27-round-21-id-wal-records.md).
 //! An *id record* carries its samples with store-wide stack ids (`crate::intern`)
 //! and, before them, the definition of each id its file does not hold yet: a
 //! stack's path, a location, a function's or a mapping's names.
@@ -31,9 +30,13 @@ use super::record;
 use crate::intern::{Interned, NOT_INTERNED};
 use crate::model::{Batch, Function, Location, Mapping, Sample, SeriesSamples, TenantId};
 
-/// The first bytes of an id record. A full record (a postcard `Batch`) starts with
-/// its tenant's length, which is never 0.
-const ID_RECORD: [u8; 2] = [0, 1];
+/// The first bytes of an id record whose mappings carry their address range
+/// (written since segment format 7). A full record starts with
+/// [`record::FULL_RECORD`], or in older WALs with its tenant's length (never 0).
+const ID_RECORD: [u8; 2] = [0, 2];
+/// The first bytes of an id record of earlier versions: mappings as
+/// [`NamesDef`]s (file and build id), still replayed.
+const ID_RECORD_V1: [u8; 2] = [0, 1];
 
 /// A function's name and file, or a mapping's file and build id.
 #[derive(Serialize, Deserialize)]
@@ -43,6 +46,48 @@ struct NamesDef<'a> {
     a: Cow<'a, str>,
     #[serde(borrow)]
     b: Cow<'a, str>,
+}
+
+/// A mapping: its names and address range.
+#[derive(Serialize, Deserialize)]
+struct MappingDef<'a> {
+    id: u32,
+    #[serde(borrow)]
+    file: Cow<'a, str>,
+    #[serde(borrow)]
+    build_id: Cow<'a, str>,
+    start: u64,
+    limit: u64,
+    offset: u64,
+}
+
+/// A mapping's definition in either record version: its id and the mapping.
+trait DefinesMapping {
+    fn into_mapping(self) -> (u32, Mapping);
+}
+
+impl DefinesMapping for MappingDef<'_> {
+    fn into_mapping(self) -> (u32, Mapping) {
+        let m = Mapping {
+            file: self.file.into_owned(),
+            build_id: self.build_id.into_owned(),
+            start: self.start,
+            limit: self.limit,
+            offset: self.offset,
+        };
+        (self.id, m)
+    }
+}
+
+impl DefinesMapping for NamesDef<'_> {
+    fn into_mapping(self) -> (u32, Mapping) {
+        let m = Mapping {
+            file: self.a.into_owned(),
+            build_id: self.b.into_owned(),
+            ..Mapping::default()
+        };
+        (self.id, m)
+    }
 }
 
 /// A location by the ids of its function and mapping.
@@ -62,14 +107,15 @@ struct StackDef {
     path: Vec<u32>,
 }
 
-/// What a record defines, before its body.
-#[derive(Default, Serialize, Deserialize)]
-struct Defs<'a> {
+/// What a record defines, before its body; `M` is how it writes a mapping
+/// ([`MappingDef`], or [`NamesDef`] in records of earlier versions).
+#[derive(Serialize, Deserialize)]
+#[serde(bound(deserialize = "M: Deserialize<'de>"))]
+struct Defs<'a, M> {
     generation: u64,
     #[serde(borrow)]
     functions: Vec<NamesDef<'a>>,
-    #[serde(borrow)]
-    mappings: Vec<NamesDef<'a>>,
+    mappings: Vec<M>,
     locations: Vec<LocationDef>,
     stacks: Vec<StackDef>,
 }
@@ -198,12 +244,19 @@ impl Defined {
         out
     }
 
-    fn new_defs<'b>(&mut self, batch: &'b Batch, ids: &Interned) -> Option<Defs<'b>> {
+    fn new_defs<'b>(
+        &mut self,
+        batch: &'b Batch,
+        ids: &Interned,
+    ) -> Option<Defs<'b, MappingDef<'b>>> {
         let id = |v: &[u32], i: u32| v.get(i as usize).copied().filter(|&x| x != NOT_INTERNED);
         let syms = &batch.symbols;
         let mut defs = Defs {
             generation: ids.generation,
-            ..Defs::default()
+            functions: Vec::new(),
+            mappings: Vec::new(),
+            locations: Vec::new(),
+            stacks: Vec::new(),
         };
         for (b, &sid) in ids.stacks.iter().enumerate() {
             if sid == NOT_INTERNED {
@@ -232,16 +285,21 @@ impl Defined {
                 };
                 let mapping = match loc.mapping {
                     None => None,
-                    Some(m) => Some(names_def(
-                        id(&ids.mappings, m)?,
-                        &mut self.mappings,
-                        &mut defs.mappings,
-                        || {
-                            syms.mappings
-                                .get(m as usize)
-                                .map(|x| (x.file.as_str(), x.build_id.as_str()))
-                        },
-                    )?),
+                    Some(m) => {
+                        let mid = id(&ids.mappings, m)?;
+                        if self.mappings.insert(mid) {
+                            let x = syms.mappings.get(m as usize)?;
+                            defs.mappings.push(MappingDef {
+                                id: mid,
+                                file: Cow::Borrowed(&x.file),
+                                build_id: Cow::Borrowed(&x.build_id),
+                                start: x.start,
+                                limit: x.limit,
+                                offset: x.offset,
+                            });
+                        }
+                        Some(mid)
+                    }
                 };
                 defs.locations.push(LocationDef {
                     id: lid,
@@ -345,14 +403,25 @@ impl Resolver {
             self.reset(None);
         }
         match payload {
-            [0, 1, rest @ ..] => self.id_record(rest).map(|(b, i)| (b, Some(i))),
+            [a, b, rest @ ..] if [*a, *b] == ID_RECORD => {
+                let (defs, body) = postcard::take_from_bytes::<Defs<'_, MappingDef<'_>>>(rest)?;
+                self.id_record(defs, body).map(|(b, i)| (b, Some(i)))
+            }
+            [a, b, rest @ ..] if [*a, *b] == ID_RECORD_V1 => {
+                let (defs, body) = postcard::take_from_bytes::<Defs<'_, NamesDef<'_>>>(rest)?;
+                self.id_record(defs, body).map(|(b, i)| (b, Some(i)))
+            }
+            [a, b, ..] if [*a, *b] == record::FULL_RECORD => Ok((record::decode(payload)?, None)),
             [0, kind, ..] => Err(RecordError::Kind(*kind)),
-            _ => Ok((postcard::from_bytes::<Batch>(payload)?, None)),
+            _ => Ok((record::decode(payload)?, None)),
         }
     }
 
-    fn id_record(&mut self, bytes: &[u8]) -> Result<(Batch, Interned), RecordError> {
-        let (defs, body) = postcard::take_from_bytes::<Defs<'_>>(bytes)?;
+    fn id_record<M: DefinesMapping>(
+        &mut self,
+        defs: Defs<'_, M>,
+        body: &[u8],
+    ) -> Result<(Batch, Interned), RecordError> {
         let body: Body = postcard::from_bytes(body)?;
         if self.generation != Some(defs.generation) {
             self.reset(Some(defs.generation));
@@ -368,8 +437,8 @@ impl Resolver {
             );
         }
         for m in defs.mappings {
-            let (file, build_id) = (m.a.into_owned(), m.b.into_owned());
-            self.mappings.insert(m.id, Mapping { file, build_id });
+            let (id, m) = m.into_mapping();
+            self.mappings.insert(id, m);
         }
         for l in defs.locations {
             self.locations.insert(l.id, l);

@@ -43,9 +43,9 @@ pub type WriteDone = Box<dyn FnOnce(Result<u64>, Spent) + Send>;
 /// the writer's can drop it there: mimalloc frees a block on the thread that
 /// allocated it with no atomic operation, while a free from another thread goes
 /// through the block's page and the owner collects it later. Freeing a push's
-/// thousands of strings on the writer thread was 3 % of the full-density ingest's
-/// CPU (`mi_free` on the writer), and the decoders' collection of those frees
-/// another 1.7 %.
+/// thousands of strings on the writer thread cost the writer, which every write
+/// waits on, and the decoders their collection
+/// (docs/perf-log/2026-11-27-round-20-empty-memcmp-batches-freed.md).
 #[derive(Default)]
 pub struct Spent {
     _batch: Option<Batch>,

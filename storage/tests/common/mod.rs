@@ -48,6 +48,7 @@ pub fn build_batch(tenant: &TenantId, samples: &[TSample]) -> Batch {
     b.symbols.mappings.push(Mapping {
         file: "/usr/lib/libx.so".into(),
         build_id: "abcdef".into(),
+        ..Mapping::default()
     });
     let mut frames: Vec<TFrame> = samples.iter().flat_map(|s| s.stack.clone()).collect();
     frames.sort();

@@ -1,2 +1,3 @@
+pub mod external;
 pub mod moto;
 pub mod roles;

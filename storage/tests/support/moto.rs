@@ -17,6 +17,9 @@ use std::time::{Duration, Instant};
 
 use profiledb_storage::BucketConfig;
 
+// `external.rs`, which each includer declares once beside this module.
+use super::external;
+
 /// The bucket every test uses; prefixes keep tests apart.
 pub const BUCKET: &str = "profiledb-test";
 
@@ -87,11 +90,13 @@ fn request(port: u16, method: &str, path: &str) -> Option<u16> {
 }
 
 impl MotoServer {
-    /// Starts moto, or says why not (the caller skips) and returns None.
+    /// Starts moto, or says why not and returns None (the caller skips); with
+    /// `PROFILEDB_REQUIRE_EXTERNAL=1`, panics instead.
     pub fn start() -> Option<MotoServer> {
         let Some(bin) = binary() else {
-            eprintln!(
-                "SKIP: no moto_server (pip install \"moto[server]\" into target/moto-venv, as .ci/run does, or set PROFILEDB_MOTO)"
+            external::missing(
+                "moto",
+                "no moto_server (pip install \"moto[server]\" into target/moto-venv, as .ci/run does, or set PROFILEDB_MOTO)",
             );
             return None;
         };
@@ -115,7 +120,7 @@ impl MotoServer {
         {
             Ok(c) => c,
             Err(e) => {
-                eprintln!("SKIP: cannot start {}: {e}", bin.display());
+                external::missing("moto", format!("cannot start {}: {e}", bin.display()));
                 return None;
             }
         };
@@ -133,7 +138,10 @@ impl MotoServer {
                 );
             }
             if Instant::now() > deadline {
-                eprintln!("SKIP: moto at port {port} did not answer within 30 s");
+                external::missing(
+                    "moto",
+                    format!("moto at port {port} did not answer within 30 s"),
+                );
                 return None;
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -141,7 +149,10 @@ impl MotoServer {
         match request(port, "PUT", &format!("/{BUCKET}")) {
             Some(200) => Some(server),
             other => {
-                eprintln!("SKIP: moto refused to create the bucket: {other:?}");
+                external::missing(
+                    "moto",
+                    format!("moto refused to create the bucket: {other:?}"),
+                );
                 None
             }
         }

@@ -14,7 +14,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::answers::cached_answer;
-use super::native::{count, raw_query, to_json, JSON};
+use super::native::{count, raw_query, to_json, with_warnings, JSON};
+use super::warnings;
 use crate::error::{ApiError, ApiResult};
 use crate::http::request::{blocking, window, Params, Selection};
 use crate::http::{tenant_of, AppRef};
@@ -87,8 +88,12 @@ async fn hottest(
     cached_answer(&state, &tenant, &[range], raw_query(&uri), JSON, || async {
         let (querier, t, label) = (state.querier()?, tenant.clone(), service_label.clone());
         let limit = p.limit.unwrap_or(20);
-        let h = blocking(move || Ok(querier.fleet_hottest(&t, &sel, range, by, &label, limit)?))
-            .await?;
+        let (h, warnings) = blocking(move || {
+            let h = querier.fleet_hottest(&t, &sel, range, by, &label, limit)?;
+            let w = warnings::of_answer(&querier, &t, &sel, range, h.total, &[label.as_str()])?;
+            Ok((h, w))
+        })
+        .await?;
         let window_ms = range.end_ms.saturating_sub(range.start_ms);
         let cost = |v: i64| match is_cpu_time {
             true => cost_json(cpu_cost(v, window_ms, p.price_per_core_hour)),
@@ -102,7 +107,7 @@ async fn hottest(
                        "services": e.services, "cost": cost(e.value)})
             })
             .collect();
-        to_json(&json!({
+        let mut answer = json!({
             "by": p.by.as_deref().unwrap_or("function"),
             "service_label": service_label,
             "window_ms": window_ms,
@@ -110,7 +115,9 @@ async fn hottest(
             "services": h.services,
             "cost": cost(h.total),
             "entries": entries,
-        }))
+        });
+        with_warnings(&mut answer, warnings);
+        to_json(&answer)
     })
     .await
 }

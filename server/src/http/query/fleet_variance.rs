@@ -11,7 +11,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::answers::cached_answer;
-use super::native::{count, raw_query, to_json, JSON};
+use super::native::{count, raw_query, to_json, with_warnings, JSON};
+use super::warnings;
 use crate::error::{ApiError, ApiResult};
 use crate::http::request::{blocking, window, Params, Selection};
 use crate::http::{tenant_of, AppRef};
@@ -92,14 +93,15 @@ async fn variance(
     cached_answer(&state, &tenant, &[range], raw_query(&uri), JSON, || async {
         let (querier, t) = (state.querier()?, tenant.clone());
         let (labels, u) = (group_labels.clone(), unit.clone());
-        let groups = blocking(move || {
+        let (groups, warnings) = blocking(move || {
             let mut groups = querier.fleet_variance(&t, &sel, range, &labels, &u)?;
             if limit > 0 {
                 groups.truncate(limit);
             }
             let mut out = Vec::with_capacity(groups.len());
             for (i, g) in groups.into_iter().enumerate() {
-                let explained = i < explain_groups;
+                // A group whose units all cost the same has nothing to explain.
+                let explained = i < explain_groups && g.stddev > 0.0;
                 let explainers = match explained && k > 0 {
                     true => querier.fleet_variance_explain(&t, &sel, range, &labels, &g.group, &u, k)?,
                     false => Vec::new(),
@@ -110,7 +112,11 @@ async fn variance(
                 };
                 out.push((g, explainers, correlated));
             }
-            Ok(out)
+            let mut labels: Vec<&str> = labels.iter().map(String::as_str).collect();
+            labels.push(&u);
+            let total = out.iter().map(|(g, ..)| g.mean * g.units as f64).sum::<f64>() as i64;
+            let w = warnings::of_answer(&querier, &t, &sel, range, total, &labels)?;
+            Ok((out, w))
         })
         .await?;
         let rows: Vec<Value> = groups
@@ -138,7 +144,9 @@ async fn variance(
                        "explainers": ex, "correlated_labels": correlated})
             })
             .collect();
-        to_json(&json!({"group_by": group_labels, "unit": unit, "groups": rows}))
+        let mut answer = json!({"group_by": group_labels, "unit": unit, "groups": rows});
+        with_warnings(&mut answer, warnings);
+        to_json(&answer)
     })
     .await
 }

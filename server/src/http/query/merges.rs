@@ -14,7 +14,7 @@ use super::proto::pprof::Profile;
 use super::proto::querier::v1 as q;
 use super::querier::filter_call_site;
 use crate::error::ApiResult;
-use crate::http::request::{blocking, max_nodes, Selection};
+use crate::http::request::{blocking, pyroscope_max_nodes, Selection};
 
 /// What a merge selects.
 pub struct What {
@@ -133,7 +133,7 @@ pub async fn merge(
     format: Format,
 ) -> ConnectResult<Merged> {
     let (querier, tenant) = (ctx.state.querier()?, ctx.tenant);
-    let mn = max_nodes(requested_nodes)?;
+    let mn = pyroscope_max_nodes(requested_nodes)?;
     Ok(blocking(move || {
         let plain = what.call_site.is_empty() && what.profile_ids.is_empty();
         if plain && matches!(format, Format::Flame | Format::Tree) {

@@ -7,8 +7,8 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
 use bytes::Bytes;
-use profiledb_storage::FlameGraphDiff;
 use profiledb_storage::Merged;
+use profiledb_storage::{FlameGraph, FlameGraphDiff};
 use profiledb_storage::{GroupByQuery, GroupKey};
 use profiledb_storage::{Selector, TenantId, TimeRange};
 use regex::Regex;
@@ -18,6 +18,7 @@ use serde_json::{json, Value};
 use super::answers::cached_answer;
 use super::fleet::{noise_answer, NoiseOptions};
 use super::grid;
+use super::warnings;
 use crate::error::{ApiError, ApiResult};
 use crate::http::request::{
     blocking, max_nodes, window, window_args, Params, ProfileTypeId, Selection, TimeArg,
@@ -89,21 +90,44 @@ async fn group_by(
     };
     let tenant = tenant_of(&headers)?;
     let key = format!("query\u{0}{}", String::from_utf8_lossy(&body));
+    let labels: Vec<String> = q
+        .keys
+        .iter()
+        .filter_map(|k| match k {
+            GroupKey::Label(l) => Some(l.clone()),
+            _ => None,
+        })
+        .collect();
     cached_answer(&state, &tenant, &[range], key, JSON, || async {
         let (querier, t) = (state.querier()?, tenant.clone());
-        let acc = blocking(move || Ok(querier.group_by(&t, &sel, range, &q)?)).await?;
+        let (acc, warnings) = blocking(move || {
+            let acc = querier.group_by(&t, &sel, range, &q)?;
+            let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
+            let w = warnings::of_answer(&querier, &t, &sel, range, acc.total, &labels)?;
+            Ok((acc, w))
+        })
+        .await?;
         let rows: Vec<Value> = acc
             .sorted(r.limit)
             .into_iter()
             .map(|(key, value)| json!({"key": key, "value": value}))
             .collect();
-        to_json(&json!({
+        let mut answer = json!({
             "group_by": r.group_by,
             "rows": rows,
             "total": acc.total,
-        }))
+        });
+        with_warnings(&mut answer, warnings);
+        to_json(&answer)
     })
     .await
+}
+
+/// Adds Prometheus' `warnings` list to a JSON answer when there is any.
+pub(super) fn with_warnings(answer: &mut Value, warnings: Vec<String>) {
+    if !warnings.is_empty() {
+        answer["warnings"] = json!(warnings);
+    }
 }
 
 pub(super) const JSON: &str = "application/json";
@@ -167,8 +191,14 @@ async fn timeseries(
     let key = raw_query(&uri);
     cached_answer(&state, &tenant, &[range], key, JSON, || async {
         let (g2, t) = (group.clone(), tenant.clone());
-        let list =
-            blocking(move || Ok(querier.time_series(&t, &sel, range, &g2, step, limit)?)).await?;
+        let (list, warnings) = blocking(move || {
+            let list = querier.time_series(&t, &sel, range, &g2, step, limit)?;
+            let total = list.iter().map(|s| s.total()).sum::<i64>();
+            let labels: Vec<&str> = g2.iter().map(String::as_str).collect();
+            let w = warnings::of_answer(&querier, &t, &sel, range, total, &labels)?;
+            Ok((list, w))
+        })
+        .await?;
         let series: Vec<Value> = list
             .into_iter()
             .map(|s| {
@@ -181,7 +211,9 @@ async fn timeseries(
                 json!({"labels": labels, "total": s.total(), "points": points})
             })
             .collect();
-        to_json(&json!({"step_ms": step, "group_by": group, "series": series}))
+        let mut answer = json!({"step_ms": step, "group_by": group, "series": series});
+        with_warnings(&mut answer, warnings);
+        to_json(&answer)
     })
     .await
 }
@@ -249,6 +281,8 @@ struct DiffAnswer<'a> {
     stats: Value,
     #[serde(skip_serializing_if = "Option::is_none")]
     noise: Option<Value>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    warnings: Vec<String>,
 }
 
 /// What a diff with an empty side means, instead of misleading moves of ±100 %.
@@ -265,9 +299,10 @@ pub fn empty_sides_notice(samples_base: i64, samples_compare: i64) -> Option<&'s
 async fn diff(State(state): State<AppRef>, headers: HeaderMap, body: Bytes) -> ApiResult<Response> {
     count(&state);
     let r: DiffRequest = json_body(&body)?;
+    // A side's own selector narrows the shared one: both apply.
     let side = |s: &Side| -> ApiResult<(Selector, TimeRange)> {
-        let text = s.selector.as_deref().unwrap_or(&r.selector);
-        let sel = Selection::from_parts(&r.profile_type, text)?.selector;
+        let texts = [r.selector.as_str(), s.selector.as_deref().unwrap_or("")];
+        let sel = Selection::from_all(&r.profile_type, &texts)?.selector;
         Ok((sel, window_args(s.start.as_ref(), s.end.as_ref())?))
     };
     if let Some(n) = &r.noise {
@@ -282,12 +317,23 @@ async fn diff(State(state): State<AppRef>, headers: HeaderMap, body: Bytes) -> A
     cached_answer(&state, &tenant, &[br, cr], key, JSON, || async {
         let (querier, t) = (state.querier()?, tenant.clone());
         let noise_opts = r.noise.clone();
-        let (d, noise) = blocking(move || {
+        let (d, noise, warnings) = blocking(move || {
             let d = querier.diff(&t, (&bs, br), (&cs, cr), top, mn)?;
             let noise = noise_opts
                 .map(|o| noise_answer(&querier, &t, (&bs, br), &o, top, &d.stats))
                 .transpose()?;
-            Ok((d, noise))
+            let mut w = Vec::new();
+            let sides = [
+                ("base", &bs, br, d.stats.samples_base),
+                ("compare", &cs, cr, d.stats.samples_compare),
+            ];
+            for (name, sel, range, samples) in sides {
+                if samples == 0 {
+                    let found = warnings::selection(&querier, &t, sel, range)?;
+                    w.extend(found.into_iter().map(|m| format!("{name}: {m}")));
+                }
+            }
+            Ok((d, noise, w))
         })
         .await?;
         let top: Vec<Value> = d
@@ -310,6 +356,7 @@ async fn diff(State(state): State<AppRef>, headers: HeaderMap, body: Bytes) -> A
                 "samples_compare": d.stats.samples_compare,
             }),
             noise,
+            warnings,
         })
     })
     .await
@@ -335,7 +382,8 @@ async fn merged(
     blocking(move || Ok(querier.merge_flamegraph(&tenant, &sel, range)?)).await
 }
 
-/// Resolves a merge request, then answers it through the answer cache with `render`.
+/// Resolves a merge request, then answers it through the answer cache with
+/// `render`, which also gets the warnings of an empty merge ([`warnings`]).
 async fn merge_answer<R>(
     state: AppRef,
     headers: HeaderMap,
@@ -345,7 +393,7 @@ async fn merge_answer<R>(
     render: R,
 ) -> ApiResult<Response>
 where
-    R: FnOnce(Merged, &MergeParams, &ProfileTypeId, TimeRange) -> ApiResult<Vec<u8>>
+    R: FnOnce(Merged, &MergeParams, &ProfileTypeId, TimeRange, Vec<String>) -> ApiResult<Vec<u8>>
         + Send
         + 'static,
 {
@@ -363,8 +411,16 @@ where
         raw_query(&uri),
         content_type,
         || async {
-            let tree = merged(&state, &tenant, sel, range).await?;
-            blocking(move || render(tree, &p, &profile_type, range)).await
+            let tree = merged(&state, &tenant, sel.clone(), range).await?;
+            let (querier, t) = (state.querier()?, tenant.clone());
+            blocking(move || {
+                let warnings = match tree.total() {
+                    0 => warnings::selection(&querier, &t, &sel, range)?,
+                    _ => Vec::new(),
+                };
+                render(tree, &p, &profile_type, range, warnings)
+            })
+            .await
         },
     )
     .await
@@ -377,24 +433,48 @@ async fn flamegraph_json(
     uri: Uri,
     Params(p): Params<MergeParams>,
 ) -> ApiResult<Response> {
-    merge_answer(state, headers, uri, p, JSON, |merged, p, _, _| {
-        #[derive(Serialize)]
-        #[serde(rename_all = "camelCase")]
-        struct FlameJson<'a> {
-            names: &'a [String],
-            levels: &'a [Vec<i64>],
-            total: i64,
-            max_self: i64,
-        }
-        let fg = merged.flamegraph(max_nodes(p.max_nodes)?);
-        to_json(&FlameJson {
-            names: &fg.names,
-            levels: &fg.levels,
-            total: fg.total,
-            max_self: fg.max_self,
-        })
-    })
+    let mn = max_nodes(p.max_nodes)?;
+    merge_answer(
+        state,
+        headers,
+        uri,
+        p,
+        JSON,
+        move |merged, _, _, _, warnings| {
+            #[derive(Serialize)]
+            struct Answer<'a> {
+                #[serde(flatten)]
+                flamegraph: FlameJson<'a>,
+                #[serde(skip_serializing_if = "Vec::is_empty")]
+                warnings: Vec<String>,
+            }
+            let fg = merged.flamegraph(mn);
+            to_json(&Answer {
+                flamegraph: flame_json(&fg),
+                warnings,
+            })
+        },
+    )
     .await
+}
+
+/// A flame graph in Pyroscope's field names, with plain JSON numbers.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct FlameJson<'a> {
+    names: &'a [String],
+    levels: &'a [Vec<i64>],
+    total: i64,
+    max_self: i64,
+}
+
+pub(super) fn flame_json(fg: &FlameGraph) -> FlameJson<'_> {
+    FlameJson {
+        names: &fg.names,
+        levels: &fg.levels,
+        total: fg.total,
+        max_self: fg.max_self,
+    }
 }
 
 /// `GET /api/v1/pprof`: gzip'd pprof, so `go tool pprof <url>` works directly.
@@ -410,7 +490,7 @@ async fn pprof(
         uri,
         p,
         "application/octet-stream",
-        |merged, _, pt, range| {
+        |merged, _, pt, range, _| {
             let prof = super::pprof::profile_from_tree(
                 &merged.to_tree_checked()?,
                 pt.as_str(),
@@ -442,7 +522,7 @@ async fn svg(
         uri,
         p,
         "image/svg+xml",
-        |merged, p, pt, _| {
+        |merged, p, pt, _, warnings| {
             let title = p
                 .title
                 .clone()
@@ -452,7 +532,7 @@ async fn svg(
             let text = tree.to_folded_text();
             if text.is_empty() {
                 // inferno refuses empty input: say plainly that the range holds no data.
-                return Ok(empty_svg(&title).into_bytes());
+                return Ok(empty_svg(&title, &warnings).into_bytes());
             }
             flame_svg(title, pt, &text, tree.total() as f64)
         },
@@ -492,17 +572,32 @@ fn svg_unit(sample_unit: &str, total: f64) -> (String, f64) {
     }
 }
 
-/// A small SVG saying the selection is empty, instead of an error image.
-fn empty_svg(title: &str) -> String {
-    let esc = title
-        .replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;");
+/// A small SVG saying the selection is empty (and why, when a warning says so),
+/// instead of an error image.
+fn empty_svg(title: &str, warnings: &[String]) -> String {
+    let esc = |t: &str| {
+        t.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+            .replace('"', "&quot;")
+    };
+    let mut lines = vec!["no samples in this time range".to_string()];
+    lines.extend(warnings.iter().map(|w| esc(w)));
+    let height = 50 + 25 * lines.len();
+    let text: String = lines
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            format!(
+                "<text x=\"600\" y=\"{}\" text-anchor=\"middle\" font-family=\"Verdana\" font-size=\"13\">{l}</text>",
+                60 + 25 * i
+            )
+        })
+        .collect();
     format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"1200\" height=\"80\">\
-         <text x=\"600\" y=\"30\" text-anchor=\"middle\" font-family=\"Verdana\" font-size=\"17\">{esc}</text>\
-         <text x=\"600\" y=\"60\" text-anchor=\"middle\" font-family=\"Verdana\" font-size=\"13\">no samples in this time range</text></svg>"
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"1200\" height=\"{height}\">\
+         <text x=\"600\" y=\"30\" text-anchor=\"middle\" font-family=\"Verdana\" font-size=\"17\">{}</text>{text}</svg>",
+        esc(title)
     )
 }
 

@@ -26,7 +26,7 @@ use super::proto::querier::v1 as q;
 use super::proto::types::v1 as t;
 use crate::error::ApiResult;
 use crate::http::request::{
-    blocking, discovery_selector, max_nodes, profile_type_parts, window_ms, Selection,
+    blocking, discovery_selector, profile_type_parts, pyroscope_max_nodes, window_ms, Selection,
 };
 use crate::http::{tenant_of, AppRef};
 
@@ -462,7 +462,7 @@ async fn diff(ctx: Ctx, r: q::DiffRequest) -> ConnectResult<q::DiffResponse> {
         )));
     }
     let (lr, rr) = (range(left.start, left.end)?, range(right.start, right.end)?);
-    let mn = max_nodes(left.max_nodes.or(right.max_nodes))?;
+    let mn = pyroscope_max_nodes(left.max_nodes.or(right.max_nodes))?;
     let (querier, tenant) = (ctx.state.querier()?, ctx.tenant);
     let (ls, rs) = (ls.selector, rs.selector);
     let d = blocking(move || {

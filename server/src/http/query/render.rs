@@ -18,7 +18,9 @@ use serde_json::{json, Value};
 use super::dot::{dot, DEFAULT_DOT_NODES};
 use super::grid;
 use crate::error::{ApiError, ApiResult};
-use crate::http::request::{blocking, discovery_selector, max_nodes, window, Params, Selection};
+use crate::http::request::{
+    blocking, discovery_selector, pyroscope_max_nodes, window, Params, Selection,
+};
 use crate::http::{tenant_of, AppRef};
 
 pub fn routes() -> Router<AppRef> {
@@ -99,7 +101,7 @@ async fn render_dot(state: AppRef, headers: HeaderMap, p: RenderParams) -> ApiRe
     let range = p.window(p.from.as_ref(), p.until.as_ref())?;
     let (querier, tenant) = (state.querier()?, tenant_of(&headers)?);
     // The tenant's node limit applies to the request as to every render.
-    max_nodes(p.max_nodes)?;
+    pyroscope_max_nodes(p.max_nodes)?;
     let limit = match p.max_nodes {
         Some(n) if n > 0 => usize::try_from(n).unwrap_or(usize::MAX),
         _ => DEFAULT_DOT_NODES,
@@ -126,7 +128,7 @@ async fn render_json(state: AppRef, headers: HeaderMap, p: RenderParams) -> ApiR
     let pt = profile_type.as_str().to_string();
     let (store, tenant) = (state.store()?, tenant_of(&headers)?);
     let querier = state.querier()?;
-    let mn = max_nodes(p.max_nodes)?;
+    let mn = pyroscope_max_nodes(p.max_nodes)?;
     let step = store.config().step_ms.max(1);
     grid::check(range, step)?;
     let (fg, series) = blocking(move || {
@@ -185,7 +187,7 @@ async fn render_diff(
     let pt = left.profile_type.as_str().to_string();
     let (ls, rs) = (left.selector, right.selector);
     let (querier, tenant) = (state.querier()?, tenant_of(&headers)?);
-    let mn = max_nodes(p.max_nodes)?;
+    let mn = pyroscope_max_nodes(p.max_nodes)?;
     let d = blocking(move || {
         let (l, r) = querier.diff_sides(&tenant, (&ls, lr), (&rs, rr))?;
         Ok(flamegraph_diff_merged(&l, &r, mn))

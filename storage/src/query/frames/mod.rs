@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
+use profiledb_symbolize::Symbolizer;
 
 use super::child_map::ChildMap;
 use super::drawn::Names;
@@ -27,34 +28,24 @@ use crate::dict::Dict;
 pub use crate::segment::{GidMemo, GidSlots};
 
 mod resolve;
+mod symbolic;
 #[cfg(test)]
 pub(crate) use resolve::add_pairs;
 pub use resolve::{resolve_segment, NodeMemo};
+pub use symbolic::location_frames;
 
 /// Display name of a frame: the function name, or for unsymbolized frames the
-/// binary and address, so they stay distinguishable and can be symbolized later.
-pub fn frame_name(dict: &Dict, loc: u32) -> Cow<'_, str> {
-    let Some(l) = dict.locations.get(loc as usize) else {
-        return "[unknown]".into();
-    };
-    if let Some(f) = l.function.and_then(|f| dict.functions.get(f as usize)) {
-        let name = dict.str(f.name);
-        if !name.is_empty() {
-            return name.into();
-        }
-    }
-    let binary = l
-        .mapping
-        .and_then(|m| dict.mappings.get(m as usize))
-        .map(|m| dict.str(m.file))
-        .map(|f| f.rsplit('/').next().unwrap_or(f))
-        .unwrap_or("");
-    match (binary.is_empty(), l.address) {
-        (true, 0) => "[unknown]".into(),
-        (true, a) => format!("0x{a:x}").into(),
-        (false, a) => format!("{binary}+0x{a:x}").into(),
-    }
+/// binary and file offset, so they stay distinguishable and can be symbolized
+/// later; with `symbols`, the innermost function the debug file names there.
+pub fn frame_name<'a>(dict: &'a Dict, loc: u32, symbols: Option<&Symbolizer>) -> Cow<'a, str> {
+    location_frames(dict, loc, symbols)
+        .pop()
+        .map_or("[unknown]".into(), |f| f.name)
 }
+
+/// Marks a frame key ([`FrameTree::name_of_node`]) that is a chain of inlined
+/// frames (an index into `FrameTree::chains`) rather than one name id.
+const CHAIN: u32 = 1 << 31;
 
 /// The root's gid.
 pub const ROOT_GID: u32 = 0;
@@ -66,12 +57,25 @@ pub struct FrameTree {
     names: Vec<u32>,
     children: ChildMap,
     name_strs: Interner,
+    /// Names frames kept as addresses; the tree is replaced when its generation moves.
+    symbols: Option<Arc<Symbolizer>>,
+    symbols_generation: u64,
+    /// Name ids of the frames one address stands for when calls were inlined
+    /// there, outermost first (see [`CHAIN`]).
+    chains: Vec<Box<[u32]>>,
 }
 
 impl FrameTree {
     fn new(generation: u64) -> Self {
+        Self::with_symbols(generation, None)
+    }
+
+    fn with_symbols(generation: u64, symbols: Option<Arc<Symbolizer>>) -> Self {
         FrameTree {
             generation,
+            symbols_generation: symbols.as_ref().map_or(0, |s| s.generation()),
+            symbols,
+            chains: Vec::new(),
             parents: vec![ROOT_GID],
             names: vec![0],
             children: ChildMap::default(),
@@ -156,6 +160,43 @@ impl FrameTree {
         gid
     }
 
+    /// The frame below `parent` for frame key `key`: one child, or a chain of
+    /// them for an address whose calls were inlined. Created when missing.
+    fn child_frame(&mut self, parent: u32, key: u32) -> u32 {
+        if key & CHAIN == 0 {
+            return self.child(parent, key);
+        }
+        let chain = self.chains[(key & !CHAIN) as usize].clone();
+        chain.iter().fold(parent, |p, &name| self.child(p, name))
+    }
+
+    /// The frame below `parent` for frame key `key`, if it exists.
+    fn get_frame(&self, parent: u32, key: u32) -> Option<u32> {
+        if key & CHAIN == 0 {
+            return self.children.get(parent, key);
+        }
+        let chain = self.chains.get((key & !CHAIN) as usize)?;
+        chain
+            .iter()
+            .try_fold(parent, |p, &name| self.children.get(p, name))
+    }
+
+    /// The name id a frame key ends on: its innermost frame's.
+    fn innermost(&self, key: u32) -> u32 {
+        if key & CHAIN == 0 {
+            return key;
+        }
+        self.chains
+            .get((key & !CHAIN) as usize)
+            .and_then(|c| c.last().copied())
+            .unwrap_or(0)
+    }
+
+    /// The symbolizer this tree names frames with.
+    pub fn symbols(&self) -> Option<&Symbolizer> {
+        self.symbols.as_deref()
+    }
+
     /// The child of `parent` named `name`, created when missing (tests build
     /// trees by name with it).
     #[cfg(test)]
@@ -175,6 +216,7 @@ impl Names for FrameTree {
 pub struct Frames {
     current: Mutex<Arc<RwLock<FrameTree>>>,
     next_generation: AtomicU64,
+    symbols: RwLock<Option<Arc<Symbolizer>>>,
     /// Above this many nodes the next query starts a fresh tree.
     pub max_nodes: usize,
 }
@@ -190,8 +232,24 @@ impl Frames {
         Frames {
             current: Mutex::new(Arc::new(RwLock::new(FrameTree::new(1)))),
             next_generation: AtomicU64::new(2),
+            symbols: RwLock::new(None),
             max_nodes,
         }
+    }
+
+    /// Names frames kept as addresses with `symbols` from the next query on.
+    pub fn set_symbolizer(&self, symbols: Arc<Symbolizer>) {
+        *self.symbols.write() = Some(symbols);
+    }
+
+    pub fn symbolizer(&self) -> Option<Arc<Symbolizer>> {
+        self.symbols.read().clone()
+    }
+
+    /// The symbolizer's generation (0 without one): goes up when a debug file
+    /// arrives, and with it every name derived from frames kept as addresses.
+    pub fn symbols_generation(&self) -> u64 {
+        self.symbols.read().as_ref().map_or(0, |s| s.generation())
     }
 
     /// Approximate bytes of the current tree (older generations live only as long as
@@ -210,11 +268,24 @@ impl Frames {
     }
 
     /// The tree a query uses from start to end (replaced first if it grew too big).
+    ///
+    /// A debug file that arrived since the tree was started (the symbolizer's
+    /// generation moved) starts a fresh tree too: frames it named by address may
+    /// have names now, and every memo and cached result keyed by the old tree's
+    /// generation goes with it.
     pub fn for_query(&self) -> Arc<RwLock<FrameTree>> {
+        let symbols = self.symbolizer();
+        let sym_gen = symbols.as_ref().map_or(0, |s| s.generation());
         let mut cur = self.current.lock();
-        if cur.read().len() > self.max_nodes {
+        let stale = {
+            let t = cur.read();
+            t.len() > self.max_nodes
+                || t.symbols_generation != sym_gen
+                || t.symbols.is_some() != symbols.is_some()
+        };
+        if stale {
             let g = self.next_generation.fetch_add(1, Ordering::Relaxed);
-            *cur = Arc::new(RwLock::new(FrameTree::new(g)));
+            *cur = Arc::new(RwLock::new(FrameTree::with_symbols(g, symbols)));
         }
         cur.clone()
     }
@@ -408,7 +479,7 @@ mod tests {
     #[test]
     fn unnamed_functions_stay_apart_by_address() {
         let mut b = DictBuilder::new();
-        let mapping = Some(b.mapping("/usr/lib/libx.so", ""));
+        let mapping = Some(b.mapping("/usr/lib/libx.so", "", Default::default()));
         let function = Some(b.function("", "x.rs"));
         let at = |b: &mut DictBuilder, address| {
             b.location(LocationRec {
@@ -506,7 +577,7 @@ mod tests {
         let mut b = DictBuilder::new();
         let loc = |b: &mut DictBuilder, f: Option<&str>, line: u32, address: u64| {
             let function = f.map(|f| b.function(f, "x.rs"));
-            let mapping = Some(b.mapping("/usr/lib/liby.so", ""));
+            let mapping = Some(b.mapping("/usr/lib/liby.so", "", Default::default()));
             b.location(LocationRec {
                 function,
                 mapping,

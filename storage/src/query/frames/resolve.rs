@@ -4,7 +4,7 @@
 
 use parking_lot::RwLock;
 
-use super::{frame_name, FrameTree, GidMemo, GidSlots, ROOT_GID};
+use super::{location_frames, FrameTree, GidMemo, GidSlots, CHAIN, ROOT_GID};
 use crate::dict::Dict;
 use crate::error::Result;
 use crate::query::scratch::{Memo, NodeValues, Scratch};
@@ -24,8 +24,8 @@ impl FrameTree {
             .climb_until(node, path, |n| memo.get(n))
             .unwrap_or(ROOT_GID);
         for &n in path.iter().rev() {
-            let name = self.name_of_node(dict, n, names);
-            gid = self.child(gid, name);
+            let key = self.name_of_node(dict, n, names);
+            gid = self.child_frame(gid, key);
             memo.set(n, gid);
         }
         gid
@@ -117,12 +117,13 @@ impl FrameTree {
         const AHEAD: usize = 8;
         for (k, &i) in by_depth.iter().enumerate() {
             if let Some(&j) = by_depth.get(k + AHEAD) {
-                if let Some(pg) = parent_gid(todo[j as usize]) {
-                    self.children.prefetch(pg, frame_names[j as usize]);
+                let key = frame_names[j as usize];
+                if let Some(pg) = parent_gid(todo[j as usize]).filter(|_| key & CHAIN == 0) {
+                    self.children.prefetch(pg, key);
                 }
             }
             let n = todo[i as usize];
-            let found = parent_gid(n).and_then(|pg| self.children.get(pg, frame_names[i as usize]));
+            let found = parent_gid(n).and_then(|pg| self.get_frame(pg, frame_names[i as usize]));
             if let Some(gid) = found {
                 slots.set(n, gid);
             }
@@ -130,7 +131,7 @@ impl FrameTree {
         for (&n, &name) in todo.iter().zip(&frame_names) {
             if slots.get(n).is_none() {
                 // The parent came earlier in id order: it has its gid by now.
-                let gid = self.child(parent_gid(n).unwrap_or(ROOT_GID), name);
+                let gid = self.child_frame(parent_gid(n).unwrap_or(ROOT_GID), name);
                 slots.set(n, gid);
             }
         }
@@ -154,20 +155,33 @@ impl FrameTree {
         }
     }
 
-    /// The interned frame name of stack node `n`, memoised in `names` per function
-    /// where the frame is named by it (many locations, one per line or address,
-    /// share a function), else per location.
+    /// The frame key of stack node `n`: its interned frame name, or a chain of
+    /// them ([`CHAIN`]) for an address the symbolizer expands into inlined
+    /// frames. Memoised in `names` per function where the frame is named by it
+    /// (many locations, one per line or address, share a function), else per
+    /// location.
     fn name_of_node(&mut self, dict: &Dict, n: u32, names: &mut Memo) -> u32 {
         let loc = dict.node_locations.get(n as usize).copied().unwrap_or(0);
         let key = Self::name_key(dict, loc);
-        match names.get(key) {
-            Some(id) => id,
-            None => {
-                let id = self.name_strs.intern(&frame_name(dict, loc));
-                names.set(key, id);
-                id
-            }
+        if let Some(id) = names.get(key) {
+            return id;
         }
+        let frames = location_frames(dict, loc, self.symbols.as_deref());
+        let ids: Vec<u32> = frames
+            .iter()
+            .map(|f| self.name_strs.intern(&f.name))
+            .collect();
+        let id = match ids.as_slice() {
+            [one] => *one,
+            _ if self.chains.len() < CHAIN as usize => {
+                self.chains.push(ids.into_boxed_slice());
+                CHAIN | (self.chains.len() - 1) as u32
+            }
+            // Past two billion chains: the innermost frame alone.
+            _ => ids.last().copied().unwrap_or(0),
+        };
+        names.set(key, id);
+        id
     }
 }
 
@@ -363,11 +377,19 @@ impl Scratch {
                 continue;
             };
             let loc = dict.node_locations.get(p.0 as usize).copied().unwrap_or(0);
-            p.0 = match self.names.get(FrameTree::name_key(dict, loc)) {
+            let key = match self.names.get(FrameTree::name_key(dict, loc)) {
                 Some(id) => id,
                 None => {
                     t.get_or_insert_with(|| tree.write())
                         .name_of_node(dict, p.0, &mut self.names)
+                }
+            };
+            p.0 = if key & CHAIN == 0 {
+                key
+            } else {
+                match &t {
+                    Some(w) => w.innermost(key),
+                    None => tree.read().innermost(key),
                 }
             };
         }

@@ -27,8 +27,9 @@ use crate::store::Inner;
 ///   the block stores those itself.
 /// * **Grow** it (a new base: the current one and what the block adds) when the
 ///   block adds more but shares at least half the base. A day samples most of
-///   a fleet's stacks, not all: on the bench fleet a base cut from one day lacked
-///   13 % of the next month's nodes, which every block then stored again.
+///   a fleet's stacks, not all: a base cut from one day lacks some of the next
+///   month's nodes, which every block would store again
+///   (docs/perf-log/2026-11-27-round-17-symbol-bases.md).
 /// * **Fresh** otherwise (its own tables alone): the base is mostly stacks the
 ///   block does not have, as when a tenant's stacks change wholesale. Growing
 ///   then would copy the whole base into every new one.
@@ -81,7 +82,7 @@ impl Inner {
 
     /// Reads the bases the newest segments name into memory (as many as it
     /// keeps): a first query after a restart would otherwise read and
-    /// decompress one (about 5 ms for the bench fleet's) before its answer.
+    /// decompress one before its answer.
     /// One that cannot be read is left to the query that needs it, which
     /// quarantines its segments.
     pub(in crate::store) fn preload_bases(&self) {

@@ -12,6 +12,9 @@ fn batch(stacks: &[&[&str]], value: i64) -> Batch {
     b.symbols.mappings.push(Mapping {
         file: "lib.so".into(),
         build_id: "abc".into(),
+        start: 0x40_0000,
+        limit: 0x50_0000,
+        offset: 0x1000,
     });
     let mut samples = Vec::new();
     for st in stacks {
@@ -68,7 +71,10 @@ fn flat(b: &Batch) -> Vec<(String, Vec<Frame>, i64, i64)> {
                         let f = &b.symbols.functions[loc.function.unwrap() as usize];
                         let m = &b.symbols.mappings[loc.mapping.unwrap() as usize];
                         let (name, file) = (f.name.to_string(), f.file.to_string());
-                        let (mfile, build) = (m.file.clone(), m.build_id.clone());
+                        // The mapping with its range: replay must keep both.
+                        let mfile =
+                            format!("{}@{:x}-{:x}+{:x}", m.file, m.start, m.limit, m.offset);
+                        let build = m.build_id.clone();
                         (name, file, mfile, build, loc.address, loc.line)
                     })
                     .collect();
@@ -196,6 +202,48 @@ fn full_records_still_read_and_only_complete_ids_make_an_id_record() {
     assert!(encode_body(&b, &off).is_none());
     let err = Resolver::default().decode(&[0, 9, 1, 2], true).unwrap_err();
     assert!(matches!(err, RecordError::Kind(9)), "{err}");
+}
+
+/// An id record as WALs before format 7 wrote it (`0x00 0x01`, mappings as file
+/// and build id only) still replays, its mappings with ranges of zeros.
+#[test]
+fn id_records_of_the_older_shape_still_replay() {
+    let b = batch(&[MAIN_A_B, MAIN_C], 5);
+    let ids = StackInterner::new(64 << 20).intern(&b);
+    let today = record_with(&mut Defined::default(), 1, &b, &ids);
+    let body = encode_body(&b, &ids).unwrap().unwrap();
+    // Today's definitions, mappings rewritten as they were.
+    let (defs, _) =
+        postcard::take_from_bytes::<Defs<'_, MappingDef<'_>>>(&today[ID_RECORD.len()..]).unwrap();
+    let old = Defs {
+        generation: defs.generation,
+        functions: defs.functions,
+        mappings: defs
+            .mappings
+            .into_iter()
+            .map(|m| NamesDef {
+                id: m.id,
+                a: m.file,
+                b: m.build_id,
+            })
+            .collect::<Vec<_>>(),
+        locations: defs.locations,
+        stacks: defs.stacks,
+    };
+    let mut payload = postcard::to_extend(&old, ID_RECORD_V1.to_vec()).unwrap();
+    payload.extend_from_slice(&body);
+    let (got, _) = Resolver::default().decode(&payload, true).unwrap();
+    let mut want = b.clone();
+    for m in &mut want.symbols.mappings {
+        (m.start, m.limit, m.offset) = (0, 0, 0);
+    }
+    assert_eq!(flat(&got), flat(&want));
+    assert_eq!(got.symbols.mappings[0].file, "lib.so");
+    assert_eq!(got.symbols.mappings[0].start, 0);
+    // Today's record keeps the ranges.
+    let (now, _) = Resolver::default().decode(&today, true).unwrap();
+    assert_eq!(now.symbols.mappings[0].start, 0x40_0000);
+    assert_eq!(now.symbols.mappings[0].offset, 0x1000);
 }
 
 proptest! {

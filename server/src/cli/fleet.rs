@@ -7,7 +7,7 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 use serde_json::Value;
 
-use crate::cli::{agent, read_answer};
+use super::client::{agent, read_answer};
 
 /// Which analysis to ask for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -59,6 +59,17 @@ fn name_value(s: &str) -> Result<(String, String), String> {
     s.split_once('=')
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .ok_or_else(|| format!("expected name=value, got {s:?}"))
+}
+
+impl FleetArgs {
+    pub fn run(&self) -> anyhow::Result<()> {
+        let answer = ask(self)?;
+        match table(self.analysis, &answer) {
+            Some(t) if !self.json => print!("{t}"),
+            _ => println!("{answer:#}"),
+        }
+        Ok(())
+    }
 }
 
 /// The server's answer (JSON).

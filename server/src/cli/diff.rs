@@ -2,16 +2,85 @@
 //! top-movers table the alerts use.
 
 use std::fmt::Write;
-use std::time::Duration;
 
 use anyhow::Context;
 use serde_json::{json, Value};
 
-use crate::time::{human_value, rfc3339};
+use super::client::{agent, read_answer};
+use crate::time::{human_value, parse_instant, rfc3339};
+
+/// The flags of `profiledb diff`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct DiffArgs {
+    /// The server to ask.
+    #[arg(long, default_value = "http://127.0.0.1:4040")]
+    pub server: String,
+    /// Profile type id.
+    #[arg(long, default_value = "process_cpu:cpu:nanoseconds:cpu:nanoseconds")]
+    pub profile_type: String,
+    /// Label selector, e.g. '{service_name="api"}'.
+    #[arg(long, default_value = "")]
+    pub selector: String,
+    /// Start of the base range.
+    #[arg(long)]
+    pub base_from: String,
+    /// End of the base range.
+    #[arg(long)]
+    pub base_until: String,
+    /// Start of the compare range.
+    #[arg(long)]
+    pub compare_from: String,
+    /// End of the compare range (default now).
+    #[arg(long, default_value = "now")]
+    pub compare_until: String,
+    /// Rows (and the k of the Manhattan distance).
+    #[arg(long, default_value_t = 10)]
+    pub top: usize,
+    /// Tenant (X-Scope-OrgID).
+    #[arg(long)]
+    pub tenant: Option<String>,
+    /// Print the server's JSON answer instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl DiffArgs {
+    /// The request, with the times read relative to `now` (ms).
+    pub fn request(&self, now: i64) -> anyhow::Result<DiffRequest> {
+        let t =
+            |what: &'static str, v: &str| parse_instant(what, v, now).map_err(anyhow::Error::msg);
+        Ok(DiffRequest {
+            server: self.server.clone(),
+            profile_type: self.profile_type.clone(),
+            selector: self.selector.clone(),
+            base: (
+                t("--base-from", &self.base_from)?,
+                t("--base-until", &self.base_until)?,
+            ),
+            compare: (
+                t("--compare-from", &self.compare_from)?,
+                t("--compare-until", &self.compare_until)?,
+            ),
+            top: self.top,
+            tenant: self.tenant.clone(),
+        })
+    }
+
+    pub fn run(&self) -> anyhow::Result<()> {
+        let req = self.request(profiledb_storage::now_ms())?;
+        let answer = diff(&req)?;
+        if self.json {
+            println!("{answer:#}");
+        } else {
+            print!("{}", diff_table(&req, &answer));
+        }
+        Ok(())
+    }
+}
 
 /// What `profiledb diff` asks for; ranges are `[start, end)` in ms.
 #[derive(Clone, Debug)]
-pub struct DiffArgs {
+pub struct DiffRequest {
     pub server: String,
     pub profile_type: String,
     pub selector: String,
@@ -22,7 +91,7 @@ pub struct DiffArgs {
 }
 
 /// The server's diff answer (JSON).
-pub fn diff(a: &DiffArgs) -> anyhow::Result<Value> {
+pub fn diff(a: &DiffRequest) -> anyhow::Result<Value> {
     let url = format!("{}/api/v1/diff", a.server.trim_end_matches('/'));
     let body = json!({
         "profile_type": a.profile_type,
@@ -44,39 +113,13 @@ pub fn diff(a: &DiffArgs) -> anyhow::Result<Value> {
     read_answer(&url, resp)
 }
 
-/// An HTTP client for asking a server: generous timeout, error statuses returned
-/// as answers (their JSON message is the useful part).
-pub fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .timeout_global(Some(Duration::from_secs(120)))
-        .http_status_as_error(false)
-        .build()
-        .new_agent()
-}
-
-/// A server's JSON answer, or its error message as the error.
-pub fn read_answer(url: &str, mut resp: ureq::http::Response<ureq::Body>) -> anyhow::Result<Value> {
-    let status = resp.status();
-    let text = resp
-        .body_mut()
-        .read_to_string()
-        .with_context(|| format!("cannot read the answer of {url}"))?;
-    let v: Value = serde_json::from_str(&text)
-        .with_context(|| format!("{url} answered HTTP {status} with non-JSON: {text:.200}"))?;
-    if !status.is_success() {
-        let msg = v["message"].as_str().unwrap_or(&text);
-        anyhow::bail!("{url} answered HTTP {status}: {msg}");
-    }
-    Ok(v)
-}
-
 fn pct(v: &Value) -> f64 {
     v.as_f64().unwrap_or(0.0) * 100.0
 }
 
 /// The table: one row per function (base share, compare share, delta in pp), then
 /// the stability figures.
-pub fn diff_table(a: &DiffArgs, v: &Value) -> String {
+pub fn diff_table(a: &DiffRequest, v: &Value) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "profile type: {}", a.profile_type);
     let _ = writeln!(
@@ -152,4 +195,44 @@ pub fn diff_table(a: &DiffArgs, v: &Value) -> String {
         s["entropy_compare"].as_f64().unwrap_or(0.0),
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        args: DiffArgs,
+    }
+
+    #[test]
+    fn times_are_read_relative_to_now() {
+        let a = Cmd::try_parse_from([
+            "diff",
+            "--base-from",
+            "now-2h",
+            "--base-until",
+            "now-1h",
+            "--compare-from",
+            "1970-01-01T01:00:00Z",
+        ])
+        .unwrap()
+        .args;
+        let now = 10 * 3_600_000;
+        let r = a.request(now).unwrap();
+        assert_eq!(r.base, (8 * 3_600_000, 9 * 3_600_000));
+        assert_eq!(r.compare, (3_600_000, now));
+        assert_eq!(
+            r.profile_type,
+            "process_cpu:cpu:nanoseconds:cpu:nanoseconds"
+        );
+        assert_eq!(r.top, 10);
+        let mut bad = a.clone();
+        bad.base_from = "yesterday".into();
+        let e = bad.request(now).unwrap_err().to_string();
+        assert!(e.contains("--base-from"), "{e}");
+    }
 }

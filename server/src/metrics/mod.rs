@@ -1,5 +1,7 @@
 //! Prometheus text exposition of the server's and the store's counters.
 
+pub mod latency;
+
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -17,6 +19,15 @@ pub struct HttpMetrics {
     pub query_requests: AtomicU64,
     /// Uploads whose newest sample is more than an hour before they arrived.
     pub ingest_backdated: AtomicU64,
+    /// Request latency by route template, method and status class.
+    pub latency: latency::RequestLatency,
+}
+
+/// A Prometheus label value: backslash, quote and newline escaped.
+pub(crate) fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 pub(crate) fn family(out: &mut String, name: &str, kind: &str, help: &str, value: u64) {
@@ -35,6 +46,9 @@ pub fn render(
     uptime_secs: u64,
 ) -> String {
     let mut out = String::new();
+    if let Some(sym) = store.and_then(|s| s.symbolizer()) {
+        crate::debuginfo::http::render_metrics(&mut out, &sym.stats());
+    }
     let c = |a: &AtomicU64| a.load(Ordering::Relaxed);
     family(
         &mut out,
@@ -71,6 +85,7 @@ pub fn render(
         "HTTP requests answered with a 5xx status.",
         c(&http.server_errors),
     );
+    http.latency.render(&mut out);
     family(
         &mut out,
         "profiledb_ingest_requests_total",
