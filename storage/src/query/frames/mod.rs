@@ -212,10 +212,18 @@ impl Names for FrameTree {
     }
 }
 
+/// Generations are unique in the process, not per store: segments on one symbol
+/// base share a memo of frame ids through the base, and bases are loaded once per
+/// process (`segment/base.rs`), so two stores' trees must never share a number.
+static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
+
+fn fresh_generation() -> u64 {
+    NEXT_GENERATION.fetch_add(1, Ordering::Relaxed)
+}
+
 /// The store's current frame tree.
 pub struct Frames {
     current: Mutex<Arc<RwLock<FrameTree>>>,
-    next_generation: AtomicU64,
     symbols: RwLock<Option<Arc<Symbolizer>>>,
     /// Above this many nodes the next query starts a fresh tree.
     pub max_nodes: usize,
@@ -230,8 +238,7 @@ impl Default for Frames {
 impl Frames {
     pub fn new(max_nodes: usize) -> Self {
         Frames {
-            current: Mutex::new(Arc::new(RwLock::new(FrameTree::new(1)))),
-            next_generation: AtomicU64::new(2),
+            current: Mutex::new(Arc::new(RwLock::new(FrameTree::new(fresh_generation())))),
             symbols: RwLock::new(None),
             max_nodes,
         }
@@ -284,8 +291,10 @@ impl Frames {
                 || t.symbols.is_some() != symbols.is_some()
         };
         if stale {
-            let g = self.next_generation.fetch_add(1, Ordering::Relaxed);
-            *cur = Arc::new(RwLock::new(FrameTree::with_symbols(g, symbols)));
+            *cur = Arc::new(RwLock::new(FrameTree::with_symbols(
+                fresh_generation(),
+                symbols,
+            )));
         }
         cur.clone()
     }
