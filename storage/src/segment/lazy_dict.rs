@@ -1,13 +1,13 @@
 //! A loaded segment's dictionary (mappings, functions, locations and the stack
 //! tree), decoded when a query first needs it.
 //!
-//! A block's stack tree is most of what loading it decoded: the bench fleet's
-//! week and 4-week blocks hold 1.5 M stack nodes each, and a first merge over
-//! seven days spent half its instructions, and most of the fresh memory the
-//! kernel zeroed for it, decoding the dictionaries of the blocks it read. A
-//! merge needs a stack node's tables only to resolve it into the frame tree,
-//! and the nodes a block shares with its symbol base are resolved already once
-//! the warm-up has resolved the last day (`gid_memo.rs`). So a load checks the
+//! A long block's stack tree is most of what loading it decodes, and a first
+//! merge over a week or a month spent most of its work, and of the fresh memory
+//! the kernel zeroed for it, decoding the dictionaries of the blocks it read
+//! (docs/perf-log/2026-11-29-cold-queries.md). A merge needs a stack node's
+//! tables only to resolve it into the frame tree, and the nodes a block shares
+//! with its symbol base are resolved already once the warm-up has resolved the
+//! last day (`gid_memo.rs`). So a load checks the
 //! sections' checksums and reads their leading counts (the first bytes of each
 //! decompressed section), and the tables are decoded on first use. The string
 //! table is decoded at load, for the labels, and handed over then.
