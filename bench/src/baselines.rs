@@ -338,19 +338,18 @@ pub(crate) struct Comparison {
     pub(crate) mismatches: Vec<String>,
 }
 
-/// Every baseline's answer to `key` by engine id, the engine with the lowest
-/// `field` (`p50_ms`, `first_ms`) and its figure, and a line per baseline whose
-/// total differs from profiledb's.
-fn answers(
-    runs: &[EngineRun],
-    key: &str,
-    total: Option<f64>,
-    field: &str,
-) -> (
-    serde_json::Map<String, Value>,
-    Option<(Engine, f64)>,
-    Vec<String>,
-) {
+/// Every baseline's answer to one query.
+struct Answers {
+    /// By engine id.
+    per_engine: serde_json::Map<String, Value>,
+    /// The engine with the lowest figure asked for, and that figure.
+    fastest: Option<(Engine, f64)>,
+    /// A line per baseline whose total differs from profiledb's.
+    mismatches: Vec<String>,
+}
+
+/// Every baseline's answer to `key`, the fastest by `field` (`p50_ms`, `first_ms`).
+fn answers(runs: &[EngineRun], key: &str, total: Option<f64>, field: &str) -> Answers {
     let mut per_engine = serde_json::Map::new();
     let mut mismatches = Vec::new();
     let mut fastest: Option<(Engine, f64)> = None;
@@ -370,7 +369,11 @@ fn answers(
         }
         per_engine.insert(run.engine.id().to_string(), answer);
     }
-    (per_engine, fastest, mismatches)
+    Answers {
+        per_engine,
+        fastest,
+        mismatches,
+    }
 }
 
 /// Compares profiledb's answer to `key` (its total and uncached / cached p50) with
@@ -382,7 +385,11 @@ pub(crate) fn compare(
     uncached_p50: f64,
     cached_p50: f64,
 ) -> Comparison {
-    let (per_engine, fastest, mismatches) = answers(runs, key, total, "p50_ms");
+    let Answers {
+        per_engine,
+        fastest,
+        mismatches,
+    } = answers(runs, key, total, "p50_ms");
     let figures = json!({
         "baselines": per_engine,
         "fastest_baseline": fastest.map(|(e, _)| e.id()),
@@ -407,7 +414,11 @@ pub(crate) fn compare_first(
     ms: f64,
     cpu_ms: f64,
 ) -> Comparison {
-    let (per_engine, fastest, mismatches) = answers(runs, key, total, "first_ms");
+    let Answers {
+        per_engine,
+        fastest,
+        mismatches,
+    } = answers(runs, key, total, "first_ms");
     let ch = |field: &str| {
         per_engine
             .get(Engine::Clickhouse.id())
