@@ -20,7 +20,8 @@ use anyhow::{bail, Context};
 use clap::Parser;
 use serde_json::{json, Value};
 
-use crate::query_suite::{specs, timed, wait_warm, QuerySpec};
+use crate::query_specs::{specs, timed, QuerySpec};
+use crate::query_suite::wait_warm;
 use crate::report;
 use crate::server::ServeProcess;
 

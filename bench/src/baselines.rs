@@ -194,19 +194,31 @@ pub(crate) struct EngineRun {
     pub(crate) queries: Value,
 }
 
-fn write_spec(path: &Path, queries: &[(String, &Sql)], engine: Engine) -> anyhow::Result<()> {
+/// One query a baseline is asked: its key in the answers, its SQL and whether it
+/// runs once only (the ad-hoc set: its first run is the figure).
+pub(crate) struct Asked<'a> {
+    pub(crate) key: String,
+    pub(crate) sql: &'a Sql,
+    pub(crate) first_only: bool,
+}
+
+fn write_spec(path: &Path, queries: &[Asked<'_>], engine: Engine) -> anyhow::Result<()> {
     let spec: Vec<Value> = queries
         .iter()
-        .map(|(key, sql)| {
+        .map(|q| {
             let text = match engine {
-                Engine::Clickhouse => &sql.clickhouse,
-                Engine::DuckdbParquet | Engine::DuckdbNative => &sql.duckdb,
+                Engine::Clickhouse => &q.sql.clickhouse,
+                Engine::DuckdbParquet | Engine::DuckdbNative => &q.sql.duckdb,
             };
-            let total = match sql.total {
+            let total = match q.sql.total {
                 Total::Sum => "sum",
                 Total::FirstRow => "first_row",
             };
-            json!({"name": key, "sql": text, "total": total})
+            let mut v = json!({"name": q.key, "sql": text, "total": total});
+            if q.first_only {
+                v["iterations"] = json!(0);
+            }
+            v
         })
         .collect();
     std::fs::write(path, serde_json::to_vec(&spec)?)
@@ -280,11 +292,11 @@ fn run_queries(
 }
 
 /// Loads and queries every installed engine over the Parquet rows in `rows_dir`.
-/// `queries`: (key, SQL) pairs; the keys index each engine's answers.
+/// The keys of `queries` index each engine's answers.
 pub(crate) fn run_all(
     installed: &Installed,
     rows_dir: &Path,
-    queries: &[(String, &Sql)],
+    queries: &[Asked<'_>],
     iterations: usize,
 ) -> anyhow::Result<Vec<EngineRun>> {
     let mut runs = Vec::new();
@@ -326,15 +338,18 @@ pub(crate) struct Comparison {
     pub(crate) mismatches: Vec<String>,
 }
 
-/// Compares profiledb's answer to `key` (its total and uncached / cached p50) with
-/// every baseline that ran.
-pub(crate) fn compare(
-    runs: &[EngineRun],
-    key: &str,
-    total: Option<f64>,
-    uncached_p50: f64,
-    cached_p50: f64,
-) -> Comparison {
+/// Every baseline's answer to one query.
+struct Answers {
+    /// By engine id.
+    per_engine: serde_json::Map<String, Value>,
+    /// The engine with the lowest figure asked for, and that figure.
+    fastest: Option<(Engine, f64)>,
+    /// A line per baseline whose total differs from profiledb's.
+    mismatches: Vec<String>,
+}
+
+/// Every baseline's answer to `key`, the fastest by `field` (`p50_ms`, `first_ms`).
+fn answers(runs: &[EngineRun], key: &str, total: Option<f64>, field: &str) -> Answers {
     let mut per_engine = serde_json::Map::new();
     let mut mismatches = Vec::new();
     let mut fastest: Option<(Engine, f64)> = None;
@@ -347,19 +362,78 @@ pub(crate) fn compare(
                 run.engine.label()
             ));
         }
-        if let Some(p50) = answer.get("p50_ms").and_then(Value::as_f64) {
-            if fastest.is_none_or(|(_, best)| p50 < best) {
-                fastest = Some((run.engine, p50));
+        if let Some(ms) = answer.get(field).and_then(Value::as_f64) {
+            if fastest.is_none_or(|(_, best)| ms < best) {
+                fastest = Some((run.engine, ms));
             }
         }
         per_engine.insert(run.engine.id().to_string(), answer);
     }
+    Answers {
+        per_engine,
+        fastest,
+        mismatches,
+    }
+}
+
+/// Compares profiledb's answer to `key` (its total and uncached / cached p50) with
+/// every baseline that ran.
+pub(crate) fn compare(
+    runs: &[EngineRun],
+    key: &str,
+    total: Option<f64>,
+    uncached_p50: f64,
+    cached_p50: f64,
+) -> Comparison {
+    let Answers {
+        per_engine,
+        fastest,
+        mismatches,
+    } = answers(runs, key, total, "p50_ms");
     let figures = json!({
         "baselines": per_engine,
         "fastest_baseline": fastest.map(|(e, _)| e.id()),
         "fastest_baseline_p50_ms": fastest.map(|(_, p)| p),
         "fastest_p50_over_uncached_p50": fastest.map(|(_, p)| p / uncached_p50),
         "fastest_p50_over_cached_p50": fastest.map(|(_, p)| p / cached_p50),
+        "totals_match": (!runs.is_empty()).then_some(mismatches.is_empty()),
+    });
+    Comparison {
+        figures,
+        mismatches,
+    }
+}
+
+/// Compares profiledb's first answer to `key` after a restart (its total, wall
+/// and server CPU milliseconds) with every baseline's first run of the same SQL:
+/// ClickHouse's first run over profiledb's, wall and CPU, and the fastest first run.
+pub(crate) fn compare_first(
+    runs: &[EngineRun],
+    key: &str,
+    total: Option<f64>,
+    ms: f64,
+    cpu_ms: f64,
+) -> Comparison {
+    let Answers {
+        per_engine,
+        fastest,
+        mismatches,
+    } = answers(runs, key, total, "first_ms");
+    let ch = |field: &str| {
+        per_engine
+            .get(Engine::Clickhouse.id())
+            .and_then(|a| a.get(field))
+            .and_then(Value::as_f64)
+    };
+    let figures = json!({
+        "baselines": per_engine,
+        "clickhouse_first_ms": ch("first_ms"),
+        "clickhouse_first_cpu_ms": ch("first_cpu_ms"),
+        "clickhouse_first_over_ms": ch("first_ms").map(|c| c / ms),
+        "clickhouse_first_cpu_over_cpu": ch("first_cpu_ms").map(|c| c / cpu_ms),
+        "fastest_first_baseline": fastest.map(|(e, _)| e.id()),
+        "fastest_first_ms": fastest.map(|(_, f)| f),
+        "fastest_first_over_ms": fastest.map(|(_, f)| f / ms),
         "totals_match": (!runs.is_empty()).then_some(mismatches.is_empty()),
     });
     Comparison {

@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 
 use crate::baselines::{duckdb_version, run_duckdb};
 use crate::fleet::{Fleet, FleetConfig, CPU_TYPE};
-use crate::query_suite::percentile;
+use crate::query_specs::percentile;
 use crate::report;
 use crate::server::{push_patiently as push, Running};
 

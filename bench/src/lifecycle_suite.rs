@@ -172,7 +172,7 @@ fn long_range(
             times.push(c.elapsed().as_secs_f64() * 1e3);
         }
         times.sort_by(f64::total_cmp);
-        let p50 = crate::query_suite::percentile(&times, 50.0);
+        let p50 = crate::query_specs::percentile(&times, 50.0);
         out.insert(
             name.into(),
             json!({"first_ms": first_ms, "p50_ms": p50, "total": total}),

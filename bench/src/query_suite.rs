@@ -25,11 +25,13 @@ use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{json, Value};
 
-use crate::baselines::{self, Installed, Sql, Total};
-use crate::fleet::{dense, heap_due, Fleet, FleetConfig, Replay, CPU_TYPE, FILTER_FUNCTION};
+use crate::baselines::{self, Asked, Installed};
+use crate::cold_queries::{self, ColdSet};
+use crate::fleet::{dense, heap_due, Fleet, FleetConfig, Replay};
+use crate::query_specs::{adhoc_specs, p50_p99, send, specs, timed, AdHoc, Req};
 use crate::report::{self, human_bytes};
 use crate::same_rows;
-use crate::server::Running;
+use crate::server::{workspace_binary, Running};
 use crate::thread_cpu;
 
 #[derive(clap::Args, Clone)]
@@ -94,6 +96,13 @@ pub struct Args {
     /// Lets query-engine work be measured repeatedly without re-ingesting.
     #[arg(long, requires = "data_dir")]
     reuse: bool,
+    /// Restarts per query of the cold set (the fixed queries first after a
+    /// restart) and ad-hoc runs (a new selector each); 0 skips both.
+    #[arg(long, default_value_t = 3)]
+    cold_runs: usize,
+    /// Only the cold and ad-hoc set: not the uncached and cached runs.
+    #[arg(long)]
+    cold_only: bool,
     /// Small run for CI.
     #[arg(long)]
     quick: bool,
@@ -101,239 +110,6 @@ pub struct Args {
 
 const HOUR: i64 = 3_600_000;
 const DAY: i64 = 24 * HOUR;
-
-#[derive(Clone)]
-pub(crate) enum Req {
-    Get(String),
-    Post(&'static str, Value),
-}
-
-pub(crate) struct QuerySpec {
-    pub name: &'static str,
-    pub window: &'static str,
-    /// The HTTP request with the range start moved `shift` ms earlier (no data lives
-    /// there, so the answer is the same but the result-cache key differs).
-    pub http: Box<dyn Fn(i64) -> Req>,
-    /// Extracts the figure compared with each baseline's.
-    total: fn(&Value) -> Option<f64>,
-    sql: Sql,
-}
-
-fn send(client: &reqwest::blocking::Client, url: &str, r: &Req) -> anyhow::Result<Value> {
-    let resp = match r {
-        Req::Get(q) => client.get(format!("{url}{q}")).send()?,
-        Req::Post(path, body) => client.post(format!("{url}{path}")).json(body).send()?,
-    };
-    let status = resp.status();
-    let body = resp.bytes()?;
-    if !status.is_success() {
-        bail!("{status}: {}", String::from_utf8_lossy(&body));
-    }
-    serde_json::from_slice(&body).context("response is not JSON")
-}
-
-pub(crate) fn timed(
-    client: &reqwest::blocking::Client,
-    url: &str,
-    r: &Req,
-) -> anyhow::Result<(f64, Value)> {
-    let t = Instant::now();
-    let v = send(client, url, r)?;
-    Ok((t.elapsed().as_secs_f64() * 1e3, v))
-}
-
-pub fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
-pub(crate) fn p50_p99(mut v: Vec<f64>) -> (f64, f64) {
-    v.sort_by(|a, b| a.total_cmp(b));
-    (percentile(&v, 50.0), percentile(&v, 99.0))
-}
-
-fn enc(s: &str) -> String {
-    percent_encode(s)
-}
-
-fn percent_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() * 2);
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
-pub(crate) fn specs(t_end: i64, service: &str) -> Vec<QuerySpec> {
-    let mut out = Vec::new();
-    // The time-series step keeps each answer to 60–120 points per series, as a
-    // dashboard would ask; the diff is asked over the two short windows only.
-    for (window, len, step_s) in [
-        ("1h", HOUR, 60i64),
-        ("1d", DAY, 900),
-        ("7d", 7 * DAY, 7200),
-        ("30d", 30 * DAY, 21_600),
-    ] {
-        let long = len > DAY;
-        let start = t_end - len;
-        let mid = t_end - len / 2;
-        let svc_sel = format!("{{service_name=\"{service}\"}}");
-        let cpu = format!("process_cpu:cpu:nanoseconds:cpu:nanoseconds{svc_sel}");
-        let time = format!("ts_ms >= {start} AND ts_ms < {t_end}");
-        let where_svc = format!("profile_type = '{CPU_TYPE}' AND service = '{service}' AND {time}");
-
-        let q = cpu.clone();
-        out.push(QuerySpec {
-            name: "merge",
-            window,
-            http: Box::new(move |shift| {
-                Req::Get(format!(
-                    "/api/v1/flamegraph?query={}&from={}&until={}&max_nodes=1024",
-                    enc(&q),
-                    start - shift,
-                    t_end
-                ))
-            }),
-            total: |v| v.get("total").and_then(Value::as_f64),
-            sql: Sql::portable(format!(
-                "SELECT k.stack, m.v FROM (SELECT stack_id, sum(value) AS v FROM samples \
-                 WHERE {where_svc} GROUP BY stack_id) m JOIN stacks k USING (stack_id)"
-            )),
-        });
-
-        // The second variant asks a filter never asked before on every run (an
-        // alternative that matches nothing is appended): nothing of it is cached, so
-        // it is the cost of a group-by computed from the decoded segments.
-        for (name, fresh_filter) in [
-            ("group-by service,function + function filter", false),
-            ("group-by, filter new on every run", true),
-        ] {
-            out.push(QuerySpec {
-                name,
-                window,
-                http: Box::new(move |shift| {
-                    let function = if fresh_filter {
-                        format!("{FILTER_FUNCTION}|^nothing{shift}$")
-                    } else {
-                        FILTER_FUNCTION.to_string()
-                    };
-                    Req::Post(
-                        "/api/v1/query",
-                        json!({"profile_type": CPU_TYPE, "selector": "{}",
-                           "start": start - shift, "end": t_end,
-                           "group_by": ["service_name", "function"],
-                           "function": function, "limit": 100}),
-                    )
-                }),
-                total: |v| v.get("total").and_then(Value::as_f64),
-                sql: Sql::portable(format!(
-                    "SELECT s.service, k.leaf, sum(s.value) AS v FROM samples s \
-                     JOIN (SELECT stack_id, leaf FROM stacks WHERE stack LIKE '%{FILTER_FUNCTION}%') k \
-                     USING (stack_id) WHERE s.profile_type = '{CPU_TYPE}' AND s.{time} \
-                     GROUP BY 1, 2 ORDER BY v DESC"
-                )),
-            });
-        }
-
-        let all = format!("{CPU_TYPE}{{}}");
-        out.push(QuerySpec {
-            name: "time series by service",
-            window,
-            http: Box::new(move |shift| {
-                Req::Get(format!(
-                    "/api/v1/timeseries?query={}&from={}&until={}&step={step_s}s&group_by=service_name&limit=100",
-                    enc(&all),
-                    start - shift,
-                    t_end
-                ))
-            }),
-            total: |v| {
-                v.get("series")?
-                    .as_array()?
-                    .iter()
-                    .map(|s| s.get("total").and_then(Value::as_f64))
-                    .sum()
-            },
-            sql: {
-                let step_ms = step_s * 1000;
-                // Integer division is `//` in DuckDB, intDiv in ClickHouse.
-                let series = |bucket: String| {
-                    format!(
-                        "SELECT service, {bucket} AS bucket, sum(value) AS v FROM samples \
-                         WHERE profile_type = '{CPU_TYPE}' AND {time} GROUP BY 1, 2 ORDER BY 1, 2"
-                    )
-                };
-                Sql {
-                    duckdb: series(format!("ts_ms // {step_ms} * {step_ms}")),
-                    clickhouse: series(format!("intDiv(ts_ms, {step_ms}) * {step_ms}")),
-                    total: Total::Sum,
-                }
-            },
-        });
-
-        if long {
-            continue;
-        }
-        let sel = svc_sel.clone();
-        out.push(QuerySpec {
-            name: "diff (two halves, top 20)",
-            window,
-            http: Box::new(move |shift| {
-                Req::Post(
-                    "/api/v1/diff",
-                    // The same flame graph size as the merge query draws.
-                    json!({"profile_type": CPU_TYPE, "selector": sel,
-                       "base": {"start": start - shift, "end": mid},
-                       "compare": {"start": mid, "end": t_end}, "top": 20,
-                       "max_nodes": 1024}),
-                )
-            }),
-            total: |v| {
-                let s = v.get("stats")?;
-                Some(s.get("samples_base")?.as_f64()? + s.get("samples_compare")?.as_f64()?)
-            },
-            sql: diff_sql(service, &time, mid),
-        });
-    }
-    out
-}
-
-/// Leaf shares of each half and the 20 largest changes; the grand total on every row.
-fn diff_sql(service: &str, time: &str, mid: i64) -> Sql {
-    let duckdb = format!(
-        "WITH side AS (SELECT k.leaf, (s.ts_ms >= {mid}) AS cmp, sum(s.value) AS v \
-         FROM samples s JOIN stacks k USING (stack_id) WHERE s.profile_type = '{CPU_TYPE}' \
-         AND s.service = '{service}' AND s.{time} GROUP BY 1, 2), \
-         tot AS (SELECT cmp, sum(v) AS t FROM side GROUP BY cmp), \
-         shares AS (SELECT leaf, sum(CASE WHEN NOT side.cmp THEN v / t ELSE 0 END) AS b, \
-         sum(CASE WHEN side.cmp THEN v / t ELSE 0 END) AS c FROM side JOIN tot USING (cmp) \
-         GROUP BY leaf) \
-         SELECT leaf, b, c, c - b AS delta, (SELECT sum(t) FROM tot) AS total \
-         FROM shares ORDER BY abs(c - b) DESC LIMIT 20"
-    );
-    // ClickHouse inlines a CTE at every reference (the DuckDB form scans and joins
-    // three times), so both halves are summed in one pass and the totals are windows.
-    let clickhouse = format!(
-        "SELECT leaf, b, c, c - b AS delta, total FROM (SELECT leaf, vb / sum(vb) OVER () AS b, \
-         vc / sum(vc) OVER () AS c, sum(vb + vc) OVER () AS total FROM (SELECT k.leaf AS leaf, \
-         sumIf(s.value, s.ts_ms < {mid}) AS vb, sumIf(s.value, s.ts_ms >= {mid}) AS vc \
-         FROM samples s JOIN stacks k USING (stack_id) WHERE s.profile_type = '{CPU_TYPE}' \
-         AND s.service = '{service}' AND s.{time} GROUP BY leaf)) \
-         ORDER BY abs(c - b) DESC LIMIT 20"
-    );
-    Sql {
-        duckdb,
-        clickhouse,
-        total: Total::FirstRow,
-    }
-}
 
 /// Runs the server's compactor once, as its background clock would after the
 /// ingest: past UTC days become day blocks, past weeks week blocks. Prints and
@@ -413,6 +189,7 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
         args.replay_hosts = args.replay_hosts.min(2);
         args.iterations = args.iterations.min(5);
         args.cached_iterations = args.cached_iterations.min(30);
+        args.cold_runs = args.cold_runs.min(1);
     }
     if args.interval == 0
         || args.day_interval == 0
@@ -765,8 +542,33 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
     };
 
     let specs = specs(t_end, fleet.service_name(0));
-    let keyed: Vec<(String, &Sql)> = specs.iter().map(|s| (key(s), &s.sql)).collect();
-    let runs = baselines::run_all(&installed, &rows_dir, &keyed, args.iterations)?;
+    // The ad-hoc selections are new on every invocation: drawn with the clock.
+    let adhoc_seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_nanos() as u64;
+    let selections = AdHoc::draw(
+        &fleet,
+        args.services,
+        args.hosts,
+        args.cold_runs,
+        adhoc_seed,
+    );
+    let adhoc: Vec<_> = selections
+        .iter()
+        .enumerate()
+        .map(|(r, a)| adhoc_specs(t_end, a, r))
+        .collect();
+    let asked: Vec<Asked> = specs
+        .iter()
+        .map(|s| (s, false))
+        .chain(adhoc.iter().flatten().map(|s| (s, true)))
+        .map(|(s, first_only)| Asked {
+            key: s.key(),
+            sql: &s.sql,
+            first_only,
+        })
+        .collect();
+    let runs = baselines::run_all(&installed, &rows_dir, &asked, args.iterations)?;
 
     // profiledb queries.
     let client = reqwest::blocking::Client::new();
@@ -779,7 +581,7 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
     let mut results = Vec::new();
     let mut mismatches = Vec::new();
     let mut shift = 0i64;
-    for s in &specs {
+    for s in specs.iter().filter(|_| !args.cold_only) {
         pb.set_message(format!("{} [{}]", s.name, s.window));
         // First query after a restart: empty result cache and segment cache.
         let server = Running::start(&server_dir, 0)?;
@@ -809,7 +611,7 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
         server.stop()?;
         let (miss50, miss99) = p50_p99(miss);
         let (hit50, hit99) = p50_p99(hit);
-        let compared = baselines::compare(&runs, &key(s), total, miss50, hit50);
+        let compared = baselines::compare(&runs, &s.key(), total, miss50, hit50);
         mismatches.extend(compared.mismatches);
         let mut r = json!({
             "query": s.name,
@@ -829,7 +631,9 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
     pb.finish_and_clear();
     let query_peak_rss = report::peak_rss_bytes();
 
-    print_table(&results);
+    if !args.cold_only {
+        print_table(&results);
+    }
     println!(
         "peak RSS of the server (in this process) while querying: {}{}",
         human_bytes(query_peak_rss as f64),
@@ -846,6 +650,41 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
         &same_rows,
         &runs,
     );
+    let cold = if args.cold_runs > 0 {
+        let bin = workspace_binary("profiledb", "profiledb")?;
+        let repeated: serde_json::Map<String, Value> = results
+            .iter()
+            .filter_map(|r| {
+                let key = format!(
+                    "{} [{}]",
+                    r.get("query")?.as_str()?,
+                    r.get("window")?.as_str()?
+                );
+                Some((key, r.get("uncached_p50_ms")?.clone()))
+            })
+            .collect();
+        let set = ColdSet {
+            bin: &bin,
+            dir: &server_dir,
+            // After a restart every filter is new: the fresh-filter variant
+            // asks nothing the fixed one does not.
+            cold: specs
+                .iter()
+                .filter(|s| !s.name.contains("filter new"))
+                .collect(),
+            adhoc: &adhoc,
+            selections: &selections,
+            runs: args.cold_runs,
+            repeated: &Value::Object(repeated),
+        };
+        let pb = ProgressBar::new_spinner();
+        let (v, bad) = cold_queries::run(&set, &runs, |m| pb.set_message(format!("cold: {m}")))?;
+        pb.finish_and_clear();
+        mismatches.extend(bad);
+        v
+    } else {
+        Value::Null
+    };
     let mut figures = json!({
         "seed": args.seed,
         "services": args.services,
@@ -865,6 +704,7 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
         "same_rows": same_rows,
         "query_peak_rss_bytes": query_peak_rss,
         "queries": results,
+        "cold": cold,
         "note": "HTTP latency from an in-process client on loopback; uncached = result-cache miss (start shifted by a few ms), segments already decoded; restart = first query after a server restart",
     });
     // The ingest figures (from this run, or from the reused directory's manifest).
@@ -891,10 +731,6 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-fn key(s: &QuerySpec) -> String {
-    format!("{} [{}]", s.name, s.window)
 }
 
 fn print_table(results: &[Value]) {

@@ -24,7 +24,7 @@ use serde_json::json;
 
 use crate::agent_suite::status_kib;
 use crate::fleet::{Rng, CPU_TYPE};
-use crate::query_suite::p50_p99;
+use crate::query_specs::p50_p99;
 use crate::report::{self, human_bytes};
 use crate::server::{wait_ready, workspace_binary};
 

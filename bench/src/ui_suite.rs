@@ -16,7 +16,7 @@ use clap::Args as ClapArgs;
 use serde_json::{json, Value};
 
 use crate::fleet::{Fleet, FleetConfig, CPU_TYPE};
-use crate::query_suite::percentile;
+use crate::query_specs::percentile;
 use crate::report::{self, human_bytes};
 use crate::server::{push, Running};
 

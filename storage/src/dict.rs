@@ -452,7 +452,6 @@ fn decode_opt_id(v: u64, len: usize, what: &str) -> Result<Option<u32>> {
     Ok(Some((v - 1) as u32))
 }
 
-/// Decodes the five dictionary sections and checks every cross reference.
 /// The Strings section alone: what label names and values refer to.
 pub(crate) fn decode_strings(bytes: &[u8]) -> Result<Vec<String>> {
     let mut r = Reader::new(bytes, "strings section");
@@ -464,6 +463,7 @@ pub(crate) fn decode_strings(bytes: &[u8]) -> Result<Vec<String>> {
     Ok(out)
 }
 
+/// Decodes the five dictionary sections and checks every cross reference.
 pub fn decode(
     strings: &[u8],
     mappings: &[u8],
@@ -471,8 +471,26 @@ pub fn decode(
     locations: &[u8],
     stacks: &[u8],
 ) -> Result<Dict> {
+    decode_on(
+        decode_strings(strings)?,
+        mappings,
+        functions,
+        locations,
+        stacks,
+    )
+}
+
+/// [`decode`] with the string table decoded already (a segment decodes it at
+/// load for its labels, and its other tables when a query first needs them).
+pub fn decode_on(
+    strings: Vec<String>,
+    mappings: &[u8],
+    functions: &[u8],
+    locations: &[u8],
+    stacks: &[u8],
+) -> Result<Dict> {
     let mut d = Dict {
-        strings: decode_strings(strings)?,
+        strings,
         ..Dict::default()
     };
     let ns = d.strings.len() as u64;

@@ -92,7 +92,7 @@ impl Merger {
     pub fn add(&mut self, seg: &LoadedSegment) -> Result<()> {
         let m = &seg.meta;
         let (offset, ratio) = self.rebase(m)?;
-        let d = &seg.dict;
+        let d = seg.dict()?;
         let b = &mut self.builder;
 
         let mut mappings = Vec::with_capacity(d.mappings.len());

@@ -393,6 +393,8 @@ impl Fleet {
     pub fn service_name(&self, s: usize) -> &str {
         self.services.get(s).map_or("", |x| x.name.as_str())
     }
+    /// Distinct zones: hosts `0..ZONES` have one each.
+    pub const ZONES: usize = REGIONS.len() * 3;
     pub fn host_name(h: usize) -> String {
         format!("host-{h:03}")
     }

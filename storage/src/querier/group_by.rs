@@ -63,11 +63,11 @@ impl Querier {
         scope: Scope,
     ) -> Result<GroupAcc> {
         let (tenant, range) = (&query.tenant, query.range);
-        let resolve = |src: &dyn Source, re: &Regex| -> RoaringBitmap {
-            match src.segment_id() {
-                Some(id) => self.cache.fn_index(id, src.dict()).matching(re),
-                None => scan_functions(src.dict(), re),
-            }
+        let resolve = |src: &dyn Source, re: &Regex| -> Result<RoaringBitmap> {
+            Ok(match src.segment_id() {
+                Some(id) => self.cache.fn_index(id, src.dict()?).matching(re),
+                None => scan_functions(src.dict()?, re),
+            })
         };
         if frames_can_group(q) {
             let frames = self.store.frames().for_query();

@@ -249,7 +249,7 @@ pub fn group_into(
     sel: &Selector,
     range: TimeRange,
     q: &GroupByQuery,
-    resolve: &dyn Fn(&dyn Source, &Regex) -> RoaringBitmap,
+    resolve: &dyn Fn(&dyn Source, &Regex) -> Result<RoaringBitmap>,
     acc: &mut GroupAcc,
     scratch: &mut Scratch,
     symbols: Option<&Symbolizer>,
@@ -257,10 +257,10 @@ pub fn group_into(
     let Some((series, lo, hi)) = selection(src, sel, range) else {
         return Ok(());
     };
-    let dict = src.dict();
+    let dict = src.dict()?;
     let label_keys = q.label_keys();
     let stack_keys = q.keys.iter().any(GroupKey::is_stack_derived);
-    let mut filter = NodeFilter::new(src, q.include.as_ref(), q.exclude.as_ref(), resolve);
+    let mut filter = NodeFilter::new(src, q.include.as_ref(), q.exclude.as_ref(), resolve)?;
     if filter.passes_nothing() {
         return Ok(());
     }
@@ -595,7 +595,7 @@ impl SourceGroups {
         src: &dyn Source,
         sel: &Selector,
         q: &GroupByQuery,
-        resolve: &dyn Fn(&dyn Source, &Regex) -> RoaringBitmap,
+        resolve: &dyn Fn(&dyn Source, &Regex) -> Result<RoaringBitmap>,
     ) -> Result<Option<SourceGroups>> {
         let series = src.index().select(&sel.matchers);
         if series.is_empty() {
@@ -605,7 +605,7 @@ impl SourceGroups {
         // they are resolved to frame ids: only the stacks a filtered query keeps
         // are added to the frame tree (the first query after a restart resolves
         // far fewer).
-        let filter = NodeFilter::new(src, q.include.as_ref(), q.exclude.as_ref(), resolve);
+        let filter = NodeFilter::new(src, q.include.as_ref(), q.exclude.as_ref(), resolve)?;
         if filter.passes_nothing() {
             return Ok(None);
         }
@@ -664,7 +664,7 @@ impl SourceGroups {
             for (values, set) in &self.members {
                 self.filter.node_values(src, set, lo, hi, scratch)?;
                 let g = acc.group_id(values);
-                self.sum_frames(g, &to_frames, tree, acc, scratch);
+                self.sum_frames(g, &to_frames, tree, acc, scratch)?;
             }
             Ok(())
         })();
@@ -685,15 +685,19 @@ impl SourceGroups {
     ) -> Result<()> {
         let to_frames = ToFrames::new(src, tree);
         let lookups = nodes.groups.iter().map(|(_, pairs)| pairs.len()).sum();
-        self.filter.expect_lookups(src, lookups);
-        for (values, pairs) in &nodes.groups {
-            scratch.pairs.clear();
-            scratch.pairs.extend_from_slice(pairs);
-            self.filter.retain_pairs(src, scratch);
-            let g = acc.group_id(values);
-            self.sum_frames(g, &to_frames, tree, acc, scratch);
-        }
+        let result = (|| -> Result<()> {
+            self.filter.expect_lookups(src, lookups)?;
+            for (values, pairs) in &nodes.groups {
+                scratch.pairs.clear();
+                scratch.pairs.extend_from_slice(pairs);
+                self.filter.retain_pairs(src, scratch)?;
+                let g = acc.group_id(values);
+                self.sum_frames(g, &to_frames, tree, acc, scratch)?;
+            }
+            Ok(())
+        })();
         scratch.end_source();
+        result?;
         self.check_groups(acc)
     }
 
@@ -705,14 +709,15 @@ impl SourceGroups {
         tree: &RwLock<FrameTree>,
         acc: &mut FrameGroups,
         scratch: &mut Scratch,
-    ) {
+    ) -> Result<()> {
+        let (src, slots) = (to_frames.src, to_frames.slots.as_deref());
         match self.stack_key {
             StackKey::Path => {
-                scratch.pairs_to_frames(tree, to_frames.dict, to_frames.slots.as_deref());
+                scratch.pairs_to_frames(tree, || src.dict(), slots)?;
                 // The node pairs are spent: their buffer takes the frame pairs.
                 scratch.gids.drain(&mut scratch.pairs);
             }
-            StackKey::Leaf => scratch.pairs_to_names(tree, to_frames.dict),
+            StackKey::Leaf => scratch.pairs_to_names(tree, || src.dict(), slots)?,
             StackKey::None => {}
         }
         acc.values.reserve(scratch.pairs.len());
@@ -729,6 +734,7 @@ impl SourceGroups {
             let e = acc.values.entry(key).or_insert(0);
             *e = e.saturating_add(v);
         }
+        Ok(())
     }
 
     fn check_groups(&self, acc: &FrameGroups) -> Result<()> {
@@ -739,21 +745,21 @@ impl SourceGroups {
     }
 }
 
-/// What turns one source's `(stack node, value)` sums into frame ids.
+/// What turns one source's `(stack node, value)` sums into frame ids: its memo,
+/// and its tables for the nodes the memo lacks.
 struct ToFrames<'s> {
-    dict: &'s Dict,
+    src: &'s dyn Source,
     slots: Option<std::sync::Arc<GidSlots>>,
 }
 
 impl<'s> ToFrames<'s> {
     fn new(src: &'s dyn Source, tree: &RwLock<FrameTree>) -> Self {
-        let dict = src.dict();
         let generation = tree.read().generation();
         ToFrames {
-            dict,
+            src,
             slots: src
                 .gid_memo()
-                .map(|m| m.slots(generation, dict.node_count())),
+                .map(|m| m.slots(generation, src.node_count())),
         }
     }
 }

@@ -163,7 +163,7 @@ pub fn lines_into(
         return Ok(());
     };
     node_values(src, &series, lo, hi, scratch)?;
-    let dict = src.dict();
+    let dict = src.dict()?;
     // A location's frame ids, once per source.
     let mut by_location: FxHashMap<u32, Vec<u32>> = FxHashMap::default();
     for &(node, v) in &scratch.pairs {

@@ -259,7 +259,7 @@ mod tests {
         let (mut nodes, mut names, mut path) = (Memo::default(), Memo::default(), Vec::new());
         add_pairs(
             frames,
-            &dict,
+            || Ok(&dict),
             Some(&slots),
             &pairs,
             &mut out,
@@ -267,7 +267,8 @@ mod tests {
             &mut names,
             &mut Memo::default(),
             &mut path,
-        );
+        )
+        .unwrap();
         let mut merged = Vec::new();
         out.drain(&mut merged);
         Merged::new(frames.clone(), Arc::new(merged))

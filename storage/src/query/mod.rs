@@ -80,7 +80,12 @@ pub trait SummarySource {
 /// What queries need from a head partition or a decoded segment: the summary
 /// plus stacks and rows.
 pub trait Source: SummarySource {
-    fn dict(&self) -> &Dict;
+    /// The symbol tables and stack tree; a segment decodes them on first use, so
+    /// code that can do without (a merge whose stack nodes are all resolved)
+    /// asks for them only when it must.
+    fn dict(&self) -> Result<&Dict>;
+    /// Stack nodes in the tree, known without decoding it.
+    fn node_count(&self) -> usize;
     /// `f(step index, stack node, value)` for each row of `series`.
     fn for_each_row(&self, series: u32, f: &mut dyn FnMut(u32, u32, i64)) -> Result<()>;
     /// The stack and value columns of `series`' rows in steps `[lo, hi)`, for
@@ -132,8 +137,11 @@ impl SummarySource for LoadedSegment {
 }
 
 impl Source for LoadedSegment {
-    fn dict(&self) -> &Dict {
-        &self.dict
+    fn dict(&self) -> Result<&Dict> {
+        LoadedSegment::dict(self)
+    }
+    fn node_count(&self) -> usize {
+        LoadedSegment::node_count(self)
     }
     fn for_each_row(&self, series: u32, f: &mut dyn FnMut(u32, u32, i64)) -> Result<()> {
         LoadedSegment::for_each_row(self, series, f)
@@ -207,8 +215,11 @@ impl SummarySource for HeadPartition {
 }
 
 impl Source for HeadPartition {
-    fn dict(&self) -> &Dict {
-        HeadPartition::dict(self)
+    fn dict(&self) -> Result<&Dict> {
+        Ok(HeadPartition::dict(self))
+    }
+    fn node_count(&self) -> usize {
+        HeadPartition::dict(self).node_count()
     }
     fn for_each_row(&self, series: u32, f: &mut dyn FnMut(u32, u32, i64)) -> Result<()> {
         HeadPartition::for_each_row(self, series, f)
@@ -238,14 +249,13 @@ pub fn merge_frames(
         return Ok(());
     };
     node_values(src, &series, lo, hi, scratch)?;
-    let dict = src.dict();
     let generation = tree.read().generation();
     let slots = src
         .gid_memo()
-        .map(|m| m.slots(generation, dict.node_count()));
-    scratch.pairs_to_frames(tree, dict, slots.as_deref());
+        .map(|m| m.slots(generation, src.node_count()));
+    let r = scratch.pairs_to_frames(tree, || src.dict(), slots.as_deref());
     scratch.end_source();
-    Ok(())
+    r
 }
 
 /// The series of `src` selected by `sel` and the step range `[lo, hi)` of `range`,
@@ -282,7 +292,7 @@ pub(crate) fn node_values_where(
     keep: impl Fn(u32) -> bool,
 ) -> Result<()> {
     let vals = &mut scratch.values;
-    vals.prepare(src.dict().node_count());
+    vals.prepare(src.node_count());
     for sid in series.iter() {
         match src.row_slices(sid, lo, hi)? {
             Some((stacks, values)) => {

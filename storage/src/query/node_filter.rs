@@ -51,20 +51,24 @@ impl NodeFilter {
         src: &dyn Source,
         include: Option<&Regex>,
         exclude: Option<&Regex>,
-        resolve: &dyn Fn(&dyn Source, &Regex) -> RoaringBitmap,
-    ) -> NodeFilter {
+        resolve: &dyn Fn(&dyn Source, &Regex) -> Result<RoaringBitmap>,
+    ) -> Result<NodeFilter> {
         if include.is_none() && exclude.is_none() {
-            return NodeFilter::All;
+            return Ok(NodeFilter::All);
         }
         let (inc, exc) = (
-            include.map(|re| resolve(src, re)),
-            exclude.map(|re| resolve(src, re)),
+            include.map(|re| resolve(src, re)).transpose()?,
+            exclude.map(|re| resolve(src, re)).transpose()?,
         );
         if let Some(index) = src.stack_index() {
             let ranges = ranges(index, inc.as_ref(), exc.as_ref());
-            return NodeFilter::of_ranges(&ranges, index.node_count());
+            return Ok(NodeFilter::of_ranges(&ranges, index.node_count()));
         }
-        NodeFilter::Flags(Flags::new(src.dict(), inc.as_ref(), exc.as_ref()))
+        Ok(NodeFilter::Flags(Flags::new(
+            src.dict()?,
+            inc.as_ref(),
+            exc.as_ref(),
+        )))
     }
 
     fn of_ranges(ranges: &[Range<u32>], nodes: u32) -> NodeFilter {
@@ -103,8 +107,7 @@ impl NodeFilter {
             }
             NodeFilter::Flags(_) => {
                 node_values(src, series, lo, hi, scratch)?;
-                self.retain_pairs(src, scratch);
-                Ok(())
+                self.retain_pairs(src, scratch)
             }
         }
     }
@@ -114,22 +117,23 @@ impl NodeFilter {
     /// climbing from each node and one pass over the tree on the whole count, not
     /// on the first call's share of it (the first groups of a cold group-by then
     /// climbed from thousands of nodes each, into a memo of 4 bytes a tree node).
-    pub(super) fn expect_lookups(&mut self, src: &dyn Source, lookups: usize) {
+    pub(super) fn expect_lookups(&mut self, src: &dyn Source, lookups: usize) -> Result<()> {
         if let NodeFilter::Flags(flags) = self {
-            flags.observe(src.dict(), lookups);
+            flags.observe(src.dict()?, lookups);
         }
+        Ok(())
     }
 
     /// Keeps the `(node, value)` pairs in `scratch.pairs` whose stack passes: the
     /// filter applied to sums computed without it (a cached unfiltered share, see
     /// `GroupNodes`), which costs a test per distinct stack instead of one per row.
-    pub(super) fn retain_pairs(&mut self, src: &dyn Source, scratch: &mut Scratch) {
+    pub(super) fn retain_pairs(&mut self, src: &dyn Source, scratch: &mut Scratch) -> Result<()> {
         match self {
             NodeFilter::All => {}
             NodeFilter::Nothing => scratch.pairs.clear(),
             NodeFilter::Ranges(bits) => scratch.pairs.retain(|&(n, _)| bits.contains(n)),
             NodeFilter::Flags(flags) => {
-                let dict = src.dict();
+                let dict = src.dict()?;
                 flags.observe(dict, scratch.pairs.len());
                 let (memo, path) = (&mut scratch.keep, &mut scratch.path);
                 memo.prepare(dict.node_count());
@@ -138,6 +142,7 @@ impl NodeFilter {
                     .retain(|&(node, _)| flags.keeps(dict, node, memo, path));
             }
         }
+        Ok(())
     }
 }
 

@@ -11,7 +11,8 @@
 //! section as a zstd prefix (codec 3): the part it shares costs a few bytes.
 //! Strings stay self-contained because a querier reads them alone, as part of
 //! the summary. Decoded, a segment's tables are whole again: nothing above the
-//! reader knows bases exist.
+//! reader knows bases exist (the segments on a base share its stack nodes'
+//! frame-tree ids, inside their memos: `gid_memo.rs`).
 //!
 //! Bases are immutable and named by id; a segment names its base and the base's
 //! checksum in its footer. Which base a block is written on, and when a base is
@@ -24,7 +25,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-use super::SectionKind;
+use super::{GidMemo, SectionKind};
 use crate::codec::{put_uvarint, Reader};
 use crate::dict::{self, Dict};
 use crate::durable::{sync_dir, write_file};
@@ -76,6 +77,9 @@ pub struct SymbolBase {
     /// decodes a section on it: loading a base's stack tree (megabytes) into a
     /// fresh decoder was a copy per segment decoded.
     prepared: [std::sync::OnceLock<zstd::dict::DecoderDictionary<'static>>; 5],
+    /// Its stack nodes' frame-tree ids, shared by the segments on it (see
+    /// `gid_memo.rs`).
+    memo: Arc<GidMemo>,
 }
 
 impl std::fmt::Debug for SymbolBase {
@@ -106,6 +110,7 @@ impl SymbolBase {
             checksum: content_checksum(&raw),
             raw,
             prepared: Default::default(),
+            memo: Arc::default(),
         }
     }
 
@@ -133,6 +138,25 @@ impl SymbolBase {
         stored: &[u8],
         capacity: usize,
     ) -> std::io::Result<Vec<u8>> {
+        zstd::bulk::Decompressor::with_prepared_dictionary(self.prepared(kind)?)?
+            .decompress(stored, capacity)
+    }
+
+    /// The first `n` bytes of section `kind` of a segment on this base (codec 3).
+    pub(super) fn head(
+        &self,
+        kind: SectionKind,
+        stored: &[u8],
+        n: usize,
+    ) -> std::io::Result<Vec<u8>> {
+        super::unzstd::head(stored, Some(self.prepared(kind)?), n)
+    }
+
+    /// Section `kind` prepared as a zstd dictionary.
+    fn prepared(
+        &self,
+        kind: SectionKind,
+    ) -> std::io::Result<&zstd::dict::DecoderDictionary<'static>> {
         let Some(i) = KINDS.iter().position(|k| *k == kind) else {
             return Err(std::io::Error::other(format!(
                 "{kind:?} is not a base section"
@@ -140,9 +164,27 @@ impl SymbolBase {
         };
         // A dictionary without zstd's magic number is raw content, as written
         // by `compress_on`.
-        let dict =
-            self.prepared[i].get_or_init(|| zstd::dict::DecoderDictionary::copy(&self.raw[i]));
-        zstd::bulk::Decompressor::with_prepared_dictionary(dict)?.decompress(stored, capacity)
+        Ok(self.prepared[i].get_or_init(|| zstd::dict::DecoderDictionary::copy(&self.raw[i])))
+    }
+
+    /// The number of stack nodes the base holds (the Stacks section's count),
+    /// `None` when the section does not start with one.
+    pub(crate) fn nodes(&self) -> Option<usize> {
+        let stacks = self.raw(SectionKind::Stacks)?;
+        Reader::new(stacks, "base stacks")
+            .uvarint()
+            .ok()?
+            .try_into()
+            .ok()
+    }
+
+    /// A memo for a segment on this base: the base's own nodes are memoised in
+    /// the memo the base's segments share.
+    pub(crate) fn segment_memo(&self) -> GidMemo {
+        match self.nodes() {
+            Some(below) => GidMemo::sharing(self.memo.clone(), below),
+            None => GidMemo::default(),
+        }
     }
 
     /// The base's tables, decoded and checked like a segment's.
@@ -235,6 +277,7 @@ impl SymbolBase {
             checksum,
             raw,
             prepared: Default::default(),
+            memo: Arc::default(),
         })
     }
 }

@@ -70,7 +70,7 @@ fn input(id: u64, from: u32, to: u32, rev: bool) -> SegmentInput<'static> {
 /// Every row as (series, step, the stack's function names root first, value).
 fn rows(file: &SegmentFile) -> Vec<(u32, u32, Vec<String>, i64)> {
     let seg = file.load().unwrap();
-    let d = &seg.dict;
+    let d = seg.dict().unwrap();
     let mut out = Vec::new();
     for s in 0..seg.series.len() as u32 {
         seg.for_each_row(s, |t, stack, v| {

@@ -4,6 +4,13 @@
 //! immutable and cached) but its meaning belongs to the query layer's frame tree
 //! (`query::frames`): this module only stores numbers, so the segment layer needs
 //! nothing from above it.
+//!
+//! Segments written on one symbol base (`base.rs`) number the base's stack nodes
+//! alike: node `n` below the base's node count is the same stack in each of them.
+//! Their memos share one for those nodes (the base's), so a stack resolved through
+//! one block is resolved for every block on the base: the warm-up resolves the
+//! last day, whose day block is on the tenant's current base, and a first query
+//! over the weeks before finds their shared stacks resolved.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -26,14 +33,17 @@ type Page = Box<[AtomicU32; PAGE]>;
 pub struct GidSlots {
     generation: u64,
     nodes: usize,
+    /// The shared slots of nodes `0..shared.1` (a base's), if any.
+    shared: Option<(Arc<GidSlots>, usize)>,
     pages: Box<[OnceLock<Page>]>,
 }
 
 impl GidSlots {
-    fn new(generation: u64, nodes: usize) -> Self {
+    fn new(generation: u64, nodes: usize, shared: Option<(Arc<GidSlots>, usize)>) -> Self {
         GidSlots {
             generation,
             nodes,
+            shared,
             pages: (0..nodes.div_ceil(PAGE)).map(|_| OnceLock::new()).collect(),
         }
     }
@@ -41,6 +51,11 @@ impl GidSlots {
     /// The gid memoized for stack node `node`, if any.
     #[inline]
     pub fn get(&self, node: u32) -> Option<u32> {
+        if let Some((s, below)) = &self.shared {
+            if (node as usize) < *below {
+                return s.get(node);
+            }
+        }
         let n = node as usize;
         let page = self.pages.get(n / PAGE)?.get()?;
         match page[n % PAGE].load(Ordering::Relaxed) {
@@ -52,6 +67,11 @@ impl GidSlots {
     /// Remembers `gid` for stack node `node` (ignored when out of range).
     #[inline]
     pub fn set(&self, node: u32, gid: u32) {
+        if let Some((s, below)) = &self.shared {
+            if (node as usize) < *below {
+                return s.set(node, gid);
+            }
+        }
         let n = node as usize;
         let (true, Some(cell), Some(v)) =
             (n < self.nodes, self.pages.get(n / PAGE), gid.checked_add(1))
@@ -67,6 +87,9 @@ impl GidSlots {
 #[derive(Default)]
 pub struct GidMemo {
     current: Mutex<Option<Arc<GidSlots>>>,
+    /// The memo of the base the segment was written on, and the base's node
+    /// count: its nodes are memoised there.
+    shared: Option<(Arc<GidMemo>, usize)>,
 }
 
 impl std::fmt::Debug for GidMemo {
@@ -76,13 +99,29 @@ impl std::fmt::Debug for GidMemo {
 }
 
 impl GidMemo {
+    /// A memo whose nodes `0..below` are memoised in `shared` (a base's memo,
+    /// which every segment on the base shares).
+    pub fn sharing(shared: Arc<GidMemo>, below: usize) -> Self {
+        GidMemo {
+            current: Mutex::default(),
+            shared: Some((shared, below)),
+        }
+    }
+
     /// The slots of `generation` for a dictionary of `nodes` stack nodes.
     pub fn slots(&self, generation: u64, nodes: usize) -> Arc<GidSlots> {
         let mut cur = self.current.lock();
         match &*cur {
             Some(s) if s.generation == generation && s.nodes == nodes => s.clone(),
             _ => {
-                let s = Arc::new(GidSlots::new(generation, nodes));
+                // A dictionary smaller than the base's is no segment of it: its
+                // nodes are its own.
+                let shared = self
+                    .shared
+                    .as_ref()
+                    .filter(|(_, below)| *below <= nodes)
+                    .map(|(m, below)| (m.slots(generation, *below), *below));
+                let s = Arc::new(GidSlots::new(generation, nodes, shared));
                 *cur = Some(s.clone());
                 s
             }
@@ -116,5 +155,28 @@ mod tests {
         // The same generation and size share the slots; another generation starts over.
         assert_eq!(memo.slots(7, nodes).get(0), Some(0));
         assert_eq!(memo.slots(8, nodes).get(0), None);
+    }
+
+    /// Two memos sharing a base's: a node below the base's count set through one
+    /// reads back through the other; their own nodes stay apart.
+    #[test]
+    fn memos_on_one_base_share_its_nodes() {
+        let base = Arc::new(GidMemo::default());
+        let below = PAGE + 3;
+        let (a, b) = (
+            GidMemo::sharing(base.clone(), below),
+            GidMemo::sharing(base.clone(), below),
+        );
+        let (sa, sb) = (a.slots(4, below + 10), b.slots(4, below + 20));
+        sa.set(2, 11);
+        sa.set(below as u32 - 1, 12);
+        sa.set(below as u32, 13);
+        assert_eq!(sb.get(2), Some(11));
+        assert_eq!(sb.get(below as u32 - 1), Some(12));
+        assert_eq!(sb.get(below as u32), None);
+        assert_eq!(base.slots(4, below).get(2), Some(11));
+        // Another generation starts the base's memo over too.
+        assert_eq!(b.slots(5, below + 20).get(2), None);
+        assert_eq!(a.slots(5, below + 10).get(2), None);
     }
 }

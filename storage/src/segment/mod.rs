@@ -9,6 +9,7 @@ mod base;
 mod base_tests;
 mod frames;
 mod gid_memo;
+mod lazy_dict;
 mod reader;
 mod rebase;
 mod rows;
@@ -382,8 +383,8 @@ mod tests {
             let seg = file.load().unwrap();
             // Rows name stacks by the leaf's address (the writer renumbers nodes).
             let address = |st: u32| {
-                let leaf = seg.dict.node_locations[st as usize];
-                seg.dict.locations[leaf as usize].address as u32
+                let leaf = seg.dict().unwrap().node_locations[st as usize];
+                seg.dict().unwrap().locations[leaf as usize].address as u32
             };
             // The summary, from its four sections alone, answers exactly as the
             // whole segment does.
@@ -468,9 +469,9 @@ mod tests {
             let file = written_as(dir.path(), "r.seg", input, FORMAT_VERSION);
             let seg = file.load().unwrap();
             let leaf_letter = |node: u32| {
-                let loc = seg.dict.node_locations[node as usize];
-                let f = seg.dict.locations[loc as usize].function.unwrap();
-                seg.dict.strings[seg.dict.functions[f as usize].name as usize].clone()
+                let loc = seg.dict().unwrap().node_locations[node as usize];
+                let f = seg.dict().unwrap().locations[loc as usize].function.unwrap();
+                seg.dict().unwrap().strings[seg.dict().unwrap().functions[f as usize].name as usize].clone()
             };
             let mut order: Vec<usize> = (0..want.len()).collect();
             if reverse {
@@ -602,8 +603,10 @@ mod tests {
             let mut all = Vec::new();
             for sid in 0..seg.series.len() as u32 {
                 // The whole stack: the services' leaves are alike.
-                seg.for_each_row(sid, |t, st, v| all.push((sid, t, seg.dict.stack(st), v)))
-                    .unwrap();
+                seg.for_each_row(sid, |t, st, v| {
+                    all.push((sid, t, seg.dict().unwrap().stack(st), v))
+                })
+                .unwrap();
             }
             all.sort_unstable();
             all

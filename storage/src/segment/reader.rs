@@ -8,6 +8,7 @@ use bytes::Bytes;
 
 use super::base::{self, base_coded};
 use super::frames::{Column, CHUNK_SERIES};
+use super::lazy_dict::LazyDict;
 use super::rows::{RowRange, Rows, SeriesRows};
 use super::summary::{decode_series, decode_totals, SegmentSummary};
 use super::{
@@ -22,10 +23,10 @@ use crate::index::LabelIndex;
 #[derive(Clone, Copy, Debug)]
 pub(super) struct SectionEntry {
     pub(super) kind: SectionKind,
-    codec: u8,
+    pub(super) codec: u8,
     pub(super) offset: u64,
     pub(super) stored_len: u64,
-    raw_len: u64,
+    pub(super) raw_len: u64,
     crc: u32,
 }
 
@@ -216,18 +217,18 @@ impl SegmentFile {
             .ok_or_else(|| corrupt(&self.path, format!("missing section {kind:?}")))
     }
 
-    fn section(&self, file: &[u8], kind: SectionKind) -> Result<Vec<u8>> {
+    pub(super) fn section(&self, file: &[u8], kind: SectionKind) -> Result<Vec<u8>> {
         let e = self.entry(kind)?;
         self.decode_section(e, self.stored(file, e)?)
     }
 
     /// A section's stored bytes (not yet checked).
-    fn stored<'f>(&self, file: &'f [u8], e: &SectionEntry) -> Result<&'f [u8]> {
+    pub(super) fn stored<'f>(&self, file: &'f [u8], e: &SectionEntry) -> Result<&'f [u8]> {
         file.get(e.offset as usize..(e.offset + e.stored_len) as usize)
             .ok_or_else(|| corrupt(&self.path, format!("section {:?} outside the file", e.kind)))
     }
 
-    fn check_crc(&self, e: &SectionEntry, stored: &[u8]) -> Result<()> {
+    pub(super) fn check_crc(&self, e: &SectionEntry, stored: &[u8]) -> Result<()> {
         let computed = crc32fast::hash(stored);
         if computed != e.crc {
             return Err(StorageError::Checksum {
@@ -328,17 +329,11 @@ impl SegmentFile {
             return Err(corrupt(&self.path, "file size changed since it was opened"));
         }
         let sec = |k| self.section(&file, k);
-        let dict = dict::decode(
-            &sec(SectionKind::Strings)?,
-            &sec(SectionKind::Mappings)?,
-            &sec(SectionKind::Functions)?,
-            &sec(SectionKind::Locations)?,
-            &sec(SectionKind::Stacks)?,
-        )?;
-
-        let series = decode_series(self, &sec(SectionKind::Series)?, &dict.strings)?;
+        let strings = dict::decode_strings(&sec(SectionKind::Strings)?)?;
+        let series = decode_series(self, &sec(SectionKind::Series)?, &strings)?;
         let n = series.len();
-        let index = LabelIndex::decode(&sec(SectionKind::LabelIndex)?, &dict.strings, n as u32)?;
+        let index = LabelIndex::decode(&sec(SectionKind::LabelIndex)?, &strings, n as u32)?;
+        let dict = LazyDict::new(self, &file, strings)?;
 
         let (times, t_chunks) = self.column(&file, SectionKind::Times)?;
         let (stacks, s_chunks) = self.column(&file, SectionKind::StackIds)?;
@@ -350,7 +345,7 @@ impl SegmentFile {
         };
         let rows_raw = sec(SectionKind::SeriesRows)?;
         let ranges = self.series_rows(&rows_raw, n)?;
-        let nodes = dict.node_count() as u64;
+        let nodes = dict.counts().nodes as u64;
         // Optional: looked up once, without an error for its absence.
         let ranks_entry = self
             .sections
@@ -381,6 +376,10 @@ impl SegmentFile {
         }
 
         let totals = decode_totals(self, &sec(SectionKind::SeriesTotals)?, n)?;
+        let gids = match self.meta.base {
+            Some(want) => base::load(&self.path, want)?.segment_memo(),
+            None => Default::default(),
+        };
 
         Ok(LoadedSegment {
             summary: SegmentSummary {
@@ -391,7 +390,7 @@ impl SegmentFile {
             },
             dict,
             rows,
-            gids: Default::default(),
+            gids,
             stacks: Default::default(),
             stack_index_asked: Default::default(),
         })
@@ -464,7 +463,8 @@ pub struct LoadedSegment {
     /// Its labels and per-step totals, what a summary load gives alone; the
     /// segment derefs to it (`seg.meta`, `seg.series`, `seg.series_totals`).
     pub summary: SegmentSummary,
-    pub dict: Dict,
+    /// Its symbol tables and stack tree, decoded on first use (`lazy_dict.rs`).
+    dict: LazyDict,
     rows: Rows,
     /// Stack node → id in the store's frame tree, filled in by queries.
     pub gids: super::GidMemo,
@@ -484,6 +484,28 @@ impl std::ops::Deref for LoadedSegment {
 }
 
 impl LoadedSegment {
+    /// The symbol tables and stack tree, decoded now if no query needed them
+    /// before. A table that does not decode is a `Corrupt` error, every time.
+    pub fn dict(&self) -> Result<&Dict> {
+        self.dict.get()
+    }
+
+    /// Whether the tables are decoded already.
+    pub fn dict_decoded(&self) -> bool {
+        self.dict.is_decoded()
+    }
+
+    /// Stack nodes in the tree (known without decoding it).
+    pub fn node_count(&self) -> usize {
+        self.dict.counts().nodes
+    }
+
+    /// Functions and locations in the tables: the slots a name memo needs.
+    pub fn name_slots(&self) -> usize {
+        let c = self.dict.counts();
+        c.functions + c.locations
+    }
+
     /// Decodes every row now (what queries otherwise decode a chunk of series at
     /// a time, on first read), calling `pause` between chunks. The segment cache
     /// charged for the decoded rows when the segment was loaded.
@@ -576,16 +598,19 @@ impl LoadedSegment {
             return None;
         }
         self.stacks
-            .get_or_init(|| super::StackIndex::build(&self.dict))
+            .get_or_init(|| super::StackIndex::build(self.dict().ok()?))
             .as_ref()
     }
 
+    /// What the segment takes once queries decoded all of it (its tables and
+    /// rows, whether decoded yet or not).
     pub fn approx_bytes(&self) -> usize {
+        let c = self.dict.counts();
         self.dict.approx_bytes()
             // What queries add: the frame-tree memo (4 bytes per stack node) and
             // the stack index.
-            + self.dict.node_count() * (4 + super::StackIndex::BYTES_PER_NODE)
-            + self.dict.functions.len() * super::StackIndex::BYTES_PER_FUNCTION
+            + c.nodes * (4 + super::StackIndex::BYTES_PER_NODE)
+            + c.functions * super::StackIndex::BYTES_PER_FUNCTION
             + self.rows.approx_bytes()
             + self.summary.approx_bytes()
     }

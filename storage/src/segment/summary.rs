@@ -42,22 +42,35 @@ pub struct SegmentSummary {
     /// Series ids by label, for selectors.
     pub index: LabelIndex,
     /// Per series: `(step index, total)` for every step with data.
-    pub(super) totals: Vec<Vec<(u32, i64)>>,
+    pub(super) totals: Totals,
+}
+
+/// Every series' per-step totals end to end, and where each series' start: one
+/// allocation, where a list per series was thousands of them per segment load.
+#[derive(Debug, Default)]
+pub(super) struct Totals {
+    points: Vec<(u32, i64)>,
+    /// Series `i` has `points[starts[i]..starts[i + 1]]`.
+    starts: Vec<u32>,
 }
 
 impl SegmentSummary {
     /// Per-step totals of `series`.
     pub fn series_totals(&self, series: u32) -> &[(u32, i64)] {
-        self.totals
-            .get(series as usize)
-            .map_or(&[], |v| v.as_slice())
+        let t = &self.totals;
+        let at = |i: usize| t.starts.get(i).map(|&s| s as usize);
+        match (at(series as usize), at(series as usize + 1)) {
+            (Some(a), Some(b)) => t.points.get(a..b).unwrap_or(&[]),
+            _ => &[],
+        }
     }
 
     /// Approximate bytes it holds in memory (its cache weight).
     pub fn approx_bytes(&self) -> usize {
         self.index.approx_bytes()
             + self.series.iter().map(|l| 48 + l.len() * 64).sum::<usize>()
-            + self.totals.iter().map(|t| 24 + t.len() * 16).sum::<usize>()
+            + self.totals.points.len() * 16
+            + self.totals.starts.len() * 4
     }
 }
 
@@ -183,28 +196,32 @@ pub(super) fn decode_series(
 }
 
 /// The SeriesTotals section: per series, its `(step, total)` points.
-pub(super) fn decode_totals(
-    file: &SegmentFile,
-    bytes: &[u8],
-    n: usize,
-) -> Result<Vec<Vec<(u32, i64)>>> {
+pub(super) fn decode_totals(file: &SegmentFile, bytes: &[u8], n: usize) -> Result<Totals> {
     let mut r = Reader::new(bytes, "series totals section");
     if r.count(1)? != n {
         return Err(corrupt(&file.path, "series totals count disagrees"));
     }
-    let mut totals = Vec::with_capacity(n);
+    // A point takes two bytes at least and about three on the bench fleet.
+    let mut totals = Totals {
+        points: Vec::with_capacity(bytes.len() / 3),
+        starts: Vec::with_capacity(n + 1),
+    };
     for _ in 0..n {
+        let start = u32::try_from(totals.points.len())
+            .map_err(|_| corrupt(&file.path, "series totals too long"))?;
+        totals.starts.push(start);
         let np = r.count(2)?;
-        let mut pts = Vec::with_capacity(np);
         let mut t = 0u32;
         for _ in 0..np {
             t = t
                 .checked_add(r.u32v()?)
                 .ok_or_else(|| corrupt(&file.path, "series totals time overflow"))?;
-            pts.push((t, r.ivarint()?));
+            totals.points.push((t, r.ivarint()?));
         }
-        totals.push(pts);
     }
+    let end = u32::try_from(totals.points.len())
+        .map_err(|_| corrupt(&file.path, "series totals too long"))?;
+    totals.starts.push(end);
     Ok(totals)
 }
 
@@ -323,6 +340,53 @@ mod tests {
         damage(&file, SectionKind::Values);
         assert!(file.load_summary().is_ok());
         assert!(file.load().unwrap_err().is_corruption());
+    }
+
+    #[test]
+    fn series_totals_are_the_sums_of_each_series_rows_per_step() {
+        let dir = tempfile::tempdir().unwrap();
+        let summary = written(dir.path()).load_summary().unwrap();
+        for (id, labels) in summary.series.iter().enumerate() {
+            let s: u64 = labels.get("s").unwrap().parse().unwrap();
+            // The oracle: the rows `written` put in, summed here per step.
+            let want: Vec<(u32, i64)> = (0..300u32)
+                .map(|t| {
+                    let sum = (0..20u64)
+                        .map(|stack| noise(u64::from(t) << 32 | stack << 8 | s))
+                        .sum();
+                    (t, sum)
+                })
+                .collect();
+            assert_eq!(summary.series_totals(id as u32), want, "series s={s}");
+        }
+        assert!(summary.series_totals(6).is_empty());
+        assert!(summary.series_totals(u32::MAX).is_empty());
+    }
+
+    #[test]
+    fn truncated_or_overflowing_totals_are_corruption_not_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = written(dir.path());
+        let mut whole = Vec::new();
+        // Two series: the first with points at steps 5 and 7, the second with one.
+        // Values are zigzagged: 20 is 10, 40 is 20.
+        for v in [2u64, 2, 5, 20, 2, 40, 1, 3, 0] {
+            crate::codec::put_uvarint(&mut whole, v);
+        }
+        let totals = decode_totals(&file, &whole, 2).unwrap();
+        assert_eq!(totals.points, [(5, 10), (7, 20), (3, 0)]);
+        assert_eq!(totals.starts, [0, 2, 3]);
+        for cut in 0..whole.len() {
+            let err = decode_totals(&file, &whole[..cut], 2).unwrap_err();
+            assert!(err.is_corruption(), "cut at {cut}: {err:?}");
+        }
+        // The footer's series count disagrees with the section's.
+        assert!(decode_totals(&file, &whole, 3).unwrap_err().is_corruption());
+        let mut over = Vec::new();
+        for v in [1u64, 2, u64::from(u32::MAX), 0, 1, 0] {
+            crate::codec::put_uvarint(&mut over, v);
+        }
+        assert!(decode_totals(&file, &over, 1).unwrap_err().is_corruption());
     }
 
     #[test]

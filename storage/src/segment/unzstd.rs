@@ -31,6 +31,29 @@ pub(crate) fn decompress(stored: &[u8], capacity: usize) -> std::io::Result<Vec<
     })
 }
 
+/// The first `n` bytes (fewer when the content is shorter) the zstd frame
+/// `stored` decompresses to, with `dict` as its dictionary if given: a section's
+/// leading count, read without decompressing the section.
+pub(crate) fn head(
+    stored: &[u8],
+    dict: Option<&zstd::dict::DecoderDictionary<'_>>,
+    n: usize,
+) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut out = Vec::with_capacity(n);
+    match dict {
+        Some(d) => zstd::stream::read::Decoder::with_prepared_dictionary(stored, d)?
+            .single_frame()
+            .take(n as u64)
+            .read_to_end(&mut out)?,
+        None => zstd::stream::read::Decoder::with_buffer(stored)?
+            .single_frame()
+            .take(n as u64)
+            .read_to_end(&mut out)?,
+    };
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -54,5 +77,20 @@ mod tests {
         assert!(decompress(&stored, frames[0].len() - 1).is_err());
         assert!(decompress(b"not a zstd frame", 100).is_err());
         assert_eq!(decompress(&stored, frames[0].len()).unwrap(), frames[0]);
+    }
+
+    /// A frame's first bytes, with and without a dictionary, are the content's.
+    #[test]
+    fn head_reads_the_first_bytes_of_a_frame() {
+        let raw: Vec<u8> = (0..200_000u32).map(|j| (j % 251) as u8).collect();
+        let stored = zstd::bulk::compress(&raw, 3).unwrap();
+        assert_eq!(head(&stored, None, 10).unwrap(), raw[..10]);
+        let prefix: Vec<u8> = raw[..50_000].to_vec();
+        let mut c = zstd::bulk::Compressor::with_dictionary(3, &prefix).unwrap();
+        let on = c.compress(&raw).unwrap();
+        let d = zstd::dict::DecoderDictionary::copy(&prefix);
+        assert_eq!(head(&on, Some(&d), 7).unwrap(), raw[..7]);
+        let short = zstd::bulk::compress(&raw[..3], 3).unwrap();
+        assert_eq!(head(&short, None, 10).unwrap(), raw[..3]);
     }
 }

@@ -270,14 +270,21 @@ impl Inner {
                             warn!(segment = h.meta.id, error = %e, "warming the segment cache");
                         }
                         let tree = self.frames.for_query();
-                        resolved += crate::query::frames::resolve_segment(
-                            &tree,
-                            &seg.dict,
-                            &seg.gids,
-                            &mut scratch,
-                            self.frames.max_nodes / 2,
-                            yield_to_queries,
-                        );
+                        match seg.dict() {
+                            Ok(dict) => {
+                                resolved += crate::query::frames::resolve_segment(
+                                    &tree,
+                                    dict,
+                                    &seg.gids,
+                                    &mut scratch,
+                                    self.frames.max_nodes / 2,
+                                    yield_to_queries,
+                                )
+                            }
+                            Err(e) => {
+                                warn!(segment = h.meta.id, error = %e, "warming the segment cache")
+                            }
+                        }
                     }
                 }
                 Ok(None) => {}
@@ -311,8 +318,8 @@ impl Inner {
     fn prefault_query_scratch(&self) {
         let (mut nodes, mut names) = (0, 0);
         for (_, seg) in self.cache.iter() {
-            nodes = nodes.max(seg.dict.node_count());
-            names = names.max(seg.dict.functions.len() + seg.dict.locations.len());
+            nodes = nodes.max(seg.node_count());
+            names = names.max(seg.name_slots());
         }
         let frames = self.frames.len();
         let spaces: Vec<_> = (0..self.cfg.threads())
@@ -498,12 +505,12 @@ mod tests {
                 assert_eq!(segments.len(), hours as usize);
                 for h in segments {
                     let seg = inner.cache.get(&h.meta.id).expect("warmed");
-                    let slots = seg.gids.slots(generation, seg.dict.node_count());
-                    let resolved = (0..seg.dict.node_count() as u32)
+                    let slots = seg.gids.slots(generation, seg.node_count());
+                    let resolved = (0..seg.node_count() as u32)
                         .filter(|&n| slots.get(n).is_some())
                         .count();
                     let recent = h.meta.max_time_ms > newest - super::RESOLVE_WINDOW_MS;
-                    let want = if recent { seg.dict.node_count() } else { 0 };
+                    let want = if recent { seg.node_count() } else { 0 };
                     assert_eq!(resolved, want, "segment at {}", h.meta.min_time_ms);
                 }
                 // root, main, and f0..f29 for the 24 recent hours (+1: the

@@ -212,10 +212,18 @@ impl Names for FrameTree {
     }
 }
 
+/// Generations are unique in the process, not per store: segments on one symbol
+/// base share a memo of frame ids through the base, and bases are loaded once per
+/// process (`segment/base.rs`), so two stores' trees must never share a number.
+static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
+
+fn fresh_generation() -> u64 {
+    NEXT_GENERATION.fetch_add(1, Ordering::Relaxed)
+}
+
 /// The store's current frame tree.
 pub struct Frames {
     current: Mutex<Arc<RwLock<FrameTree>>>,
-    next_generation: AtomicU64,
     symbols: RwLock<Option<Arc<Symbolizer>>>,
     /// Above this many nodes the next query starts a fresh tree.
     pub max_nodes: usize,
@@ -230,8 +238,7 @@ impl Default for Frames {
 impl Frames {
     pub fn new(max_nodes: usize) -> Self {
         Frames {
-            current: Mutex::new(Arc::new(RwLock::new(FrameTree::new(1)))),
-            next_generation: AtomicU64::new(2),
+            current: Mutex::new(Arc::new(RwLock::new(FrameTree::new(fresh_generation())))),
             symbols: RwLock::new(None),
             max_nodes,
         }
@@ -284,8 +291,10 @@ impl Frames {
                 || t.symbols.is_some() != symbols.is_some()
         };
         if stale {
-            let g = self.next_generation.fetch_add(1, Ordering::Relaxed);
-            *cur = Arc::new(RwLock::new(FrameTree::with_symbols(g, symbols)));
+            *cur = Arc::new(RwLock::new(FrameTree::with_symbols(
+                fresh_generation(),
+                symbols,
+            )));
         }
         cur.clone()
     }
@@ -334,7 +343,7 @@ mod tests {
             let slots = memo.slots(gen, d.node_count());
             add_pairs(
                 &tree,
-                d,
+                || Ok(d),
                 Some(&slots),
                 pairs,
                 &mut out,
@@ -342,7 +351,8 @@ mod tests {
                 &mut names,
                 &mut depth,
                 &mut path,
-            );
+            )
+            .unwrap();
             nodes.reset();
             names.reset();
         }
@@ -399,7 +409,7 @@ mod tests {
                             for chunk in mine.chunks(256) {
                                 add_pairs(
                                     tree,
-                                    d,
+                                    || Ok(d),
                                     Some(&slots),
                                     chunk,
                                     &mut out,
@@ -407,7 +417,8 @@ mod tests {
                                     &mut names,
                                     &mut Memo::default(),
                                     &mut path,
-                                );
+                                )
+                                .unwrap();
                             }
                             let mut got = Vec::new();
                             out.drain(&mut got);
@@ -522,7 +533,7 @@ mod tests {
             let slots = q_memo.slots(gen, d.node_count());
             add_pairs(
                 &by_query,
-                &d,
+                || Ok(&d),
                 Some(&slots),
                 std::slice::from_ref(p),
                 &mut out,
@@ -530,7 +541,8 @@ mod tests {
                 &mut names,
                 &mut depth,
                 &mut path,
-            );
+            )
+            .unwrap();
         }
         let whole = Frames::new(1 << 20).for_query();
         let w_memo = GidMemo::default();
@@ -604,7 +616,7 @@ mod tests {
                 .collect(),
             ..Scratch::default()
         };
-        scratch.pairs_to_names(&tree, &d);
+        scratch.pairs_to_names(&tree, || Ok(&d), None).unwrap();
         let t = tree.read();
         let named: Vec<(&str, i64)> = scratch
             .pairs
@@ -624,8 +636,56 @@ mod tests {
         drop(t);
         // Later pairs of the same source are named from the memo, alike.
         scratch.pairs = vec![(leaves[1], 1), (leaves[2], 2)];
-        scratch.pairs_to_names(&tree, &d);
+        scratch.pairs_to_names(&tree, || Ok(&d), None).unwrap();
         assert_eq!(scratch.pairs[0], (hash, 1));
         assert_eq!(tree.read().name(scratch.pairs[1].0), "main");
+    }
+
+    /// Nodes resolved into the frame tree already are named and merged without
+    /// the source's tables (a segment decodes them on first use); a node that
+    /// is not asks for them, and their error is the caller's.
+    #[test]
+    fn resolved_nodes_need_no_tables() {
+        let mut b = DictBuilder::new();
+        let leaves = [b.letter_stack(&[0, 1], 1), b.letter_stack(&[0, 2], 1)];
+        let d = b.finish();
+        let tree = Frames::default().for_query();
+        let memo = GidMemo::default();
+        let slots = memo.slots(tree.read().generation(), d.node_count());
+        let mut scratch = Scratch {
+            pairs: vec![(leaves[0], 3), (leaves[1], 4)],
+            ..Scratch::default()
+        };
+        scratch
+            .pairs_to_frames(&tree, || Ok(&d), Some(&slots))
+            .unwrap();
+        let no_tables = || -> crate::error::Result<&Dict> {
+            Err(crate::StorageError::Corrupt("tables asked for".into()))
+        };
+        let mut first = Vec::new();
+        scratch.gids.drain(&mut first);
+        scratch.pairs = vec![(leaves[1], 4), (leaves[0], 3)];
+        scratch
+            .pairs_to_frames(&tree, no_tables, Some(&slots))
+            .unwrap();
+        let mut again = Vec::new();
+        scratch.gids.drain(&mut again);
+        assert_eq!(again, first);
+        scratch.pairs = vec![(leaves[0], 3)];
+        scratch
+            .pairs_to_names(&tree, no_tables, Some(&slots))
+            .unwrap();
+        assert_eq!(tree.read().name(scratch.pairs[0].0), "b");
+        // An unresolved node needs them.
+        let other = GidMemo::default();
+        let fresh = other.slots(tree.read().generation(), d.node_count());
+        scratch.pairs = vec![(leaves[0], 3)];
+        assert!(scratch
+            .pairs_to_names(&tree, no_tables, Some(&fresh))
+            .is_err());
+        scratch.pairs = vec![(leaves[0], 3)];
+        assert!(scratch
+            .pairs_to_frames(&tree, no_tables, Some(&fresh))
+            .is_err());
     }
 }

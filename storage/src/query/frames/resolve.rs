@@ -6,6 +6,7 @@ use parking_lot::RwLock;
 
 use super::{location_frames, FrameTree, GidMemo, GidSlots, CHAIN, ROOT_GID};
 use crate::dict::Dict;
+use crate::error::Result;
 use crate::query::scratch::{Memo, NodeValues, Scratch};
 
 impl FrameTree {
@@ -212,9 +213,9 @@ impl NodeMemo for &GidSlots {
 /// nodes through `slots` (an immutable segment's persistent memo) or, for the
 /// mutable head, through the per-query `scratch` memo.
 #[allow(clippy::too_many_arguments)]
-pub fn add_pairs(
+pub fn add_pairs<'d>(
     tree: &RwLock<FrameTree>,
-    dict: &Dict,
+    dict: impl FnOnce() -> Result<&'d Dict>,
     slots: Option<&GidSlots>,
     pairs: &[(u32, i64)],
     out: &mut NodeValues,
@@ -222,7 +223,7 @@ pub fn add_pairs(
     names: &mut Memo,
     depth: &mut Memo,
     path: &mut Vec<u32>,
-) {
+) -> Result<()> {
     let mut missing: Vec<(u32, i64)> = Vec::new();
     match slots {
         Some(s) => {
@@ -237,8 +238,11 @@ pub fn add_pairs(
         None => missing.extend_from_slice(pairs),
     }
     if missing.is_empty() {
-        return;
+        return Ok(());
     }
+    // Only nodes not resolved before need the tables (a segment decodes them
+    // on first use).
+    let dict = dict()?;
     let mut t = tree.write();
     names.prepare(dict.functions.len() + dict.locations.len());
     match slots {
@@ -260,6 +264,7 @@ pub fn add_pairs(
             }
         }
     }
+    Ok(())
 }
 
 /// Resolves every stack node of an immutable segment into `tree`, a batch of
@@ -308,16 +313,18 @@ pub fn resolve_segment(
 }
 
 impl Scratch {
-    /// Adds `self.pairs` (sums per stack node of `dict`) to `self.gids`, by frame id.
-    pub fn pairs_to_frames(
+    /// Adds `self.pairs` (sums per stack node of the source whose tables `dict`
+    /// gives, only asked for when a node is not resolved yet) to `self.gids`, by
+    /// frame id.
+    pub fn pairs_to_frames<'d>(
         &mut self,
         tree: &RwLock<FrameTree>,
-        dict: &Dict,
+        dict: impl FnOnce() -> Result<&'d Dict>,
         slots: Option<&GidSlots>,
-    ) {
+    ) -> Result<()> {
         let pairs = std::mem::take(&mut self.pairs);
         let mut path = std::mem::take(&mut self.path);
-        add_pairs(
+        let r = add_pairs(
             tree,
             dict,
             slots,
@@ -330,17 +337,45 @@ impl Scratch {
         );
         self.pairs = pairs;
         self.path = path;
+        r
     }
 
     /// Replaces each `(stack node, value)` of `pairs` with `(name id of the node's
     /// frame, value)`: what a group-by on the leaf function needs, without the
-    /// frame path. Names are memoised per function for the rest of the source.
-    pub fn pairs_to_names(&mut self, tree: &RwLock<FrameTree>, dict: &Dict) {
+    /// frame path. A node resolved into the frame tree already (`slots`) is
+    /// named by its frame; the others through the source's tables (`dict`, only
+    /// asked for then), memoised per function for the rest of the source.
+    pub fn pairs_to_names<'d>(
+        &mut self,
+        tree: &RwLock<FrameTree>,
+        dict: impl FnOnce() -> Result<&'d Dict>,
+        slots: Option<&GidSlots>,
+    ) -> Result<()> {
+        let mut unnamed: Vec<usize> = Vec::new();
+        match slots {
+            Some(s) => {
+                let t = tree.read();
+                for (i, p) in self.pairs.iter_mut().enumerate() {
+                    match s.get(p.0) {
+                        Some(g) => p.0 = t.name_of(g),
+                        None => unnamed.push(i),
+                    }
+                }
+            }
+            None => unnamed.extend(0..self.pairs.len()),
+        }
+        if unnamed.is_empty() {
+            return Ok(());
+        }
+        let dict = dict()?;
         self.names
             .prepare(dict.functions.len() + dict.locations.len());
         // A source's functions are named once; later calls only read the memo.
         let mut t = None;
-        for p in &mut self.pairs {
+        for i in unnamed {
+            let Some(p) = self.pairs.get_mut(i) else {
+                continue;
+            };
             let loc = dict.node_locations.get(p.0 as usize).copied().unwrap_or(0);
             let key = match self.names.get(FrameTree::name_key(dict, loc)) {
                 Some(id) => id,
@@ -358,5 +393,6 @@ impl Scratch {
                 }
             };
         }
+        Ok(())
     }
 }
