@@ -144,6 +144,26 @@ impl TestServer {
         r.json().unwrap()
     }
 
+    /// `POST /ingest?name=<name>&from=<from_s>` of folded `body`, as `tenant` (`""`:
+    /// no `X-Scope-OrgID`, the default tenant), asserting 200.
+    pub fn ingest(&self, tenant: &str, name: &str, from_s: i64, body: &str) {
+        let mut req = self
+            .client
+            .post(format!("{}/ingest", self.url))
+            .query(&[("name", name), ("from", &from_s.to_string())]);
+        if !tenant.is_empty() {
+            req = req.header("X-Scope-OrgID", tenant);
+        }
+        let r = req.body(body.to_string()).send().unwrap();
+        assert_eq!(r.status(), 200, "{}", r.text().unwrap_or_default());
+    }
+
+    /// The value of the unlabelled metric `name` in /metrics (0 when absent).
+    pub fn metric(&self, name: &str) -> u64 {
+        let text = self.get("/metrics").text().unwrap();
+        metric_value(&text, name).map_or(0, |v| v as u64)
+    }
+
     /// `POST /ingest?<query>` with `body`, asserting 200.
     pub fn upload(&self, query: &str, body: Vec<u8>) {
         let r = self

@@ -10,17 +10,6 @@ const SCALE: i64 = 10_000_000;
 /// 2023-01-01T00:00:00Z in seconds.
 const T0: i64 = 1_672_531_200;
 
-fn ingest(s: &TestServer, name: &str, from_s: i64, body: &str) {
-    let r = s
-        .client
-        .post(format!("{}/ingest", s.url))
-        .query(&[("name", name), ("from", &from_s.to_string())])
-        .body(body.to_string())
-        .send()
-        .unwrap();
-    assert_eq!(r.status(), 200, "{}", r.text().unwrap_or_default());
-}
-
 fn get(s: &TestServer, path: &str, params: &[(&str, &str)]) -> (u16, Value) {
     let r = s
         .client
@@ -39,9 +28,9 @@ fn close(a: &Value, b: f64) -> bool {
 #[test]
 fn hottest_shared_function_with_cost() {
     let s = TestServer::start();
-    ingest(&s, "api.cpu{host=h1}", T0, "main;zlib 30\nmain;api 40\n");
-    ingest(&s, "db.cpu{host=h2}", T0, "main;zlib 20\nmain;db 10\n");
-    ingest(&s, "web.cpu{host=h3}", T0, "main;zlib 10\nmain;web 90\n");
+    s.ingest("", "api.cpu{host=h1}", T0, "main;zlib 30\nmain;api 40\n");
+    s.ingest("", "db.cpu{host=h2}", T0, "main;zlib 20\nmain;db 10\n");
+    s.ingest("", "web.cpu{host=h3}", T0, "main;zlib 10\nmain;web 90\n");
     let window = [
         ("from", "2023-01-01T00:00:00Z"),
         ("until", "2023-01-01T00:01:00Z"),
@@ -115,7 +104,7 @@ fn hottest_shared_function_with_cost() {
     let (st, _) = get(&s, "/api/v1/fleet/hottest", &[("query", "{}")]);
     assert_eq!(st, 400, "a query without a profile type is refused");
     // Not CPU time: no cost.
-    ingest(&s, "api.alloc_objects{host=h1}", T0, "main;zlib 3\n");
+    s.ingest("", "api.alloc_objects{host=h1}", T0, "main;zlib 3\n");
     let mem = "memory:alloc_objects:count:space:bytes{}";
     let mut p = vec![("query", mem)];
     p.extend(window);
@@ -145,15 +134,15 @@ fn diff_within_and_outside_noise() {
     // Base: two hosts, 100 samples each, 60/40 and 40/60. Every split is {h1}|{h2}:
     // M = 0.4 at N = 100·SCALE a side, so C = 0.4·√(100·SCALE); for two sides of
     // 200·SCALE the expected distance is C/√(200·SCALE) = 0.4/√2 ≈ 0.283.
-    ingest(&s, "app.cpu{host=h1}", T0, "main;a 60\nmain;b 40\n");
-    ingest(&s, "app.cpu{host=h2}", T0, "main;a 40\nmain;b 60\n");
+    s.ingest("", "app.cpu{host=h1}", T0, "main;a 60\nmain;b 40\n");
+    s.ingest("", "app.cpu{host=h2}", T0, "main;a 40\nmain;b 60\n");
     let (near, far) = (T0 + 600, T0 + 1200);
     // 105/95: M = 0.05, within 2 × 0.283.
-    ingest(&s, "app.cpu{host=h1}", near, "main;a 55\nmain;b 45\n");
-    ingest(&s, "app.cpu{host=h2}", near, "main;a 50\nmain;b 50\n");
+    s.ingest("", "app.cpu{host=h1}", near, "main;a 55\nmain;b 45\n");
+    s.ingest("", "app.cpu{host=h2}", near, "main;a 50\nmain;b 50\n");
     // 190/10: M = 0.9, above 2 × 0.283.
-    ingest(&s, "app.cpu{host=h1}", far, "main;a 95\nmain;b 5\n");
-    ingest(&s, "app.cpu{host=h2}", far, "main;a 95\nmain;b 5\n");
+    s.ingest("", "app.cpu{host=h1}", far, "main;a 95\nmain;b 5\n");
+    s.ingest("", "app.cpu{host=h2}", far, "main;a 95\nmain;b 5\n");
     let expected = 0.4 / 2f64.sqrt();
     let c = 0.4 * ((100 * SCALE) as f64).sqrt();
 
@@ -308,21 +297,21 @@ fn cpi_and_assignment_over_http() {
 fn variance_names_the_slow_host_and_its_function() {
     let s = TestServer::start();
     for h in ["h1", "h2", "h3"] {
-        ingest(
-            &s,
+        s.ingest(
+            "",
             &format!("api.cpu{{host={h}}}"),
             T0,
             "main;serve 100\nmain;gc 10\n",
         );
     }
-    ingest(
-        &s,
+    s.ingest(
+        "",
         "api.cpu{host=h4}",
         T0,
         "main;serve 100\nmain;gc 10\nmain;lock 200\n",
     );
-    ingest(&s, "db.cpu{host=h5}", T0, "main;query 90\n");
-    ingest(&s, "db.cpu{host=h6}", T0, "main;query 110\n");
+    s.ingest("", "db.cpu{host=h5}", T0, "main;query 90\n");
+    s.ingest("", "db.cpu{host=h6}", T0, "main;query 110\n");
     let q = format!("{CPU}{{}}");
     let params = [
         ("query", q.as_str()),
@@ -360,8 +349,8 @@ fn variance_names_the_label_of_the_slow_hosts() {
         ("h3", "b", "k1", 200),
         ("h4", "b", "k2", 200),
     ] {
-        ingest(
-            &s,
+        s.ingest(
+            "",
             &format!("api.cpu{{host={h},zone={zone},kernel={kernel}}}"),
             T0,
             &format!("main;serve {n}\n"),
@@ -437,8 +426,8 @@ fn variance_boost_raises_the_top_groups_hosts_until_it_expires() {
         ("db", "h6", 110),
         ("web", "h7", 50),
     ] {
-        ingest(
-            &s,
+        s.ingest(
+            "",
             &format!("{svc}.cpu{{host={h}}}"),
             T0,
             &format!("main;serve {n}\n"),

@@ -30,18 +30,6 @@ fn as_tenant(
     }
 }
 
-fn ingest(s: &TestServer, tenant: &str, name: &str, from_s: i64, body: &str) {
-    let req = s
-        .client
-        .post(format!("{}/ingest", s.url))
-        .query(&[("name", name), ("from", &from_s.to_string())]);
-    let r = as_tenant(req, tenant)
-        .body(body.to_string())
-        .send()
-        .unwrap();
-    assert_eq!(r.status(), 200, "{}", r.text().unwrap_or_default());
-}
-
 fn post(s: &TestServer, tenant: &str, path: &str, body: Value) -> (u16, Value) {
     let req = s
         .client
@@ -76,10 +64,10 @@ fn post_proto<Req: Message, Resp: Message + Default>(
 /// T0 (5); and one of another tenant, which no answer here may show.
 fn fleet() -> TestServer {
     let s = TestServer::start();
-    ingest(&s, "", "shop.cpu{host=a}", T0, "main;work 3\n");
-    ingest(&s, "", "shop.cpu{host=a}", T0 + 60, "main;work 1\n");
-    ingest(&s, "", "shop.cpu{host=b}", T0, "main;idle 5\n");
-    ingest(&s, "other", "shop.cpu{host=z}", T0, "main;secret 100\n");
+    s.ingest("", "shop.cpu{host=a}", T0, "main;work 3\n");
+    s.ingest("", "shop.cpu{host=a}", T0 + 60, "main;work 1\n");
+    s.ingest("", "shop.cpu{host=b}", T0, "main;idle 5\n");
+    s.ingest("other", "shop.cpu{host=z}", T0, "main;secret 100\n");
     s
 }
 

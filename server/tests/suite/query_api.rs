@@ -17,18 +17,6 @@ const SCALE: i64 = 10_000_000;
 /// A fixed time well in the past (seconds): 2023-01-01T00:00:00Z.
 const T0: i64 = 1_672_531_200;
 
-fn ingest(s: &TestServer, tenant: &str, name: &str, from_s: i64, body: &str) {
-    let r = s
-        .client
-        .post(format!("{}/ingest", s.url))
-        .query(&[("name", name), ("from", &from_s.to_string())])
-        .header("X-Scope-OrgID", tenant)
-        .body(body.to_string())
-        .send()
-        .unwrap();
-    assert_eq!(r.status(), 200, "{}", r.text().unwrap_or_default());
-}
-
 fn connect_json(s: &TestServer, tenant: &str, method: &str, body: Value) -> (u16, Value) {
     let r = s
         .client
@@ -131,8 +119,7 @@ fn post_proto(
 
 /// main;b 3, main;a 2, main 1, idle 4 (×SCALE) in tenant `t`.
 fn small_tree(s: &TestServer, t: &str) {
-    ingest(
-        s,
+    s.ingest(
         t,
         "app.cpu{env=prod}",
         T0,
@@ -253,7 +240,7 @@ fn connect_flamegraph_both_encodings() {
 fn connect_discovery_and_errors() {
     let s = TestServer::start();
     small_tree(&s, "d");
-    ingest(&s, "d", "api.cpu{env=stage,host=h1}", T0, "x;y 1\n");
+    s.ingest("d", "api.cpu{env=stage,host=h1}", T0, "x;y 1\n");
     let (start, end) = (T0 * 1000, T0 * 1000 + 60_000);
     let (st, v) = connect_json(&s, "d", "ProfileTypes", json!({"start": start, "end": end}));
     assert_eq!(st, 200, "{v}");
@@ -356,8 +343,7 @@ fn connect_discovery_and_errors() {
 #[test]
 fn pprof_export_matches_flamegraph_total_and_svg_renders() {
     let s = TestServer::start();
-    ingest(
-        &s,
+    s.ingest(
         "anonymous",
         "app.cpu{env=prod}",
         T0,
@@ -450,14 +436,8 @@ fn pprof_export_matches_flamegraph_total_and_svg_renders() {
 fn diff_statistics_by_hand() {
     let s = TestServer::start();
     // Base minute: a 50, b 50. Compare minute: a 25, b 25, c 50.
-    ingest(&s, "df", "app.cpu", T0, "main;a 50\nmain;b 50\n");
-    ingest(
-        &s,
-        "df",
-        "app.cpu",
-        T0 + 60,
-        "main;a 25\nmain;b 25\nx;c 50\n",
-    );
+    s.ingest("df", "app.cpu", T0, "main;a 50\nmain;b 50\n");
+    s.ingest("df", "app.cpu", T0 + 60, "main;a 25\nmain;b 25\nx;c 50\n");
     let (b0, c0) = (T0 * 1000, (T0 + 60) * 1000);
     let (st, v) = post_json(
         &s,
@@ -568,7 +548,7 @@ proptest! {
         let tenant = format!("gb{}", CASE.fetch_add(1, std::sync::atomic::Ordering::SeqCst));
         for r in &rows {
             let stack: Vec<&str> = r.stack.iter().map(|&i| FUNCS[i]).collect();
-            ingest(s, &tenant, &format!("svc{}.cpu{{env=e{}}}", r.service, r.env), T0,
+            s.ingest(&tenant, &format!("svc{}.cpu{{env=e{}}}", r.service, r.env), T0,
                    &format!("{} {}\n", stack.join(";"), r.value));
         }
         let all_keys = [["service_name", "function", "env"], ["function_total", "env", "service_name"]];
@@ -597,8 +577,7 @@ proptest! {
 #[test]
 fn group_by_binary_limit_and_exclude() {
     let s = TestServer::start();
-    ingest(
-        &s,
+    s.ingest(
         "anonymous",
         "app.cpu",
         T0,

@@ -10,31 +10,12 @@ use serde_json::{json, Value};
 const CPU: &str = "process_cpu:cpu:nanoseconds:cpu:nanoseconds";
 const SCALE: i64 = 10_000_000;
 
-fn metric(s: &TestServer, name: &str) -> u64 {
-    let text = s.get("/metrics").text().unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{name} ")))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
-}
-
 fn wait_segments(s: &TestServer, n: u64) {
     let deadline = Instant::now() + Duration::from_secs(30);
-    while metric(s, "profiledb_segments") < n {
+    while s.metric("profiledb_segments") < n {
         assert!(Instant::now() < deadline, "no flush within 30 s");
         std::thread::sleep(Duration::from_millis(100));
     }
-}
-
-fn ingest(s: &TestServer, from_s: i64, body: &str) {
-    let r = s
-        .client
-        .post(format!("{}/ingest", s.url))
-        .query(&[("name", "app.cpu"), ("from", &from_s.to_string())])
-        .body(body.to_string())
-        .send()
-        .unwrap();
-    assert_eq!(r.status(), 200);
 }
 
 fn total(s: &TestServer, from_s: i64) -> i64 {
@@ -68,29 +49,29 @@ fn cache_hit_then_invalidation() {
     });
     // Two hours ago: the partition is over, so it flushes after the grace period.
     let t = (profiledb_storage::now_ms() / 1000 - 7200) / 60 * 60;
-    ingest(&s, t, "main;a 3\n");
+    s.ingest("", "app.cpu", t, "main;a 3\n");
     wait_segments(&s, 1);
 
     let (h0, m0) = (
-        metric(&s, "profiledb_query_cache_hits_total"),
-        metric(&s, "profiledb_query_cache_misses_total"),
+        s.metric("profiledb_query_cache_hits_total"),
+        s.metric("profiledb_query_cache_misses_total"),
     );
     assert_eq!(total(&s, t), 3 * SCALE);
-    assert_eq!(metric(&s, "profiledb_query_cache_misses_total"), m0 + 1);
+    assert_eq!(s.metric("profiledb_query_cache_misses_total"), m0 + 1);
     // A part keyed by the exact range is kept from its second ask on.
     assert_eq!(total(&s, t), 3 * SCALE);
-    assert_eq!(metric(&s, "profiledb_query_cache_misses_total"), m0 + 2);
+    assert_eq!(s.metric("profiledb_query_cache_misses_total"), m0 + 2);
     assert_eq!(total(&s, t), 3 * SCALE);
-    assert_eq!(metric(&s, "profiledb_query_cache_hits_total"), h0 + 1);
+    assert_eq!(s.metric("profiledb_query_cache_hits_total"), h0 + 1);
 
     // A late write to the same range lands in the head: visible at once.
-    ingest(&s, t, "main;b 2\n");
+    s.ingest("", "app.cpu", t, "main;b 2\n");
     assert_eq!(total(&s, t), 5 * SCALE);
     // Once it is flushed the segment set changed: the cached part is not reused.
     wait_segments(&s, 2);
-    let m1 = metric(&s, "profiledb_query_cache_misses_total");
+    let m1 = s.metric("profiledb_query_cache_misses_total");
     assert_eq!(total(&s, t), 5 * SCALE);
-    assert_eq!(metric(&s, "profiledb_query_cache_misses_total"), m1 + 1);
+    assert_eq!(s.metric("profiledb_query_cache_misses_total"), m1 + 1);
     assert_eq!(total(&s, t), 5 * SCALE);
 }
 
@@ -121,10 +102,10 @@ fn answers_are_cached_only_while_segments_alone_answer() {
         o.store.flush_grace = Duration::from_millis(200);
     });
     let t = (profiledb_storage::now_ms() / 1000 - 3 * 3600) / 60 * 60;
-    ingest(&s, t, "main;a 3\nmain;b 1\n");
+    s.ingest("", "app.cpu", t, "main;a 3\nmain;b 1\n");
     wait_segments(&s, 1);
-    let hits = || metric(&s, "profiledb_query_response_cache_hits_total");
-    let misses = || metric(&s, "profiledb_query_response_cache_misses_total");
+    let hits = || s.metric("profiledb_query_response_cache_hits_total");
+    let misses = || s.metric("profiledb_query_response_cache_misses_total");
 
     let (h0, m0) = (hits(), misses());
     let (v1, body1) = flamegraph_between(&s, t, t + 59);
@@ -146,7 +127,7 @@ fn answers_are_cached_only_while_segments_alone_answer() {
     assert_eq!((hits(), misses()), (h0 + 1, m0 + 2));
 
     // A late write puts a head partition over the range: computed live, not cached.
-    ingest(&s, t, "main;c 2\n");
+    s.ingest("", "app.cpu", t, "main;c 2\n");
     let (v3, _) = flamegraph_between(&s, t, t + 59);
     assert_eq!(v3["total"], 6 * SCALE);
     assert_eq!(
@@ -201,12 +182,17 @@ fn moving_windows_reuse_segment_parts() {
     let s = TestServer::start_with(|o| o.store.flush_grace = Duration::from_secs(2));
     let t = (profiledb_storage::now_ms() / HOUR - 4) * HOUR;
     let hour = HOUR;
-    ingest(&s, t / 1000 + 60, "main;a 3\nmain;b 1\nmain;c 5\n");
-    ingest(&s, t / 1000 + 50 * 60, "main;d 2\n");
+    s.ingest(
+        "",
+        "app.cpu",
+        t / 1000 + 60,
+        "main;a 3\nmain;b 1\nmain;c 5\n",
+    );
+    s.ingest("", "app.cpu", t / 1000 + 50 * 60, "main;d 2\n");
     wait_segments(&s, 1);
-    assert_eq!(metric(&s, "profiledb_segments"), 1);
-    let hits = || metric(&s, "profiledb_query_segment_part_hits_total");
-    let misses = || metric(&s, "profiledb_query_segment_part_misses_total");
+    assert_eq!(s.metric("profiledb_segments"), 1);
+    let hits = || s.metric("profiledb_query_segment_part_hits_total");
+    let misses = || s.metric("profiledb_query_segment_part_misses_total");
 
     let (h0, m0) = (hits(), misses());
     let first = group_rows(&s, t - 10, t + hour + 10);
@@ -266,11 +252,16 @@ fn moving_windows_reuse_segment_parts() {
 fn a_moving_window_reads_the_kept_sum_of_its_parts() {
     let (s, t) = flushing_server();
     let hour = HOUR;
-    ingest(&s, t / 1000 + 60, "main;a 3\nmain;b 1\n");
-    ingest(&s, (t + hour) / 1000 + 60, "main;a 2\nmain;c 5\n");
+    s.ingest("", "app.cpu", t / 1000 + 60, "main;a 3\nmain;b 1\n");
+    s.ingest(
+        "",
+        "app.cpu",
+        (t + hour) / 1000 + 60,
+        "main;a 2\nmain;c 5\n",
+    );
     wait_segments(&s, 2);
-    let hits = || metric(&s, "profiledb_query_share_sum_hits_total");
-    let misses = || metric(&s, "profiledb_query_share_sum_misses_total");
+    let hits = || s.metric("profiledb_query_share_sum_hits_total");
+    let misses = || s.metric("profiledb_query_share_sum_misses_total");
     let (h0, m0) = (hits(), misses());
     for (i, want) in [(0, 1), (0, 2), (1, 2)].into_iter().enumerate() {
         let shift = 10 * (i as i64 + 1);
