@@ -6,6 +6,7 @@
 
 /// Why an upload was refused.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum IngestError {
     /// The bytes are not a valid protobuf message of the expected type.
     #[error("malformed {what} protobuf: {source}")]

@@ -7,6 +7,7 @@ pub type Result<T, E = StorageError> = std::result::Result<T, E>;
 
 /// Every error of the storage engine.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StorageError {
     /// The filesystem failed at `path`.
     #[error("I/O error on {path}: {source}")]
@@ -80,6 +81,7 @@ pub enum StorageError {
 /// [`QueryError::Timeout`] is "try later or narrow it" (HTTP 503),
 /// [`QueryError::TooLarge`] is "this query can never fit" (HTTP 422).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum QueryError {
     /// The query ran past its wall-clock budget.
     #[error("query timed out: narrow the time range or the selector")]

@@ -58,6 +58,7 @@ impl Default for Config {
 
 /// Why an upload was refused.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum UploadError {
     #[error(transparent)]
     BadBuildId(#[from] BadBuildId),

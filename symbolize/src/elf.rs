@@ -40,6 +40,7 @@ impl Default for Limits {
 /// Why a file cannot serve as a debug file. Every variant is the uploader's
 /// fault (a 4xx), never the server's.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum DebugFileError {
     #[error("the file is {size} bytes, above the limit of {limit}")]
     TooLarge { size: u64, limit: u64 },

@@ -2,6 +2,7 @@
 
 /// A recording (or its labels snapshot) that breaks the format or a bound.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum JfrError {
     /// The data ends inside a structure (`at` is the byte offset in the chunk data).
     #[error("recording truncated at byte {at} while reading {what}")]

@@ -3,6 +3,7 @@
 /// A decoded `ExportProfilesServiceRequest` whose content cannot be stored. Each
 /// variant names where in the request the problem is, so a client can find it.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum OtlpError {
     /// The request carries profiles but no `dictionary` to resolve their indices.
     #[error("the request has profiles but no dictionary")]

@@ -67,6 +67,7 @@ fn upload_error(e: UploadError) -> ApiError {
         },
         UploadError::Io(e) => ApiError::internal(format!("storing the debug file failed: {e}")),
         UploadError::Replica(e) => ApiError::unavailable(e),
+        other => ApiError::internal(other.to_string()),
     }
 }
 

@@ -15,6 +15,7 @@ use super::cpi::CpiCell;
 
 /// Why an assignment could not be computed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum AssignError {
     /// The platforms' capacity cannot hold every application's load at the
     /// measured CPIs.

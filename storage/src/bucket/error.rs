@@ -60,6 +60,7 @@ impl std::fmt::Display for Unreachable {
 
 /// Why a bucket operation failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum BucketError {
     /// The store did not answer, or answered with a server error, after retries:
     /// servers answer 503 and try again later.

@@ -149,7 +149,7 @@ async fn assignment(
             AssignError::Infeasible | AssignError::InvalidInput(_) => {
                 ApiError::bad_request(e.to_string())
             }
-            AssignError::Solver(_) => ApiError::internal(e.to_string()),
+            _ => ApiError::internal(e.to_string()),
         })?;
         let today = cycles_of(&placement.problem.cpi, &placement.today);
         let mut moves = Vec::new();
