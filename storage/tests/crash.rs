@@ -2,19 +2,16 @@
 //! acknowledged one; the parent kills it with SIGKILL at random points, reopens the
 //! store and checks that every acknowledged batch is present exactly once.
 //!
-//! The child is this same test binary, re-executed with `PROFILEDB_CRASH_CHILD` set.
+//! The child is this same test binary, re-executed by `common::crash`.
 
 mod common;
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use common::crash::{xorshift, CrashChild};
 use common::*;
 use profiledb_storage::{Store, StoreConfig, TenantId};
-
-const CHILD_ENV: &str = "PROFILEDB_CRASH_CHILD";
 
 fn crash_config() -> StoreConfig {
     StoreConfig {
@@ -54,12 +51,13 @@ fn expected_total(i: u64) -> i64 {
     batch_samples(i).iter().map(|s| s.value).sum()
 }
 
+const CHILD: CrashChild = CrashChild {
+    test: "sigkill_at_random_points_loses_no_acknowledged_write",
+    dir_env: "PROFILEDB_CRASH_CHILD",
+};
+
 /// Child mode: write batches from two threads until killed.
-fn run_child(dir: &str) {
-    let start: u64 = std::env::var("PROFILEDB_CRASH_START")
-        .unwrap()
-        .parse()
-        .unwrap();
+fn run_child(dir: &str, start: u64) {
     let store = std::sync::Arc::new(Store::open(dir, crash_config()).unwrap());
     let tenant = TenantId::default();
     let threads: Vec<_> = (0..2u64)
@@ -85,60 +83,26 @@ fn run_child(dir: &str) {
 
 #[test]
 fn sigkill_at_random_points_loses_no_acknowledged_write() {
-    if let Ok(dir) = std::env::var(CHILD_ENV) {
-        run_child(&dir);
+    if let Some((dir, start)) = CHILD.child_args() {
+        run_child(&dir, start);
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let exe = std::env::current_exe().unwrap();
     let mut acked: BTreeSet<u64> = BTreeSet::new();
     let mut next_start = 0u64;
-    // A fixed seed keeps failures reproducible; the kill points still vary with timing.
     let mut rng = 0x2545F4914F6CDD1Du64;
     for round in 0..12 {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        let kill_after = 3 + rng % 60;
-        let mut child = Command::new(&exe)
-            .args([
-                "--exact",
-                "sigkill_at_random_points_loses_no_acknowledged_write",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_ENV, dir.path())
-            .env("PROFILEDB_CRASH_START", next_start.to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let out = BufReader::new(child.stdout.take().unwrap());
-        let mut seen = 0;
-        let mut max_id = next_start;
-        let mut killed = false;
-        // After the kill, keep reading to EOF: acknowledgements already in the pipe
-        // count too, and their ids must not be reused.
-        for line in out.lines() {
-            let Ok(line) = line else { break };
-            if let Some(id) = line.strip_prefix("ACK ") {
-                let id: u64 = id.trim().parse().unwrap();
-                acked.insert(id);
-                max_id = max_id.max(id);
-                seen += 1;
-                if seen >= kill_after && !killed {
-                    child.kill().unwrap(); // SIGKILL
-                    killed = true;
-                }
-            }
-        }
-        if !killed {
-            child.kill().unwrap();
-        }
-        child.wait().unwrap();
-        assert!(seen > 0, "round {round}: child acknowledged nothing");
+        let kill_after = 3 + xorshift(&mut rng) as usize % 60;
+        let r = CHILD.round(dir.path(), next_start, &mut acked, |_, acks| {
+            acks >= kill_after
+        });
+        assert!(
+            r.killed,
+            "round {round}: child exited on its own ({})",
+            r.status
+        );
         // Batches in flight when killed may or may not be stored; never reuse their ids.
-        next_start = max_id + 3;
+        next_start = r.max_id + 3;
     }
 
     let store = Store::open(dir.path(), crash_config()).unwrap();

@@ -4,20 +4,21 @@
 //! reopens the store and checks every acknowledged batch is present exactly once,
 //! and that no orphan segment files remain.
 //!
-//! The child is this same test binary, re-executed with `PROFILEDB_COMPACT_CHILD` set.
+//! The child is this same test binary, re-executed by `common::crash`.
 
 mod common;
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use common::crash::{xorshift, CrashChild};
 use common::*;
 use profiledb_storage::{DownsampleRule, Store, StoreConfig, TenantId};
 
-const CHILD_ENV: &str = "PROFILEDB_COMPACT_CHILD";
-const TEST_NAME: &str = "sigkill_during_compaction_keeps_data_exactly_once";
+const CHILD: CrashChild = CrashChild {
+    test: "sigkill_during_compaction_keeps_data_exactly_once",
+    dir_env: "PROFILEDB_COMPACT_CHILD",
+};
 
 fn config() -> StoreConfig {
     StoreConfig {
@@ -58,11 +59,7 @@ fn expected_total(i: u64) -> i64 {
     batch_samples(i).iter().map(|s| s.value).sum()
 }
 
-fn run_child(dir: &str) {
-    let start: u64 = std::env::var("PROFILEDB_COMPACT_START")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
+fn run_child(dir: &str, start: u64) {
     let store = Store::open(dir, config()).unwrap();
     let tenant = TenantId::default();
     let mut i = start;
@@ -83,9 +80,8 @@ fn run_child(dir: &str) {
 
 fn check(store: &Store, acked: &BTreeSet<u64>, next_start: u64) -> usize {
     let stored = check_acknowledged(store, acked, next_start, expected_total);
-    // No orphans: the files are exactly the live segments, none replaced by another.
-    // No orphans (a kill between a base and its segment leaves a base, which
-    // the open deletes).
+    // No orphans: the files are exactly the live segments, none replaced by another
+    // (a kill between a base and its segment leaves a base, which the open deletes).
     assert_files_are_live(store);
     let segs = store.segments();
     let ids: BTreeSet<u64> = segs.iter().map(|m| m.id).collect();
@@ -100,61 +96,43 @@ fn check(store: &Store, acked: &BTreeSet<u64>, next_start: u64) -> usize {
 
 #[test]
 fn sigkill_during_compaction_keeps_data_exactly_once() {
-    if let Ok(dir) = std::env::var(CHILD_ENV) {
-        run_child(&dir);
+    if let Some((dir, start)) = CHILD.child_args() {
+        run_child(&dir, start);
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let exe = std::env::current_exe().unwrap();
     let mut acked: BTreeSet<u64> = BTreeSet::new();
     let mut next_start = 0u64;
     let mut rng = 0x9E3779B97F4A7C15u64;
     let mut kills = 0;
     let mut kills_mid_compaction = 0;
     for round in 0..12 {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
+        let r = xorshift(&mut rng);
         // Kill after the k-th compaction announcement plus a random delay.
-        let kill_at_compaction = 1 + rng % 4;
-        let delay_us = (rng >> 8) % 40_000;
-        let mut child = Command::new(&exe)
-            .args(["--exact", TEST_NAME, "--nocapture", "--test-threads=1"])
-            .env(CHILD_ENV, dir.path())
-            .env("PROFILEDB_COMPACT_START", next_start.to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let out = BufReader::new(child.stdout.take().unwrap());
+        let kill_at_compaction = 1 + r % 4;
+        let delay_us = (r >> 8) % 40_000;
         let mut compactions = 0;
-        let mut max_id = next_start;
-        let mut killed = false;
-        let mut finished_after_kill = false;
-        for line in out.lines() {
-            let Ok(line) = line else { break };
-            if let Some(id) = line.strip_prefix("ACK ") {
-                let id: u64 = id.trim().parse().unwrap();
-                acked.insert(id);
-                max_id = max_id.max(id);
-            } else if line.starts_with("COMPACT") {
-                compactions += 1;
-                if compactions >= kill_at_compaction && !killed {
-                    std::thread::sleep(Duration::from_micros(delay_us));
-                    child.kill().unwrap(); // SIGKILL
-                    killed = true;
-                    kills += 1;
-                }
-            } else if line.starts_with("DONE") && killed {
-                finished_after_kill = true;
+        let round_run = CHILD.round(dir.path(), next_start, &mut acked, |line, _| {
+            if !line.starts_with("COMPACT") {
+                return false;
             }
-        }
-        let status = child.wait().unwrap();
-        assert!(killed, "round {round}: child exited on its own ({status})");
-        if !finished_after_kill {
+            compactions += 1;
+            if compactions < kill_at_compaction {
+                return false;
+            }
+            std::thread::sleep(Duration::from_micros(delay_us));
+            true
+        });
+        assert!(
+            round_run.killed,
+            "round {round}: child exited on its own ({})",
+            round_run.status
+        );
+        kills += 1;
+        if !round_run.after_kill.iter().any(|l| l.starts_with("DONE")) {
             kills_mid_compaction += 1;
         }
-        next_start = max_id + 4;
+        next_start = round_run.max_id + 4;
     }
     let store = Store::open(dir.path(), config()).unwrap();
     let stored = check(&store, &acked, next_start);

@@ -2,6 +2,8 @@
 //! independent reference aggregation to compare query answers against.
 #![allow(dead_code)]
 
+pub mod crash;
+
 use std::collections::BTreeMap;
 
 use profiledb_storage::{
