@@ -16,7 +16,7 @@ struct Case {
     code: &'static str,
 }
 
-fn ingest(
+fn ingest_case(
     what: &'static str,
     query: &str,
     body: impl Into<Vec<u8>>,
@@ -34,7 +34,7 @@ fn ingest(
     }
 }
 
-fn push(
+fn push_case(
     what: &'static str,
     ct: &str,
     body: impl Into<Vec<u8>>,
@@ -136,35 +136,35 @@ fn cases() -> Vec<Case> {
         .encode_to_vec()
     };
     vec![
-        ingest("missing name", "from=now", "a;b 1", 400, "invalid_argument"),
-        ingest("empty name", "name=", "a;b 1", 400, "invalid_argument"),
-        ingest("malformed tags in name", "name=app%7B%3Dx%7D", "a;b 1", 400, "invalid_argument"),
-        ingest("unterminated tags", "name=app%7Benv%3Dprod", "a;b 1", 400, "invalid_argument"),
-        ingest("bad from", "name=app&from=yesterday", "a;b 1", 400, "invalid_argument"),
-        ingest("until before from", "name=app&from=2000&until=1000", "a;b 1", 400, "invalid_argument"),
-        ingest("unknown format", "name=app&format=xml", "a;b 1", 400, "invalid_argument"),
-        ingest("trie not supported", "name=app&format=trie", "x", 422, "unsupported_format"),
-        ingest("corrupt jfr", "name=app&format=jfr", "FLR\0 not a chunk", 400, "invalid_argument"),
-        ingest("sampleRate zero", "name=app&sampleRate=0", "a;b 1", 400, "invalid_argument"),
-        ingest("sampleRate not a number", "name=app&sampleRate=fast", "a;b 1", 400, "invalid_argument"),
-        ingest("empty body", "name=app", "", 400, "invalid_argument"),
-        ingest("fractional folded count", "name=app", "a;b 1.5\n", 400, "invalid_argument"),
-        ingest("folded line without count", "name=app", "a;b\n", 400, "invalid_argument"),
-        ingest("negative folded count", "name=app", "a;b -3\n", 400, "invalid_argument"),
-        ingest("invalid UTF-8 in folded", "name=app", vec![b'a', 0xff, 0xfe, b' ', b'1'], 400, "invalid_argument"),
-        ingest("garbage pprof", "name=app&format=pprof", "this is not protobuf", 400, "invalid_argument"),
-        ingest("truncated gzip pprof", "name=app&format=pprof", gz[..gz.len() / 2].to_vec(), 400, "invalid_argument"),
-        ingest("pprof string index out of range", "name=app&format=pprof", encode(&bad_string), 400, "invalid_argument"),
-        ingest("pprof dangling location", "name=app&format=pprof", encode(&dangling), 400, "invalid_argument"),
-        ingest("pprof value count mismatch", "name=app&format=pprof", encode(&wrong_values), 400, "invalid_argument"),
-        ingest("absurdly deep stack", "name=app&format=pprof", deep_profile(10_000), 400, "invalid_argument"),
-        ingest("gzip bomb", "name=app&format=pprof", bomb, 413, "payload_too_large"),
-        ingest("too many labels", &format!("name=app%7B{many_tags}%7D"), "a;b 1", 400, "invalid_argument"),
-        ingest("label value too long", &format!("name=app%7Bk%3D{long_value}%7D"), "a;b 1", 400, "invalid_argument"),
-        ingest("timestamp far in the future", "name=app&from=now%2B2h", "a;b 1", 400, "invalid_argument"),
-        ingest("body over max_body_bytes", "name=app", vec![b'a'; 3 << 20], 413, "payload_too_large"),
+        ingest_case("missing name", "from=now", "a;b 1", 400, "invalid_argument"),
+        ingest_case("empty name", "name=", "a;b 1", 400, "invalid_argument"),
+        ingest_case("malformed tags in name", "name=app%7B%3Dx%7D", "a;b 1", 400, "invalid_argument"),
+        ingest_case("unterminated tags", "name=app%7Benv%3Dprod", "a;b 1", 400, "invalid_argument"),
+        ingest_case("bad from", "name=app&from=yesterday", "a;b 1", 400, "invalid_argument"),
+        ingest_case("until before from", "name=app&from=2000&until=1000", "a;b 1", 400, "invalid_argument"),
+        ingest_case("unknown format", "name=app&format=xml", "a;b 1", 400, "invalid_argument"),
+        ingest_case("trie not supported", "name=app&format=trie", "x", 422, "unsupported_format"),
+        ingest_case("corrupt jfr", "name=app&format=jfr", "FLR\0 not a chunk", 400, "invalid_argument"),
+        ingest_case("sampleRate zero", "name=app&sampleRate=0", "a;b 1", 400, "invalid_argument"),
+        ingest_case("sampleRate not a number", "name=app&sampleRate=fast", "a;b 1", 400, "invalid_argument"),
+        ingest_case("empty body", "name=app", "", 400, "invalid_argument"),
+        ingest_case("fractional folded count", "name=app", "a;b 1.5\n", 400, "invalid_argument"),
+        ingest_case("folded line without count", "name=app", "a;b\n", 400, "invalid_argument"),
+        ingest_case("negative folded count", "name=app", "a;b -3\n", 400, "invalid_argument"),
+        ingest_case("invalid UTF-8 in folded", "name=app", vec![b'a', 0xff, 0xfe, b' ', b'1'], 400, "invalid_argument"),
+        ingest_case("garbage pprof", "name=app&format=pprof", "this is not protobuf", 400, "invalid_argument"),
+        ingest_case("truncated gzip pprof", "name=app&format=pprof", gz[..gz.len() / 2].to_vec(), 400, "invalid_argument"),
+        ingest_case("pprof string index out of range", "name=app&format=pprof", encode(&bad_string), 400, "invalid_argument"),
+        ingest_case("pprof dangling location", "name=app&format=pprof", encode(&dangling), 400, "invalid_argument"),
+        ingest_case("pprof value count mismatch", "name=app&format=pprof", encode(&wrong_values), 400, "invalid_argument"),
+        ingest_case("absurdly deep stack", "name=app&format=pprof", deep_profile(10_000), 400, "invalid_argument"),
+        ingest_case("gzip bomb", "name=app&format=pprof", bomb, 413, "payload_too_large"),
+        ingest_case("too many labels", &format!("name=app%7B{many_tags}%7D"), "a;b 1", 400, "invalid_argument"),
+        ingest_case("label value too long", &format!("name=app%7Bk%3D{long_value}%7D"), "a;b 1", 400, "invalid_argument"),
+        ingest_case("timestamp far in the future", "name=app&from=now%2B2h", "a;b 1", 400, "invalid_argument"),
+        ingest_case("body over max_body_bytes", "name=app", vec![b'a'; 3 << 20], 413, "payload_too_large"),
         // A large body with a bad parameter still gets its 400 (not a broken pipe).
-        ingest("missing name with a 1.5 MiB body", "from=now", vec![b'a'; 3 << 19], 400, "invalid_argument"),
+        ingest_case("missing name with a 1.5 MiB body", "from=now", vec![b'a'; 3 << 19], 400, "invalid_argument"),
         Case {
             what: "tenant with a path separator",
             method: "POST",
@@ -206,13 +206,13 @@ fn cases() -> Vec<Case> {
             400,
             "invalid_argument",
         ),
-        push("push with a wrong content type", "text/plain", "hello", 415, "invalid_argument"),
-        push("push garbage protobuf", "application/proto", vec![0xff, 0xff, 0xff, 0x01], 400, "invalid_argument"),
-        push("push invalid JSON", "application/json", "{\"series\": [", 400, "invalid_argument"),
-        push("push empty JSON body", "application/json", "", 400, "invalid_argument"),
-        push("push JSON with bad base64", "application/json", r#"{"series":[{"labels":[],"samples":[{"rawProfile":"!!!"}]}]}"#, 400, "invalid_argument"),
-        push("push with a garbage raw profile", "application/proto", push_envelope(b"garbage".to_vec()), 400, "invalid_argument"),
-        push("push with a truncated gzip body", "application/proto", gzip(&push_envelope(good.clone()))[..20].to_vec(), 400, "invalid_argument"),
+        push_case("push with a wrong content type", "text/plain", "hello", 415, "invalid_argument"),
+        push_case("push garbage protobuf", "application/proto", vec![0xff, 0xff, 0xff, 0x01], 400, "invalid_argument"),
+        push_case("push invalid JSON", "application/json", "{\"series\": [", 400, "invalid_argument"),
+        push_case("push empty JSON body", "application/json", "", 400, "invalid_argument"),
+        push_case("push JSON with bad base64", "application/json", r#"{"series":[{"labels":[],"samples":[{"rawProfile":"!!!"}]}]}"#, 400, "invalid_argument"),
+        push_case("push with a garbage raw profile", "application/proto", push_envelope(b"garbage".to_vec()), 400, "invalid_argument"),
+        push_case("push with a truncated gzip body", "application/proto", gzip(&push_envelope(good.clone()))[..20].to_vec(), 400, "invalid_argument"),
         Case {
             what: "GET on the ingest endpoint",
             method: "GET",
@@ -260,13 +260,10 @@ fn bad_input_is_refused_and_stored_data_is_untouched() {
         .unwrap()
         .as_secs()
         - 60;
-    let r = s
-        .client
-        .post(format!("{}/ingest?name=keep.cpu&from={from}", s.url))
-        .body("main;work 7\nmain;idle 2\n")
-        .send()
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    s.upload(
+        &format!("name=keep.cpu&from={from}"),
+        b"main;work 7\nmain;idle 2\n".to_vec(),
+    );
     let before = s.merged(None, &format!("{CPU}{{}}"));
     assert_eq!(before.len(), 2);
     let cases = cases();

@@ -166,13 +166,21 @@ impl TestServer {
 
     /// `POST /ingest?<query>` with `body`, asserting 200.
     pub fn upload(&self, query: &str, body: Vec<u8>) {
-        let r = self
-            .client
+        let r = self.post_ingest(query, body);
+        assert_eq!(r.status(), 200, "{query}: {}", r.text().unwrap_or_default());
+    }
+
+    /// `POST /ingest?<query>` with `body`, whatever the answer.
+    pub fn post_ingest(
+        &self,
+        query: &str,
+        body: impl Into<reqwest::blocking::Body>,
+    ) -> reqwest::blocking::Response {
+        self.client
             .post(format!("{}/ingest?{query}", self.url))
             .body(body)
             .send()
-            .unwrap();
-        assert_eq!(r.status(), 200, "{query}: {}", r.text().unwrap_or_default());
+            .unwrap()
     }
 
     pub fn json(&self, path: &str, params: &[(&str, &str)]) -> serde_json::Value {

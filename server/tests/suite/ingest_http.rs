@@ -19,14 +19,6 @@ fn unix_now() -> i64 {
         .as_secs() as i64
 }
 
-fn post_ingest(s: &TestServer, query: &str, body: Vec<u8>) -> reqwest::blocking::Response {
-    s.client
-        .post(format!("{}/ingest?{query}", s.url))
-        .body(body)
-        .send()
-        .unwrap()
-}
-
 fn push_request(labels: &[(&str, &str)], profiles: Vec<Vec<u8>>) -> pushpb::PushRequest {
     pushpb::PushRequest {
         series: vec![pushpb::RawProfileSeries {
@@ -75,10 +67,9 @@ fn folded_upload_yields_exactly_the_stacks_sent() {
     let s = TestServer::start();
     let from = unix_now() - 60;
     let body = "main;serve;parse 12\nmain;serve 3\nmain;std::io::Read::read<T> 5\nsrc/lib.rs:10 - work fn;leaf, x 2\n\nmain;serve;parse 1\n";
-    let r = post_ingest(
-        &s,
+    let r = s.post_ingest(
         &format!("name=myapp.cpu%7Benv%3Dprod%2Cregion%3Deu%7D&from={from}&until={from}"),
-        body.into(),
+        body,
     );
     assert_eq!(r.status(), 200, "{}", r.text().unwrap());
     assert_eq!(r.text().unwrap(), "", "success has an empty body");
@@ -99,10 +90,9 @@ fn folded_upload_yields_exactly_the_stacks_sent() {
     assert_eq!(got, want);
 
     // `lines`: one stack per line, count 1; a non-CPU suffix keeps raw counts.
-    let r = post_ingest(
-        &s,
+    let r = s.post_ingest(
         &format!("name=other.alloc_objects&format=lines&from={from}"),
-        "a;b\na;b\na;c\n".into(),
+        "a;b\na;b\na;c\n",
     );
     assert_eq!(r.status(), 200);
     let types = s.json(
@@ -150,7 +140,7 @@ fn generated_pprof_through_every_path() {
         ("main;handler;json::encode".to_string(), 30_000_000),
     ]);
 
-    let r = post_ingest(&s, "name=raw&format=pprof", gzip(&bytes));
+    let r = s.post_ingest("name=raw&format=pprof", gzip(&bytes));
     assert_eq!(r.status(), 200, "{}", r.text().unwrap());
     let form = reqwest::blocking::multipart::Form::new().part(
         "profile",
@@ -282,8 +272,7 @@ fn every_fixture_through_every_path() {
         for mode in ["raw", "multipart", "push"] {
             let svc = format!("fx{i}-{mode}");
             let r = match mode {
-                "raw" => post_ingest(
-                    &s,
+                "raw" => s.post_ingest(
                     &format!("name={svc}&format=pprof&from={from}"),
                     bytes.clone(),
                 ),
@@ -442,10 +431,9 @@ fn acknowledged_uploads_survive_restart() {
     let from = unix_now() - 60;
     for i in 0..5 {
         assert_eq!(
-            post_ingest(
-                &s,
+            s.post_ingest(
                 &format!("name=dur.cpu&from={from}"),
-                format!("a;b{i} {}\n", i + 1).into()
+                format!("a;b{i} {}\n", i + 1)
             )
             .status(),
             200

@@ -14,19 +14,6 @@ fn read(fx: &std::path::Path, name: &str) -> Vec<u8> {
     std::fs::read(fx.join("pyroscope").join(name)).unwrap()
 }
 
-/// `POST /ingest?<query>` with a raw body.
-fn ingest(
-    s: &TestServer,
-    query: &str,
-    body: impl Into<reqwest::blocking::Body>,
-) -> reqwest::blocking::Response {
-    s.client
-        .post(format!("{}/ingest?{query}", s.url))
-        .body(body)
-        .send()
-        .unwrap()
-}
-
 /// `POST /ingest?<query>` with a multipart body.
 fn ingest_form(
     s: &TestServer,
@@ -78,7 +65,7 @@ fn java_agent_multipart_upload_matches_pyroscope_totals() {
 fn raw_gzipped_recording_without_format_is_jfr() {
     let Some(fx) = fixtures() else { return };
     let s = TestServer::start();
-    let resp = ingest(&s, "name=rawapp&from=now", read(&fx, "dump2.jfr.gz"));
+    let resp = s.post_ingest("name=rawapp&from=now", read(&fx, "dump2.jfr.gz"));
     assert_eq!(resp.status(), 200, "{:?}", resp.text());
     assert_eq!(
         s.total(None, &format!("{CPU}{{service_name=\"rawapp\"}}")),
@@ -89,12 +76,12 @@ fn raw_gzipped_recording_without_format_is_jfr() {
 #[test]
 fn corrupt_recording_is_refused_and_stored_data_stays() {
     let s = TestServer::start();
-    let ok = ingest(&s, "name=keep&from=now", "main;work 7\n");
+    let ok = s.post_ingest("name=keep&from=now", "main;work 7\n");
     assert_eq!(ok.status(), 200);
     let mut recording = b"FLR\0\0\x02\0\0".to_vec();
     recording.extend([0xff; 80]);
     for body in [recording, gzip(b"FLR\0 truncated")] {
-        let resp = ingest(&s, "name=bad&format=jfr", body);
+        let resp = s.post_ingest("name=bad&format=jfr", body);
         assert_eq!(resp.status(), 400);
         let json: serde_json::Value = resp.json().unwrap();
         assert_eq!(json["code"], "invalid_argument", "{json}");
@@ -124,7 +111,7 @@ fn the_jdks_own_recording_is_weighed_and_timed_by_itself() {
         return;
     };
     let s = TestServer::start();
-    let resp = ingest(&s, "name=hotapp&from=now-1h", rec.bytes());
+    let resp = s.post_ingest("name=hotapp&from=now-1h", rec.bytes());
     assert_eq!(resp.status(), 200, "{:?}", resp.text());
     let q = format!("{CPU}{{service_name=\"hotapp\"}}");
     let want = rec.self_ns();
