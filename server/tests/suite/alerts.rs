@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::common::{wait_for, TestServer};
+use crate::common::{metric_at, wait_for, TestServer};
 use profiledb::alerts::AlertOptions;
 use profiledb::ServeOptions;
 use serde_json::{json, Value};
@@ -411,12 +411,8 @@ fn share_jump_fires_after_for_and_resolves_once() {
     assert!(metrics.contains("profiledb_alert_rule_evaluations_total"));
 }
 
-fn metric(s: &TestServer, line_prefix: &str) -> u64 {
-    let text = s.get("/metrics").text().unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(line_prefix))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{line_prefix} not in /metrics"))
+fn metric(s: &TestServer, series: &str) -> u64 {
+    metric_at(&s.url, series).unwrap_or_else(|| panic!("{series} not in /metrics")) as u64
 }
 
 #[test]

@@ -14,7 +14,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::free_port;
+use crate::common::{free_port, metric_at};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_profiledb");
 
@@ -112,14 +112,7 @@ impl Proc {
     }
 
     pub fn metric(&self, name: &str) -> u64 {
-        let text = reqwest::blocking::get(format!("{}/metrics", self.url))
-            .unwrap()
-            .text()
-            .unwrap();
-        text.lines()
-            .find_map(|l| l.strip_prefix(&format!("{name} ")))
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .unwrap_or(0.0) as u64
+        metric_at(&self.url, name).map_or(0, |v| v as u64)
     }
 }
 

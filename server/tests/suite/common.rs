@@ -160,8 +160,7 @@ impl TestServer {
 
     /// The value of the unlabelled metric `name` in /metrics (0 when absent).
     pub fn metric(&self, name: &str) -> u64 {
-        let text = self.get("/metrics").text().unwrap();
-        metric_value(&text, name).map_or(0, |v| v as u64)
+        metric_at(&self.url, name).map_or(0, |v| v as u64)
     }
 
     /// `POST /ingest?<query>` with `body`, asserting 200.
@@ -369,6 +368,16 @@ pub fn free_port() -> u16 {
 
 /// The value of the series written exactly `series` (name and labels) in a
 /// `/metrics` text.
+/// The value of the series `series` (a name, with its labels if it has any) in the
+/// `/metrics` page of the server at `url`.
+pub fn metric_at(url: &str, series: &str) -> Option<f64> {
+    let text = reqwest::blocking::get(format!("{url}/metrics"))
+        .unwrap()
+        .text()
+        .unwrap();
+    metric_value(&text, series)
+}
+
 pub fn metric_value(text: &str, series: &str) -> Option<f64> {
     text.lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())

@@ -3,7 +3,7 @@
 //! stay within their budgets (uploads past the ingest share get 429, merges past the
 //! query share 422, the WAL is cut at the head budget).
 
-use crate::common::{free_port, spawn_ready};
+use crate::common::{free_port, metric_at, spawn_ready};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -61,13 +61,7 @@ fn post_folded(url: &str, body: String) -> reqwest::blocking::Response {
 
 /// The value of an unlabelled `/metrics` line.
 fn metric(url: &str, name: &str) -> u64 {
-    let text = reqwest::blocking::get(format!("{url}/metrics"))
-        .unwrap()
-        .text()
-        .unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or_else(|| panic!("no metric {name}"))
+    metric_at(url, name).unwrap_or_else(|| panic!("no metric {name}")) as u64
 }
 
 fn wal_dir_bytes(dir: &std::path::Path) -> u64 {
