@@ -51,7 +51,7 @@
 //! 2. `dict`, `selector`, `index`, `fnindex` — dictionaries and label/function indexes.
 //! 3. `wal`, `segment` — the files; `catalog` — their metadata.
 //! 4. `intern`, `head` — stack ids, then fresh data in memory.
-//! 5. `query` — per-source algorithms over a head partition or a segment
+//! 5. `exec` — query execution: per-source algorithms over a head partition or a segment
 //!    (frames below tree, merged, flame graphs, group-by, time series, diff).
 //! 6. `merger` — re-encoding segments into one (compaction's mechanism).
 //! 7. `store` — the roles: recovery, writer, flusher, segments, lifecycle, scan.
@@ -87,7 +87,7 @@ mod model {
     pub use profiledb_model::*;
 }
 mod querier;
-mod query;
+mod exec;
 mod segment;
 mod selector;
 mod stats;
@@ -117,16 +117,16 @@ pub use profiledb_symbolize as symbolize;
 pub use querier::{
     AskedBefore, CacheStats, DiffResult, Querier, QueryLimits, QueryPlan, ScopePlan,
 };
-pub use query::diff::{diff_stats, flat, DiffEntry, DiffStats};
-pub use query::flamegraph::{
+pub use exec::diff::{diff_stats, flat, DiffEntry, DiffStats};
+pub use exec::flamegraph::{
     flamegraph, flamegraph_diff, tree_bytes, tree_from_bytes, tree_from_levels, FlameGraph,
     FlameGraphDiff,
 };
-pub use query::groupby::{GroupAcc, GroupByQuery, GroupKey};
-pub use query::lines::{FunctionLines, LineFrame, LineProfile, LineValue};
-pub use query::merged::{flamegraph_diff_merged, Merged};
-pub use query::timeseries::SeriesPoints;
-pub use query::{CallTree, TimeRange, TreeNode};
+pub use exec::grouping::{GroupAcc, GroupByQuery, GroupKey};
+pub use exec::lines::{FunctionLines, LineFrame, LineProfile, LineValue};
+pub use exec::merged::{flamegraph_diff_merged, Merged};
+pub use exec::timeseries::SeriesPoints;
+pub use exec::{CallTree, TimeRange, TreeNode};
 pub use segment::{
     base_path, encode_segment, BaseRef, SectionKind, SectionSize, SegmentFile, SegmentMeta,
     SegmentSummary, SymbolBase,

@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::query::groupby::GroupAcc;
+use crate::exec::grouping::GroupAcc;
 
 /// Most labels one group's correlation looks at (the first by name): each is a key
 /// of one group-by, whose rows are bounded by the group's series anyway.

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::query::groupby::GroupAcc;
+use crate::exec::grouping::GroupAcc;
 
 /// The profile type of sampled CPU cycles by default: what a pprof upload whose
 /// sample type is `cycles`/`count` is stored as.

@@ -4,7 +4,7 @@
 
 use rustc_hash::FxHashMap;
 
-use crate::query::groupby::{GroupAcc, GroupKey};
+use crate::exec::grouping::{GroupAcc, GroupKey};
 
 /// What the ranking is keyed by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

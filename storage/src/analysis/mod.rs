@@ -38,8 +38,8 @@ pub(crate) fn mean_and_sigma<'a>(costs: impl Iterator<Item = &'a i64> + Clone) -
 
 /// Group-by rows from `(key, value)` pairs, for the analyses' unit tests.
 #[cfg(test)]
-pub(crate) fn test_rows(rows: &[(&[&str], i64)]) -> crate::query::groupby::GroupAcc {
-    crate::query::groupby::GroupAcc {
+pub(crate) fn test_rows(rows: &[(&[&str], i64)]) -> crate::exec::grouping::GroupAcc {
+    crate::exec::grouping::GroupAcc {
         rows: rows
             .iter()
             .map(|(k, v)| (k.iter().map(|s| s.to_string()).collect(), *v))

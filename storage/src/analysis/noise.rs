@@ -15,8 +15,8 @@ use std::collections::BTreeMap;
 
 use rustc_hash::FxHashMap;
 
-use crate::query::diff::diff_stats_by_name;
-use crate::query::groupby::GroupAcc;
+use crate::exec::diff::diff_stats_by_name;
+use crate::exec::grouping::GroupAcc;
 
 /// How many random host splits a fit averages over by default.
 pub const DEFAULT_SPLITS: usize = 16;

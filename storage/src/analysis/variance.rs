@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::query::groupby::GroupAcc;
+use crate::exec::grouping::GroupAcc;
 
 /// One group's spread of unit costs.
 #[derive(Clone, Debug, PartialEq)]

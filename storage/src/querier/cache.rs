@@ -16,10 +16,10 @@ use crate::dict::Dict;
 use crate::error::Result;
 use crate::fnindex::FnIndex;
 use crate::model::TenantId;
-use crate::query::frames::FrameTree;
-use crate::query::groupby::{FrameGroups, GroupAcc, GroupByQuery, GroupKey, GroupNodes};
-use crate::query::skeleton::Skeleton;
-use crate::query::{Share, TimeRange};
+use crate::exec::frames::FrameTree;
+use crate::exec::grouping::{FrameGroups, GroupAcc, GroupByQuery, GroupKey, GroupNodes};
+use crate::exec::skeleton::Skeleton;
+use crate::exec::{Share, TimeRange};
 use crate::selector::Selector;
 
 /// What a query asked for: tenant, selector (in its canonical text) and range.
@@ -85,7 +85,7 @@ pub(crate) enum CacheKey {
         version: u64,
     },
     /// One segment's share of a merge: its whole partition, or one hour of a block
-    /// (see `query::shares`). Valid as long as the segment lives, whatever the range.
+    /// (see `exec::shares`). Valid as long as the segment lives, whatever the range.
     SegmentMerge {
         share: Share,
         generation: u64,
@@ -119,7 +119,7 @@ pub(crate) enum CacheKey {
         label_keys: Vec<String>,
     },
     /// The frames a selector's merges touched in frame-tree `generation`, whatever
-    /// their range (see `query::skeleton`).
+    /// their range (see `exec::skeleton`).
     Skeleton {
         tenant: TenantId,
         selector: String,
@@ -224,7 +224,7 @@ pub struct CacheStats {
     pub partial_hits: AtomicU64,
     /// Per-segment parts of merges and group-bys computed.
     pub partial_misses: AtomicU64,
-    /// Skeletons of merged frames built or grown (see `query::skeleton`).
+    /// Skeletons of merged frames built or grown (see `exec::skeleton`).
     pub skeleton_builds: AtomicU64,
     /// Sums of a merge's cached shares reused (see `Querier::share_sum`).
     pub share_sum_hits: AtomicU64,

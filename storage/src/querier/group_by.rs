@@ -1,5 +1,5 @@
 //! GWP group-by: pick k keys out of the label and stack dimensions, filter on the
-//! others, sum, and return rows (see `crate::query::groupby` for the per-source
+//! others, sum, and return rows (see `crate::exec::grouping` for the per-source
 //! algorithms).
 
 use std::sync::Arc;
@@ -13,10 +13,10 @@ use super::Querier;
 use crate::error::{QueryError, Result};
 use crate::fnindex::scan_functions;
 use crate::model::TenantId;
-use crate::query::groupby::{
+use crate::exec::grouping::{
     frames_can_group, group_into, FrameGroups, GroupAcc, GroupByQuery, SourceGroups,
 };
-use crate::query::{shares, steps, Scratch, Share, Source, TimeRange};
+use crate::exec::{shares, steps, Scratch, Share, Source, TimeRange};
 use crate::selector::Selector;
 use crate::store::Scope;
 

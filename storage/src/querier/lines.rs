@@ -3,9 +3,9 @@
 
 use crate::error::Result;
 use crate::model::TenantId;
-use crate::query::lines::{lines_into, FunctionLines, LineProfile};
-use crate::query::scratch::Scratch;
-use crate::query::TimeRange;
+use crate::exec::lines::{lines_into, FunctionLines, LineProfile};
+use crate::exec::scratch::Scratch;
+use crate::exec::TimeRange;
 use crate::selector::Selector;
 use crate::store::Scope;
 

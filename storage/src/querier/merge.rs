@@ -2,9 +2,9 @@
 //! a call tree (pprof, folded, SVG) or the two sides of a diff.
 //!
 //! A merge sums values by frame-tree id on the scan threads (see
-//! `crate::query::frames`), caching each segment's share when the range covers its
+//! `crate::exec::frames`), caching each segment's share when the range covers its
 //! whole partition (each whole hour of a block and each whole ten-minute chunk of a
-//! partition the range cuts into, see `crate::query::shares`), the sum of those
+//! partition the range cuts into, see `crate::exec::shares`), the sum of those
 //! shares by the set of them (a window moving by less than ten minutes asks the
 //! same set), and the query's whole segment part per segments version.
 
@@ -16,12 +16,12 @@ use super::cache::{CacheKey, Cached, Selection};
 use super::Querier;
 use crate::error::{QueryError, Result};
 use crate::model::TenantId;
-use crate::query::diff::{DiffEntry, DiffStats};
-use crate::query::flamegraph::FlameGraphDiff;
-use crate::query::frames::FrameTree;
-use crate::query::merged::{add_sorted, diff_stats_merged, flamegraph_diff_merged, Merged};
-use crate::query::skeleton::Skeleton;
-use crate::query::{join, merge_frames, shares, CallTree, Scratch, Share, TimeRange};
+use crate::exec::diff::{DiffEntry, DiffStats};
+use crate::exec::flamegraph::FlameGraphDiff;
+use crate::exec::frames::FrameTree;
+use crate::exec::merged::{add_sorted, diff_stats_merged, flamegraph_diff_merged, Merged};
+use crate::exec::skeleton::Skeleton;
+use crate::exec::{join, merge_frames, shares, CallTree, Scratch, Share, TimeRange};
 use crate::selector::Selector;
 use crate::store::Scope;
 
@@ -96,7 +96,7 @@ impl Querier {
     }
 
     /// The cached skeleton of `sel`'s merges, grown to hold `sides` when it
-    /// lacks some of their frames (see `crate::query::skeleton`).
+    /// lacks some of their frames (see `crate::exec::skeleton`).
     fn skeleton(
         &self,
         tenant: &TenantId,
@@ -341,7 +341,7 @@ fn sum_lists(mut lists: Vec<Arc<Vec<(u32, i64)>>>, frames: &RwLock<FrameTree>) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::query::frames::Frames;
+    use crate::exec::frames::Frames;
     use proptest::prelude::*;
     use std::collections::BTreeMap;
 

@@ -8,7 +8,7 @@
 //! fleet analyses ([`Querier::fleet_hottest`], [`Querier::noise_model`]) in `fleet.rs`.
 //!
 //! The path of a query runs one way: querier → `Store::scan_scoped` (snapshot,
-//! parallel scan) → `crate::query` (per-source algorithms) → back up as a value.
+//! parallel scan) → `crate::exec` (per-source algorithms) → back up as a value.
 //! Queries answered from labels and per-step totals (label discovery, series,
 //! totals, time series, plans) scan with `scan_summaries` instead: a segment not
 //! decoded already is read as its summary, never as stacks and rows.
@@ -39,8 +39,8 @@ pub use plan::{QueryPlan, ScopePlan};
 
 use crate::error::Result;
 use crate::model::{Labels, TenantId, PROFILE_TYPE_LABEL};
-use crate::query::timeseries::{SeriesGroups, SeriesPoints};
-use crate::query::{self, TimeRange};
+use crate::exec::timeseries::{SeriesGroups, SeriesPoints};
+use crate::exec::{self, TimeRange};
 use crate::selector::Selector;
 use crate::store::{Scope, Store, StoreReader};
 use cache::{CacheKey, Cached, QueryCache};
@@ -107,7 +107,7 @@ impl Querier {
         range: TimeRange,
     ) -> Result<Vec<Labels>> {
         self.distinct(tenant, range, |o, src| {
-            query::series_into(src, sel, range, o)
+            exec::series_into(src, sel, range, o)
         })
     }
 
@@ -119,7 +119,7 @@ impl Querier {
         range: TimeRange,
     ) -> Result<Vec<String>> {
         self.distinct(tenant, range, |o, src| {
-            query::label_names_into(src, sel, range, o)
+            exec::label_names_into(src, sel, range, o)
         })
     }
 
@@ -132,7 +132,7 @@ impl Querier {
         range: TimeRange,
     ) -> Result<Vec<String>> {
         self.distinct(tenant, range, |o, src| {
-            query::label_values_into(src, name, sel, range, o)
+            exec::label_values_into(src, name, sel, range, o)
         })
     }
 
@@ -146,7 +146,7 @@ impl Querier {
         &self,
         tenant: &TenantId,
         range: TimeRange,
-        f: impl Fn(&mut BTreeSet<T>, &dyn query::SummarySource) -> Result<()> + Sync,
+        f: impl Fn(&mut BTreeSet<T>, &dyn exec::SummarySource) -> Result<()> + Sync,
     ) -> Result<Vec<T>> {
         let sets = self
             .store
@@ -169,7 +169,7 @@ impl Querier {
         let maps =
             self.store
                 .scan_summaries(tenant, range, Scope::All, BTreeMap::new, |o, src| {
-                    query::step_totals_into(src, sel, range, o)
+                    exec::step_totals_into(src, sel, range, o)
                 })?;
         let mut out: BTreeMap<Labels, BTreeMap<i64, i64>> = BTreeMap::new();
         for m in maps {

@@ -9,7 +9,7 @@ use rustc_hash::FxHashSet;
 use super::Querier;
 use crate::error::Result;
 use crate::model::TenantId;
-use crate::query::{self, TimeRange};
+use crate::exec::{self, TimeRange};
 use crate::selector::Selector;
 use crate::store::Scope;
 
@@ -54,7 +54,7 @@ impl Querier {
                     .scan_summaries(tenant, range, scope, Tally::default, |acc, src| {
                         acc.sources += 1;
                         acc.bytes += src.stored_bytes();
-                        let (lo, hi) = query::steps(src, range);
+                        let (lo, hi) = exec::steps(src, range);
                         for sid in src.index().select(&sel.matchers).iter() {
                             let mut profiles = 0;
                             src.step_totals(sid, &mut |t, _| {

@@ -2,7 +2,7 @@
 //!
 //! The memo lives with the decoded segment (it is valid as long as the segment is
 //! immutable and cached) but its meaning belongs to the query layer's frame tree
-//! (`query::frames`): this module only stores numbers, so the segment layer needs
+//! (`exec::frames`): this module only stores numbers, so the segment layer needs
 //! nothing from above it.
 //!
 //! Segments written on one symbol base (`base.rs`) number the base's stack nodes

@@ -7,7 +7,7 @@
 mod base;
 #[cfg(test)]
 mod base_tests;
-mod frames;
+mod zstd_frames;
 mod gid_memo;
 mod lazy_dict;
 mod reader;
@@ -130,7 +130,7 @@ impl SectionKind {
 /// Section compression codecs.
 pub const CODEC_NONE: u8 = 0;
 pub const CODEC_ZSTD: u8 = 1;
-/// Row columns since version 3: one zstd frame per chunk of series (`frames.rs`).
+/// Row columns since version 3: one zstd frame per chunk of series (`zstd_frames.rs`).
 pub const CODEC_ZSTD_FRAMES: u8 = 2;
 /// Since version 6, for the sections a base holds but Strings: one zstd frame
 /// compressed with the base's same section as a raw-content prefix.

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 
 use super::base::{self, base_coded};
-use super::frames::{Column, CHUNK_SERIES};
+use super::zstd_frames::{Column, CHUNK_SERIES};
 use super::lazy_dict::LazyDict;
 use super::rows::{RowRange, Rows, SeriesRows};
 use super::summary::{decode_series, decode_totals, SegmentSummary};
@@ -586,7 +586,7 @@ impl LoadedSegment {
     /// query after a restart built one for every segment of its window, most of the
     /// cost in the kernel zeroing their pages. A first ask gets `None`, and the
     /// filter marks the stack tree's nodes in one pass instead (a byte a node,
-    /// `query::node_filter`).
+    /// `exec::node_filter`).
     pub fn stack_index(&self) -> Option<&super::StackIndex> {
         if let Some(built) = self.stacks.get() {
             return built.as_ref();

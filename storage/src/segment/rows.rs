@@ -18,7 +18,7 @@
 use std::ops::Range;
 use std::sync::OnceLock;
 
-use super::frames::Column;
+use super::zstd_frames::Column;
 use super::stack_ranks::RankTables;
 use crate::codec::Reader;
 use crate::error::{Result, StorageError};
@@ -320,7 +320,7 @@ fn chunk_span(ranges: &[RowRange], chunk_series: usize, k: usize, c: usize) -> R
 
 #[cfg(test)]
 mod tests {
-    use super::super::frames::{self, CHUNK_SERIES};
+    use super::super::zstd_frames::{self, CHUNK_SERIES};
     use super::*;
     use crate::codec::{put_ivarint, put_uvarint};
 
@@ -517,8 +517,8 @@ mod tests {
         ranges.push(rep(1, 1, 5));
         let bounds = |c: usize| vec![0, cols[c].len(), cols[c].len()];
         let framed: [Column; 3] = std::array::from_fn(|c| {
-            let stored = frames::encode(&cols[c], &bounds(c), cs, 3).unwrap();
-            frames::Column::framed(stored.into(), cols[c].len() as u64)
+            let stored = zstd_frames::encode(&cols[c], &bounds(c), cs, 3).unwrap();
+            zstd_frames::Column::framed(stored.into(), cols[c].len() as u64)
                 .unwrap()
                 .0
         });

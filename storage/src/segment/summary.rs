@@ -7,7 +7,7 @@
 //! bulk). A querier whose segments live in a bucket reads them with a few ranged
 //! GETs instead of downloading the body; a local file is read with a few seeks.
 //! A summary has no row accessor at all (it implements only
-//! `query::SummarySource`), so a query needing rows cannot be handed one.
+//! `exec::SummarySource`), so a query needing rows cannot be handed one.
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};

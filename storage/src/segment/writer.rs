@@ -9,7 +9,7 @@ use std::path::Path;
 use rustc_hash::FxHashMap;
 
 use super::base::{self, base_coded, SymbolBase};
-use super::frames::{self, CHUNK_SERIES};
+use super::zstd_frames::{self, CHUNK_SERIES};
 use super::rebase::{self, BaseDecision, BaseFit, On};
 use super::stack_ranks::StackRanks;
 use super::tree_order;
@@ -284,7 +284,7 @@ pub(super) fn encode_segment_as(
             Coding::Whole => (CODEC_ZSTD, compress_section(raw, zstd_level)),
             Coding::Frames(bounds) => (
                 CODEC_ZSTD_FRAMES,
-                frames::encode(raw, &bounds, CHUNK_SERIES, zstd_level),
+                zstd_frames::encode(raw, &bounds, CHUNK_SERIES, zstd_level),
             ),
             Coding::OnPrefix(prefix) => match base::compress_on(raw, prefix, zstd_level) {
                 Some(stored) => (CODEC_ZSTD_BASE, stored),
@@ -472,7 +472,7 @@ fn series_order(l: &Labels) -> (Option<&str>, Option<&str>, &Labels) {
 /// covering the section and long-distance matching found them again, halving
 /// those columns (docs/perf-log/2026-11-25-round-01-bytes-same-rows-day-blocks.md).
 /// Format 3 frames the row columns per chunk and stores repeated series
-/// once instead (`frames.rs`); the stack tree and the other large sections still
+/// once instead (`zstd_frames.rs`); the stack tree and the other large sections still
 /// take this path. The frames decode with the default decoder.
 fn compress_section(raw: &[u8], level: i32) -> std::io::Result<Vec<u8>> {
     if raw.len() <= LONG_SECTION_BYTES {

@@ -59,7 +59,7 @@ use crate::config::StoreConfig;
 use crate::error::{IoContext, Result, StorageError};
 use crate::intern::StackInterner;
 use crate::model::{Batch, TenantId};
-use crate::query::frames::Frames;
+use crate::exec::frames::Frames;
 use crate::segment::SegmentMeta;
 use crate::stats::{inc, Gauges, StoreStats};
 use crate::wal::{ReplayProgress, Wal};
@@ -105,7 +105,7 @@ struct Inner {
     /// Bumped whenever the set of live segments changes (flush, quarantine,
     /// compaction, retention), so result caches know their entries went stale.
     segments_version: AtomicU64,
-    /// Queries: the name-level frame tree (see [`crate::query::frames`]). Kept by the
+    /// Queries: the name-level frame tree (see [`crate::exec::frames`]). Kept by the
     /// store because loaded segments memoize their node → frame ids for it.
     frames: Frames,
     /// Writes: store-wide stack ids, given on the writing threads so the writer
@@ -236,7 +236,7 @@ impl Store {
         if inner.cfg.warm_segment_cache {
             // The query pool's threads too, before `/ready`: a first query asked
             // right away would otherwise start them itself.
-            crate::query::pool::start();
+            crate::exec::pool::start();
             let inner = inner.clone();
             threads.push(
                 std::thread::Builder::new()
@@ -435,7 +435,7 @@ impl Store {
             wal_bytes: self.inner.wal_bytes.load(Ordering::Relaxed),
             wal_buffer_bytes: self.inner.wal_buffer_bytes.load(Ordering::Relaxed),
             frame_tree_bytes: self.inner.frames.approx_bytes() as u64,
-            query_scratch_bytes: crate::query::scratch::Scratch::pooled_bytes(),
+            query_scratch_bytes: crate::exec::scratch::Scratch::pooled_bytes(),
             stack_interner_bytes: self.inner.interner.approx_bytes(),
             stack_interner_stacks: self.inner.interner.stack_count(),
             stack_interner_resets: self.inner.interner.resets(),

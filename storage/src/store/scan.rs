@@ -14,8 +14,8 @@ use super::state::{PartitionRef, SegmentHandle};
 use super::{Inner, Store};
 use crate::error::Result;
 use crate::model::TenantId;
-use crate::query::frames::Frames;
-use crate::query::{self, Source, SummarySource, TimeRange};
+use crate::exec::frames::Frames;
+use crate::exec::{self, Source, SummarySource, TimeRange};
 use crate::stats::inc;
 
 /// Which sources a scan reads.
@@ -93,7 +93,7 @@ impl StoreReader {
         inc(&self.0.stats.queries, 1);
         let items = self.0.snapshot(tenant, range, scope);
         let _running = Running::new(&self.0.scans);
-        query::par_fold(&items, self.0.cfg.threads(), init, |acc, item| match item {
+        exec::par_fold(&items, self.0.cfg.threads(), init, |acc, item| match item {
             Item::Head(p) => f(acc, &*p.read()),
             Item::Segment(h) => match self.0.load(h)? {
                 Some(seg) => f(acc, &*seg),
@@ -117,7 +117,7 @@ impl StoreReader {
         inc(&self.0.stats.queries, 1);
         let items = self.0.snapshot(tenant, range, scope);
         let _running = Running::new(&self.0.scans);
-        query::par_fold(&items, self.0.cfg.threads(), init, |acc, item| match item {
+        exec::par_fold(&items, self.0.cfg.threads(), init, |acc, item| match item {
             Item::Head(p) => f(acc, &*p.read()),
             Item::Segment(h) => match self.0.summary(h)? {
                 Some(s) => f(acc, s.source()),
@@ -131,7 +131,7 @@ impl StoreReader {
         self.0.segments_version.load(Ordering::SeqCst) + self.0.frames.symbols_generation()
     }
 
-    /// The store's shared frame tree (see [`crate::query::frames`]).
+    /// The store's shared frame tree (see [`crate::exec::frames`]).
     pub fn frames(&self) -> &Frames {
         &self.0.frames
     }

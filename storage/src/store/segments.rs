@@ -19,7 +19,7 @@ use super::{Inner, Store};
 use crate::cache::one_shard_cache;
 use crate::durable::sync_dir;
 use crate::error::{Result, StorageError};
-use crate::query::SummarySource;
+use crate::exec::SummarySource;
 use crate::segment::{LoadedSegment, SegmentSummary};
 use crate::stats::inc;
 
@@ -248,7 +248,7 @@ impl Inner {
             }
         };
         recent_done(recent_left);
-        let mut scratch = crate::query::scratch::Scratch::take();
+        let mut scratch = crate::exec::scratch::Scratch::take();
         for (_, id, max_time) in ids {
             if recent(max_time) {
                 recent_left -= 1;
@@ -272,7 +272,7 @@ impl Inner {
                         let tree = self.frames.for_query();
                         match seg.dict() {
                             Ok(dict) => {
-                                resolved += crate::query::frames::resolve_segment(
+                                resolved += crate::exec::frames::resolve_segment(
                                     &tree,
                                     dict,
                                     &seg.gids,
@@ -324,13 +324,13 @@ impl Inner {
         let frames = self.frames.len();
         let spaces: Vec<_> = (0..self.cfg.threads())
             .map(|_| {
-                let mut s = crate::query::scratch::Scratch::take();
+                let mut s = crate::exec::scratch::Scratch::take();
                 s.prefault(nodes, frames, names);
                 s
             })
             .collect();
         spaces.into_iter().for_each(|s| s.give_back());
-        crate::query::pool::start();
+        crate::exec::pool::start();
     }
 
     pub(super) fn live_totals(&self) -> (usize, u64) {
@@ -488,7 +488,7 @@ mod tests {
     /// grow).
     #[test]
     fn the_warm_up_resolves_the_last_day_into_the_frame_tree() {
-        use crate::query::TimeRange;
+        use crate::exec::TimeRange;
         use crate::{Querier, QueryLimits, Selector};
 
         let hours = 30;
@@ -613,7 +613,7 @@ mod tests {
             .inner
             .snapshot(
                 &TenantId::default(),
-                crate::query::TimeRange::new(0, i64::MAX),
+                crate::exec::TimeRange::new(0, i64::MAX),
                 crate::store::Scope::All,
             )
             .iter()

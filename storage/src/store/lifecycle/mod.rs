@@ -32,7 +32,7 @@ use crate::catalog::TenantSettings;
 use crate::config::duration_ms;
 use crate::error::{Result, StorageError};
 use crate::model::TenantId;
-use crate::query::TimeRange;
+use crate::exec::TimeRange;
 use crate::stats::inc;
 use merge::Outcome;
 

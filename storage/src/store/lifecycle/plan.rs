@@ -31,7 +31,7 @@ use std::sync::Arc;
 use crate::config::{duration_ms, BlockPolicy, DownsampleRule};
 use crate::merger::OutputFrame;
 use crate::model::TenantId;
-use crate::query::TimeRange;
+use crate::exec::TimeRange;
 use crate::segment::SegmentMeta;
 use crate::store::state::SegmentHandle;
 

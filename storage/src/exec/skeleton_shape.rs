@@ -276,8 +276,8 @@ fn kth_largest(runs: &mut [(i64, u32)], mut k: u64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::query::frames::{Frames, ROOT_GID};
-    use crate::query::shape::Shape;
+    use crate::exec::frames::{Frames, ROOT_GID};
+    use crate::exec::shape::Shape;
     use proptest::prelude::*;
 
     proptest! {

@@ -579,7 +579,7 @@ impl FrameGroups {
 /// What grouping one source needs whatever step range is read: its selected
 /// series split by label group, and the function filter over its stack nodes.
 /// Built once per source and query, so a block read as several hours (see
-/// `query::shares`) resolves its filter and splits its series once.
+/// `exec::shares`) resolves its filter and splits its series once.
 pub struct SourceGroups {
     /// Label values of each group and its series.
     members: Vec<(Vec<String>, RoaringBitmap)>,

@@ -304,8 +304,8 @@ impl Frames {
 mod tests {
     use super::*;
     use crate::dict::{DictBuilder, LocationRec};
-    use crate::query::scratch::{Memo, NodeValues, Scratch};
-    use crate::query::CallTree;
+    use crate::exec::scratch::{Memo, NodeValues, Scratch};
+    use crate::exec::CallTree;
 
     /// A dictionary of root-first stacks of `(function, line)`, returning it and
     /// each stack's leaf node.
@@ -546,7 +546,7 @@ mod tests {
         }
         let whole = Frames::new(1 << 20).for_query();
         let w_memo = GidMemo::default();
-        let mut scratch = crate::query::scratch::Scratch::default();
+        let mut scratch = crate::exec::scratch::Scratch::default();
         let resolved = resolve_segment(&whole, &d, &w_memo, &mut scratch, usize::MAX, || {});
         assert_eq!(resolved, d.node_count());
         assert_eq!(whole.read().len(), by_query.read().len());

@@ -7,7 +7,7 @@ use parking_lot::RwLock;
 use super::{location_frames, FrameTree, GidMemo, GidSlots, CHAIN, ROOT_GID};
 use crate::dict::Dict;
 use crate::error::Result;
-use crate::query::scratch::{Memo, NodeValues, Scratch};
+use crate::exec::scratch::{Memo, NodeValues, Scratch};
 
 impl FrameTree {
     /// The gid of `dict`'s stack node `node`, creating it and any missing ancestors.

@@ -305,7 +305,7 @@ impl Nodes for SkeletonNodes<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::query::frames::Frames;
+    use crate::exec::frames::Frames;
     use proptest::prelude::*;
 
     /// A frame tree of `paths` (each a list of name ids from the root); returns

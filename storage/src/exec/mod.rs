@@ -10,7 +10,7 @@ pub mod diff;
 mod drawn;
 pub mod flamegraph;
 pub mod frames;
-pub mod groupby;
+pub mod grouping;
 pub mod interner;
 pub mod lines;
 pub mod merged;

@@ -236,10 +236,10 @@ pub fn add_sorted(a: &[(u32, i64)], b: &[(u32, i64)]) -> Vec<(u32, i64)> {
 mod tests {
     use super::*;
     use crate::dict::DictBuilder;
-    use crate::query::diff::diff_stats;
-    use crate::query::flamegraph::flamegraph;
-    use crate::query::frames::{add_pairs, Frames, GidMemo};
-    use crate::query::scratch::{Memo, NodeValues};
+    use crate::exec::diff::diff_stats;
+    use crate::exec::flamegraph::flamegraph;
+    use crate::exec::frames::{add_pairs, Frames, GidMemo};
+    use crate::exec::scratch::{Memo, NodeValues};
     use proptest::prelude::*;
 
     type Stacks = Vec<(Vec<u8>, u32, i64)>;
@@ -334,7 +334,7 @@ mod tests {
             prop_assert_eq!(ma.flamegraph(mn), flamegraph(&reference(&a), mn));
             prop_assert_eq!(
                 ma.tree_bytes(mn),
-                crate::query::flamegraph::tree_bytes(&reference(&a), mn)
+                crate::exec::flamegraph::tree_bytes(&reference(&a), mn)
             );
             prop_assert_eq!(
                 flamegraph_diff_merged(&ma, &mb, mn),
@@ -350,7 +350,7 @@ mod tests {
             let only_a = Arc::new(Skeleton::build(&frames.read(), None, &[&ma.pairs]));
             prop_assert_eq!(
                 mb.clone().with_skeleton(only_a.clone()).tree_bytes(mn),
-                crate::query::flamegraph::tree_bytes(&reference(&b), mn)
+                crate::exec::flamegraph::tree_bytes(&reference(&b), mn)
             );
             prop_assert_eq!(
                 flamegraph_diff_merged(
@@ -370,7 +370,7 @@ mod tests {
             prop_assert!((stats.manhattan - stats_ref.manhattan).abs() < 1e-9);
             prop_assert!((stats.entropy_base - stats_ref.entropy_base).abs() < 1e-9);
             prop_assert!((stats.entropy_compare - stats_ref.entropy_compare).abs() < 1e-9);
-            prop_assert_eq!(ma.flat(), crate::query::diff::flat(&ta));
+            prop_assert_eq!(ma.flat(), crate::exec::diff::flat(&ta));
         }
 
         #[test]
