@@ -13,7 +13,7 @@
 //!
 //! It also times one more machine cost found by profiling ingest: libc's
 //! `memcmp` of zero bytes at the dangling address an empty Rust slice has, which
-//! the storage engine's hot comparisons avoid (see `storage/src/bytes.rs`).
+//! the storage engine's hot comparisons avoid (see `storage/src/byte_eq.rs`).
 
 use std::time::{Duration, Instant};
 

@@ -54,7 +54,7 @@ pub struct ServeOptions {
     pub query_limits: QueryLimits,
     /// The query share of the memory budget: a quarter bounds the shared frame tree
     /// (set in `store`), the rest is reserved by running queries
-    /// ([`http::admission`]). Default 512 MiB.
+    /// ([`http::query_memory`]). Default 512 MiB.
     pub query_memory_bytes: u64,
     /// How long a query waits for room in its share before a 503. Default 10 s.
     pub query_queue_wait: std::time::Duration,
@@ -143,7 +143,7 @@ pub struct AppState {
     /// The alerting subsystem, started once the store is open.
     pub alerts: OnceLock<Arc<alerts::Alerts>>,
     /// Query admission against the query share of the memory budget.
-    pub admission: http::admission::Admission,
+    pub admission: http::query_memory::Admission,
     /// The WAL replay's progress while the store opens (for `/ready`).
     pub replay: ReplayProgress,
     pub http: HttpMetrics,
@@ -172,7 +172,7 @@ impl AppState {
             querier: OnceLock::new(),
             answers: http::query::AnswerCache::new(options.query_cache_bytes),
             alerts: OnceLock::new(),
-            admission: http::admission::Admission::new(
+            admission: http::query_memory::Admission::new(
                 options.query_memory_bytes - options.query_memory_bytes / 4,
                 memory::MemoryPlan::per_query(options.query_memory_bytes),
                 options.query_queue_wait,

@@ -15,7 +15,7 @@ use std::thread::JoinHandle;
 
 use bytes::Bytes;
 use crossbeam::channel::{self, Receiver, Sender, TrySendError};
-use profiledb_storage::{now_ms, Batch, Spent, StorageError, Store, TenantId};
+use profiledb_storage::{now_ms, Batch, StorageError, Store, TenantId, WriteRemains};
 use tracing::debug;
 
 use crate::tenancy::{Admission, LimitExceeded};
@@ -317,11 +317,11 @@ fn worker(
     config: PipelineConfig,
 ) {
     // What the writer is done with comes back here to be freed on the thread
-    // that allocated it (see `Spent`), before the next upload is taken and while
+    // that allocated it (see `WriteRemains`), before the next upload is taken and while
     // none waits. The upload's memory share travels with it: it is given back
     // when the batch and its WAL record are freed, not when the upload is
     // answered.
-    let (spent_tx, spent_rx) = channel::unbounded::<(Spent, Inflight)>();
+    let (spent_tx, spent_rx) = channel::unbounded::<(WriteRemains, Inflight)>();
     loop {
         while spent_rx.try_recv().is_ok() {}
         let queued = channel::select! {

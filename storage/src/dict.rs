@@ -136,7 +136,7 @@ pub struct DictBuilder {
     dict: Dict,
     string_ids: FxHashMap<String, u32>,
     /// The empty string's id once interned. It never goes through `string_ids`:
-    /// see [`crate::bytes`].
+    /// see [`crate::byte_eq`].
     empty_id: Option<u32>,
     mapping_ids: FxHashMap<MappingRec, u32>,
     function_ids: FxHashMap<FunctionRec, u32>,

@@ -265,7 +265,7 @@ impl Pair {
         let matches = |from: usize, len: usize, x: &str| {
             names
                 .get(from..from + len)
-                .is_some_and(|y| crate::bytes::eq(y, x.as_bytes()))
+                .is_some_and(|y| crate::byte_eq::eq(y, x.as_bytes()))
         };
         matches(s, la, a) && matches(s + la, lb, b)
     }

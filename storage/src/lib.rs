@@ -46,7 +46,7 @@
 //! Each module depends only on modules of its own layer or listed before it (nothing
 //! imports upward; `storage/tests/layers.rs` holds the code to this list):
 //!
-//! 1. `error`, `durable`, `codec`, `bytes`, `model` (the `profiledb-model` crate),
+//! 1. `error`, `durable`, `codec`, `byte_eq`, `model` (the `profiledb-model` crate),
 //!    `config`, `stats`, `cache`, `bucket` (the object-store client) — the ground.
 //! 2. `dict`, `selector`, `index`, `fnindex` — dictionaries and label/function indexes.
 //! 3. `wal`, `segment` — the files; `catalog` — their metadata.
@@ -67,7 +67,7 @@
 
 pub mod analysis;
 mod bucket;
-mod bytes;
+mod byte_eq;
 mod cache;
 mod catalog;
 mod cluster;
@@ -86,8 +86,8 @@ mod merger;
 mod model {
     pub use profiledb_model::*;
 }
-mod querier;
 mod exec;
+mod querier;
 mod segment;
 mod selector;
 mod stats;
@@ -107,6 +107,16 @@ pub use cluster::{
 };
 pub use config::{BlockPolicy, DownsampleRule, FsyncPolicy, StoreConfig};
 pub use error::{Budget, QueryError, Result, StorageError};
+pub use exec::diff::{diff_stats, self_by_name, DiffEntry, DiffStats};
+pub use exec::flamegraph::{
+    flamegraph, flamegraph_diff, tree_bytes, tree_from_bytes, tree_from_levels, FlameGraph,
+    FlameGraphDiff,
+};
+pub use exec::grouping::{GroupAcc, GroupByQuery, GroupKey};
+pub use exec::lines::{FunctionLines, LineFrame, LineProfile, LineValue};
+pub use exec::merged::{flamegraph_diff_merged, Merged};
+pub use exec::timeseries::SeriesPoints;
+pub use exec::{CallTree, TimeRange, TreeNode};
 pub use merger::{Merger, OutputFrame};
 pub use model::{
     Batch, Function, InvalidTenant, Labels, Location, Mapping, Sample, SeriesSamples, Stacks,
@@ -117,16 +127,6 @@ pub use profiledb_symbolize as symbolize;
 pub use querier::{
     AskedBefore, CacheStats, DiffResult, Querier, QueryLimits, QueryPlan, ScopePlan,
 };
-pub use exec::diff::{diff_stats, flat, DiffEntry, DiffStats};
-pub use exec::flamegraph::{
-    flamegraph, flamegraph_diff, tree_bytes, tree_from_bytes, tree_from_levels, FlameGraph,
-    FlameGraphDiff,
-};
-pub use exec::grouping::{GroupAcc, GroupByQuery, GroupKey};
-pub use exec::lines::{FunctionLines, LineFrame, LineProfile, LineValue};
-pub use exec::merged::{flamegraph_diff_merged, Merged};
-pub use exec::timeseries::SeriesPoints;
-pub use exec::{CallTree, TimeRange, TreeNode};
 pub use segment::{
     base_path, encode_segment, BaseRef, SectionKind, SectionSize, SegmentFile, SegmentMeta,
     SegmentSummary, SymbolBase,
@@ -135,6 +135,6 @@ pub use selector::{MatchOp, Matcher, Selector};
 pub use stats::{Gauges, StoreStats};
 pub use store::{
     now_ms, CompactProgress, CompactReport, CompactedPartition, Fetch, Fetcher, RetentionReport,
-    SkippedPartition, Spent, Store, WriteDone,
+    SkippedPartition, Store, WriteCallback, WriteRemains,
 };
 pub use wal::ReplayProgress;

@@ -26,7 +26,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::http::ingest::read_body;
 use crate::http::query::{diff_body, flamegraph_body, functions_body, JSON};
 use crate::http::request::{blocking, max_nodes, window_args, Params, Selection, TimeArg};
-use crate::http::{admission, tenant_of, AppRef};
+use crate::http::{query_memory, tenant_of, AppRef};
 
 pub fn routes(state: &AppRef) -> Router<AppRef> {
     Router::new()
@@ -35,7 +35,7 @@ pub fn routes(state: &AppRef) -> Router<AppRef> {
             "/api/v1/adhoc/diff",
             post(diff).route_layer(middleware::from_fn_with_state(
                 state.clone(),
-                admission::admit,
+                query_memory::admit,
             )),
         )
         .route("/api/v1/adhoc/{id}", get(meta).delete(remove))

@@ -199,7 +199,7 @@ mod tests {
     use super::*;
     use crate::alerts::rule::{BaselineSpec, RuleSpec, WatchSpec};
     use profiledb_storage::CallTree;
-    use profiledb_storage::{diff_stats, flat};
+    use profiledb_storage::{diff_stats, self_by_name};
 
     const MIN: i64 = 60_000;
 
@@ -241,7 +241,14 @@ mod tests {
 
     fn measured(r: &Rule, now: i64, base: &CallTree, cmp: &CallTree) -> Measurement {
         let (top, stats) = diff_stats(base, cmp, r.top_k());
-        measure(r, r.ranges(now), &flat(base), &flat(cmp), &top, &stats)
+        measure(
+            r,
+            r.ranges(now),
+            &self_by_name(base),
+            &self_by_name(cmp),
+            &top,
+            &stats,
+        )
     }
 
     fn function_rule(for_: &str) -> Rule {

@@ -115,8 +115,8 @@ async fn evaluate(alerts: &Arc<Alerts>, rule: &Arc<Rule>, state: &Arc<Mutex<Rule
         let mut m = measure(
             &r,
             ranges,
-            &d.base.flat(),
-            &d.compare.flat(),
+            &d.base.self_by_name(),
+            &d.compare.self_by_name(),
             &d.top,
             &d.stats,
         );

@@ -2,7 +2,6 @@
 
 pub mod access;
 mod admin;
-pub mod admission;
 mod alerts;
 mod control;
 mod fleet_boost;
@@ -11,6 +10,7 @@ mod labels;
 pub mod listener;
 mod otlp;
 pub(crate) mod query;
+pub mod query_memory;
 pub(crate) mod request;
 mod system;
 mod ui;
@@ -56,12 +56,12 @@ pub fn router(state: AppRef) -> Router {
         .merge(ingest::routes())
         .merge(labels::routes().route_layer(middleware::from_fn_with_state(
             state.clone(),
-            admission::admit,
+            query_memory::admit,
         )))
         .merge(otlp::routes())
         .merge(query::routes().route_layer(middleware::from_fn_with_state(
             state.clone(),
-            admission::admit,
+            query_memory::admit,
         )))
         .merge(admin::routes())
         .merge(alerts::routes())
@@ -72,7 +72,7 @@ pub fn router(state: AppRef) -> Router {
         .merge(
             crate::debuginfo::http::routes(&state).route_layer(middleware::from_fn_with_state(
                 state.clone(),
-                admission::admit,
+                query_memory::admit,
             )),
         )
         .fallback(not_found)

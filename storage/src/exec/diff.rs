@@ -39,7 +39,7 @@ pub struct DiffStats {
 }
 
 /// Self value per function (frame) name.
-pub fn flat(tree: &CallTree) -> FxHashMap<String, i64> {
+pub fn self_by_name(tree: &CallTree) -> FxHashMap<String, i64> {
     let mut out: FxHashMap<String, i64> = FxHashMap::default();
     for (i, n) in tree.nodes().iter().enumerate().skip(1) {
         if n.self_value != 0 {
@@ -51,7 +51,7 @@ pub fn flat(tree: &CallTree) -> FxHashMap<String, i64> {
 
 /// Returns the `k` functions whose share moved most (by |delta|), and the statistics.
 pub fn diff_stats(base: &CallTree, compare: &CallTree, k: usize) -> (Vec<DiffEntry>, DiffStats) {
-    let (fb, fc) = (flat(base), flat(compare));
+    let (fb, fc) = (self_by_name(base), self_by_name(compare));
     diff_stats_by_name(&borrowed(&fb), &borrowed(&fc), k)
 }
 

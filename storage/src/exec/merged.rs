@@ -117,8 +117,8 @@ impl Merged {
         &self.pairs
     }
 
-    /// Self value per function name (what [`super::diff::flat`] gives for the tree).
-    pub fn flat(&self) -> FxHashMap<String, i64> {
+    /// Self value per function name (what [`super::diff::self_by_name`] gives for the tree).
+    pub fn self_by_name(&self) -> FxHashMap<String, i64> {
         let tree = self.frames.read();
         by_name(&tree, &self.pairs)
             .into_iter()
@@ -370,7 +370,7 @@ mod tests {
             prop_assert!((stats.manhattan - stats_ref.manhattan).abs() < 1e-9);
             prop_assert!((stats.entropy_base - stats_ref.entropy_base).abs() < 1e-9);
             prop_assert!((stats.entropy_compare - stats_ref.entropy_compare).abs() < 1e-9);
-            prop_assert_eq!(ma.flat(), crate::exec::diff::flat(&ta));
+            prop_assert_eq!(ma.self_by_name(), crate::exec::diff::self_by_name(&ta));
         }
 
         #[test]

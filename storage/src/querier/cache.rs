@@ -9,17 +9,17 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::admission::AskedBefore;
+use super::second_ask::AskedBefore;
 
 use crate::cache::one_shard_cache;
 use crate::dict::Dict;
 use crate::error::Result;
-use crate::fnindex::FnIndex;
-use crate::model::TenantId;
 use crate::exec::frames::FrameTree;
 use crate::exec::grouping::{FrameGroups, GroupAcc, GroupByQuery, GroupKey, GroupNodes};
 use crate::exec::skeleton::Skeleton;
 use crate::exec::{Share, TimeRange};
+use crate::fnindex::FnIndex;
+use crate::model::TenantId;
 use crate::selector::Selector;
 
 /// What a query asked for: tenant, selector (in its canonical text) and range.
@@ -263,7 +263,7 @@ impl QueryCache {
     }
 
     /// Whether `key` was asked recently, remembering it: the admission rule
-    /// (see `admission.rs`) of per-segment parts that depend on a function filter
+    /// (see `second_ask.rs`) of per-segment parts that depend on a function filter
     /// and of whole-range parts, whose keys hold a query's exact range.
     pub fn asked_before(&self, key: &impl std::hash::Hash) -> bool {
         self.asked.asked_before(key)

@@ -8,9 +8,9 @@ use crate::analysis::hottest::{rank_shared, HotDimension, Hottest};
 use crate::analysis::noise::{fit, per_host, NoiseModel};
 use crate::analysis::variance::{explain, group_variance, Explainer, GroupVariance};
 use crate::error::Result;
-use crate::model::TenantId;
 use crate::exec::grouping::{GroupByQuery, GroupKey};
 use crate::exec::TimeRange;
+use crate::model::TenantId;
 use crate::selector::Selector;
 
 /// Seed of the host splits of a noise fit: fixed, so the same data always fits the

@@ -11,12 +11,12 @@ use super::cache::{CacheKey, Cached, GroupSpec, Selection};
 use super::limits::Deadline;
 use super::Querier;
 use crate::error::{QueryError, Result};
-use crate::fnindex::scan_functions;
-use crate::model::TenantId;
 use crate::exec::grouping::{
     frames_can_group, group_into, FrameGroups, GroupAcc, GroupByQuery, SourceGroups,
 };
 use crate::exec::{shares, steps, Scratch, Share, Source, TimeRange};
+use crate::fnindex::scan_functions;
+use crate::model::TenantId;
 use crate::selector::Selector;
 use crate::store::Scope;
 

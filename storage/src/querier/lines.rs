@@ -2,10 +2,10 @@
 //! (for pprof exports with lines) and one function's source lines.
 
 use crate::error::Result;
-use crate::model::TenantId;
 use crate::exec::lines::{lines_into, FunctionLines, LineProfile};
 use crate::exec::scratch::Scratch;
 use crate::exec::TimeRange;
+use crate::model::TenantId;
 use crate::selector::Selector;
 use crate::store::Scope;
 

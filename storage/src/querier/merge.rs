@@ -15,13 +15,13 @@ use parking_lot::RwLock;
 use super::cache::{CacheKey, Cached, Selection};
 use super::Querier;
 use crate::error::{QueryError, Result};
-use crate::model::TenantId;
 use crate::exec::diff::{DiffEntry, DiffStats};
 use crate::exec::flamegraph::FlameGraphDiff;
 use crate::exec::frames::FrameTree;
 use crate::exec::merged::{add_sorted, diff_stats_merged, flamegraph_diff_merged, Merged};
 use crate::exec::skeleton::Skeleton;
 use crate::exec::{join, merge_frames, shares, CallTree, Scratch, Share, TimeRange};
+use crate::model::TenantId;
 use crate::selector::Selector;
 use crate::store::Scope;
 

@@ -19,7 +19,6 @@
 //! to a segment while neither scan saw it (or both did), so a changed version
 //! discards the split result and recomputes over everything, uncached.
 
-mod admission;
 mod cache;
 mod fleet;
 mod group_by;
@@ -27,20 +26,21 @@ mod limits;
 mod lines;
 mod merge;
 mod plan;
+mod second_ask;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-pub use admission::AskedBefore;
 pub use cache::CacheStats;
 pub use limits::QueryLimits;
 pub use merge::DiffResult;
 pub use plan::{QueryPlan, ScopePlan};
+pub use second_ask::AskedBefore;
 
 use crate::error::Result;
-use crate::model::{Labels, TenantId, PROFILE_TYPE_LABEL};
 use crate::exec::timeseries::{SeriesGroups, SeriesPoints};
 use crate::exec::{self, TimeRange};
+use crate::model::{Labels, TenantId, PROFILE_TYPE_LABEL};
 use crate::selector::Selector;
 use crate::store::{Scope, Store, StoreReader};
 use cache::{CacheKey, Cached, QueryCache};

@@ -8,8 +8,8 @@ use rustc_hash::FxHashSet;
 
 use super::Querier;
 use crate::error::Result;
-use crate::model::TenantId;
 use crate::exec::{self, TimeRange};
+use crate::model::TenantId;
 use crate::selector::Selector;
 use crate::store::Scope;
 

@@ -7,7 +7,6 @@
 mod base;
 #[cfg(test)]
 mod base_tests;
-mod zstd_frames;
 mod gid_memo;
 mod lazy_dict;
 mod reader;
@@ -19,6 +18,7 @@ mod summary;
 mod tree_order;
 mod unzstd;
 mod writer;
+mod zstd_frames;
 
 pub use base::{base_path, loaded_bytes as loaded_base_bytes, BaseRef, SymbolBase, BASES_DIR};
 pub(crate) use base::{

@@ -7,10 +7,10 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 
 use super::base::{self, base_coded};
-use super::zstd_frames::{Column, CHUNK_SERIES};
 use super::lazy_dict::LazyDict;
 use super::rows::{RowRange, Rows, SeriesRows};
 use super::summary::{decode_series, decode_totals, SegmentSummary};
+use super::zstd_frames::{Column, CHUNK_SERIES};
 use super::{
     SectionKind, SegmentMeta, CODEC_NONE, CODEC_ZSTD, CODEC_ZSTD_BASE, CODEC_ZSTD_FRAMES,
     FORMAT_VERSION, MAGIC_HEAD, MAGIC_TAIL, OLDEST_READABLE_VERSION, TRAILER_LEN,

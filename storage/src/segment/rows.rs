@@ -18,8 +18,8 @@
 use std::ops::Range;
 use std::sync::OnceLock;
 
-use super::zstd_frames::Column;
 use super::stack_ranks::RankTables;
+use super::zstd_frames::Column;
 use crate::codec::Reader;
 use crate::error::{Result, StorageError};
 

@@ -9,10 +9,10 @@ use std::path::Path;
 use rustc_hash::FxHashMap;
 
 use super::base::{self, base_coded, SymbolBase};
-use super::zstd_frames::{self, CHUNK_SERIES};
 use super::rebase::{self, BaseDecision, BaseFit, On};
 use super::stack_ranks::StackRanks;
 use super::tree_order;
+use super::zstd_frames::{self, CHUNK_SERIES};
 use super::{
     file_name, SectionKind, SegmentMeta, CODEC_ZSTD, CODEC_ZSTD_BASE, CODEC_ZSTD_FRAMES,
     FORMAT_VERSION, MAGIC_HEAD, MAGIC_TAIL,

@@ -57,16 +57,16 @@ pub(crate) use scan::{Scope, StoreReader};
 use crate::catalog::Catalog;
 use crate::config::StoreConfig;
 use crate::error::{IoContext, Result, StorageError};
+use crate::exec::frames::Frames;
 use crate::intern::StackInterner;
 use crate::model::{Batch, TenantId};
-use crate::exec::frames::Frames;
 use crate::segment::SegmentMeta;
 use crate::stats::{inc, Gauges, StoreStats};
 use crate::wal::{ReplayProgress, Wal};
 use segments::{SegmentCache, SummaryCache};
 use state::{SegmentHandle, State};
 use writer::{PendingWrite, Record, WriterMsg};
-pub use writer::{Spent, WriteDone};
+pub use writer::{WriteCallback, WriteRemains};
 
 /// Everything the roles share, each field annotated with the role that owns it.
 struct Inner {
@@ -289,8 +289,8 @@ impl Store {
     fn prepare(
         &self,
         batch: Batch,
-        done: WriteDone,
-    ) -> std::result::Result<WriterMsg, (StorageError, WriteDone)> {
+        done: WriteCallback,
+    ) -> std::result::Result<WriterMsg, (StorageError, WriteCallback)> {
         let checked = if self.inner.closed.load(Ordering::SeqCst) {
             Err(StorageError::Closed)
         } else {
@@ -339,14 +339,14 @@ impl Store {
     /// from this thread when the batch is refused before it is queued. A caller
     /// that answers many uploads can then decode the next one while the writer
     /// commits this one, instead of waiting for every fsync.
-    pub fn submit(&self, batch: Batch, done: WriteDone) {
+    pub fn submit(&self, batch: Batch, done: WriteCallback) {
         match self.prepare(batch, done) {
             Ok(msg) => {
                 if let Err(channel::SendError(WriterMsg::Write(w))) = self.tx.send(msg) {
-                    (w.done)(Err(StorageError::Closed), Spent::default());
+                    (w.done)(Err(StorageError::Closed), WriteRemains::default());
                 }
             }
-            Err((e, done)) => done(Err(e), Spent::default()),
+            Err((e, done)) => done(Err(e), WriteRemains::default()),
         }
     }
 
@@ -354,7 +354,7 @@ impl Store {
     /// when the writer queue is full, so a server can answer 429.
     pub fn try_write(&self, batch: Batch) -> Result<u64> {
         let (reply, rx) = channel::bounded(1);
-        let done: WriteDone = Box::new(move |r, _| {
+        let done: WriteCallback = Box::new(move |r, _| {
             let _ = reply.send(r);
         });
         let msg = self.prepare(batch, done).map_err(|(e, _)| e)?;

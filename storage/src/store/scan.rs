@@ -13,9 +13,9 @@ use std::sync::Arc;
 use super::state::{PartitionRef, SegmentHandle};
 use super::{Inner, Store};
 use crate::error::Result;
-use crate::model::TenantId;
 use crate::exec::frames::Frames;
 use crate::exec::{self, Source, SummarySource, TimeRange};
+use crate::model::TenantId;
 use crate::stats::inc;
 
 /// Which sources a scan reads.

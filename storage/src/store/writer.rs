@@ -36,7 +36,7 @@ use crate::wal::{Wal, RECORD_HEADER_BYTES};
 /// Called by the writer with a write's outcome (its WAL sequence number once the
 /// batch is durable and applied, or why it was not stored) and what the write no
 /// longer needs.
-pub type WriteDone = Box<dyn FnOnce(Result<u64>, Spent) + Send>;
+pub type WriteCallback = Box<dyn FnOnce(Result<u64>, WriteRemains) + Send>;
 
 /// A write's batch, stack ids and WAL record, handed back once it is answered.
 /// Dropping it frees them. A caller that built the batch on another thread than
@@ -47,7 +47,7 @@ pub type WriteDone = Box<dyn FnOnce(Result<u64>, Spent) + Send>;
 /// waits on, and the decoders their collection
 /// (docs/perf-log/2026-11-27-round-20-empty-memcmp-batches-freed.md).
 #[derive(Default)]
-pub struct Spent {
+pub struct WriteRemains {
     _batch: Option<Batch>,
     _interned: Interned,
     _payload: Option<Record>,
@@ -69,7 +69,7 @@ pub(super) struct PendingWrite {
     pub interned: Interned,
     /// The WAL record.
     pub payload: Record,
-    pub done: WriteDone,
+    pub done: WriteCallback,
 }
 
 impl Record {
@@ -314,7 +314,7 @@ impl Inner {
                         for (i, w) in writes.into_iter().enumerate() {
                             if unwritten.contains(&i) {
                                 let e = StorageError::Invalid("batch cannot be encoded".into());
-                                (w.done)(Err(e), Spent::default());
+                                (w.done)(Err(e), WriteRemains::default());
                                 continue;
                             }
                             inc(&self.stats.samples_written, w.batch.sample_count() as u64);
@@ -325,7 +325,7 @@ impl Inner {
                                 payload,
                                 done,
                             } = w;
-                            let spent = Spent {
+                            let spent = WriteRemains {
                                 _batch: Some(batch),
                                 _interned: interned,
                                 _payload: Some(payload),
@@ -348,7 +348,7 @@ impl Inner {
                                     self.dir.join("wal"),
                                     std::io::Error::other(msg.clone()),
                                 )),
-                                Spent::default(),
+                                WriteRemains::default(),
                             );
                         }
                     }

@@ -97,7 +97,7 @@ impl Format {
 }
 
 /// A merge in its requested form.
-pub enum Merged {
+pub enum MergeAnswer {
     Flame(FlameGraph),
     /// Pyroscope's serialized tree.
     Tree(Vec<u8>),
@@ -105,14 +105,14 @@ pub enum Merged {
     Pprof(Profile),
 }
 
-impl Merged {
+impl MergeAnswer {
     pub fn into_response(self) -> q::SelectMergeStacktracesResponse {
         let mut r = q::SelectMergeStacktracesResponse::default();
         match self {
-            Merged::Flame(fg) => r.flamegraph = Some(super::querier::fg_proto(fg)),
-            Merged::Tree(bytes) => r.tree = bytes,
-            Merged::Dot(text) => r.dot = text,
-            Merged::Pprof(profile) => {
+            MergeAnswer::Flame(fg) => r.flamegraph = Some(super::querier::fg_proto(fg)),
+            MergeAnswer::Tree(bytes) => r.tree = bytes,
+            MergeAnswer::Dot(text) => r.dot = text,
+            MergeAnswer::Pprof(profile) => {
                 r.pprof = Some(q::PprofProfile {
                     profile: Some(profile),
                 })
@@ -131,7 +131,7 @@ pub async fn merge(
     what: What,
     requested_nodes: Option<i64>,
     format: Format,
-) -> ConnectResult<Merged> {
+) -> ConnectResult<MergeAnswer> {
     let (querier, tenant) = (ctx.state.querier()?, ctx.tenant);
     let mn = pyroscope_max_nodes(requested_nodes)?;
     Ok(blocking(move || {
@@ -140,16 +140,16 @@ pub async fn merge(
             let sel = &what.selection.selector;
             let m = querier.merge_flamegraph(&tenant, sel, what.range)?;
             return Ok(if format == Format::Tree {
-                Merged::Tree(m.tree_bytes(mn))
+                MergeAnswer::Tree(m.tree_bytes(mn))
             } else {
-                Merged::Flame(m.flamegraph(mn))
+                MergeAnswer::Flame(m.flamegraph(mn))
             });
         }
         let tree = what.tree(&querier, &tenant)?;
         Ok(match format {
-            Format::Flame => Merged::Flame(flamegraph(&tree, mn)),
-            Format::Tree => Merged::Tree(tree_bytes(&tree, mn)),
-            Format::Pprof => Merged::Pprof(what.pprof(&tree)),
+            Format::Flame => MergeAnswer::Flame(flamegraph(&tree, mn)),
+            Format::Tree => MergeAnswer::Tree(tree_bytes(&tree, mn)),
+            Format::Pprof => MergeAnswer::Pprof(what.pprof(&tree)),
             Format::Dot => {
                 let functions = match requested_nodes {
                     Some(n) if n > 0 => usize::try_from(n).unwrap_or(usize::MAX),
@@ -157,7 +157,7 @@ pub async fn merge(
                 };
                 let pt = &what.selection.profile_type;
                 let [_, _, unit, _, _] = pt.parts();
-                Merged::Dot(dot(&tree, pt.as_str(), unit, functions))
+                MergeAnswer::Dot(dot(&tree, pt.as_str(), unit, functions))
             }
         })
     })

@@ -21,7 +21,7 @@ use profiledb_storage::{CallTree, Selector, TimeRange};
 
 use super::connect::{ConnectError, ConnectResult, Ctx, Unary};
 use super::individual::{individuals, top_per_bucket};
-use super::merges::{merge, refuse_trace_ids, Format, Merged, What};
+use super::merges::{merge, refuse_trace_ids, Format, MergeAnswer, What};
 use super::proto::querier::v1 as q;
 use super::proto::types::v1 as t;
 use crate::error::ApiResult;
@@ -366,7 +366,7 @@ async fn select_merge_profile(
         profile_ids: r.profile_id_selector,
     };
     match merge(ctx, what, r.max_nodes, Format::Pprof).await? {
-        Merged::Pprof(p) => Ok(match &go_pgo {
+        MergeAnswer::Pprof(p) => Ok(match &go_pgo {
             Some(pgo) => super::go_pgo::apply(p, pgo),
             None => p,
         }),

@@ -31,8 +31,8 @@ use super::{now_ms, Inner, Store};
 use crate::catalog::TenantSettings;
 use crate::config::duration_ms;
 use crate::error::{Result, StorageError};
-use crate::model::TenantId;
 use crate::exec::TimeRange;
+use crate::model::TenantId;
 use crate::stats::inc;
 use merge::Outcome;
 

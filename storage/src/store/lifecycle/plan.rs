@@ -29,9 +29,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use crate::config::{duration_ms, BlockPolicy, DownsampleRule};
+use crate::exec::TimeRange;
 use crate::merger::OutputFrame;
 use crate::model::TenantId;
-use crate::exec::TimeRange;
 use crate::segment::SegmentMeta;
 use crate::store::state::SegmentHandle;
 
