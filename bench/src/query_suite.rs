@@ -34,6 +34,11 @@ use crate::same_rows;
 use crate::server::{workspace_binary, Running};
 use crate::thread_cpu;
 
+mod push;
+mod table;
+
+use table::print_table;
+
 #[derive(clap::Args, Clone)]
 pub struct Args {
     /// Seed of the fleet generator (same seed, same fleet).
@@ -342,101 +347,23 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
                 )?
                 .progress_chars("=> "),
             );
-            let next = Arc::new(AtomicU64::new(0));
-            let values = Arc::new(AtomicU64::new(0));
-            let bytes_sent = Arc::new(AtomicU64::new(0));
-            let retries = Arc::new(AtomicU64::new(0));
-            let write_rows = installed.any();
             let cpu_before = thread_cpu::Snapshot::now();
             let t_ingest = Instant::now();
-            let workers: Vec<_> = (0..args.clients.max(1))
-                .map(|w| {
-                    let (fleet, replay, ticks, next, values, bytes_sent, retries, pb) = (
-                        fleet.clone(),
-                        replay.clone(),
-                        ticks.clone(),
-                        next.clone(),
-                        values.clone(),
-                        bytes_sent.clone(),
-                        retries.clone(),
-                        pb.clone(),
-                    );
-                    let url = server.url.clone();
-                    let (hosts, replay_hosts, seed) = (args.hosts, args.replay_hosts, args.seed);
-                    let rows_path = rows_dir.join(format!("samples-{w}.csv"));
-                    std::thread::spawn(move || -> anyhow::Result<()> {
-                        let client = reqwest::blocking::Client::new();
-                        let mut rows_file = if write_rows {
-                            Some(std::io::BufWriter::new(
-                                std::fs::File::create(&rows_path)
-                                    .with_context(|| format!("creating {}", rows_path.display()))?,
-                            ))
-                        } else {
-                            None
-                        };
-                        let mut rows = Vec::new();
-                        loop {
-                            let i = next.fetch_add(1, Ordering::Relaxed);
-                            if i >= jobs {
-                                break;
-                            }
-                            let (tick, host) = ((i as usize) / hosts, (i as usize) % hosts);
-                            let Some(&ts) = ticks.get(tick) else { break };
-                            rows.clear();
-                            let (mut body, v) = fleet.host_push_body(
-                                host,
-                                ts,
-                                heap_due(ts),
-                                rows_file.as_ref().map(|_| &mut rows),
-                            );
-                            values.fetch_add(v, Ordering::Relaxed);
-                            if let Some(r) = &replay {
-                                if host < replay_hosts && ts >= t_end - HOUR && ts % 300_000 == 0 {
-                                    if let Some(s) = r.push(seed, host, ts) {
-                                        // One more `series` (field 1) after the fleet's.
-                                        prost::encoding::message::encode(1, &s, &mut body);
-                                    }
-                                }
-                            }
-                            if let Some(f) = rows_file.as_mut() {
-                                std::io::Write::write_all(f, &rows)?;
-                            }
-                            // Shared bytes: a retry re-sends without copying the body.
-                            let body = bytes::Bytes::from(body);
-                            bytes_sent.fetch_add(body.len() as u64, Ordering::Relaxed);
-                            loop {
-                                let r = client
-                                    .post(format!("{url}/push.v1.PusherService/Push"))
-                                    .header("content-type", "application/proto")
-                                    .body(body.clone())
-                                    .send()?;
-                                if r.status() == 429 || r.status() == 503 {
-                                    retries.fetch_add(1, Ordering::Relaxed);
-                                    std::thread::sleep(Duration::from_millis(20));
-                                    continue;
-                                }
-                                if !r.status().is_success() {
-                                    bail!(
-                                        "push failed: {} {}",
-                                        r.status(),
-                                        r.text().unwrap_or_default()
-                                    );
-                                }
-                                break;
-                            }
-                            pb.inc(1);
-                        }
-                        if let Some(mut f) = rows_file {
-                            std::io::Write::flush(&mut f)?;
-                        }
-                        Ok(())
-                    })
-                })
-                .collect();
-            for w in workers {
-                w.join()
-                    .map_err(|_| anyhow::anyhow!("push client panicked"))??;
-            }
+            let pushed = push::push_all(
+                &push::Pushes {
+                    fleet: fleet.clone(),
+                    replay: replay.clone(),
+                    ticks: ticks.clone(),
+                    hosts: args.hosts,
+                    replay_hosts: args.replay_hosts,
+                    seed: args.seed,
+                    t_end,
+                    clients: args.clients,
+                    rows_dir: installed.any().then(|| rows_dir.clone()),
+                    url: server.url.clone(),
+                },
+                &pb,
+            )?;
             let ingest_secs = t_ingest.elapsed().as_secs_f64();
             pb.finish();
             let ingest_peak_rss = report::peak_rss_bytes();
@@ -454,10 +381,10 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
             let compaction = compact(&server.url)?;
             server.stop()?;
             let stored = dir_bytes(&server_dir.join("segments"));
-            let values = values.load(Ordering::Relaxed);
+            let values = pushed.values;
             println!(
             "ingested {values} values ({} of push bodies, {} of WAL records = {:.1} B/value) in {ingest_secs:.1} s = {:.0} values/s over HTTP; shutdown flush {flush_secs:.1} s; {} of segments; peak RSS {}",
-            human_bytes(bytes_sent.load(Ordering::Relaxed) as f64),
+            human_bytes(pushed.bytes_sent as f64),
             human_bytes(wal_written),
             wal_written / values.max(1) as f64,
             values as f64 / ingest_secs,
@@ -467,42 +394,24 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
             println!("ingest CPU: {}", ingest_cpu.describe(values));
 
             // Baseline data: CSV → Parquet (not timed as part of any query).
-            let mut convert: Option<Value> = None;
-            if installed.any() {
-                let rows_s = rows_dir.display().to_string();
-                println!("baseline: converting rows to Parquet with DuckDB …");
-                let c = baselines::run_duckdb(&["convert", "--dir", &rows_s])?;
-                println!(
-                    "baseline: {} rows, {} of Parquet, converted in {:.1} s",
-                    c.get("rows").and_then(Value::as_u64).unwrap_or(0),
-                    human_bytes(
-                        c.get("parquet_bytes")
-                            .and_then(Value::as_f64)
-                            .unwrap_or(0.0)
-                    ),
-                    c.get("seconds").and_then(Value::as_f64).unwrap_or(0.0)
-                );
-                convert = Some(c);
-                // CSV is no longer needed.
-                for e in std::fs::read_dir(&rows_dir)?.flatten() {
-                    if e.path().extension().is_some_and(|x| x == "csv") {
-                        let _ = std::fs::remove_file(e.path());
-                    }
-                }
-            }
+            let convert = if installed.any() {
+                Some(push::convert_rows(&rows_dir)?)
+            } else {
+                None
+            };
             let m = json!({
                 "fleet": fleet_key,
                 "t_end": t_end,
                 "host_pushes": jobs,
                 "values_ingested": values,
-                "push_bytes": bytes_sent.load(Ordering::Relaxed),
+                "push_bytes": pushed.bytes_sent,
                 "ingest_seconds": ingest_secs,
                 "ingest_values_per_second": values as f64 / ingest_secs,
                 // The server runs in this process: its peak, plus the push
                 // clients' buffers.
                 "ingest_peak_rss_bytes": ingest_peak_rss,
                 "ingest_peak_rss_since": if peak_reset { "ingest start" } else { "process start" },
-                "ingest_retries": retries.load(Ordering::Relaxed),
+                "ingest_retries": pushed.retries,
                 "ingest_cpu": ingest_cpu.to_json(values),
                 "shutdown_flush_seconds": flush_secs,
                 "compaction": compaction,
@@ -731,31 +640,4 @@ pub fn run(mut args: Args, require_baseline: bool) -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-fn print_table(results: &[Value]) {
-    println!();
-    println!(
-        "{:<46} {:>4} {:>9} {:>17} {:>15} {}",
-        "query",
-        "win",
-        "restart",
-        "uncached p50/p99",
-        "cached p50/p99",
-        baselines::table_header()
-    );
-    let ms = |v: &Value, k: &str| v.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
-    for r in results {
-        println!(
-            "{:<46} {:>4} {:>7.1}ms {:>7.1}/{:>7.1}ms {:>6.2}/{:>6.2}ms {}",
-            r.get("query").and_then(Value::as_str).unwrap_or(""),
-            r.get("window").and_then(Value::as_str).unwrap_or(""),
-            ms(r, "restart_first_ms"),
-            ms(r, "uncached_p50_ms"),
-            ms(r, "uncached_p99_ms"),
-            ms(r, "cached_p50_ms"),
-            ms(r, "cached_p99_ms"),
-            baselines::table_cells(r)
-        );
-    }
 }
