@@ -53,7 +53,8 @@
 //! 4. `intern`, `head` — stack ids, then fresh data in memory.
 //! 5. `query` — per-source algorithms over a head partition or a segment
 //!    (frames below tree, merged, flame graphs, group-by, time series, diff).
-//! 6. `merger` — re-encoding segments into one (compaction's mechanism).
+//! 6. `merger`, `compaction` — re-encoding segments into one (compaction's
+//!    mechanism), and which segments to merge (its policy).
 //! 7. `store` — the roles: recovery, writer, flusher, segments, lifecycle, scan.
 //! 8. `analysis` — fleet analyses (hottest shared code, sampling noise) over
 //!    group-by rows.
@@ -72,6 +73,7 @@ mod cache;
 mod catalog;
 mod cluster;
 mod codec;
+mod compaction;
 mod config;
 mod dict;
 mod durable;

@@ -9,7 +9,7 @@
 //! | `uploader.rs`  | writer    | flushes the head every interval, uploads new segments, adds them to the index, raises the replay floor, drops local copies |
 //! | `mirror.rs`    | querier   | follows the index, downloads new segments, swaps them into a local store's live set |
 //! | `compactor.rs` | compactor | merges a partition's small segments under a lease, replaces them in the index, expires old data, collects garbage |
-//! | `plan.rs`      | compactor | which segments to merge (policy apart from the merge)        |
+//! | `plan.rs`      | compactor | which segments to merge: the bucket's view for `crate::compaction` |
 //! | `seqs.rs`      | writer    | upload sequence numbers, kept on disk                        |
 //! | `fault.rs`     | all       | fault points where tests make a role crash                   |
 //! | `health.rs`    | all       | a role's standing with the bucket (for `/ready`, `/metrics`) |

@@ -48,7 +48,8 @@ use crossbeam::channel::{self, Receiver, Sender, TrySendError};
 use parking_lot::{Mutex, RwLock};
 use tracing::error;
 
-pub(crate) use lifecycle::output_step;
+#[cfg(test)]
+pub(crate) use lifecycle::{plan_compaction, CompactionScope};
 pub use lifecycle::{
     CompactProgress, CompactReport, CompactedPartition, RetentionReport, SkippedPartition,
 };

@@ -12,6 +12,8 @@ mod merge;
 mod plan;
 mod report;
 mod retention;
+#[cfg(test)]
+pub(crate) use plan::{plan as plan_compaction, Scope as CompactionScope};
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -21,7 +23,6 @@ use std::time::{Duration, Instant};
 use crossbeam::channel::Receiver;
 use tracing::{error, info, warn};
 
-pub(crate) use plan::output_step;
 pub use report::{
     CompactProgress, CompactReport, CompactedPartition, RetentionReport, SkippedPartition,
 };
