@@ -103,16 +103,18 @@ pub use bucket::{
 };
 pub use catalog::{Catalog, TenantSettings};
 pub use cluster::{
-    plan_merges, Acked, Compactor, CompactorConfig, CompactorStats, Fault, FaultAction, FaultPoint,
-    Health, MergePlan, MergePolicy, Mirror, MirrorConfig, MirrorStats, Uploader, UploaderConfig,
-    UploaderStats,
+    plan_merges, Acked, ClusterError, Compactor, CompactorConfig, CompactorStats, Fault,
+    FaultAction, FaultPoint, Health, InvalidFault, MergePlan, MergePolicy, Mirror, MirrorConfig,
+    MirrorStats, Uploader, UploaderConfig, UploaderStats,
 };
 pub use config::{BlockPolicy, DownsampleRule, FsyncPolicy, StoreConfig};
-pub use error::{Budget, QueryError, Result, StorageError};
+pub use error::{
+    Budget, InvalidConfig, InvalidSelector, OpenError, QueryError, Result, StorageError, WriteError,
+};
 pub use merger::{Merger, OutputFrame};
 pub use model::{
-    Batch, Function, InvalidTenant, Labels, Location, Mapping, Sample, SeriesSamples, Stacks,
-    Symbols, TenantId, NAME_LABEL, PROFILE_TYPE_LABEL, SERVICE_NAME_LABEL,
+    Batch, Function, InvalidBatch, InvalidTenant, Labels, Location, Mapping, Sample, SeriesSamples,
+    Stacks, Symbols, TenantId, NAME_LABEL, PROFILE_TYPE_LABEL, SERVICE_NAME_LABEL,
 };
 /// The server-side symbolizer a store names frames kept as addresses with.
 pub use profiledb_symbolize as symbolize;

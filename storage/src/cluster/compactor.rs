@@ -25,6 +25,7 @@ use parking_lot::Mutex;
 use tracing::{error, info, warn};
 
 use super::entry::{entry_for, object_name};
+use super::error::ClusterError;
 use super::fault::{reached, Fault, FaultPoint};
 use super::health::{Health, Turn};
 use super::plan::{plan_merges, MergePlan, MergePolicy};
@@ -114,7 +115,7 @@ pub struct Compactor {
 
 impl Compactor {
     /// Starts the compaction loop.
-    pub fn start(bucket: Bucket, cfg: CompactorConfig) -> Result<Compactor> {
+    pub fn start(bucket: Bucket, cfg: CompactorConfig) -> Result<Compactor, ClusterError> {
         let shared = Arc::new(Shared {
             bucket,
             cfg,

@@ -12,6 +12,7 @@
 //! | `plan.rs`      | compactor | which segments to merge: the bucket's view for `crate::compaction` |
 //! | `seqs.rs`      | writer    | upload sequence numbers, kept on disk                        |
 //! | `fault.rs`     | all       | fault points where tests make a role crash                   |
+//! | `error.rs`     | all       | `ClusterError`, what starting a role or a pass fails with    |
 //! | `health.rs`    | all       | a role's standing with the bucket (for `/ready`, `/metrics`) |
 //!
 //! Segment objects are named `<origin>-<id>`: a writer's local segment id, so an
@@ -22,6 +23,7 @@
 
 mod compactor;
 mod entry;
+mod error;
 mod fault;
 mod health;
 mod mirror;
@@ -30,6 +32,7 @@ mod seqs;
 mod uploader;
 
 pub use compactor::{Compactor, CompactorConfig, CompactorStats};
+pub use error::{ClusterError, InvalidFault};
 pub use fault::{Fault, FaultAction, FaultPoint};
 pub use health::Health;
 pub use mirror::{Mirror, MirrorConfig, MirrorStats};
