@@ -91,14 +91,15 @@ fn day_blocks() -> BlockPolicy {
     }
 }
 
-/// The single node's plan as (start, width, step, keys).
-fn node(
+/// The single node's plan and the cluster's (every window ready: the single node
+/// merges whenever asked), each as (start, width, step, keys).
+fn plans(
     segs: &[Seg],
     now: i64,
     blocks: BlockPolicy,
     rules: &[DownsampleRule],
     max: u64,
-) -> Vec<MergePlan> {
+) -> [Vec<MergePlan>; 2] {
     let metas: Vec<SegmentMeta> = segs.iter().map(meta).collect();
     let scope = CompactionScope {
         tenant: None,
@@ -111,7 +112,7 @@ fn node(
         busy: Vec::new(),
         max_bytes: max,
     };
-    plan_compaction(metas.iter(), &scope, rules)
+    let node = plan_compaction(metas.iter(), &scope, rules)
         .partitions
         .into_iter()
         .map(|p| MergePlan {
@@ -120,17 +121,7 @@ fn node(
             keys: p.sources.iter().map(|m| key(m.id)).collect(),
             step_ms: p.frame.step_ms,
         })
-        .collect()
-}
-
-/// The cluster's plan, every window ready (the single node merges whenever asked).
-fn cluster(
-    segs: &[Seg],
-    now: i64,
-    blocks: BlockPolicy,
-    rules: &[DownsampleRule],
-    max: u64,
-) -> Vec<MergePlan> {
+        .collect();
     let live: Vec<SegmentEntry> = segs.iter().map(entry).collect();
     let policy = MergePolicy {
         min_segments: 1,
@@ -138,7 +129,7 @@ fn cluster(
         max_bytes: max,
         blocks,
     };
-    plan_merges(&live, now, &policy, rules)
+    [node, plan_merges(&live, now, &policy, rules)]
 }
 
 /// The oracle's window: the UTC day holding the partition once the day is over
@@ -207,22 +198,28 @@ fn both_plan_the_hand_computed_merges() {
         plan(0, DAY, 30_000, &[2, 3, 1]),
         plan(DAY + HOUR, HOUR, 10_000, &[4, 5]),
     ];
-    assert_eq!(node(&segs, now, day_blocks(), &rules, u64::MAX), want);
-    assert_eq!(cluster(&segs, now, day_blocks(), &rules, u64::MAX), want);
+    assert_eq!(
+        plans(&segs, now, day_blocks(), &rules, u64::MAX),
+        [want.clone(), want]
+    );
     // A budget of two segments' cost cuts the block after the earlier block and
     // one hour, oldest first, on both sides.
     let want = vec![
         plan(0, DAY, 30_000, &[2, 3]),
         plan(DAY + HOUR, HOUR, 10_000, &[4, 5]),
     ];
-    assert_eq!(node(&segs, now, day_blocks(), &rules, 20), want);
-    assert_eq!(cluster(&segs, now, day_blocks(), &rules, 20), want);
+    assert_eq!(
+        plans(&segs, now, day_blocks(), &rules, 20),
+        [want.clone(), want]
+    );
     // Days later the rule applies to day 0's block; day 1's window holds the
     // 7 s hour, whose step shares none with 10 s that divides a day: left alone.
     let later = 5 * DAY;
     let want = vec![plan(0, DAY, 60_000, &[2, 3, 1])];
-    assert_eq!(node(&segs, later, day_blocks(), &rules, u64::MAX), want);
-    assert_eq!(cluster(&segs, later, day_blocks(), &rules, u64::MAX), want);
+    assert_eq!(
+        plans(&segs, later, day_blocks(), &rules, u64::MAX),
+        [want.clone(), want]
+    );
     // Without blocks, every partition on its own: the day block alone is
     // coarsened, the hours alone too, the 7 s hour skipped.
     let want = vec![
@@ -232,10 +229,9 @@ fn both_plan_the_hand_computed_merges() {
         plan(DAY + HOUR, HOUR, 60_000, &[4, 5]),
         plan(DAY + 2 * HOUR, HOUR, 60_000, &[6]),
     ];
-    assert_eq!(node(&segs, later, BlockPolicy::OFF, &rules, u64::MAX), want);
     assert_eq!(
-        cluster(&segs, later, BlockPolicy::OFF, &rules, u64::MAX),
-        want
+        plans(&segs, later, BlockPolicy::OFF, &rules, u64::MAX),
+        [want.clone(), want]
     );
 }
 
@@ -336,8 +332,7 @@ proptest! {
             Vec::new()
         };
         let policy = if blocks { day_blocks() } else { BlockPolicy::OFF };
-        let n = node(&segs, now, policy, &rules, budget);
-        let c = cluster(&segs, now, policy, &rules, budget);
+        let [n, c] = plans(&segs, now, policy, &rules, budget);
         check_rules(&segs, &n, now, blocks, budget)?;
         check_rules(&segs, &c, now, blocks, budget)?;
         if budget == u64::MAX {
