@@ -14,7 +14,7 @@
 use std::time::Instant;
 
 use profiledb_ingest::{decode_push, push_to_batch, Limits, PushEncoding};
-use profiledb_storage::{Store, StoreConfig, TenantId, WriteRemains};
+use profiledb_storage::{Store, StoreConfig, TenantId, WriteError, WriteRemains};
 use serde_json::{json, Value};
 
 use crate::fleet::{dense, heap_due, Fleet, FleetConfig};
@@ -100,7 +100,7 @@ pub fn measure(dir: &std::path::Path, pushes: usize, rounds: usize) -> anyhow::R
 
     let store = Store::open(dir, StoreConfig::default())?;
     let limits = Limits::default();
-    let (tx, rx) = std::sync::mpsc::channel::<(profiledb_storage::Result<()>, WriteRemains)>();
+    let (tx, rx) = std::sync::mpsc::channel::<(Result<(), WriteError>, WriteRemains)>();
     // The round that spent least: the VM's speed drifts by more than most
     // changes this phase is run to judge.
     let (mut decode_secs, mut submit_secs) = (f64::INFINITY, 0.0);

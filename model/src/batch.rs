@@ -11,6 +11,12 @@ use crate::labels::{Labels, PROFILE_TYPE_LABEL};
 use crate::symbols::{Stacks, Symbols};
 use crate::tenant::TenantId;
 
+/// Why a batch is refused: an index that points nowhere, or a series without its
+/// profile type. The message says which; the caller answers "bad input".
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidBatch(pub String);
+
 /// One observation: at `timestamp_ms` the stack was seen with `value`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Sample {
@@ -77,7 +83,11 @@ impl Batch {
     }
 
     /// Checks every index and label rule, so the head never sees a dangling reference.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), InvalidBatch> {
+        self.check().map_err(InvalidBatch)
+    }
+
+    fn check(&self) -> Result<(), String> {
         let syms = &self.symbols;
         for (i, loc) in syms.locations.iter().enumerate() {
             if let Some(f) = loc.function {
@@ -144,7 +154,7 @@ mod tests {
             function: Some(3),
             ..Default::default()
         });
-        assert!(b.validate().unwrap_err().contains("missing function"));
+        assert!(b.validate().unwrap_err().0.contains("missing function"));
         b.symbols.locations[0].function = None;
         let st = b.stacks.push(&[0]);
         b.series.push(SeriesSamples {
@@ -155,10 +165,10 @@ mod tests {
                 value: 1,
             }],
         });
-        assert!(b.validate().unwrap_err().contains(PROFILE_TYPE_LABEL));
+        assert!(b.validate().unwrap_err().0.contains(PROFILE_TYPE_LABEL));
         b.series[0].labels.set(PROFILE_TYPE_LABEL, "a:b:c:d:e");
         b.series[0].samples[0].stack = 9;
-        assert!(b.validate().unwrap_err().contains("missing stack"));
+        assert!(b.validate().unwrap_err().0.contains("missing stack"));
         b.series[0].samples[0].stack = 0;
         assert_eq!(b.validate(), Ok(()));
     }

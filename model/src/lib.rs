@@ -21,7 +21,7 @@ mod symbols;
 mod tenant;
 mod time_range;
 
-pub use batch::{Batch, Sample, SeriesSamples};
+pub use batch::{Batch, InvalidBatch, Sample, SeriesSamples};
 pub use labels::{Labels, NAME_LABEL, PROFILE_TYPE_LABEL, SERVICE_NAME_LABEL};
 pub use symbols::{Function, Location, Mapping, Name, Stacks, Symbols};
 pub use tenant::{InvalidTenant, TenantId, MAX_TENANT_LEN};

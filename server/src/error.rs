@@ -2,7 +2,7 @@
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use profiledb_storage::{QueryError, StorageError};
+use profiledb_storage::{InvalidSelector, QueryError, StorageError, WriteError};
 
 #[derive(Debug)]
 pub struct ApiError {
@@ -77,6 +77,25 @@ impl From<StorageError> for ApiError {
     }
 }
 
+/// A write: a refused batch 400, a full queue 429, a closing store 503, the rest
+/// as any storage error.
+impl From<WriteError> for ApiError {
+    fn from(e: WriteError) -> Self {
+        match e {
+            WriteError::Invalid(b) => ApiError::bad_request(b.0),
+            WriteError::Storage(e) => e.into(),
+            other => StorageError::from(other).into(),
+        }
+    }
+}
+
+/// A selector that does not parse: the caller's input, 400.
+impl From<InvalidSelector> for ApiError {
+    fn from(e: InvalidSelector) -> Self {
+        ApiError::bad_request(e.0)
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = serde_json::json!({"code": self.code, "message": self.message});
@@ -110,6 +129,7 @@ impl From<crate::pipeline::PipelineError> for ApiError {
             P::Decode(e) => e.into(),
             P::Timestamp(m) => ApiError::bad_request(m),
             P::Storage(e) => e.into(),
+            P::Write(e) => e.into(),
             P::Busy => ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 "resource_exhausted",

@@ -15,7 +15,7 @@ use std::thread::JoinHandle;
 
 use bytes::Bytes;
 use crossbeam::channel::{self, Receiver, Sender, TrySendError};
-use profiledb_storage::{now_ms, Batch, StorageError, Store, TenantId, WriteRemains};
+use profiledb_storage::{now_ms, Batch, StorageError, Store, TenantId, WriteError, WriteRemains};
 use tracing::debug;
 
 use crate::tenancy::{Admission, LimitExceeded};
@@ -103,6 +103,8 @@ pub enum PipelineError {
     Timestamp(String),
     #[error(transparent)]
     Storage(#[from] StorageError),
+    #[error(transparent)]
+    Write(#[from] WriteError),
     #[error("the ingest queue is full; retry later")]
     Busy,
     /// In-flight uploads or the head passed their share of the memory budget.

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Result, StorageError};
+use crate::error::InvalidConfig;
 
 /// When the WAL is fsynced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -276,7 +276,11 @@ impl BlockPolicy {
     /// Refuses negative widths or delay, part blocks that do not divide blocks
     /// wide blocks that blocks do not divide, and wider blocks that wide blocks do
     /// not divide.
-    pub fn validate(&self) -> std::result::Result<(), String> {
+    pub fn validate(&self) -> std::result::Result<(), InvalidConfig> {
+        self.check().map_err(InvalidConfig)
+    }
+
+    fn check(&self) -> std::result::Result<(), String> {
         if self.width_ms < 0
             || self.delay_ms < 0
             || self.part_width_ms < 0
@@ -368,8 +372,8 @@ impl Default for StoreConfig {
 
 impl StoreConfig {
     /// Refuses settings the engine cannot run with (zero or misaligned widths and steps).
-    pub fn validate(&self) -> Result<()> {
-        let bad = |m: &str| Err(StorageError::Invalid(format!("store config: {m}")));
+    pub fn validate(&self) -> std::result::Result<(), InvalidConfig> {
+        let bad = |m: &str| Err(InvalidConfig(m.into()));
         if self.step_ms <= 0 {
             return bad("step_ms must be positive");
         }
@@ -385,9 +389,7 @@ impl StoreConfig {
         if self.downsample.iter().any(|r| r.step_ms <= 0) {
             return bad("downsample step_ms must be positive");
         }
-        if let Err(why) = self.blocks.validate() {
-            return bad(&why);
-        }
+        self.blocks.validate()?;
         Ok(())
     }
 
@@ -571,12 +573,12 @@ mod tests {
             part_width_ms: 7 * H,
             ..BlockPolicy::default()
         };
-        assert!(bad.validate().unwrap_err().contains("must divide"));
+        assert!(bad.validate().unwrap_err().0.contains("must divide"));
         let bad_wide = BlockPolicy {
             wide_width_ms: 36 * H,
             ..BlockPolicy::default()
         };
-        assert!(bad_wide.validate().unwrap_err().contains("multiple"));
+        assert!(bad_wide.validate().unwrap_err().0.contains("multiple"));
         let bad_wider = BlockPolicy {
             wider_width_ms: 10 * DAY,
             ..BlockPolicy::default()
@@ -584,6 +586,7 @@ mod tests {
         assert!(bad_wider
             .validate()
             .unwrap_err()
+            .0
             .contains("wider block width"));
         assert!(BlockPolicy {
             delay_ms: -1,

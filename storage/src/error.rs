@@ -1,6 +1,16 @@
 //! Errors of the storage engine.
+//!
+//! As redb does, each public operation has its own error, holding what its caller
+//! decides on: [`OpenError`] for [`Store::open`](crate::Store::open),
+//! [`WriteError`] for a write, [`QueryError`] for a query's refusals, and
+//! `ClusterError` (`cluster/error.rs`) for the cluster roles' passes.
+//! [`StorageError`] is every failure of the engine: what the internals pass up,
+//! and what the per-operation errors convert into (with `?`) for a caller that
+//! does not tell them apart.
 
 use std::path::PathBuf;
+
+use crate::model::InvalidBatch;
 
 /// A result whose error is a [`StorageError`] unless said otherwise.
 pub type Result<T, E = StorageError> = std::result::Result<T, E>;
@@ -60,6 +70,15 @@ pub enum StorageError {
     /// The caller sent something the engine refuses (bad batch, bad matcher).
     #[error("invalid input: {0}")]
     Invalid(String),
+    /// The store's configuration is refused.
+    #[error(transparent)]
+    Config(#[from] InvalidConfig),
+    /// A test's fault point made the operation fail (`cluster/fault.rs`).
+    #[error("fault injected at {point}")]
+    Fault {
+        /// The fault point's name.
+        point: &'static str,
+    },
     /// Another process holds the data directory.
     #[error("the data directory {0} is in use by another process (lock file held)")]
     Locked(PathBuf),
@@ -75,6 +94,102 @@ pub enum StorageError {
     /// A query gave up: out of time or over a budget.
     #[error(transparent)]
     Query(#[from] QueryError),
+}
+
+/// Why [`Store::open`](crate::Store::open) failed. The caller decides on the
+/// directory being another process's and on a refused configuration; the rest
+/// (I/O, a catalog that does not open, a segment in a newer format) is
+/// [`OpenError::Storage`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    /// Another process holds the data directory.
+    #[error("the data directory {0} is in use by another process (lock file held)")]
+    Locked(PathBuf),
+    /// The configuration is refused.
+    #[error(transparent)]
+    Config(#[from] InvalidConfig),
+    /// The store could not be read or started.
+    #[error(transparent)]
+    Storage(StorageError),
+}
+
+/// A selector or matcher that does not parse (a query's input: HTTP 400); the
+/// message says what and where.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidSelector(pub String);
+
+impl From<InvalidSelector> for StorageError {
+    fn from(e: InvalidSelector) -> Self {
+        StorageError::Invalid(e.0)
+    }
+}
+
+/// A store configuration the engine cannot run with; the message says what.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid input: store config: {0}")]
+pub struct InvalidConfig(pub String);
+
+/// Why a write was not stored. Callers map these, not messages: a refused batch
+/// is the sender's fault (HTTP 400), a full queue is "retry later" (429), a
+/// closing store is "unavailable" (503), the rest is the server's (500).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WriteError {
+    /// The batch breaks the batch rules; nothing of it was stored.
+    #[error("invalid input: {0}")]
+    Invalid(#[from] InvalidBatch),
+    /// The writer queue is full ([`Store::try_write`](crate::Store::try_write)).
+    #[error("write queue is full")]
+    Busy,
+    /// The store is closed or closing.
+    #[error("the store is shutting down")]
+    Closed,
+    /// The WAL or the head failed.
+    #[error(transparent)]
+    Storage(StorageError),
+}
+
+impl From<StorageError> for OpenError {
+    fn from(e: StorageError) -> Self {
+        match e {
+            StorageError::Locked(dir) => OpenError::Locked(dir),
+            StorageError::Config(c) => OpenError::Config(c),
+            e => OpenError::Storage(e),
+        }
+    }
+}
+
+impl From<OpenError> for StorageError {
+    fn from(e: OpenError) -> Self {
+        match e {
+            OpenError::Locked(dir) => StorageError::Locked(dir),
+            OpenError::Config(c) => StorageError::Config(c),
+            OpenError::Storage(e) => e,
+        }
+    }
+}
+
+impl From<StorageError> for WriteError {
+    fn from(e: StorageError) -> Self {
+        match e {
+            StorageError::Busy => WriteError::Busy,
+            StorageError::Closed => WriteError::Closed,
+            e => WriteError::Storage(e),
+        }
+    }
+}
+
+impl From<WriteError> for StorageError {
+    fn from(e: WriteError) -> Self {
+        match e {
+            WriteError::Invalid(b) => StorageError::Invalid(b.0),
+            WriteError::Busy => StorageError::Busy,
+            WriteError::Closed => StorageError::Closed,
+            WriteError::Storage(e) => e,
+        }
+    }
 }
 
 /// Why a query was refused while it ran. Callers map these, not messages:

@@ -53,7 +53,8 @@
 //! 4. `intern`, `head` — stack ids, then fresh data in memory.
 //! 5. `exec` — query execution: per-source algorithms over a head partition or a segment
 //!    (frames below tree, merged, flame graphs, group-by, time series, diff).
-//! 6. `merger` — re-encoding segments into one (compaction's mechanism).
+//! 6. `compaction` — which segments to merge (its policy) and re-encoding them
+//!    into one (its mechanism, the merger).
 //! 7. `store` — the roles: recovery, writer, flusher, segments, lifecycle, scan.
 //! 8. `analysis` — fleet analyses (hottest shared code, sampling noise) over
 //!    group-by rows.
@@ -72,6 +73,7 @@ mod cache;
 mod catalog;
 mod cluster;
 mod codec;
+mod compaction;
 mod config;
 mod dict;
 mod durable;
@@ -80,7 +82,6 @@ mod fnindex;
 mod head;
 mod index;
 mod intern;
-mod merger;
 /// The profile model lives in its own crate (shared with ingest and the server);
 /// `crate::model::…` paths keep naming it.
 mod model {
@@ -101,12 +102,15 @@ pub use bucket::{
 };
 pub use catalog::{Catalog, TenantSettings};
 pub use cluster::{
-    plan_merges, Acked, Compactor, CompactorConfig, CompactorStats, Fault, FaultAction, FaultPoint,
-    Health, MergePlan, MergePolicy, Mirror, MirrorConfig, MirrorStats, Uploader, UploaderConfig,
-    UploaderStats,
+    plan_merges, Acked, ClusterError, Compactor, CompactorConfig, CompactorStats, Fault,
+    FaultAction, FaultPoint, Health, InvalidFault, MergePlan, MergePolicy, Mirror, MirrorConfig,
+    MirrorStats, Uploader, UploaderConfig, UploaderStats,
 };
+pub use compaction::{Merger, OutputFrame};
 pub use config::{BlockPolicy, DownsampleRule, FsyncPolicy, StoreConfig};
-pub use error::{Budget, QueryError, Result, StorageError};
+pub use error::{
+    Budget, InvalidConfig, InvalidSelector, OpenError, QueryError, Result, StorageError, WriteError,
+};
 pub use exec::diff::{diff_stats, self_by_name, DiffEntry, DiffStats};
 pub use exec::flamegraph::{
     flamegraph, flamegraph_diff, tree_bytes, tree_from_bytes, tree_from_levels, FlameGraph,
@@ -117,10 +121,9 @@ pub use exec::lines::{FunctionLines, LineFrame, LineProfile, LineValue};
 pub use exec::merged::{flamegraph_diff_merged, Merged};
 pub use exec::timeseries::SeriesPoints;
 pub use exec::{CallTree, TimeRange, TreeNode};
-pub use merger::{Merger, OutputFrame};
 pub use model::{
-    Batch, Function, InvalidTenant, Labels, Location, Mapping, Sample, SeriesSamples, Stacks,
-    Symbols, TenantId, NAME_LABEL, PROFILE_TYPE_LABEL, SERVICE_NAME_LABEL,
+    Batch, Function, InvalidBatch, InvalidTenant, Labels, Location, Mapping, Sample, SeriesSamples,
+    Stacks, Symbols, TenantId, NAME_LABEL, PROFILE_TYPE_LABEL, SERVICE_NAME_LABEL,
 };
 /// The server-side symbolizer a store names frames kept as addresses with.
 pub use profiledb_symbolize as symbolize;

@@ -181,7 +181,9 @@ fn a_newer_segment_version_refuses_to_open_and_is_left_alone() {
     fs::write(&path, &newer).unwrap();
 
     match Store::open(dir.path(), test_config()) {
-        Err(e @ profiledb_storage::StorageError::UnsupportedVersion { .. }) => {
+        Err(profiledb_storage::OpenError::Storage(
+            e @ profiledb_storage::StorageError::UnsupportedVersion { .. },
+        )) => {
             assert!(!e.is_corruption());
             assert!(
                 e.to_string().contains(&format!("version {}", version + 1)),

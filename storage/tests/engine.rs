@@ -5,8 +5,8 @@ mod common;
 
 use common::*;
 use profiledb_storage::{
-    Labels, MatchOp, Matcher, QueryPlan, ScopePlan, Selector, StorageError, Store, StoreConfig,
-    TenantId, TimeRange,
+    Labels, MatchOp, Matcher, QueryPlan, ScopePlan, Selector, Store, StoreConfig, TenantId,
+    TimeRange, WriteError,
 };
 use proptest::prelude::*;
 
@@ -165,7 +165,7 @@ fn submit_answers_once_stored_or_refused() {
     });
     store.submit(bad, Box::new(move |r, _| tx.send(r).unwrap()));
     match rx.recv().unwrap() {
-        Err(StorageError::Invalid(m)) => assert!(m.contains("__profile_type__"), "{m}"),
+        Err(WriteError::Invalid(m)) => assert!(m.0.contains("__profile_type__"), "{m}"),
         other => panic!("expected a refusal, got {other:?}"),
     }
     check(&store, &tenant, &reference);

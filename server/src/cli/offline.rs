@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use profiledb_storage::{DownsampleRule, StorageError, Store, StoreConfig, TenantId};
+use profiledb_storage::{DownsampleRule, OpenError, Store, StoreConfig, TenantId};
 
 use crate::time::rfc3339;
 
@@ -61,7 +61,7 @@ impl OfflineArgs {
         }
         match Store::open(dir, cfg) {
             Ok(s) => Ok(s),
-            Err(StorageError::Locked(d)) => Err(DirectoryInUse(d).into()),
+            Err(OpenError::Locked(d)) => Err(DirectoryInUse(d).into()),
             Err(e) => Err(anyhow::Error::new(e).context(format!("cannot open {}", dir.display()))),
         }
     }

@@ -25,14 +25,15 @@ use parking_lot::Mutex;
 use tracing::{error, info, warn};
 
 use super::entry::{entry_for, object_name};
+use super::error::ClusterError;
 use super::fault::{reached, Fault, FaultPoint};
 use super::health::{Health, Turn};
 use super::plan::{plan_merges, MergePlan, MergePolicy};
 use super::Worker;
 use crate::bucket::{segment_key, Bucket, BucketError, Lease, SegmentEntry, TenantView, LOG_GRACE};
+use crate::compaction::{Merger, OutputFrame};
 use crate::config::{duration_ms, DownsampleRule};
 use crate::error::{Result, StorageError};
-use crate::merger::{Merger, OutputFrame};
 use crate::segment::{encode_segment, LoadedSegment, SegmentFile};
 use crate::store::now_ms;
 
@@ -114,7 +115,7 @@ pub struct Compactor {
 
 impl Compactor {
     /// Starts the compaction loop.
-    pub fn start(bucket: Bucket, cfg: CompactorConfig) -> Result<Compactor> {
+    pub fn start(bucket: Bucket, cfg: CompactorConfig) -> Result<Compactor, ClusterError> {
         let shared = Arc::new(Shared {
             bucket,
             cfg,

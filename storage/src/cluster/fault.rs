@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::error::InvalidFault;
 use crate::error::{Result, StorageError};
 
 /// A step of a role after which a crash is tested.
@@ -92,19 +93,22 @@ impl Fault {
     }
 
     /// `<point>[:<n>]`, as `PROFILEDB_FAULT` holds it; the process aborts there.
-    pub fn parse(spec: &str) -> std::result::Result<Fault, String> {
+    pub fn parse(spec: &str) -> std::result::Result<Fault, InvalidFault> {
         let (name, nth) = spec.split_once(':').unwrap_or((spec, "1"));
         let point = FaultPoint::ALL
             .into_iter()
             .find(|p| p.name() == name.trim())
             .ok_or_else(|| {
                 let names: Vec<&str> = FaultPoint::ALL.iter().map(|p| p.name()).collect();
-                format!("unknown fault point {name:?}: one of {}", names.join(", "))
+                InvalidFault(format!(
+                    "unknown fault point {name:?}: one of {}",
+                    names.join(", ")
+                ))
             })?;
         let nth = nth
             .trim()
             .parse()
-            .map_err(|_| format!("bad count in fault {spec:?}: <point>[:<n>]"))?;
+            .map_err(|_| InvalidFault(format!("bad count in fault {spec:?}: <point>[:<n>]")))?;
         Ok(Fault::new(point, nth, FaultAction::Abort))
     }
 
@@ -138,10 +142,9 @@ pub(super) fn reached(fault: &Option<Fault>, point: FaultPoint) -> Result<()> {
             }
             std::process::abort()
         }
-        FaultAction::Fail => Err(StorageError::Invalid(format!(
-            "fault injected at {}",
-            point.name()
-        ))),
+        FaultAction::Fail => Err(StorageError::Fault {
+            point: point.name(),
+        }),
     }
 }
 

@@ -31,6 +31,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tracing::{error, info, warn};
 
+use super::error::ClusterError;
 use super::health::{Health, Turn};
 use super::Worker;
 use crate::bucket::{Bucket, SegmentEntry, TenantView};
@@ -110,7 +111,11 @@ pub struct Mirror {
 impl Mirror {
     /// Starts following the bucket into `store` (opened on the querier's cache
     /// directory, with no writes of its own).
-    pub fn start(store: Arc<Store>, bucket: Bucket, cfg: MirrorConfig) -> Result<Mirror> {
+    pub fn start(
+        store: Arc<Store>,
+        bucket: Bucket,
+        cfg: MirrorConfig,
+    ) -> Result<Mirror, ClusterError> {
         let objects = store.dir().join("objects");
         fs::create_dir_all(&objects).at(&objects)?;
         let shared = Arc::new(Shared {
@@ -162,8 +167,8 @@ impl Mirror {
     }
 
     /// Runs one pass now.
-    pub fn sync_now(&self) -> Result<()> {
-        self.shared.pass()
+    pub fn sync_now(&self) -> Result<(), ClusterError> {
+        Ok(self.shared.pass()?)
     }
 
     /// Counters for `/metrics`.

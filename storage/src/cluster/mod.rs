@@ -9,9 +9,10 @@
 //! | `uploader.rs`  | writer    | flushes the head every interval, uploads new segments, adds them to the index, raises the replay floor, drops local copies |
 //! | `mirror.rs`    | querier   | follows the index, downloads new segments, swaps them into a local store's live set |
 //! | `compactor.rs` | compactor | merges a partition's small segments under a lease, replaces them in the index, expires old data, collects garbage |
-//! | `plan.rs`      | compactor | which segments to merge (policy apart from the merge)        |
+//! | `plan.rs`      | compactor | which segments to merge: the bucket's view for `crate::compaction` |
 //! | `seqs.rs`      | writer    | upload sequence numbers, kept on disk                        |
 //! | `fault.rs`     | all       | fault points where tests make a role crash                   |
+//! | `error.rs`     | all       | `ClusterError`, what starting a role or a pass fails with    |
 //! | `health.rs`    | all       | a role's standing with the bucket (for `/ready`, `/metrics`) |
 //!
 //! Segment objects are named `<origin>-<id>`: a writer's local segment id, so an
@@ -22,6 +23,7 @@
 
 mod compactor;
 mod entry;
+mod error;
 mod fault;
 mod health;
 mod mirror;
@@ -30,6 +32,7 @@ mod seqs;
 mod uploader;
 
 pub use compactor::{Compactor, CompactorConfig, CompactorStats};
+pub use error::{ClusterError, InvalidFault};
 pub use fault::{Fault, FaultAction, FaultPoint};
 pub use health::Health;
 pub use mirror::{Mirror, MirrorConfig, MirrorStats};

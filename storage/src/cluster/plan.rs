@@ -5,8 +5,10 @@
 //! (so queries of the open hour stay fast), or as soon as it has two and has been
 //! quiet for `settle_ms` (the hour is over: one segment per partition then). A
 //! partition old enough for a downsampling rule is rewritten at the rule's step,
-//! even when it is one segment already (the same rules and step arithmetic as a
-//! single node's compaction: `store/lifecycle/plan.rs`).
+//! even when it is one segment already. The rules (windows, blocks, steps, order,
+//! budget) are the merge policy's (`crate::compaction`), the same as a single
+//! node's; this file gives it the bucket index's view of a segment and decides
+//! when an open partition is ready.
 //!
 //! Once a whole block (a day by default) has been over for its delay (`BlockPolicy`), its
 //! segments are merged into one block spanning the day instead: a week is then 7
@@ -14,11 +16,9 @@
 //! much. The delay lets late writes land in their hours first; a segment arriving
 //! after the block was made is merged into it on a later pass.
 
-use std::collections::BTreeMap;
-
 use crate::bucket::SegmentEntry;
+use crate::compaction::{Decision, Policy, SegmentView};
 use crate::config::{BlockPolicy, DownsampleRule};
-use crate::store::output_step;
 
 /// When to merge.
 #[derive(Clone, Debug)]
@@ -66,72 +66,49 @@ pub fn plan_merges(
     policy: &MergePolicy,
     rules: &[DownsampleRule],
 ) -> Vec<MergePlan> {
-    // Keyed by (start, width) of the output: a block and an hour starting at
-    // the same instant are different outputs.
-    let mut groups: BTreeMap<(i64, i64), Vec<&SegmentEntry>> = BTreeMap::new();
-    for e in live {
-        let key = match policy.blocks.block_of(e.partition_ms, e.width_ms, now_ms) {
-            Some(block) => block,
-            None => (e.partition_ms, e.width_ms),
-        };
-        groups.entry(key).or_default().push(e);
+    let shared = Policy {
+        blocks: policy.blocks,
+        busy: &[],
+        rules,
+        now_ms,
+        max_bytes: policy.max_bytes,
+        bound_partitions: true,
+    };
+    let mut out = Vec::new();
+    for (window, segs) in shared.windows(live) {
+        // Enough segments, or none new for `settle_ms`: the hour is over.
+        let newest = segs.iter().map(|e| e.created_ms).max().unwrap_or(now_ms);
+        let settled = newest.saturating_add(policy.settle_ms) <= now_ms;
+        let ready = segs.len() >= policy.min_segments || settled;
+        if let Some(Decision::Merge(m)) = shared.decide(window, segs, ready) {
+            out.push(MergePlan {
+                partition_ms: m.start_ms,
+                width_ms: m.width_ms,
+                keys: m.sources.iter().map(|e| e.key.clone()).collect(),
+                step_ms: m.step_ms,
+            });
+        }
     }
-    groups
-        .into_iter()
-        .filter_map(|((start, width), segs)| plan_group(start, width, segs, now_ms, policy, rules))
-        .collect()
+    out
 }
 
-/// The merge, if any, of the segments `segs` whose output covers `[start,
-/// start + width)`.
-fn plan_group(
-    start: i64,
-    width: i64,
-    mut segs: Vec<&SegmentEntry>,
-    now_ms: i64,
-    policy: &MergePolicy,
-    rules: &[DownsampleRule],
-) -> Option<MergePlan> {
-    let steps: Vec<i64> = segs.iter().map(|e| e.step_ms).collect();
-    // Entries that do not say their width or step cannot be re-bucketed safely.
-    if width <= 0 || segs.iter().any(|e| e.width_ms <= 0 || e.step_ms <= 0) {
-        return None;
+/// The merge policy's view of a bucket index entry.
+impl SegmentView for SegmentEntry {
+    fn partition_start_ms(&self) -> i64 {
+        self.partition_ms
     }
-    let step = output_step(start + width, width, &steps, rules, now_ms)?;
-    let coarser = steps.iter().any(|&s| s != step);
-    let newest = segs.iter().map(|e| e.created_ms).max().unwrap_or(now_ms);
-    let settled = newest + policy.settle_ms <= now_ms;
-    let many = segs.len() >= 2 && (segs.len() >= policy.min_segments || settled);
-    if !many && !coarser {
-        return None;
+    fn width_ms(&self) -> i64 {
+        self.width_ms
     }
-    // The block so far first (later arrivals are merged into it), then oldest
-    // first, so a bounded merge makes progress from the start of the block.
-    segs.sort_by(|a, b| {
-        (b.width_ms, a.partition_ms, a.created_ms, &a.key).cmp(&(
-            a.width_ms,
-            b.partition_ms,
-            b.created_ms,
-            &b.key,
-        ))
-    });
-    let mut bytes = 0u64;
-    let keys: Vec<String> = segs
-        .iter()
-        .take_while(|e| {
-            bytes += e.bytes;
-            bytes <= policy.max_bytes
-        })
-        .map(|e| e.key.clone())
-        .collect();
-    // Downsampling rewrites even one segment; a plain merge needs two.
-    let whole = keys.len() == segs.len();
-    (keys.len() >= 2 || (coarser && whole)).then_some(MergePlan {
-        partition_ms: start,
-        width_ms: width,
-        keys,
-        step_ms: step,
-    })
+    fn step_ms(&self) -> i64 {
+        self.step_ms
+    }
+    fn cost(&self) -> u64 {
+        self.bytes
+    }
+    fn cmp_age(&self, other: &Self) -> std::cmp::Ordering {
+        (self.created_ms, &self.key).cmp(&(other.created_ms, &other.key))
+    }
 }
 
 #[cfg(test)]

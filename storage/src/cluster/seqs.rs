@@ -73,7 +73,7 @@ impl UploadSeqs {
         changed |= self.doc.assigned.len() != before;
         if changed {
             let body = serde_json::to_vec(&self.doc)
-                .map_err(|e| StorageError::Invalid(format!("cannot encode upload numbers: {e}")))?;
+                .map_err(|e| StorageError::io(&self.path, e.into()))?;
             write_file(&self.path, &body)?;
         }
         Ok(())

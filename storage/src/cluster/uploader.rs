@@ -28,6 +28,7 @@ use parking_lot::{Condvar, Mutex};
 use tracing::{info, warn};
 
 use super::entry::{entry_for, object_name};
+use super::error::ClusterError;
 use super::fault::{reached, Fault, FaultPoint};
 use super::health::{Health, Turn};
 use super::seqs::UploadSeqs;
@@ -114,7 +115,11 @@ pub struct Uploader {
 
 impl Uploader {
     /// Starts the upload loop over `store` (opened on the writer's data directory).
-    pub fn start(store: Arc<Store>, bucket: Bucket, cfg: UploaderConfig) -> Result<Uploader> {
+    pub fn start(
+        store: Arc<Store>,
+        bucket: Bucket,
+        cfg: UploaderConfig,
+    ) -> Result<Uploader, ClusterError> {
         let floor = store.replay_floor();
         let seqs = UploadSeqs::open(store.dir())?;
         let shared = Arc::new(Shared {
@@ -206,15 +211,15 @@ impl Uploader {
     }
 
     /// Runs one pass now (tests and shutdown).
-    pub fn upload_now(&self) -> Result<()> {
-        self.shared.pass()
+    pub fn upload_now(&self) -> Result<(), ClusterError> {
+        Ok(self.shared.pass()?)
     }
 
     /// Stops the loop after a last pass, so a clean shutdown leaves nothing behind.
-    pub fn stop(&self) -> Result<()> {
+    pub fn stop(&self) -> Result<(), ClusterError> {
         if let Some(mut w) = self.worker.lock().take() {
             w.stop();
-            return self.shared.pass();
+            return Ok(self.shared.pass()?);
         }
         Ok(())
     }

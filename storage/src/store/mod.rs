@@ -48,7 +48,8 @@ use crossbeam::channel::{self, Receiver, Sender, TrySendError};
 use parking_lot::{Mutex, RwLock};
 use tracing::error;
 
-pub(crate) use lifecycle::output_step;
+#[cfg(test)]
+pub(crate) use lifecycle::{plan_compaction, CompactionScope};
 pub use lifecycle::{
     CompactProgress, CompactReport, CompactedPartition, RetentionReport, SkippedPartition,
 };
@@ -56,10 +57,10 @@ pub(crate) use scan::{Scope, StoreReader};
 
 use crate::catalog::Catalog;
 use crate::config::StoreConfig;
-use crate::error::{IoContext, Result, StorageError};
+use crate::error::{IoContext, OpenError, Result, StorageError, WriteError};
 use crate::exec::frames::Frames;
 use crate::intern::StackInterner;
-use crate::model::{Batch, TenantId};
+use crate::model::{Batch, InvalidBatch, TenantId};
 use crate::segment::SegmentMeta;
 use crate::stats::{inc, Gauges, StoreStats};
 use crate::wal::{ReplayProgress, Wal};
@@ -159,7 +160,7 @@ impl Store {
     /// Opens (or creates) the store in `dir`: takes the directory lock, reconciles
     /// the catalog with the segment files, replays the WAL and starts the writer and
     /// flusher threads.
-    pub fn open(dir: impl AsRef<Path>, cfg: StoreConfig) -> Result<Store> {
+    pub fn open(dir: impl AsRef<Path>, cfg: StoreConfig) -> Result<Store, OpenError> {
         Self::open_with_progress(dir, cfg, &ReplayProgress::default())
     }
 
@@ -169,7 +170,7 @@ impl Store {
         dir: impl AsRef<Path>,
         cfg: StoreConfig,
         progress: &ReplayProgress,
-    ) -> Result<Store> {
+    ) -> Result<Store, OpenError> {
         cfg.validate()?;
         let dir = dir.as_ref().to_path_buf();
         let r = recovery::recover(&dir, &cfg, progress)?;
@@ -290,11 +291,11 @@ impl Store {
         &self,
         batch: Batch,
         done: WriteCallback,
-    ) -> std::result::Result<WriterMsg, (StorageError, WriteCallback)> {
+    ) -> std::result::Result<WriterMsg, (WriteError, WriteCallback)> {
         let checked = if self.inner.closed.load(Ordering::SeqCst) {
-            Err(StorageError::Closed)
+            Err(WriteError::Closed)
         } else {
-            batch.validate().map_err(StorageError::Invalid)
+            batch.validate().map_err(WriteError::Invalid)
         };
         if let Err(e) = checked {
             return Err((e, done));
@@ -308,7 +309,7 @@ impl Store {
         };
         match payload {
             Err(e) => Err((
-                StorageError::Invalid(format!("batch cannot be encoded: {e}")),
+                WriteError::Invalid(InvalidBatch(format!("batch cannot be encoded: {e}"))),
                 done,
             )),
             Ok(payload) => Ok(WriterMsg::Write(Box::new(PendingWrite {
@@ -322,7 +323,7 @@ impl Store {
 
     /// Writes a batch and returns its WAL sequence number once it is durable (per the
     /// fsync policy) and visible to queries. Blocks while the writer queue is full.
-    pub fn write(&self, batch: Batch) -> Result<u64> {
+    pub fn write(&self, batch: Batch) -> Result<u64, WriteError> {
         let (reply, rx) = channel::bounded(1);
         self.submit(
             batch,
@@ -330,7 +331,7 @@ impl Store {
                 let _ = reply.send(r);
             }),
         );
-        rx.recv().map_err(|_| StorageError::Closed)?
+        rx.recv().map_err(|_| WriteError::Closed)?
     }
 
     /// Hands a batch to the writer and returns at once (blocking only while the
@@ -343,16 +344,16 @@ impl Store {
         match self.prepare(batch, done) {
             Ok(msg) => {
                 if let Err(channel::SendError(WriterMsg::Write(w))) = self.tx.send(msg) {
-                    (w.done)(Err(StorageError::Closed), WriteRemains::default());
+                    (w.done)(Err(WriteError::Closed), WriteRemains::default());
                 }
             }
             Err((e, done)) => done(Err(e), WriteRemains::default()),
         }
     }
 
-    /// Like [`Store::write`] but fails with [`StorageError::Busy`] instead of waiting
+    /// Like [`Store::write`] but fails with [`WriteError::Busy`] instead of waiting
     /// when the writer queue is full, so a server can answer 429.
-    pub fn try_write(&self, batch: Batch) -> Result<u64> {
+    pub fn try_write(&self, batch: Batch) -> Result<u64, WriteError> {
         let (reply, rx) = channel::bounded(1);
         let done: WriteCallback = Box::new(move |r, _| {
             let _ = reply.send(r);
@@ -362,11 +363,11 @@ impl Store {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => {
                 inc(&self.inner.stats.writes_rejected_busy, 1);
-                return Err(StorageError::Busy);
+                return Err(WriteError::Busy);
             }
-            Err(TrySendError::Disconnected(_)) => return Err(StorageError::Closed),
+            Err(TrySendError::Disconnected(_)) => return Err(WriteError::Closed),
         }
-        rx.recv().map_err(|_| StorageError::Closed)?
+        rx.recv().map_err(|_| WriteError::Closed)?
     }
 
     /// Flushes every head partition into segments and truncates the WAL.

@@ -347,7 +347,7 @@ pub(super) enum RecordError {
     Undefined { kind: &'static str, id: u32 },
     /// It decodes to a batch that breaks the batch rules.
     #[error("invalid batch: {0}")]
-    Invalid(String),
+    Invalid(#[from] crate::model::InvalidBatch),
 }
 
 /// Where the generations replay gives its ids start: far above any the live

@@ -26,17 +26,17 @@ use super::state::{PartitionRef, State};
 use super::symlog::Defined;
 use super::{now_ms, Inner};
 use crate::config::{FsyncPolicy, StoreConfig};
-use crate::error::{Result, StorageError};
+use crate::error::{Result, StorageError, WriteError};
 use crate::head::HeadPartition;
 use crate::intern::Interned;
-use crate::model::{Batch, TenantId};
+use crate::model::{Batch, InvalidBatch, TenantId};
 use crate::stats::inc;
 use crate::wal::{Wal, RECORD_HEADER_BYTES};
 
 /// Called by the writer with a write's outcome (its WAL sequence number once the
 /// batch is durable and applied, or why it was not stored) and what the write no
 /// longer needs.
-pub type WriteCallback = Box<dyn FnOnce(Result<u64>, WriteRemains) + Send>;
+pub type WriteCallback = Box<dyn FnOnce(Result<u64, WriteError>, WriteRemains) + Send>;
 
 /// A write's batch, stack ids and WAL record, handed back once it is answered.
 /// Dropping it frees them. A caller that built the batch on another thread than
@@ -313,7 +313,9 @@ impl Inner {
                         drop(wal);
                         for (i, w) in writes.into_iter().enumerate() {
                             if unwritten.contains(&i) {
-                                let e = StorageError::Invalid("batch cannot be encoded".into());
+                                let e = WriteError::Invalid(InvalidBatch(
+                                    "batch cannot be encoded".into(),
+                                ));
                                 (w.done)(Err(e), WriteRemains::default());
                                 continue;
                             }
@@ -344,10 +346,10 @@ impl Inner {
                         let msg = e.to_string();
                         for w in writes {
                             (w.done)(
-                                Err(StorageError::io(
+                                Err(WriteError::Storage(StorageError::io(
                                     self.dir.join("wal"),
                                     std::io::Error::other(msg.clone()),
-                                )),
+                                ))),
                                 WriteRemains::default(),
                             );
                         }

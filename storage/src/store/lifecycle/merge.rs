@@ -1,5 +1,5 @@
 //! Merging one planned partition: decode its segments (no store lock held: they
-//! are immutable), re-encode them into one (`crate::merger`), write the output
+//! are immutable), re-encode them into one (`merger.rs`), write the output
 //! durably, check it holds the sources' total, and swap it in for the sources under
 //! the state write lock. The sources are retired last.
 
@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::report::CompactedPartition;
+use crate::compaction::{Merger, OutputFrame};
 use crate::error::{IoContext, Result};
-use crate::merger::{Merger, OutputFrame};
 use crate::segment::{self, BaseChoice, SegmentFile};
 use crate::store::state::SegmentHandle;
 use crate::store::{now_ms, Inner};

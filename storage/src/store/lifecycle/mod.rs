@@ -3,7 +3,7 @@
 //!
 //! One run at a time (the lifecycle lock). A run plans under the state read lock
 //! (`plan.rs`), merges each planned partition without any store lock (`merge.rs`,
-//! with the re-encoding in `crate::merger`), and swaps the output in under the
+//! with the re-encoding in `merger.rs`), and swaps the output in under the
 //! write lock; retention (`retention.rs`) drops whole expired segments. Replaced and
 //! expired files are deleted once no query reads them (`super::segments`).
 
@@ -12,6 +12,8 @@ mod merge;
 mod plan;
 mod report;
 mod retention;
+#[cfg(test)]
+pub(crate) use plan::{plan as plan_compaction, Scope as CompactionScope};
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -21,7 +23,6 @@ use std::time::{Duration, Instant};
 use crossbeam::channel::Receiver;
 use tracing::{error, info, warn};
 
-pub(crate) use plan::output_step;
 pub use report::{
     CompactProgress, CompactReport, CompactedPartition, RetentionReport, SkippedPartition,
 };

@@ -1,23 +1,14 @@
-//! Compaction planning: which partitions to rewrite and at which step.
+//! Compaction planning on a single node: which partitions to rewrite and at which step.
 //!
-//! Kept apart from the merging mechanism (`crate::merger`, and `merge.rs` beside this
-//! file), as tantivy keeps its merge policy apart from its merger: the plan is pure
-//! arithmetic over segment metadata, so it can be read, tested and changed without
-//! touching files.
+//! The rules (windows, blocks, steps, order, budget) are the merge policy's
+//! (`crate::compaction`), which a cluster's compactor plans with too; this file gives
+//! the policy a single node's view: its catalog's segment metadata, the tenants'
+//! block policies, and the head partitions no block may overlap while they hold
+//! unflushed data (a block's `max_lsn` covers every partition in it when the WAL is
+//! replayed, and unflushed records below it would be skipped).
 //!
-//! A partition is planned when it has more than one live segment, or when its output
-//! step differs from its segments' (downsampling: the oldest rule whose age the
-//! partition's end has passed coarsens the step).
-//!
-//! A partition whose block (`BlockPolicy`: a UTC day by default, a week once the
-//! week and the day after it are over, four weeks once those and the week after
-//! them are over) ended long enough ago is merged into that
-//! block instead: the block's segment first, then its partitions oldest first, as
-//! many as the compaction memory budget holds, so a day too big for one merge
-//! still grows run by run. A block is not formed while a
-//! head partition inside it holds unflushed data: a block's `max_lsn` covers every
-//! partition in it when the WAL is replayed, and unflushed records below it would
-//! be skipped.
+//! A partition's merge is bounded by the compaction memory budget only when it forms
+//! or grows a block; its own partition is one head partition's data.
 //!
 //! An open partition (still within the flush grace) is not merged whole: every early
 //! flush would rewrite all of the hour again. It is merged in tiers instead
@@ -28,9 +19,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use crate::config::{duration_ms, BlockPolicy, DownsampleRule};
+use crate::compaction::OutputFrame;
+use crate::compaction::{Decision, Policy, SegmentView, Skip};
+use crate::config::{BlockPolicy, DownsampleRule};
 use crate::exec::TimeRange;
-use crate::merger::OutputFrame;
 use crate::model::TenantId;
 use crate::segment::SegmentMeta;
 use crate::store::state::SegmentHandle;
@@ -63,19 +55,42 @@ impl Scope<'_> {
     fn is_open(&self, m: &SegmentMeta) -> bool {
         m.partition_end_ms().saturating_add(self.grace_ms) > self.now_ms
     }
+}
 
-    /// The `(start, width)` of the block `m` is merged into this run, if any.
-    fn block_of(&self, m: &SegmentMeta) -> Option<(i64, i64)> {
-        let (start, width) = self
-            .blocks
-            .for_max_age(self.max_age_ms.get(&m.tenant).copied())
-            .block_of(m.partition_start_ms, m.partition_ms, self.now_ms)?;
-        let end = start.saturating_add(width);
-        let busy = self
-            .busy
-            .iter()
-            .any(|(t, s, e)| *t == m.tenant && *s < end && start < *e);
-        (!busy).then_some((start, width))
+/// A single node's segment as the planner holds it: a live handle, or (in tests)
+/// its metadata alone.
+pub(crate) trait HasMeta: Clone {
+    fn meta(&self) -> &SegmentMeta;
+}
+
+impl HasMeta for Arc<SegmentHandle> {
+    fn meta(&self) -> &SegmentMeta {
+        &self.meta
+    }
+}
+
+impl HasMeta for SegmentMeta {
+    fn meta(&self) -> &SegmentMeta {
+        self
+    }
+}
+
+/// The merge policy's view of a single node's segment.
+impl<H: HasMeta> SegmentView for H {
+    fn partition_start_ms(&self) -> i64 {
+        self.meta().partition_start_ms
+    }
+    fn width_ms(&self) -> i64 {
+        self.meta().partition_ms
+    }
+    fn step_ms(&self) -> i64 {
+        self.meta().step_ms
+    }
+    fn cost(&self) -> u64 {
+        decoded_estimate(self.meta())
+    }
+    fn cmp_age(&self, other: &Self) -> std::cmp::Ordering {
+        self.meta().id.cmp(&other.meta().id)
     }
 }
 
@@ -101,86 +116,86 @@ fn by_output<'a>(
 
 /// One merge: the live segments, and the frame of the output (the sources' own
 /// partition, or their block) at its step.
-pub(crate) struct PlannedPartition {
+pub(crate) struct PlannedPartition<H = Arc<SegmentHandle>> {
     pub tenant: TenantId,
     pub frame: OutputFrame,
-    pub sources: Vec<Arc<SegmentHandle>>,
+    pub sources: Vec<H>,
 }
 
 /// The partitions to rewrite, and those that need work but cannot be merged.
-#[derive(Default)]
-pub(crate) struct Plan {
-    pub partitions: Vec<PlannedPartition>,
+pub(crate) struct Plan<H = Arc<SegmentHandle>> {
+    pub partitions: Vec<PlannedPartition<H>>,
     pub skipped: Vec<SkippedPartition>,
 }
 
-/// Groups `live` segments by tenant and partition and keeps the partitions whose
-/// output differs from what is stored.
-pub(crate) fn plan<'a>(
-    live: impl Iterator<Item = &'a Arc<SegmentHandle>>,
+impl<H> Default for Plan<H> {
+    fn default() -> Self {
+        Plan {
+            partitions: Vec::new(),
+            skipped: Vec::new(),
+        }
+    }
+}
+
+/// The merges the policy asks for among the `live` segments in `scope`, tenant by
+/// tenant, and the windows it had to skip.
+pub(crate) fn plan<'a, H: HasMeta + 'a>(
+    live: impl Iterator<Item = &'a H>,
     scope: &Scope<'_>,
     rules: &[DownsampleRule],
-) -> Plan {
-    let groups = by_output(live, |m| {
+) -> Plan<H> {
+    let mut tenants: BTreeMap<&TenantId, Vec<&H>> = BTreeMap::new();
+    for h in live {
+        let m = h.meta();
         let keep = scope.tenant.is_none_or(|t| *t == m.tenant)
             && scope
                 .range
                 .is_none_or(|r| r.overlaps(m.partition_start_ms, m.partition_end_ms()))
             && !(scope.background && scope.is_open(m));
-        keep.then(|| {
-            scope
-                .block_of(m)
-                .unwrap_or((m.partition_start_ms, m.partition_ms))
-        })
-    });
-    let mut plan = Plan::default();
-    for ((tenant, start, width), mut sources) in groups {
-        let all = sources.len();
-        if sources.iter().any(|h| h.meta.partition_ms != width) {
-            // Forming or growing a block: the block so far first, then oldest
-            // first, while the decoded estimate fits the budget.
-            sources.sort_by_key(|h| {
-                (
-                    std::cmp::Reverse(h.meta.partition_ms),
-                    h.meta.partition_start_ms,
-                    h.meta.id,
-                )
-            });
-            let mut bytes = 0u64;
-            sources.retain(|h| {
-                bytes = bytes.saturating_add(decoded_estimate(&h.meta));
-                bytes <= scope.max_bytes
-            });
+        if keep {
+            tenants.entry(&m.tenant).or_default().push(h);
         }
-        let steps: Vec<i64> = sources.iter().map(|h| h.meta.step_ms).collect();
-        match output_step(start + width, width, &steps, rules, scope.now_ms) {
-            None => plan.skipped.push(SkippedPartition {
-                tenant,
-                partition_start_ms: start,
-                reason: format!("segments have incompatible steps {steps:?}"),
-            }),
-            Some(_) if sources.is_empty() => plan.skipped.push(SkippedPartition {
-                tenant,
-                partition_start_ms: start,
-                reason: format!(
-                    "the block's first segment alone exceeds the compaction memory budget ({} bytes)",
-                    scope.max_bytes
-                ),
-            }),
-            Some(step) => {
-                // Downsampling rewrites a lone segment, but only a whole group:
-                // part of a block rewritten coarser would leave the rest finer.
-                let coarser = steps.iter().any(|&s| s != step) && sources.len() == all;
-                if sources.len() > 1 || coarser {
-                    plan.partitions.push(PlannedPartition {
-                        tenant,
-                        frame: OutputFrame {
-                            start_ms: start,
-                            width_ms: width,
-                            step_ms: step,
+    }
+    let mut plan = Plan::default();
+    for (tenant, segments) in tenants {
+        let busy: Vec<(i64, i64)> = (scope.busy.iter())
+            .filter(|(t, _, _)| t == tenant)
+            .map(|&(_, s, e)| (s, e))
+            .collect();
+        let policy = Policy {
+            blocks: (scope.blocks).for_max_age(scope.max_age_ms.get(tenant).copied()),
+            busy: &busy,
+            rules,
+            now_ms: scope.now_ms,
+            max_bytes: scope.max_bytes,
+            bound_partitions: false,
+        };
+        for (window, segments) in policy.windows(segments) {
+            match policy.decide(window, segments, true) {
+                None => {}
+                Some(Decision::Merge(m)) => plan.partitions.push(PlannedPartition {
+                    tenant: tenant.clone(),
+                    frame: OutputFrame {
+                        start_ms: m.start_ms,
+                        width_ms: m.width_ms,
+                        step_ms: m.step_ms,
+                    },
+                    sources: m.sources.into_iter().cloned().collect(),
+                }),
+                Some(Decision::Skip { start_ms, reason }) => {
+                    plan.skipped.push(SkippedPartition {
+                        tenant: tenant.clone(),
+                        partition_start_ms: start_ms,
+                        reason: match reason {
+                            Skip::Steps(steps) => {
+                                format!("segments have incompatible steps {steps:?}")
+                            }
+                            Skip::OverBudget => format!(
+                                "the block's first segment alone exceeds the compaction memory budget ({} bytes)",
+                                scope.max_bytes
+                            ),
                         },
-                        sources,
-                    });
+                    })
                 }
             }
         }
@@ -248,94 +263,4 @@ pub(crate) fn plan_open<'a>(
         });
     }
     plan
-}
-
-fn gcd(a: i64, b: i64) -> i64 {
-    if b == 0 {
-        a.abs()
-    } else {
-        gcd(b, a % b)
-    }
-}
-
-fn lcm(a: i64, b: i64) -> Option<i64> {
-    if a <= 0 || b <= 0 {
-        return None;
-    }
-    (a / gcd(a, b)).checked_mul(b)
-}
-
-/// The step a partition's merged output is written at: a multiple of every source
-/// step (so re-bucketing is exact), coarsened to the step of the oldest downsampling
-/// rule whose age the partition's end has passed — when that still divides the
-/// partition width. `None` if the sources' steps cannot share a step.
-pub(crate) fn output_step(
-    partition_end_ms: i64,
-    partition_ms: i64,
-    source_steps: &[i64],
-    rules: &[DownsampleRule],
-    now_ms: i64,
-) -> Option<i64> {
-    let mut step = 1i64;
-    for &s in source_steps {
-        step = lcm(step, s)?;
-    }
-    if partition_ms <= 0 || partition_ms % step != 0 {
-        return None;
-    }
-    // The coarsest applicable rule whose step fits the partition.
-    let mut targets: Vec<i64> = rules
-        .iter()
-        .filter(|r| partition_end_ms <= now_ms.saturating_sub(duration_ms(r.after)))
-        .map(|r| r.step_ms)
-        .collect();
-    targets.sort_unstable_by(|a, b| b.cmp(a));
-    for t in targets {
-        if let Some(c) = lcm(step, t) {
-            if partition_ms % c == 0 {
-                return Some(c);
-            }
-        }
-    }
-    Some(step)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn output_step_follows_rules_and_sources() {
-        let rules = DownsampleRule::defaults();
-        let day = 86_400_000i64;
-        let now = 100 * day;
-        let h = 3_600_000;
-        // Recent: keep the source step.
-        assert_eq!(
-            output_step(now - day, h, &[10_000], &rules, now),
-            Some(10_000)
-        );
-        // Older than 7 days: 1 minute.
-        assert_eq!(
-            output_step(now - 8 * day, h, &[10_000], &rules, now),
-            Some(60_000)
-        );
-        // Older than 30 days: 1 hour.
-        assert_eq!(
-            output_step(now - 31 * day, h, &[10_000, 60_000], &rules, now),
-            Some(h)
-        );
-        // A rule step that does not divide the partition is not applied; the next
-        // coarsest one that does is.
-        assert_eq!(
-            output_step(now - 31 * day, 1_800_000, &[10_000], &rules, now),
-            Some(60_000)
-        );
-        // Mixed source steps share their least common multiple.
-        assert_eq!(
-            output_step(now, h, &[10_000, 15_000], &[], now),
-            Some(30_000)
-        );
-        assert_eq!(output_step(now, 50_000, &[20_000, 15_000], &[], now), None);
-    }
 }
