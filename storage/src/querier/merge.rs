@@ -97,7 +97,7 @@ impl Querier {
 
     /// The cached skeleton of `sel`'s merges, grown to hold `sides` when it
     /// lacks some of their frames (see `crate::query::skeleton`).
-    fn skeleton(
+    pub(super) fn skeleton(
         &self,
         tenant: &TenantId,
         sel: &Selector,
@@ -144,7 +144,7 @@ impl Querier {
 
     /// The merge of `sel` over `range` in frame tree `frames` (one tree for every
     /// side of a diff), through the result cache and limits.
-    fn merge_in(
+    pub(super) fn merge_in(
         &self,
         tenant: &TenantId,
         sel: &Selector,

@@ -26,6 +26,7 @@ mod group_by;
 mod limits;
 mod lines;
 mod merge;
+mod partial;
 mod plan;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -35,6 +36,7 @@ pub use admission::AskedBefore;
 pub use cache::CacheStats;
 pub use limits::QueryLimits;
 pub use merge::DiffResult;
+pub use partial::{merge_series, NamedTree, SourceSpan, SplitSide};
 pub use plan::{QueryPlan, ScopePlan};
 
 use crate::error::Result;
