@@ -297,7 +297,8 @@ mod tests {
         let other = tb.child_named(0, "other");
         let got = named.to_pairs(&mut tb).unwrap();
         let m = tb.child_named(0, "main");
-        let y = tb.child_named(tb.child_named(m, "x"), "y");
+        let x = tb.child_named(m, "x");
+        let y = tb.child_named(x, "y");
         assert!(other < m);
         assert_eq!(got, vec![(m, 1), (y, 5)]);
         let bad = NamedTree {

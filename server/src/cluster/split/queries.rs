@@ -129,7 +129,8 @@ pub fn group_by(
     Ok(acc)
 }
 
-/// [`Querier::time_series`].
+/// [`Querier::time_series`] (its arguments, after the split's).
+#[allow(clippy::too_many_arguments)]
 pub fn time_series(
     split: Option<&Split>,
     q: &Querier,

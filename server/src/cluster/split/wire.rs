@@ -64,7 +64,8 @@ pub struct PartRequest {
     pub kind: PartKind,
 }
 
-/// A part's answer.
+/// A part's answer (struct variants: an internally tagged enum cannot hold a
+/// bare sequence).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum PartAnswer {
@@ -73,9 +74,17 @@ pub enum PartAnswer {
         rows: Vec<(Vec<String>, i64)>,
         total: i64,
     },
-    Series(Vec<(Vec<(String, String)>, Vec<(i64, i64)>)>),
-    Strings(Vec<String>),
+    Series {
+        series: Vec<SeriesPart>,
+    },
+    Strings {
+        values: Vec<String>,
+    },
 }
+
+/// One series of a time-series part: its group's label pairs and its
+/// `(bucket start ms, value)` points.
+pub type SeriesPart = (Vec<(String, String)>, Vec<(i64, i64)>);
 
 /// The answer envelope: the tenant it was computed for, checked by the asker.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -118,9 +127,9 @@ impl PartKind {
             (self, answer),
             (PartKind::Merge { .. }, PartAnswer::Merge(_))
                 | (PartKind::GroupBy { .. }, PartAnswer::GroupBy { .. })
-                | (PartKind::Series { .. }, PartAnswer::Series(_))
-                | (PartKind::LabelNames { .. }, PartAnswer::Strings(_))
-                | (PartKind::LabelValues { .. }, PartAnswer::Strings(_))
+                | (PartKind::Series { .. }, PartAnswer::Series { .. })
+                | (PartKind::LabelNames { .. }, PartAnswer::Strings { .. })
+                | (PartKind::LabelValues { .. }, PartAnswer::Strings { .. })
         )
     }
 }
@@ -159,19 +168,19 @@ pub fn answer(
             selector: s,
             group_by,
             step_ms,
-        } => PartAnswer::Series(
-            querier
+        } => PartAnswer::Series {
+            series: querier
                 .time_series(tenant, &selector(s)?, range, group_by, *step_ms, 0)?
                 .into_iter()
                 .map(|p| (p.labels, p.points))
                 .collect(),
-        ),
-        PartKind::LabelNames { selector: s } => {
-            PartAnswer::Strings(querier.label_names(tenant, &selector(s)?, range)?)
-        }
-        PartKind::LabelValues { selector: s, name } => {
-            PartAnswer::Strings(querier.label_values(tenant, name, &selector(s)?, range)?)
-        }
+        },
+        PartKind::LabelNames { selector: s } => PartAnswer::Strings {
+            values: querier.label_names(tenant, &selector(s)?, range)?,
+        },
+        PartKind::LabelValues { selector: s, name } => PartAnswer::Strings {
+            values: querier.label_values(tenant, name, &selector(s)?, range)?,
+        },
     })
 }
 
@@ -197,7 +206,7 @@ impl PartAnswer {
     /// A time-series part's series.
     pub fn into_series(self) -> Vec<SeriesPoints> {
         match self {
-            PartAnswer::Series(list) => list
+            PartAnswer::Series { series } => series
                 .into_iter()
                 .map(|(labels, points)| SeriesPoints { labels, points })
                 .collect(),
@@ -208,8 +217,71 @@ impl PartAnswer {
     /// A label part's names or values.
     pub fn into_strings(self) -> Vec<String> {
         match self {
-            PartAnswer::Strings(v) => v,
+            PartAnswer::Strings { values } => values,
             _ => Vec::new(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every answer survives its trip as JSON, and is recognised as the kind asked.
+    #[test]
+    fn answers_round_trip_through_json() {
+        let sel = "{}".to_string();
+        let cases = [
+            (
+                PartKind::Merge {
+                    selector: sel.clone(),
+                },
+                PartAnswer::Merge(NamedTree {
+                    parents: vec![0, 0],
+                    names: vec![String::new(), "main".into()],
+                    values: vec![0, 3],
+                }),
+            ),
+            (
+                PartKind::group_by(&Selector::default(), &GroupByQuery::default()),
+                PartAnswer::GroupBy {
+                    rows: vec![(vec!["a".into()], 2)],
+                    total: 2,
+                },
+            ),
+            (
+                PartKind::Series {
+                    selector: sel.clone(),
+                    group_by: vec!["service_name".into()],
+                    step_ms: 10,
+                },
+                PartAnswer::Series {
+                    series: vec![(vec![("service_name".into(), "a".into())], vec![(0, 1)])],
+                },
+            ),
+            (
+                PartKind::LabelNames { selector: sel },
+                PartAnswer::Strings {
+                    values: vec!["host".into()],
+                },
+            ),
+        ];
+        for (kind, answer) in cases {
+            let reply = PartReply {
+                tenant: "t".into(),
+                answer,
+            };
+            let back: PartReply =
+                serde_json::from_slice(&serde_json::to_vec(&reply).unwrap()).unwrap();
+            assert!(kind.expects(&back.answer), "{kind:?}");
+            assert_eq!(format!("{:?}", back.answer), format!("{:?}", reply.answer));
+        }
+    }
+
+    #[test]
+    fn a_selector_parses_back_from_its_text() {
+        let s =
+            Selector::parse(r#"cpu:x:y:z:w{service_name="a\"b", host=~"h[12]", x!=""}"#).unwrap();
+        assert_eq!(Selector::parse(&s.to_string()).unwrap(), s);
     }
 }
