@@ -115,8 +115,8 @@ pub use model::{
 /// The server-side symbolizer a store names frames kept as addresses with.
 pub use profiledb_symbolize as symbolize;
 pub use querier::{
-    merge_series, AskedBefore, CacheStats, DiffResult, NamedTree, Querier, QueryLimits, QueryPlan,
-    ScopePlan, SourceSpan, SplitSide,
+    merge_series, AskedBefore, CacheStats, DiffResult, LocalPart, NamedTree, Querier, QueryLimits,
+    QueryPlan, ScopePlan, SourceSpan, SplitSide,
 };
 pub use query::diff::{diff_stats, flat, DiffEntry, DiffStats};
 pub use query::flamegraph::{

@@ -36,7 +36,7 @@ pub use admission::AskedBefore;
 pub use cache::CacheStats;
 pub use limits::QueryLimits;
 pub use merge::DiffResult;
-pub use partial::{merge_series, NamedTree, SourceSpan, SplitSide};
+pub use partial::{merge_series, LocalPart, NamedTree, SourceSpan, SplitSide};
 pub use plan::{QueryPlan, ScopePlan};
 
 use crate::error::Result;

@@ -125,13 +125,22 @@ impl NamedTree {
     }
 }
 
-/// One side of a split merge: the sub-ranges this querier reads itself and the
-/// partial merges its peers sent for the others.
+/// This querier's own part of a split merge, kept in its frame tree (no trip
+/// through names).
+pub struct LocalPart {
+    frames: Arc<RwLock<FrameTree>>,
+    pairs: Arc<Vec<(u32, i64)>>,
+}
+
+/// One side of a split merge: the sub-ranges this querier reads itself, its own
+/// part merged already, and the partial merges its peers sent for the others.
 pub struct SplitSide<'a> {
     /// The side's selection.
     pub selector: &'a Selector,
     /// Sub-ranges merged by this querier.
     pub local: &'a [TimeRange],
+    /// This querier's part, merged while the peers merged theirs.
+    pub own: Option<&'a LocalPart>,
     /// Peers' merges of the other sub-ranges.
     pub remote: &'a [NamedTree],
 }
@@ -172,6 +181,20 @@ impl Querier {
         let m = self.merge_in(tenant, sel, range, &frames)?;
         let tree = frames.read();
         Ok(NamedTree::of(&tree, m.pairs()))
+    }
+
+    /// The merge of `sel` over `range` as this querier's own part of a split
+    /// merge.
+    pub fn merge_part(
+        &self,
+        tenant: &TenantId,
+        sel: &Selector,
+        range: TimeRange,
+    ) -> Result<LocalPart> {
+        let frames = self.store.frames().for_query();
+        let m = self.merge_in(tenant, sel, range, &frames)?;
+        let pairs = Arc::new(m.pairs().to_vec());
+        Ok(LocalPart { frames, pairs })
     }
 
     /// A split merge put together: what [`Querier::merge_flamegraph`] answers
@@ -229,6 +252,15 @@ impl Querier {
         for &r in side.local {
             let m = self.merge_in(tenant, side.selector, r, frames)?;
             pairs = add_sorted(&pairs, m.pairs());
+        }
+        if let Some(own) = side.own {
+            if Arc::ptr_eq(&own.frames, frames) {
+                pairs = add_sorted(&pairs, &own.pairs);
+            } else {
+                // The store started a fresh frame tree in between: by name.
+                let named = NamedTree::of(&own.frames.read(), &own.pairs);
+                pairs = add_sorted(&pairs, &named.to_pairs(&mut frames.write())?);
+            }
         }
         for t in side.remote {
             let theirs = t.to_pairs(&mut frames.write())?;

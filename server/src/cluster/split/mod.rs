@@ -104,16 +104,18 @@ impl Split {
         }
     }
 
-    /// The answers of every part of `kind` over `range`, this querier's own
-    /// first; `None` when the query is not split (no peer, few sources, or a
-    /// source only this process holds).
-    fn run(
+    /// This querier's own part of `kind` over `range`, computed by `own` while
+    /// the peers compute theirs, and the other parts' answers; `None` when the
+    /// query is not split (no peer, few sources, or a source only this process
+    /// holds).
+    fn run<T: Send>(
         &self,
         querier: &Querier,
         tenant: &TenantId,
         range: TimeRange,
         kind: &PartKind,
-    ) -> Result<Option<Vec<PartAnswer>>, ApiError> {
+        own: impl FnOnce(TimeRange) -> Result<T, ApiError>,
+    ) -> Result<Option<(T, Vec<PartAnswer>)>, ApiError> {
         if self.opts.peers.is_empty() {
             return Ok(None);
         }
@@ -123,7 +125,7 @@ impl Split {
         }
         let peers = peers::resolve_all(&self.opts.peers, &self.myself.lock());
         let parts = plan::cut(range, &spans, peers.len() + 1);
-        let Some((own, theirs)) = parts.split_first().filter(|(_, t)| !t.is_empty()) else {
+        let Some((own_range, theirs)) = parts.split_first().filter(|(_, t)| !t.is_empty()) else {
             return Ok(None);
         };
         self.stats.queries.fetch_add(1, Relaxed);
@@ -136,14 +138,15 @@ impl Split {
                     s.spawn(move || self.remote_part(querier, tenant, r, kind, i, peers))
                 })
                 .collect();
-            let mut out = vec![answer(querier, tenant, *own, kind)];
+            let mine = own(*own_range);
+            let mut theirs = Vec::with_capacity(asks.len());
             for a in asks {
-                out.push(
+                theirs.push(
                     a.join()
-                        .unwrap_or_else(|_| Err(ApiError::internal("a query part panicked"))),
+                        .unwrap_or_else(|_| Err(ApiError::internal("a query part panicked")))?,
                 );
             }
-            out.into_iter().collect::<Result<Vec<_>, _>>().map(Some)
+            Ok(Some((mine?, theirs)))
         })
     }
 

@@ -6,11 +6,11 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use profiledb_storage::{
-    merge_series, Budget, DiffResult, GroupAcc, GroupByQuery, Merged, NamedTree, Querier,
-    QueryError, Selector, SeriesPoints, SplitSide, StorageError, TenantId, TimeRange,
+    merge_series, Budget, DiffResult, GroupAcc, GroupByQuery, LocalPart, Merged, NamedTree,
+    Querier, QueryError, Selector, SeriesPoints, SplitSide, StorageError, TenantId, TimeRange,
 };
 
-use super::wire::{PartAnswer, PartKind};
+use super::wire::{answer, PartAnswer, PartKind};
 use super::Split;
 use crate::error::ApiError;
 use crate::AppState;
@@ -20,6 +20,7 @@ pub fn of(state: &AppState) -> Option<Arc<Split>> {
     state.cluster.get().and_then(|c| c.split.clone())
 }
 
+/// Every part's answer, this querier's own first (computed as a peer's is).
 fn run(
     split: Option<&Split>,
     q: &Querier,
@@ -27,10 +28,36 @@ fn run(
     range: TimeRange,
     kind: PartKind,
 ) -> Result<Option<Vec<PartAnswer>>, ApiError> {
-    match split {
-        Some(s) => s.run(q, tenant, range, &kind),
-        None => Ok(None),
-    }
+    let Some(s) = split else {
+        return Ok(None);
+    };
+    let own = |r| answer(q, tenant, r, &kind);
+    Ok(s.run(q, tenant, range, &kind, own)?
+        .map(|(mine, mut theirs)| {
+            theirs.insert(0, mine);
+            theirs
+        }))
+}
+
+/// A merge's parts: this querier's own in its frame tree, the others by name.
+fn merge_parts(
+    split: Option<&Split>,
+    q: &Querier,
+    tenant: &TenantId,
+    sel: &Selector,
+    range: TimeRange,
+) -> Result<Option<(LocalPart, Vec<NamedTree>)>, ApiError> {
+    let Some(s) = split else {
+        return Ok(None);
+    };
+    let kind = PartKind::Merge {
+        selector: sel.to_string(),
+    };
+    let own = |r| Ok(q.merge_part(tenant, sel, r)?);
+    Ok(s.run(q, tenant, range, &kind, own)?.map(|(mine, theirs)| {
+        let trees = theirs.into_iter().filter_map(PartAnswer::into_tree);
+        (mine, trees.collect())
+    }))
 }
 
 /// [`Querier::merge_flamegraph`].
@@ -41,19 +68,13 @@ pub fn merge_flamegraph(
     sel: &Selector,
     range: TimeRange,
 ) -> Result<Merged, ApiError> {
-    let kind = PartKind::Merge {
-        selector: sel.to_string(),
-    };
-    let Some(parts) = run(split, q, tenant, range, kind)? else {
+    let Some((own, trees)) = merge_parts(split, q, tenant, sel, range)? else {
         return Ok(q.merge_flamegraph(tenant, sel, range)?);
     };
-    let trees: Vec<NamedTree> = parts
-        .into_iter()
-        .filter_map(PartAnswer::into_tree)
-        .collect();
     let side = SplitSide {
         selector: sel,
         local: &[],
+        own: Some(&own),
         remote: &trees,
     };
     Ok(q.merge_flamegraph_split(tenant, side)?)
@@ -69,18 +90,7 @@ pub fn diff(
     top: usize,
     max_nodes: usize,
 ) -> Result<DiffResult, ApiError> {
-    let side = |(sel, range): (&Selector, TimeRange)| {
-        let kind = PartKind::Merge {
-            selector: sel.to_string(),
-        };
-        run(split, q, tenant, range, kind).map(|parts| {
-            parts.map(|p| {
-                p.into_iter()
-                    .filter_map(PartAnswer::into_tree)
-                    .collect::<Vec<_>>()
-            })
-        })
-    };
+    let side = |(sel, range)| merge_parts(split, q, tenant, sel, range);
     let (b, c) = (side(base)?, side(compare)?);
     if b.is_none() && c.is_none() {
         return Ok(q.diff(tenant, base, compare, top, max_nodes)?);
@@ -89,12 +99,14 @@ pub fn diff(
     let b_side = SplitSide {
         selector: base.0,
         local: if b.is_some() { &[] } else { &base_local },
-        remote: b.as_deref().unwrap_or(&[]),
+        own: b.as_ref().map(|p| &p.0),
+        remote: b.as_ref().map_or(&[], |p| &p.1),
     };
     let c_side = SplitSide {
         selector: compare.0,
         local: if c.is_some() { &[] } else { &compare_local },
-        remote: c.as_deref().unwrap_or(&[]),
+        own: c.as_ref().map(|p| &p.0),
+        remote: c.as_ref().map_or(&[], |p| &p.1),
     };
     Ok(q.diff_split(tenant, b_side, c_side, top, max_nodes)?)
 }
