@@ -16,14 +16,14 @@ use parking_lot::RwLock;
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
-use super::merge::DiffResult;
+use super::merge::{diff_result, DiffResult};
 use super::Querier;
 use crate::error::{QueryError, Result, StorageError};
 use crate::model::TenantId;
 use crate::query::frames::{FrameTree, ROOT_GID};
-use crate::query::merged::{add_sorted, diff_stats_merged, flamegraph_diff_merged, Merged};
-use crate::query::timeseries::SeriesPoints;
-use crate::query::{join, TimeRange};
+use crate::query::merged::{add_sorted, Merged};
+use crate::query::timeseries::{top_series, SeriesPoints};
+use crate::query::TimeRange;
 use crate::selector::Selector;
 use crate::store::Scope;
 
@@ -218,26 +218,9 @@ impl Querier {
         let frames = self.store.frames().for_query();
         let b = self.side_in(tenant, &base, &frames)?;
         let c = self.side_in(tenant, &compare, &frames)?;
-        let (b, c) = if base.selector == compare.selector {
-            let skel = self.skeleton(tenant, base.selector, &frames, &[b.pairs(), c.pairs()]);
-            (b.with_skeleton(skel.clone()), c.with_skeleton(skel))
-        } else {
-            let sb = self.skeleton(tenant, base.selector, &frames, &[b.pairs()]);
-            let sc = self.skeleton(tenant, compare.selector, &frames, &[c.pairs()]);
-            (b.with_skeleton(sb), c.with_skeleton(sc))
-        };
-        let (statistics, flamegraph) = join(
-            || Ok(diff_stats_merged(&b, &c, top)),
-            || Ok(flamegraph_diff_merged(&b, &c, max_nodes)),
-        );
-        let (flamegraph, (top, stats)) = (flamegraph?, statistics?);
-        Ok(DiffResult {
-            base: b,
-            compare: c,
-            flamegraph,
-            top,
-            stats,
-        })
+        let sels = (base.selector, compare.selector);
+        let (b, c) = self.with_skeletons(tenant, sels, &frames, b, c);
+        diff_result(b, c, top, max_nodes)
     }
 
     /// The local sub-ranges merged here plus the peers' trees added by name.
@@ -292,14 +275,7 @@ pub fn merge_series(parts: Vec<Vec<SeriesPoints>>, limit: usize) -> Vec<SeriesPo
             points: points.into_iter().collect(),
         })
         .collect();
-    out.sort_by(|a, b| {
-        b.total()
-            .cmp(&a.total())
-            .then_with(|| a.labels.cmp(&b.labels))
-    });
-    if limit > 0 {
-        out.truncate(limit);
-    }
+    top_series(&mut out, limit);
     out
 }
 
