@@ -215,6 +215,10 @@ pub(super) fn run(
                 "1000000",
                 "--ingestion-burst-profiles",
                 "1000000",
+                // The table is about queries: acknowledged from the WAL, the
+                // pushes do not wait for an upload each.
+                "--ack",
+                "local",
             ]
             .map(String::from),
         );
@@ -226,6 +230,16 @@ pub(super) fn run(
     ];
     let urls: Vec<String> = writers.iter().map(|w| w.url.clone()).collect();
     let (ingest_s, values) = ingest_jobs(fleet, &jobs, &urls, clients)?;
+    // Acknowledged from the WAL: wait until every segment is in the bucket.
+    let deadline = Instant::now() + Duration::from_secs(600);
+    for w in &writers {
+        while w.metric("profiledb_upload_pending_segments")? > 0.0 {
+            if Instant::now() > deadline {
+                bail!("the writers still had segments to upload after 10 minutes");
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
     let mut cflags = flags(prefix, "compactor");
     cflags.extend(["--merge-settle-secs", "1", "--block-hours", "0"].map(String::from));
     let compactor = Node::start(bin, &dir.join("split-compactor"), &cflags)?;
