@@ -378,6 +378,8 @@ fn every_route(svc: &str, start: i64, end: i64) -> Vec<Call> {
         call("/api/v1/fleet/assignment", M::GET, format!("/api/v1/fleet/assignment?{win}")),
         call("/api/v1/fleet/variance", M::GET, format!("/api/v1/fleet/variance?query={all}&{win}")),
         call("/api/v1/admin/segments", M::GET, "/api/v1/admin/segments".into()),
+        // A querier's part of another querier's split query: admin (cluster-internal).
+        with_json(call("/internal/v1/partial", M::POST, "/internal/v1/partial".into()), json!({})),
         with_json(call("/api/v1/admin/compact", M::POST, "/api/v1/admin/compact".into()), json!({})),
         call("/api/v1/admin/retention", M::GET, "/api/v1/admin/retention?tenant=beta".into()),
         with_json(
@@ -442,7 +444,7 @@ fn renamed(rule: &Value, name: &str) -> Value {
     r
 }
 
-/// Every `.route("...")` pattern in the server's HTTP source.
+/// Every `.route("...")` pattern in the server's HTTP and cluster source.
 fn source_routes(dir: &Path, out: &mut BTreeSet<String>) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
@@ -481,10 +483,12 @@ fn querier_methods() -> BTreeSet<String> {
 #[test]
 fn every_route_is_classified_by_the_gate_and_exercised_here() {
     let mut in_source = BTreeSet::new();
-    source_routes(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src/http"),
-        &mut in_source,
-    );
+    for dir in ["src/http", "src/cluster"] {
+        source_routes(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join(dir),
+            &mut in_source,
+        );
+    }
     let table: BTreeSet<String> = profiledb::tenancy::routes::ROUTES
         .iter()
         .map(|(p, _)| p.to_string())
@@ -514,7 +518,7 @@ fn is_public(c: &Call) -> bool {
 }
 
 fn is_admin(c: &Call) -> bool {
-    c.route.starts_with("/api/v1/admin/")
+    c.route.starts_with("/api/v1/admin/") || c.route.starts_with("/internal/")
 }
 
 /// The CPU total of the caller's tenant over `[start, end)` for `selector`.

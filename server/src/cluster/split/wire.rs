@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ApiError;
 
-/// The path peers are asked on.
+/// The path peers are asked on (routed in `endpoint.rs`).
 pub const PARTIAL_PATH: &str = "/internal/v1/partial";
 
 /// Header carrying the asking querier's node id: a querier never answers a part
