@@ -378,7 +378,6 @@ fn every_route(svc: &str, start: i64, end: i64) -> Vec<Call> {
         call("/api/v1/fleet/assignment", M::GET, format!("/api/v1/fleet/assignment?{win}")),
         call("/api/v1/fleet/variance", M::GET, format!("/api/v1/fleet/variance?query={all}&{win}")),
         call("/api/v1/admin/segments", M::GET, "/api/v1/admin/segments".into()),
-        // A querier's part of another querier's split query: admin (cluster-internal).
         with_json(call("/internal/v1/partial", M::POST, "/internal/v1/partial".into()), json!({})),
         with_json(call("/api/v1/admin/compact", M::POST, "/api/v1/admin/compact".into()), json!({})),
         call("/api/v1/admin/retention", M::GET, "/api/v1/admin/retention?tenant=beta".into()),
@@ -483,11 +482,9 @@ fn querier_methods() -> BTreeSet<String> {
 #[test]
 fn every_route_is_classified_by_the_gate_and_exercised_here() {
     let mut in_source = BTreeSet::new();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"));
     for dir in ["src/http", "src/cluster"] {
-        source_routes(
-            &Path::new(env!("CARGO_MANIFEST_DIR")).join(dir),
-            &mut in_source,
-        );
+        source_routes(&src.join(dir), &mut in_source);
     }
     let table: BTreeSet<String> = profiledb::tenancy::routes::ROUTES
         .iter()
