@@ -21,6 +21,7 @@ use crate::external;
 
 mod blocks;
 mod faults;
+mod split;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -71,6 +72,15 @@ pub struct Args {
     /// Cycles of each fault kind with --faults.
     #[arg(long, default_value_t = 3)]
     fault_cycles: usize,
+    /// Run the query-split table instead: a fleet of --hosts hosts and
+    /// --services services, one 10 s push per host per simulated hour over
+    /// --split-hours hours, through two writers; then 1, 2 and 4 queriers answer
+    /// the fleet flame graph, a group-by and a diff (`cluster_suite/split.rs`).
+    #[arg(long)]
+    split: bool,
+    /// Simulated hours of the --split fleet.
+    #[arg(long, default_value_t = 6)]
+    split_hours: i64,
 }
 
 /// One `profiledb serve` process.
@@ -284,6 +294,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         println!("cluster suite skipped: no S3-protocol server (moto) to run against");
         return Ok(());
     };
+    if args.split {
+        return run_split(&args, &s3);
+    }
     let bin = workspace_binary("profiledb", "profiledb")?;
     let tmp = tempfile::tempdir()?;
     let now = std::time::SystemTime::now()
@@ -508,6 +521,46 @@ fn whole_index_bytes(cfg: &profiledb_storage::BucketConfig) -> anyhow::Result<f6
 
 /// A role's flags in the cluster bench: passes every half second, compaction
 /// every 2 s, a 5 s grace.
+/// `--split`: the query-split table (`split.rs`).
+fn run_split(args: &Args, s3: &moto::MotoServer) -> anyhow::Result<()> {
+    let bin = workspace_binary("profiledb", "profiledb")?;
+    let tmp = tempfile::tempdir()?;
+    let hours = if args.quick { 3 } else { args.split_hours };
+    let fleet = Arc::new(Fleet::new(FleetConfig {
+        seed: args.seed,
+        services: args.services,
+        stacks_per_service: 1000,
+        // 19 Hz for 10 s: one push of a host at GWP's sampling rate.
+        draws_per_profile: 190,
+        zipf_s: 1.1,
+        deploy_ms: 0,
+    }));
+    let endpoint = s3.endpoint();
+    let flags = |prefix: &str, role: &str| role_flags(&s3.config(prefix).url, &endpoint, role);
+    let (rows, mut figures) = split::run(
+        &bin,
+        tmp.path(),
+        &fleet,
+        args.hosts,
+        hours,
+        args.cluster_clients,
+        flags,
+    )?;
+    println!(
+        "cluster --split: {} hosts × {} services, one 10 s push (19 Hz) per host per simulated hour, {hours} h, two writers, moto on loopback; queries asked of the first querier",
+        args.hosts, args.services
+    );
+    println!("| queriers | query | ask | answer time | CPU, busiest querier | CPU, all queriers | per querier: bucket GETs, bytes read, CPU |");
+    println!("|---|---|---|---|---|---|---|");
+    for r in rows {
+        println!("{r}");
+    }
+    figures["services"] = json!(args.services);
+    let path = report::write("cluster-split", figures)?;
+    println!("figures: {}", path.display());
+    Ok(())
+}
+
 pub(crate) fn role_flags(url: &str, endpoint: &str, role: &str) -> Vec<String> {
     [
         "--storage",

@@ -400,7 +400,13 @@ fn open_roles(
             (Some(store.clone()), Some(store))
         }
         Some(c) => {
-            let running = Arc::new(cluster::open(&dir, &state.options.store, c, &state.replay)?);
+            let running = Arc::new(cluster::open(
+                &dir,
+                &state.options.store,
+                c,
+                &state.replay,
+                state.options.admin_token.clone(),
+            )?);
             let stores = (running.querier.clone(), running.writer.clone());
             let _ = state.cluster.set(running);
             stores

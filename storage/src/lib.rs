@@ -128,7 +128,8 @@ pub use model::{
 /// The server-side symbolizer a store names frames kept as addresses with.
 pub use profiledb_symbolize as symbolize;
 pub use querier::{
-    AskedBefore, CacheStats, DiffResult, Querier, QueryLimits, QueryPlan, ScopePlan,
+    merge_series, AskedBefore, CacheStats, DiffResult, LocalPart, NamedTree, Querier, QueryLimits,
+    QueryPlan, ScopePlan, SourceSpan, SplitSide,
 };
 pub use segment::{
     base_path, encode_segment, BaseRef, SectionKind, SectionSize, SegmentFile, SegmentMeta,

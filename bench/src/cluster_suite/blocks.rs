@@ -115,7 +115,7 @@ pub(super) fn run(
 
 /// Waits until the compactor's merges stop changing for a few passes (its
 /// interval is 2 s): every hour merged, every day blocked.
-fn settle(compactor: &Node) -> anyhow::Result<()> {
+pub(super) fn settle(compactor: &Node) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(900);
     let (mut last, mut quiet) = (-1.0, 0);
     while quiet < 4 {

@@ -281,6 +281,9 @@ impl Running {
                 ],
             );
         }
+        if let Some(s) = &self.split {
+            s.render_metrics(out);
+        }
     }
 
     /// Per role: whether the store answered its last pass, how long ago a pass

@@ -7,6 +7,7 @@
 
 mod metrics;
 pub mod options;
+pub mod split;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -78,19 +79,24 @@ pub struct Running {
     pub querier: Option<Arc<Store>>,
     pub mirror: Option<Mirror>,
     pub compactor: Option<Compactor>,
+    /// A querier's splitting of long queries across its peers (`split/`).
+    pub split: Option<Arc<split::Split>>,
 }
 
 /// The stores and loops of `opts`' roles, under `data_dir`. Blocking (WAL
-/// replay, the first index sync): call from a blocking thread.
+/// replay, the first index sync): call from a blocking thread. A querier sends
+/// `admin_token` with the parts it asks of its peers.
 pub fn open(
     data_dir: &std::path::Path,
     base: &StoreConfig,
     opts: &ClusterOptions,
     replay: &profiledb_storage::ReplayProgress,
+    admin_token: Option<String>,
 ) -> anyhow::Result<Running> {
     let bucket = Bucket::open(&opts.bucket)
         .with_context(|| format!("cannot open the object store {}", opts.bucket.url))?;
     let node = options::node_id(data_dir)?;
+    let node_name = node.clone();
     let fault = fault_from_env()?;
     tracing::info!(bucket = %bucket.describe(), roles = %opts.roles.names(), node, "joining the cluster");
     // The bucket, not a local store, compacts and expires: local lifecycle off.
@@ -171,6 +177,13 @@ pub fn open(
         querier,
         mirror,
         compactor,
+        split: opts.roles.querier.then(|| {
+            Arc::new(split::Split::new(
+                opts.split.clone(),
+                node_name,
+                admin_token,
+            ))
+        }),
     })
 }
 

@@ -90,6 +90,8 @@ pub struct ClusterOptions {
     pub compactor_pause: Option<Duration>,
     /// A querier older than this since its last good sync answers 503.
     pub max_sync_age: Duration,
+    /// A querier's peers and when it splits a query across them.
+    pub split: super::split::SplitOptions,
 }
 
 /// This process's name in object keys and leases: random at first start, kept in

@@ -15,6 +15,7 @@ use serde::Deserialize;
 
 use super::request::{blocking, discovery_selector, window, Params, Selection};
 use super::{tenant_of, AppRef};
+use crate::cluster::split::queries as split;
 use crate::error::{ApiError, ApiResult};
 
 pub fn routes() -> Router<AppRef> {
@@ -89,8 +90,10 @@ async fn label_names(
 ) -> ApiResult<Json<Vec<String>>> {
     let (sel, range) = p.resolve()?;
     let (querier, tenant) = (state.querier()?, tenant_of(&headers)?);
+    let split = split::of(&state);
     Ok(Json(
-        blocking(move || Ok(querier.label_names(&tenant, &sel, range)?)).await?,
+        blocking(move || split::labels(split.as_deref(), &querier, &tenant, None, &sel, range))
+            .await?,
     ))
 }
 
@@ -105,8 +108,13 @@ async fn label_values(
         .ok_or_else(|| ApiError::bad_request("missing parameter name (the label name)"))?;
     let (sel, range) = p.resolve()?;
     let (querier, tenant) = (state.querier()?, tenant_of(&headers)?);
+    let split = split::of(&state);
     Ok(Json(
-        blocking(move || Ok(querier.label_values(&tenant, &name, &sel, range)?)).await?,
+        blocking(move || {
+            let name = Some(name.as_str());
+            split::labels(split.as_deref(), &querier, &tenant, name, &sel, range)
+        })
+        .await?,
     ))
 }
 
@@ -148,9 +156,10 @@ async fn merge(
     let sel = Selection::from_query(p.query.as_deref())?.selector;
     let range = p.window()?;
     let (querier, tenant) = (state.querier()?, tenant_of(&headers)?);
+    let split = split::of(&state);
     let tree = blocking(move || {
-        querier
-            .merge_tree(&tenant, &sel, range)
+        split::merge_flamegraph(split.as_deref(), &querier, &tenant, &sel, range)?
+            .to_tree_checked()
             .map_err(ApiError::from)
     })
     .await?;

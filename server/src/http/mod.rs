@@ -63,6 +63,12 @@ pub fn router(state: AppRef) -> Router {
             state.clone(),
             query_memory::admit,
         )))
+        .merge(
+            crate::cluster::split::routes().route_layer(middleware::from_fn_with_state(
+                state.clone(),
+                query_memory::admit,
+            )),
+        )
         .merge(admin::routes())
         .merge(alerts::routes())
         .merge(control::routes())

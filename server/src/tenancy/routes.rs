@@ -61,6 +61,7 @@ pub const ROUTES: &[(&str, RouteClass)] = &[
     ("/api/v1/fleet/assignment", RouteClass::Query),
     ("/api/v1/fleet/variance", RouteClass::Query),
     ("/api/v1/admin/segments", RouteClass::Admin),
+    ("/internal/v1/partial", RouteClass::Admin),
     ("/api/v1/admin/compact", RouteClass::Admin),
     ("/api/v1/admin/retention", RouteClass::Admin),
     ("/control.v1.ControlService/GetPlan", RouteClass::Ingest),

@@ -23,6 +23,7 @@ mod clear_answers;
 mod cluster;
 mod cluster_faults;
 mod cluster_procs;
+mod cluster_split;
 mod config_file;
 mod control_api;
 mod deploy;

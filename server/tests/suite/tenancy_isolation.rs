@@ -212,7 +212,7 @@ fn renamed(rule: &Value, name: &str) -> Value {
     r
 }
 
-/// Every `.route("...")` pattern in the server's HTTP source.
+/// Every `.route("...")` pattern in the server's HTTP and cluster source.
 fn source_routes(dir: &Path, out: &mut BTreeSet<String>) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
@@ -251,10 +251,10 @@ fn querier_methods() -> BTreeSet<String> {
 #[test]
 fn every_route_is_classified_by_the_gate_and_exercised_here() {
     let mut in_source = BTreeSet::new();
-    source_routes(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src/http"),
-        &mut in_source,
-    );
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for dir in ["src/http", "src/cluster"] {
+        source_routes(&src.join(dir), &mut in_source);
+    }
     let table: BTreeSet<String> = profiledb::tenancy::routes::ROUTES
         .iter()
         .map(|(p, _)| p.to_string())
@@ -284,7 +284,7 @@ fn is_public(c: &Call) -> bool {
 }
 
 fn is_admin(c: &Call) -> bool {
-    c.route.starts_with("/api/v1/admin/")
+    c.route.starts_with("/api/v1/admin/") || c.route.starts_with("/internal/")
 }
 
 /// The CPU total of the caller's tenant over `[start, end)` for `selector`.

@@ -211,15 +211,21 @@ impl SeriesGroups {
                 points: pts.iter().map(|(b, v)| (start + b * step, v)).collect(),
             })
             .collect();
-        out.sort_by(|a, b| {
-            b.total()
-                .cmp(&a.total())
-                .then_with(|| a.labels.cmp(&b.labels))
-        });
-        if limit > 0 {
-            out.truncate(limit);
-        }
+        top_series(&mut out, limit);
         out
+    }
+}
+
+/// Orders series by total, largest first (ties by labels), and keeps `limit`
+/// of them (0 = all): what a time-series query answers, split or not.
+pub(crate) fn top_series(out: &mut Vec<SeriesPoints>, limit: usize) {
+    out.sort_by(|a, b| {
+        b.total()
+            .cmp(&a.total())
+            .then_with(|| a.labels.cmp(&b.labels))
+    });
+    if limit > 0 {
+        out.truncate(limit);
     }
 }
 

@@ -85,19 +85,31 @@ impl Querier {
             || self.merge_in(tenant, base.0, base.1, &frames),
         );
         let (b, c) = (b?, c?);
-        // Two sides of one selector (a diff of two ranges) share one skeleton.
-        if base.0 == compare.0 {
-            let skel = self.skeleton(tenant, base.0, &frames, &[b.pairs(), c.pairs()]);
-            return Ok((b.with_skeleton(skel.clone()), c.with_skeleton(skel)));
+        Ok(self.with_skeletons(tenant, (base.0, compare.0), &frames, b, c))
+    }
+
+    /// The two sides of a diff on their skeletons: one skeleton when they share
+    /// a selector (a diff of two ranges).
+    pub(super) fn with_skeletons(
+        &self,
+        tenant: &TenantId,
+        (base, compare): (&Selector, &Selector),
+        frames: &RwLock<FrameTree>,
+        b: Merged,
+        c: Merged,
+    ) -> (Merged, Merged) {
+        if base == compare {
+            let skel = self.skeleton(tenant, base, frames, &[b.pairs(), c.pairs()]);
+            return (b.with_skeleton(skel.clone()), c.with_skeleton(skel));
         }
-        let sb = self.skeleton(tenant, base.0, &frames, &[b.pairs()]);
-        let sc = self.skeleton(tenant, compare.0, &frames, &[c.pairs()]);
-        Ok((b.with_skeleton(sb), c.with_skeleton(sc)))
+        let sb = self.skeleton(tenant, base, frames, &[b.pairs()]);
+        let sc = self.skeleton(tenant, compare, frames, &[c.pairs()]);
+        (b.with_skeleton(sb), c.with_skeleton(sc))
     }
 
     /// The cached skeleton of `sel`'s merges, grown to hold `sides` when it
     /// lacks some of their frames (see `crate::exec::skeleton`).
-    fn skeleton(
+    pub(super) fn skeleton(
         &self,
         tenant: &TenantId,
         sel: &Selector,
@@ -124,27 +136,12 @@ impl Querier {
         max_nodes: usize,
     ) -> Result<DiffResult> {
         let (b, c) = self.diff_sides(tenant, base, compare)?;
-        // The drawing and the per-name statistics read the sides only: at once.
-        // The drawing, the longer of the two, runs
-        // on the asking thread, which starts at once; a pool thread may first have
-        // to be woken.
-        let (statistics, flamegraph) = join(
-            || Ok(diff_stats_merged(&b, &c, top)),
-            || Ok(flamegraph_diff_merged(&b, &c, max_nodes)),
-        );
-        let (flamegraph, (top, stats)) = (flamegraph?, statistics?);
-        Ok(DiffResult {
-            base: b,
-            compare: c,
-            flamegraph,
-            top,
-            stats,
-        })
+        diff_result(b, c, top, max_nodes)
     }
 
     /// The merge of `sel` over `range` in frame tree `frames` (one tree for every
     /// side of a diff), through the result cache and limits.
-    fn merge_in(
+    pub(super) fn merge_in(
         &self,
         tenant: &TenantId,
         sel: &Selector,
@@ -253,6 +250,30 @@ impl Querier {
         }
         Ok(pairs)
     }
+}
+
+/// A diff drawn from its two sides: the drawing and the per-name statistics
+/// read the sides only, so they run at once. The drawing, the longer of the
+/// two, runs on the asking thread, which starts at once; a pool thread may
+/// first have to be woken.
+pub(super) fn diff_result(
+    b: Merged,
+    c: Merged,
+    top: usize,
+    max_nodes: usize,
+) -> Result<DiffResult> {
+    let (statistics, flamegraph) = join(
+        || Ok(diff_stats_merged(&b, &c, top)),
+        || Ok(flamegraph_diff_merged(&b, &c, max_nodes)),
+    );
+    let (flamegraph, (top, stats)) = (flamegraph?, statistics?);
+    Ok(DiffResult {
+        base: b,
+        compare: c,
+        flamegraph,
+        top,
+        stats,
+    })
 }
 
 /// Above this many shares a sum is made in a dense accumulator rather than by

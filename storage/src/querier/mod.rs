@@ -25,6 +25,7 @@ mod group_by;
 mod limits;
 mod lines;
 mod merge;
+mod partial;
 mod plan;
 mod second_ask;
 
@@ -34,6 +35,7 @@ use std::sync::Arc;
 pub use cache::CacheStats;
 pub use limits::QueryLimits;
 pub use merge::DiffResult;
+pub use partial::{merge_series, LocalPart, NamedTree, SourceSpan, SplitSide};
 pub use plan::{QueryPlan, ScopePlan};
 pub use second_ask::AskedBefore;
 

@@ -7,6 +7,7 @@ use anyhow::bail;
 use profiledb_storage::{BucketConfig, MergePolicy};
 
 use super::{positive, to_ms};
+use crate::cluster::split::{self, SplitOptions};
 use crate::cluster::{Ack, ClusterOptions, Roles};
 use crate::ServeOptions;
 
@@ -77,6 +78,20 @@ pub struct ClusterArgs {
     /// stale data, and /ready says so.
     #[arg(long, default_value_t = 10)]
     pub max_sync_age_secs: u64,
+    /// Querier peers a long query is split across: comma-separated base URLs
+    /// (http://host:port). A host name is resolved again at every query, so one
+    /// DNS name with an address per querier (a Kubernetes headless service)
+    /// names them all; this querier's own address may be among them.
+    #[arg(long, value_name = "URLS", default_value = "")]
+    pub querier_peers: String,
+    /// A querier splits a query across its peers once its range reads at least
+    /// this many segments and blocks (2 splits every query that can be split).
+    #[arg(long, default_value_t = 16)]
+    pub split_min_blocks: usize,
+    /// Milliseconds a peer gets to answer one part of a split query before the
+    /// part is asked of another peer (then computed by the asking querier).
+    #[arg(long, default_value_t = 30_000)]
+    pub split_part_timeout_ms: u64,
     /// Fault injection for tests: a compactor sleeps this long between uploading a
     /// merged segment and swapping it into the index.
     #[arg(long, hide = true)]
@@ -142,7 +157,25 @@ impl ClusterArgs {
                 self.max_sync_age_secs,
                 "max-sync-age-secs",
             )?),
+            split: self.split(&roles)?,
         }))
+    }
+}
+
+impl ClusterArgs {
+    fn split(&self, roles: &Roles) -> anyhow::Result<SplitOptions> {
+        let peers = split::peers::parse_list(&self.querier_peers)?;
+        if !peers.is_empty() && !roles.querier {
+            bail!("--querier-peers needs the querier role: only queriers split queries");
+        }
+        Ok(SplitOptions {
+            peers,
+            min_sources: self.split_min_blocks.max(2),
+            part_timeout: Duration::from_millis(positive(
+                self.split_part_timeout_ms,
+                "split-part-timeout-ms",
+            )?),
+        })
     }
 }
 

@@ -19,6 +19,7 @@ use super::answers::cached_answer;
 use super::fleet::{noise_answer, NoiseOptions};
 use super::grid;
 use super::warnings;
+use crate::cluster::split::queries as split;
 use crate::error::{ApiError, ApiResult};
 use crate::http::request::{
     blocking, max_nodes, window, window_args, Params, ProfileTypeId, Selection, TimeArg,
@@ -100,8 +101,9 @@ async fn group_by(
         .collect();
     cached_answer(&state, &tenant, &[range], key, JSON, || async {
         let (querier, t) = (state.querier()?, tenant.clone());
+        let split = split::of(&state);
         let (acc, warnings) = blocking(move || {
-            let acc = querier.group_by(&t, &sel, range, &q)?;
+            let acc = split::group_by(split.as_deref(), &querier, &t, &sel, range, &q)?;
             let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
             let w = warnings::of_answer(&querier, &t, &sel, range, acc.total, &labels)?;
             Ok((acc, w))
@@ -191,8 +193,10 @@ async fn timeseries(
     let key = raw_query(&uri);
     cached_answer(&state, &tenant, &[range], key, JSON, || async {
         let (g2, t) = (group.clone(), tenant.clone());
+        let split = split::of(&state);
         let (list, warnings) = blocking(move || {
-            let list = querier.time_series(&t, &sel, range, &g2, step, limit)?;
+            let s = split.as_deref();
+            let list = split::time_series(s, &querier, &t, &sel, range, &g2, step, limit)?;
             let total = list.iter().map(|s| s.total()).sum::<i64>();
             let labels: Vec<&str> = g2.iter().map(String::as_str).collect();
             let w = warnings::of_answer(&querier, &t, &sel, range, total, &labels)?;
@@ -317,8 +321,10 @@ async fn diff(State(state): State<AppRef>, headers: HeaderMap, body: Bytes) -> A
     cached_answer(&state, &tenant, &[br, cr], key, JSON, || async {
         let (querier, t) = (state.querier()?, tenant.clone());
         let noise_opts = r.noise.clone();
+        let split = split::of(&state);
         let (d, noise, warnings) = blocking(move || {
-            let d = querier.diff(&t, (&bs, br), (&cs, cr), top, mn)?;
+            let s = split.as_deref();
+            let d = split::diff(s, &querier, &t, (&bs, br), (&cs, cr), top, mn)?;
             let noise = noise_opts
                 .map(|o| noise_answer(&querier, &t, (&bs, br), &o, top, &d.stats))
                 .transpose()?;
@@ -390,7 +396,9 @@ async fn merged(
     range: TimeRange,
 ) -> ApiResult<Merged> {
     let (querier, tenant) = (state.querier()?, tenant.clone());
-    blocking(move || Ok(querier.merge_flamegraph(&tenant, &sel, range)?)).await
+    let split = split::of(state);
+    blocking(move || split::merge_flamegraph(split.as_deref(), &querier, &tenant, &sel, range))
+        .await
 }
 
 /// Resolves a merge request, then answers it through the answer cache with

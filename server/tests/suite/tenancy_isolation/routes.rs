@@ -182,6 +182,7 @@ pub(super) fn every_route(svc: &str, start: i64, end: i64) -> Vec<Call> {
         call("/api/v1/fleet/assignment", M::GET, format!("/api/v1/fleet/assignment?{win}")),
         call("/api/v1/fleet/variance", M::GET, format!("/api/v1/fleet/variance?query={all}&{win}")),
         call("/api/v1/admin/segments", M::GET, "/api/v1/admin/segments".into()),
+        with_json(call("/internal/v1/partial", M::POST, "/internal/v1/partial".into()), json!({})),
         with_json(call("/api/v1/admin/compact", M::POST, "/api/v1/admin/compact".into()), json!({})),
         call("/api/v1/admin/retention", M::GET, "/api/v1/admin/retention?tenant=beta".into()),
         with_json(

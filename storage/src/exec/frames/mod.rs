@@ -198,8 +198,8 @@ impl FrameTree {
     }
 
     /// The child of `parent` named `name`, created when missing (tests build
-    /// trees by name with it).
-    #[cfg(test)]
+    /// trees by name with it, and a querier adds a peer's partial merge, which
+    /// names its frames, with it).
     pub(crate) fn child_named(&mut self, parent: u32, name: &str) -> u32 {
         let id = self.name_strs.intern(name);
         self.child(parent, id)
