@@ -54,25 +54,42 @@ impl From<StorageError> for ApiError {
                 "the write queue is full; retry after a short delay",
             ),
             StorageError::Closed => ApiError::unavailable("the store is shutting down"),
-            // A querier fetching a segment from a store that does not answer:
-            // not now, not a fault of the server.
-            StorageError::Bucket(b) if b.is_unreachable() => {
-                ApiError::unavailable(b.to_string()).with_retry_after(5)
+            // A query's own failures, reached through an engine call that is not
+            // a `Querier` method: mapped as a query's.
+            e @ (StorageError::Timeout | StorageError::TooLarge { .. }) => {
+                QueryError::from(e).into()
             }
-            StorageError::Query(e @ QueryError::Timeout) => ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "deadline_exceeded",
-                e.to_string(),
-            ),
-            StorageError::Query(e @ QueryError::TooLarge { .. }) => ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "query_too_large",
-                e.to_string(),
-            ),
+            StorageError::Bucket(b) if b.is_unreachable() => QueryError::Unavailable(b).into(),
             other => {
                 tracing::error!(error = %other, "storage error");
                 ApiError::internal(other.to_string())
             }
+        }
+    }
+}
+
+/// A query: over its time budget 503, over its memory budget 422, bad input 400,
+/// an object store that does not answer 503, the rest as any storage error.
+impl From<QueryError> for ApiError {
+    fn from(e: QueryError) -> Self {
+        match e {
+            e @ QueryError::Timeout => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "deadline_exceeded",
+                e.to_string(),
+            ),
+            e @ QueryError::TooLarge { .. } => ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "query_too_large",
+                e.to_string(),
+            ),
+            QueryError::Invalid(m) => ApiError::bad_request(m),
+            // A querier fetching a segment from a store that does not answer:
+            // not now, not a fault of the server.
+            QueryError::Unavailable(b) => ApiError::unavailable(b.to_string()).with_retry_after(5),
+            QueryError::Storage(e) => e.into(),
+            // A variant added to the engine's non-exhaustive error: the server's.
+            other => ApiError::internal(other.to_string()),
         }
     }
 }
