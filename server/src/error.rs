@@ -167,7 +167,7 @@ mod tests {
 
     use super::*;
 
-    /// The typed storage errors a query can end with, and the answer each gets.
+    /// The typed errors a query can end with, and the answer each gets.
     #[test]
     fn storage_errors_map_by_variant() {
         let timeout = ApiError::from(StorageError::from(QueryError::Timeout));
@@ -201,6 +201,19 @@ mod tests {
             "{}",
             groups.message
         );
+
+        let part = ApiError::from(QueryError::Invalid("bad part".into()));
+        assert_eq!(
+            (part.status, part.code, part.message.as_str()),
+            (StatusCode::BAD_REQUEST, "invalid_argument", "bad part")
+        );
+        let corrupt = ApiError::from(QueryError::from(StorageError::Corrupt("x".into())));
+        assert_eq!(
+            (corrupt.status, corrupt.code),
+            (StatusCode::INTERNAL_SERVER_ERROR, "internal")
+        );
+        let closed = ApiError::from(QueryError::from(StorageError::Closed));
+        assert_eq!(closed.status, StatusCode::SERVICE_UNAVAILABLE);
 
         let invalid = ApiError::from(StorageError::Invalid("bad matcher".into()));
         assert_eq!(
