@@ -89,7 +89,10 @@ impl From<QueryError> for ApiError {
             QueryError::Unavailable(b) => ApiError::unavailable(b.to_string()).with_retry_after(5),
             QueryError::Storage(e) => e.into(),
             // A variant added to the engine's non-exhaustive error: the server's.
-            other => ApiError::internal(other.to_string()),
+            other => {
+                tracing::error!(error = %other, "query error");
+                ApiError::internal(other.to_string())
+            }
         }
     }
 }
