@@ -422,9 +422,18 @@ pub fn open_cgroup_counter(
     b.build()
 }
 
+/// The kernel refused a system-wide cpu-clock event; the message says what to
+/// change (`perf_event_paranoid`, `CAP_PERFMON`).
+#[derive(Debug, thiserror::Error)]
+#[error("perf_event_open(cpu-clock, cpu 0, all pids): {source}{}", explain(.source))]
+pub struct PerfRefused {
+    #[source]
+    pub source: io::Error,
+}
+
 /// Checks whether this process may sample the whole machine with cpu-clock.
 /// Returns the kernel's refusal otherwise.
-pub fn probe_system_wide() -> Result<(), String> {
+pub fn probe_system_wide() -> Result<(), PerfRefused> {
     let opts = PerfOptions {
         kernel: false,
         pages: 1,
@@ -442,12 +451,7 @@ pub fn probe_system_wide() -> Result<(), String> {
         },
     )
     .map(|_| ())
-    .map_err(|e| {
-        format!(
-            "perf_event_open(cpu-clock, cpu 0, all pids): {e}{}",
-            explain(&e)
-        )
-    })
+    .map_err(|source| PerfRefused { source })
 }
 
 #[cfg(test)]

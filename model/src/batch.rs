@@ -84,20 +84,20 @@ impl Batch {
 
     /// Checks every index and label rule, so the head never sees a dangling reference.
     pub fn validate(&self) -> Result<(), InvalidBatch> {
-        self.check().map_err(InvalidBatch)
-    }
-
-    fn check(&self) -> Result<(), String> {
         let syms = &self.symbols;
         for (i, loc) in syms.locations.iter().enumerate() {
             if let Some(f) = loc.function {
                 if f as usize >= syms.functions.len() {
-                    return Err(format!("location {i} refers to missing function {f}"));
+                    return Err(InvalidBatch(format!(
+                        "location {i} refers to missing function {f}"
+                    )));
                 }
             }
             if let Some(m) = loc.mapping {
                 if m as usize >= syms.mappings.len() {
-                    return Err(format!("location {i} refers to missing mapping {m}"));
+                    return Err(InvalidBatch(format!(
+                        "location {i} refers to missing mapping {m}"
+                    )));
                 }
             }
         }
@@ -105,13 +105,16 @@ impl Batch {
         let nstacks = self.stacks.len() as u32;
         for s in &self.series {
             if s.labels.profile_type().is_none() {
-                return Err(format!(
+                return Err(InvalidBatch(format!(
                     "series {} has no {PROFILE_TYPE_LABEL} label",
                     s.labels
-                ));
+                )));
             }
             if let Some(bad) = s.samples.iter().find(|x| x.stack >= nstacks) {
-                return Err(format!("a sample refers to missing stack {}", bad.stack));
+                return Err(InvalidBatch(format!(
+                    "a sample refers to missing stack {}",
+                    bad.stack
+                )));
             }
         }
         Ok(())

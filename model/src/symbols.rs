@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::batch::InvalidBatch;
+
 /// A function's name or file: immutable UTF-8 that may share the buffer it was
 /// decoded from. Every push repeats its profile's names, and a `String` per name
 /// (an allocation, a copy and a free, each on memory gone cold) was the decoders'
@@ -140,9 +142,11 @@ impl Stacks {
 
     /// Checks that every stack refers to one of `locations` locations and that the
     /// offsets are well formed (they arrive deserialized, from a WAL or a decoder).
-    pub(crate) fn validate(&self, locations: u32) -> Result<(), String> {
+    pub(crate) fn validate(&self, locations: u32) -> Result<(), InvalidBatch> {
         if let Some(bad) = self.locations.iter().find(|&&l| l >= locations) {
-            return Err(format!("a stack refers to missing location {bad}"));
+            return Err(InvalidBatch(format!(
+                "a stack refers to missing location {bad}"
+            )));
         }
         if self.offsets.windows(2).any(|w| w[0] > w[1])
             || self
@@ -150,7 +154,7 @@ impl Stacks {
                 .last()
                 .is_some_and(|&e| e as usize != self.locations.len())
         {
-            return Err("malformed stack offsets".into());
+            return Err(InvalidBatch("malformed stack offsets".into()));
         }
         Ok(())
     }

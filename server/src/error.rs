@@ -54,23 +54,43 @@ impl From<StorageError> for ApiError {
                 "the write queue is full; retry after a short delay",
             ),
             StorageError::Closed => ApiError::unavailable("the store is shutting down"),
-            // A querier fetching a segment from a store that does not answer:
-            // not now, not a fault of the server.
-            StorageError::Bucket(b) if b.is_unreachable() => {
-                ApiError::unavailable(b.to_string()).with_retry_after(5)
+            // A query's own failures, reached through an engine call that is not
+            // a `Querier` method: mapped as a query's.
+            e @ (StorageError::Timeout | StorageError::TooLarge { .. }) => {
+                QueryError::from(e).into()
             }
-            StorageError::Query(e @ QueryError::Timeout) => ApiError::new(
+            StorageError::Bucket(b) if b.is_unreachable() => QueryError::Unavailable(b).into(),
+            other => {
+                tracing::error!(error = %other, "storage error");
+                ApiError::internal(other.to_string())
+            }
+        }
+    }
+}
+
+/// A query: over its time budget 503, over its memory budget 422, bad input 400,
+/// an object store that does not answer 503, the rest as any storage error.
+impl From<QueryError> for ApiError {
+    fn from(e: QueryError) -> Self {
+        match e {
+            e @ QueryError::Timeout => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "deadline_exceeded",
                 e.to_string(),
             ),
-            StorageError::Query(e @ QueryError::TooLarge { .. }) => ApiError::new(
+            e @ QueryError::TooLarge { .. } => ApiError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "query_too_large",
                 e.to_string(),
             ),
+            QueryError::Invalid(m) => ApiError::bad_request(m),
+            // A querier fetching a segment from a store that does not answer:
+            // not now, not a fault of the server.
+            QueryError::Unavailable(b) => ApiError::unavailable(b.to_string()).with_retry_after(5),
+            QueryError::Storage(e) => e.into(),
+            // A variant added to the engine's non-exhaustive error: the server's.
             other => {
-                tracing::error!(error = %other, "storage error");
+                tracing::error!(error = %other, "query error");
                 ApiError::internal(other.to_string())
             }
         }
@@ -150,7 +170,7 @@ mod tests {
 
     use super::*;
 
-    /// The typed storage errors a query can end with, and the answer each gets.
+    /// The typed errors a query can end with, and the answer each gets.
     #[test]
     fn storage_errors_map_by_variant() {
         let timeout = ApiError::from(StorageError::from(QueryError::Timeout));
@@ -184,6 +204,19 @@ mod tests {
             "{}",
             groups.message
         );
+
+        let part = ApiError::from(QueryError::Invalid("bad part".into()));
+        assert_eq!(
+            (part.status, part.code, part.message.as_str()),
+            (StatusCode::BAD_REQUEST, "invalid_argument", "bad part")
+        );
+        let corrupt = ApiError::from(QueryError::from(StorageError::Corrupt("x".into())));
+        assert_eq!(
+            (corrupt.status, corrupt.code),
+            (StatusCode::INTERNAL_SERVER_ERROR, "internal")
+        );
+        let closed = ApiError::from(QueryError::from(StorageError::Closed));
+        assert_eq!(closed.status, StatusCode::SERVICE_UNAVAILABLE);
 
         let invalid = ApiError::from(StorageError::Invalid("bad matcher".into()));
         assert_eq!(

@@ -277,38 +277,36 @@ impl BlockPolicy {
     /// wide blocks that blocks do not divide, and wider blocks that wide blocks do
     /// not divide.
     pub fn validate(&self) -> std::result::Result<(), InvalidConfig> {
-        self.check().map_err(InvalidConfig)
-    }
-
-    fn check(&self) -> std::result::Result<(), String> {
         if self.width_ms < 0
             || self.delay_ms < 0
             || self.part_width_ms < 0
             || self.wide_width_ms < 0
             || self.wider_width_ms < 0
         {
-            return Err("block widths and delay must not be negative".into());
+            return Err(InvalidConfig(
+                "block widths and delay must not be negative".into(),
+            ));
         }
         if self.wide_width_ms > 0 && self.width_ms > 0 && self.wide_width_ms % self.width_ms != 0 {
-            return Err(format!(
+            return Err(InvalidConfig(format!(
                 "the wide block width ({} ms) must be a multiple of the block width ({} ms)",
                 self.wide_width_ms, self.width_ms
-            ));
+            )));
         }
         if self.wider_width_ms > 0
             && self.wide_width_ms > 0
             && self.wider_width_ms % self.wide_width_ms != 0
         {
-            return Err(format!(
+            return Err(InvalidConfig(format!(
                 "the wider block width ({} ms) must be a multiple of the wide block width ({} ms)",
                 self.wider_width_ms, self.wide_width_ms
-            ));
+            )));
         }
         if self.part_width_ms > 0 && self.width_ms > 0 && self.width_ms % self.part_width_ms != 0 {
-            return Err(format!(
+            return Err(InvalidConfig(format!(
                 "the part block width ({} ms) must divide the block width ({} ms)",
                 self.part_width_ms, self.width_ms
-            ));
+            )));
         }
         Ok(())
     }

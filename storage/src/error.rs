@@ -2,7 +2,8 @@
 //!
 //! As redb does, each public operation has its own error, holding what its caller
 //! decides on: [`OpenError`] for [`Store::open`](crate::Store::open),
-//! [`WriteError`] for a write, [`QueryError`] for a query's refusals, and
+//! [`WriteError`] for a write, [`QueryError`] for a query (every public method of
+//! [`Querier`](crate::Querier)), and
 //! `ClusterError` (`cluster/error.rs`) for the cluster roles' passes.
 //! [`StorageError`] is every failure of the engine: what the internals pass up,
 //! and what the per-operation errors convert into (with `?`) for a caller that
@@ -91,9 +92,17 @@ pub enum StorageError {
     /// The object store failed (cluster roles).
     #[error(transparent)]
     Bucket(#[from] crate::bucket::BucketError),
-    /// A query gave up: out of time or over a budget.
-    #[error(transparent)]
-    Query(#[from] QueryError),
+    /// A query ran past its wall-clock budget ([`QueryError::Timeout`]).
+    #[error("{}", QueryError::Timeout)]
+    Timeout,
+    /// A query's result would exceed a memory budget ([`QueryError::TooLarge`]).
+    #[error("{}", too_large_message(*budget, *limit))]
+    TooLarge {
+        /// Which budget.
+        budget: Budget,
+        /// The budget's size (nodes or rows).
+        limit: usize,
+    },
 }
 
 /// Why [`Store::open`](crate::Store::open) failed. The caller decides on the
@@ -192,10 +201,13 @@ impl From<WriteError> for StorageError {
     }
 }
 
-/// Why a query was refused while it ran. Callers map these, not messages:
-/// [`QueryError::Timeout`] is "try later or narrow it" (HTTP 503),
-/// [`QueryError::TooLarge`] is "this query can never fit" (HTTP 422).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// Why a query ([`Querier`](crate::Querier)'s public methods) gave no answer.
+/// Callers map these, not messages: [`QueryError::Timeout`] is "try later or
+/// narrow it" (HTTP 503), [`QueryError::TooLarge`] is "this query can never fit"
+/// (422), [`QueryError::Invalid`] is the caller's input (400),
+/// [`QueryError::Unavailable`] is "the object store does not answer, retry" (503);
+/// the rest, [`QueryError::Storage`], is the server's (500).
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum QueryError {
     /// The query ran past its wall-clock budget.
@@ -209,6 +221,42 @@ pub enum QueryError {
         /// The budget's size (nodes or rows).
         limit: usize,
     },
+    /// The query's input is refused: a partial answer of another querier that
+    /// does not hold together (`NamedTree::check`); the message says what.
+    #[error("invalid input: {0}")]
+    Invalid(String),
+    /// The object store a segment is fetched from does not answer
+    /// ([`BucketError::is_unreachable`](crate::bucket::BucketError::is_unreachable)).
+    #[error(transparent)]
+    Unavailable(crate::bucket::BucketError),
+    /// Reading the data failed: damage on disk
+    /// ([`StorageError::is_corruption`]), I/O, a closing store.
+    #[error(transparent)]
+    Storage(StorageError),
+}
+
+impl From<StorageError> for QueryError {
+    fn from(e: StorageError) -> Self {
+        match e {
+            StorageError::Timeout => QueryError::Timeout,
+            StorageError::TooLarge { budget, limit } => QueryError::TooLarge { budget, limit },
+            StorageError::Invalid(m) => QueryError::Invalid(m),
+            StorageError::Bucket(b) if b.is_unreachable() => QueryError::Unavailable(b),
+            e => QueryError::Storage(e),
+        }
+    }
+}
+
+impl From<QueryError> for StorageError {
+    fn from(e: QueryError) -> Self {
+        match e {
+            QueryError::Timeout => StorageError::Timeout,
+            QueryError::TooLarge { budget, limit } => StorageError::TooLarge { budget, limit },
+            QueryError::Invalid(m) => StorageError::Invalid(m),
+            QueryError::Unavailable(b) => StorageError::Bucket(b),
+            QueryError::Storage(e) => e,
+        }
+    }
 }
 
 /// A memory budget of a query.

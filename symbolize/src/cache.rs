@@ -24,13 +24,19 @@ pub trait Source: Send + Sync {
     /// For logs and errors.
     fn name(&self) -> &str;
     /// The file of `build_id` (normalized), `None` when the source does not have it.
-    fn fetch(&self, build_id: &str) -> Result<Option<Vec<u8>>, String>;
+    fn fetch(&self, build_id: &str) -> Result<Option<Vec<u8>>, SourceError>;
 }
+
+/// A [`Source`]'s or [`Replica`]'s own failure: each kind of source has its own
+/// error ([`FetchError`](crate::debuginfod::FetchError) for debuginfod); the
+/// symbolizer only logs and counts it, and refuses an upload the replica did
+/// not keep ([`UploadError::Replica`]).
+pub type SourceError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Where uploaded and fetched files are also kept (a cluster's bucket), so every
 /// node finds them.
 pub trait Replica: Send + Sync {
-    fn put(&self, build_id: &str, bytes: &[u8]) -> Result<(), String>;
+    fn put(&self, build_id: &str, bytes: &[u8]) -> Result<(), SourceError>;
 }
 
 /// The symbolizer's bounds.
@@ -67,7 +73,7 @@ pub enum UploadError {
     #[error("storing the debug file failed: {0}")]
     Io(#[from] std::io::Error),
     #[error("storing the debug file in the bucket failed: {0}")]
-    Replica(String),
+    Replica(#[source] SourceError),
 }
 
 /// What an accepted upload did.
@@ -420,7 +426,7 @@ impl Shared {
                 Ok(Some(bytes)) => match DebugFile::parse(&bytes, Some(id), &self.cfg.limits, true)
                 {
                     Ok(file) => {
-                        let stored = self.store.write(id, &bytes).map_err(|e| e.to_string());
+                        let stored = self.store.write(id, &bytes).map_err(SourceError::from);
                         let replicated = match &self.replica {
                             Some(r) => r.put(id, &bytes),
                             None => Ok(()),
@@ -475,7 +481,7 @@ mod tests {
         fn name(&self) -> &str {
             "test"
         }
-        fn fetch(&self, _: &str) -> Result<Option<Vec<u8>>, String> {
+        fn fetch(&self, _: &str) -> Result<Option<Vec<u8>>, SourceError> {
             Ok(self.0.lock().take())
         }
     }

@@ -5,6 +5,7 @@
 use std::io::Read;
 use std::time::Duration;
 
+use crate::cache::SourceError;
 use crate::Source;
 
 /// The servers named by `DEBUGINFOD_URLS` (space-separated), empty when unset.
@@ -48,25 +49,29 @@ impl Debuginfod {
         &self.urls
     }
 
-    fn get(&self, url: &str) -> Result<Option<Vec<u8>>, String> {
-        let mut resp = self
-            .agent
-            .get(url)
-            .call()
-            .map_err(|e| format!("{url}: {e}"))?;
+    fn get(&self, url: &str) -> Result<Option<Vec<u8>>, FetchError> {
+        let url = url.to_string();
+        let mut resp = match self.agent.get(&url).call() {
+            Ok(r) => r,
+            Err(source) => return Err(FetchError::Transport { url, source }),
+        };
         match resp.status().as_u16() {
             200 => {}
             404 => return Ok(None),
-            code => return Err(format!("{url} answered HTTP {code}")),
+            status => return Err(FetchError::Status { url, status }),
         }
         let mut out = Vec::new();
-        resp.body_mut()
+        let read = resp
+            .body_mut()
             .as_reader()
             .take(self.max_bytes + 1)
-            .read_to_end(&mut out)
-            .map_err(|e| format!("{url}: {e}"))?;
+            .read_to_end(&mut out);
+        if let Err(source) = read {
+            return Err(FetchError::Read { url, source });
+        }
         if out.len() as u64 > self.max_bytes {
-            return Err(format!("{url}: the file is above {} bytes", self.max_bytes));
+            let max = self.max_bytes;
+            return Err(FetchError::TooLarge { url, max });
         }
         Ok(Some(out))
     }
@@ -77,7 +82,7 @@ impl Source for Debuginfod {
         "debuginfod"
     }
 
-    fn fetch(&self, build_id: &str) -> Result<Option<Vec<u8>>, String> {
+    fn fetch(&self, build_id: &str) -> Result<Option<Vec<u8>>, SourceError> {
         let mut errors = Vec::new();
         for base in &self.urls {
             for kind in ["debuginfo", "executable"] {
@@ -94,9 +99,43 @@ impl Source for Debuginfod {
         if errors.is_empty() {
             Ok(None)
         } else {
-            Err(errors.join("; "))
+            Err(FetchError::Servers(errors).into())
         }
     }
+}
+
+/// Why a debuginfod server gave no file (a 404 is "not there", not an error).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FetchError {
+    /// No answer: connection, TLS, timeout.
+    #[error("{url}: {source}")]
+    Transport {
+        url: String,
+        #[source]
+        source: ureq::Error,
+    },
+    /// An answer other than 200 or 404.
+    #[error("{url} answered HTTP {status}")]
+    Status { url: String, status: u16 },
+    /// The body broke off.
+    #[error("{url}: {source}")]
+    Read {
+        url: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is over the upload limit.
+    #[error("{url}: the file is above {max} bytes")]
+    TooLarge { url: String, max: u64 },
+    /// Every server that failed, each with its own error.
+    #[error("{}", list(.0))]
+    Servers(Vec<FetchError>),
+}
+
+fn list(errors: &[FetchError]) -> String {
+    let all: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    all.join("; ")
 }
 
 #[cfg(test)]

@@ -166,17 +166,36 @@ pub fn webhook_payload(rule: &Rule, n: &Notification, external_url: &str) -> Val
     })
 }
 
-/// POSTs `body` as JSON; any non-2xx answer or transport error is an `Err` with a
-/// short reason.
-pub fn post_json(agent: &ureq::Agent, url: &str, body: &Value) -> Result<(), String> {
+/// Why a notification was not delivered; every kind is retried (with backoff) and
+/// counted as a failed delivery.
+#[derive(Debug, thiserror::Error)]
+pub enum DeliveryError {
+    /// The receiver answered, but not with a 2xx.
+    #[error("{url} answered HTTP {status}")]
+    Refused { url: String, status: u16 },
+    /// No answer: connection, TLS, timeout.
+    #[error("{url}: {source}")]
+    Transport {
+        url: String,
+        #[source]
+        source: ureq::Error,
+    },
+    /// The blocking task that posts panicked or was cancelled.
+    #[error(transparent)]
+    Task(#[from] tokio::task::JoinError),
+}
+
+/// POSTs `body` as JSON; any non-2xx answer or transport error is an `Err`.
+pub fn post_json(agent: &ureq::Agent, url: &str, body: &Value) -> Result<(), DeliveryError> {
+    let url = url.to_string();
     match agent
-        .post(url)
+        .post(&url)
         .header("content-type", "application/json")
         .send(body.to_string())
     {
         Ok(_) => Ok(()),
-        Err(ureq::Error::StatusCode(code)) => Err(format!("{url} answered HTTP {code}")),
-        Err(e) => Err(format!("{url}: {e}")),
+        Err(ureq::Error::StatusCode(status)) => Err(DeliveryError::Refused { url, status }),
+        Err(source) => Err(DeliveryError::Transport { url, source }),
     }
 }
 

@@ -3,7 +3,7 @@
 //! send come out. The scheduler feeds it real time; the tests step simulated time.
 
 use profiledb_storage::analysis::noise::{NoiseModel, Verdict};
-use profiledb_storage::{DiffEntry, DiffStats};
+use profiledb_storage::{DiffEntry, DiffStats, QueryError};
 use rustc_hash::FxHashMap;
 
 use super::rule::{Condition, Ranges, Rule, Watch};
@@ -127,6 +127,18 @@ pub fn check_noise(model: Option<&NoiseModel>, stats: &DiffStats, margin: f64) -
     }
 }
 
+/// Why an evaluation made no measurement (the rule's state is kept, its
+/// `last_error` says why).
+#[derive(Debug, thiserror::Error)]
+pub enum EvalError {
+    /// A query of the rule failed.
+    #[error(transparent)]
+    Query(#[from] QueryError),
+    /// The blocking task that queries panicked or was cancelled.
+    #[error("evaluation task failed: {0}")]
+    Task(tokio::task::JoinError),
+}
+
 /// One evaluation at `now`. `outcome` is the measurement, or why it could not be
 /// made (the state is then kept: a failing query neither fires nor resolves).
 ///
@@ -138,13 +150,13 @@ pub fn step(
     rule: &Rule,
     prev: &RuleState,
     now: i64,
-    outcome: Result<Measurement, String>,
+    outcome: Result<Measurement, EvalError>,
 ) -> (RuleState, Vec<Notification>) {
     let mut s = prev.clone();
     s.last_eval_ms = Some(now);
     let m = match outcome {
         Err(e) => {
-            s.last_error = Some(e);
+            s.last_error = Some(e.to_string());
             return (s, Vec::new());
         }
         Ok(m) => m,
@@ -364,9 +376,12 @@ mod tests {
             Ok(measured(&r, 0, &normal, &hot)),
         );
         assert_eq!((s.state, n.len()), (AlertState::Pending, 0));
-        let (s2, n) = step(&r, &s, MIN, Err("query failed".into()));
+        let (s2, n) = step(&r, &s, MIN, Err(QueryError::Timeout.into()));
         assert_eq!((s2.state, n.len()), (AlertState::Pending, 0));
-        assert_eq!(s2.last_error.as_deref(), Some("query failed"));
+        assert_eq!(
+            s2.last_error.as_deref(),
+            Some("query timed out: narrow the time range or the selector")
+        );
         let (s3, n) = step(&r, &s2, 2 * MIN, Ok(measured(&r, 0, &normal, &normal)));
         assert_eq!((s3.state, n.len()), (AlertState::Inactive, 0));
         assert_eq!(s3.active_at_ms, None);

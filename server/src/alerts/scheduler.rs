@@ -13,7 +13,7 @@ use tokio::sync::Notify;
 use tracing::{error, info, warn};
 
 use super::deliver::{self, backoff_ms, MAX_ATTEMPTS};
-use super::eval::{check_noise, measure, step};
+use super::eval::{check_noise, measure, step, EvalError};
 use super::rule::Rule;
 use super::state::{AlertState, NotificationKind, RuleState, Target};
 use super::{lock, target_index, Alerts};
@@ -98,20 +98,17 @@ async fn evaluate(alerts: &Arc<Alerts>, rule: &Arc<Rule>, state: &Arc<Mutex<Rule
     let outcome = tokio::task::spawn_blocking(move || {
         let base = (ranges.base_start_ms, ranges.base_end_ms);
         let cmp = (ranges.compare_start_ms, ranges.compare_end_ms);
-        let d = a
-            .querier
-            .diff(
-                &r.tenant,
-                (
-                    &r.selector,
-                    profiledb_storage::TimeRange::new(base.0, base.1),
-                ),
-                (&r.selector, profiledb_storage::TimeRange::new(cmp.0, cmp.1)),
-                r.top_k(),
-                // The flame graph is not used; keep it small.
-                16,
-            )
-            .map_err(|e| e.to_string())?;
+        let d = a.querier.diff(
+            &r.tenant,
+            (
+                &r.selector,
+                profiledb_storage::TimeRange::new(base.0, base.1),
+            ),
+            (&r.selector, profiledb_storage::TimeRange::new(cmp.0, cmp.1)),
+            r.top_k(),
+            // The flame graph is not used; keep it small.
+            16,
+        )?;
         let mut m = measure(
             &r,
             ranges,
@@ -122,23 +119,20 @@ async fn evaluate(alerts: &Arc<Alerts>, rule: &Arc<Rule>, state: &Arc<Mutex<Rule
         );
         if let Some(n) = &r.spec.above_noise {
             let base = profiledb_storage::TimeRange::new(base.0, base.1);
-            let model = a
-                .querier
-                .noise_model(
-                    &r.tenant,
-                    &r.selector,
-                    base,
-                    &n.host_label,
-                    r.top_k(),
-                    DEFAULT_SPLITS,
-                )
-                .map_err(|e| e.to_string())?;
+            let model = a.querier.noise_model(
+                &r.tenant,
+                &r.selector,
+                base,
+                &n.host_label,
+                r.top_k(),
+                DEFAULT_SPLITS,
+            )?;
             m.noise = Some(check_noise(model.as_ref(), &d.stats, n.margin));
         }
         Ok(m)
     })
     .await
-    .unwrap_or_else(|e| Err(format!("evaluation task failed: {e}")));
+    .unwrap_or_else(|e| Err(EvalError::Task(e)));
     alerts.metrics.evaluations.fetch_add(1, Ordering::Relaxed);
     if let Err(e) = &outcome {
         alerts
@@ -203,7 +197,7 @@ async fn refresh_alertmanager(
     let agent = alerts.agent.clone();
     let res = tokio::task::spawn_blocking(move || deliver::post_json(&agent, &url, &payload))
         .await
-        .unwrap_or_else(|e| Err(e.to_string()));
+        .unwrap_or_else(|e| Err(e.into()));
     let i = target_index(Target::Alertmanager);
     match res {
         Ok(()) => {
@@ -280,7 +274,7 @@ async fn deliver_due(
         let agent = alerts.agent.clone();
         let res = tokio::task::spawn_blocking(move || deliver::post_json(&agent, &url, &payload))
             .await
-            .unwrap_or_else(|e| Err(e.to_string()));
+            .unwrap_or_else(|e| Err(e.into()));
         let key = n.key();
         {
             let mut s = lock(state);
@@ -303,7 +297,7 @@ async fn deliver_due(
                     alerts.metrics.failed[i].fetch_add(1, Ordering::Relaxed);
                     let o = &mut s.outbox[p];
                     o.attempts += 1;
-                    o.last_error = Some(e.clone());
+                    o.last_error = Some(e.to_string());
                     if o.attempts >= MAX_ATTEMPTS {
                         error!(rule = rule.name(), target = item.target.as_str(), error = %e, "giving up on a notification");
                         alerts.metrics.dropped[i].fetch_add(1, Ordering::Relaxed);

@@ -66,7 +66,7 @@ fn upload_error(e: UploadError) -> ApiError {
             other => bad("invalid_debug_file", other.to_string()),
         },
         UploadError::Io(e) => ApiError::internal(format!("storing the debug file failed: {e}")),
-        UploadError::Replica(e) => ApiError::unavailable(e),
+        UploadError::Replica(e) => ApiError::unavailable(e.to_string()),
         other => ApiError::internal(other.to_string()),
     }
 }

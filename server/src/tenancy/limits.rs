@@ -124,18 +124,29 @@ impl Limits {
 
     /// These limits with some fields replaced (a tenant's `limits:` in the auth
     /// file); an unknown field or a value that is not a count is an error.
-    pub fn with_overrides(&self, overrides: &serde_json::Value) -> Result<Limits, String> {
+    pub fn with_overrides(&self, overrides: &serde_json::Value) -> Result<Limits, InvalidLimits> {
         let serde_json::Value::Object(fields) = overrides else {
-            return Err("limits must be a map of limit names to numbers".into());
+            return Err(InvalidLimits::NotAMap);
         };
-        let mut merged = serde_json::to_value(self).map_err(|e| e.to_string())?;
+        let mut merged = serde_json::to_value(self)?;
         if let serde_json::Value::Object(base) = &mut merged {
             for (k, v) in fields {
                 base.insert(k.clone(), v.clone());
             }
         }
-        serde_json::from_value(merged).map_err(|e| e.to_string())
+        Ok(serde_json::from_value(merged)?)
     }
+}
+
+/// A tenant's `limits:` that do not apply.
+#[derive(Debug, thiserror::Error)]
+pub enum InvalidLimits {
+    /// Not a map at all.
+    #[error("limits must be a map of limit names to numbers")]
+    NotAMap,
+    /// A field no limit has, or a value that is not a count; serde says which.
+    #[error(transparent)]
+    Field(#[from] serde_json::Error),
 }
 
 /// A request refused by one of its tenant's limits.
@@ -184,9 +195,13 @@ mod tests {
         assert_eq!((l.max_active_series, l.max_nodes), (3, 100));
         assert_eq!(l.ingestion_rate_bytes, base.ingestion_rate_bytes);
         let bad = base.with_overrides(&serde_json::json!({"max_series": 3}));
-        assert!(bad.unwrap_err().contains("unknown field `max_series`"));
+        let bad = bad.unwrap_err();
+        assert!(matches!(bad, InvalidLimits::Field(_)), "{bad}");
+        assert!(bad.to_string().contains("unknown field `max_series`"));
         let neg = base.with_overrides(&serde_json::json!({"max_nodes": -1}));
-        assert!(neg.is_err());
+        assert!(matches!(neg, Err(InvalidLimits::Field(_))));
+        let list = base.with_overrides(&serde_json::json!([3]));
+        assert!(matches!(list, Err(InvalidLimits::NotAMap)));
     }
 
     #[test]

@@ -82,11 +82,11 @@ impl Merged {
 
     /// [`Merged::to_tree`] within the query's memory budget: a tree of more nodes
     /// than the engine allows is refused with a query-limit error.
-    pub fn to_tree_checked(&self) -> Result<CallTree> {
+    pub fn to_tree_checked(&self) -> Result<CallTree, QueryError> {
         let tree = self.to_tree();
         let max = self.max_tree_nodes;
         if max > 0 && tree.nodes().len() > max {
-            return Err(QueryError::tree_too_large(max).into());
+            return Err(QueryError::tree_too_large(max));
         }
         Ok(tree)
     }

@@ -7,7 +7,7 @@ use crate::analysis::cpi::{cpi_cells, CpiCell};
 use crate::analysis::hottest::{rank_shared, HotDimension, Hottest};
 use crate::analysis::noise::{fit, per_host, NoiseModel};
 use crate::analysis::variance::{explain, group_variance, Explainer, GroupVariance};
-use crate::error::Result;
+use crate::error::{QueryError, Result};
 use crate::exec::grouping::{GroupByQuery, GroupKey};
 use crate::exec::TimeRange;
 use crate::model::TenantId;
@@ -29,7 +29,7 @@ impl Querier {
         dimension: HotDimension,
         service_label: &str,
         limit: usize,
-    ) -> Result<Hottest> {
+    ) -> Result<Hottest, QueryError> {
         let q = GroupByQuery {
             keys: vec![
                 GroupKey::Label(service_label.to_string()),
@@ -52,7 +52,7 @@ impl Querier {
         host_label: &str,
         k: usize,
         splits: usize,
-    ) -> Result<Option<NoiseModel>> {
+    ) -> Result<Option<NoiseModel>, QueryError> {
         let q = GroupByQuery {
             keys: vec![GroupKey::Label(host_label.to_string()), GroupKey::Function],
             ..GroupByQuery::default()
@@ -73,7 +73,7 @@ impl Querier {
         range: TimeRange,
         keys: &[GroupKey],
         clock_at: Option<usize>,
-    ) -> Result<Vec<CpiCell>> {
+    ) -> Result<Vec<CpiCell>, QueryError> {
         let q = GroupByQuery {
             keys: keys.to_vec(),
             ..GroupByQuery::default()
@@ -94,7 +94,7 @@ impl Querier {
         range: TimeRange,
         group_labels: &[String],
         unit_label: &str,
-    ) -> Result<Vec<GroupVariance>> {
+    ) -> Result<Vec<GroupVariance>, QueryError> {
         let mut keys: Vec<GroupKey> = group_labels.iter().cloned().map(GroupKey::Label).collect();
         keys.push(GroupKey::Label(unit_label.to_string()));
         let q = GroupByQuery {
@@ -117,7 +117,7 @@ impl Querier {
         group: &[String],
         unit_label: &str,
         k: usize,
-    ) -> Result<Vec<Explainer>> {
+    ) -> Result<Vec<Explainer>, QueryError> {
         let narrowed = sel.narrowed_to(group_labels, group);
         let q = GroupByQuery {
             keys: vec![GroupKey::Label(unit_label.to_string()), GroupKey::Function],
@@ -144,7 +144,7 @@ impl Querier {
         group: &[String],
         unit_label: &str,
         k: usize,
-    ) -> Result<Vec<LabelEffect>> {
+    ) -> Result<Vec<LabelEffect>, QueryError> {
         let narrowed = sel.narrowed_to(group_labels, group);
         let labels: Vec<String> = self
             .label_names(tenant, &narrowed, range)?

@@ -29,7 +29,7 @@ impl Querier {
         sel: &Selector,
         range: TimeRange,
         q: &GroupByQuery,
-    ) -> Result<GroupAcc> {
+    ) -> Result<GroupAcc, QueryError> {
         let deadline = self.deadline();
         let mut q = q.clone();
         if q.max_groups == 0 {
@@ -51,6 +51,7 @@ impl Querier {
             },
             |a, b| a.merge(&b),
         )
+        .map_err(QueryError::from)
     }
 
     fn group_scope(

@@ -1,7 +1,7 @@
 //! Line-resolution queries: a profile's stacks of `(function, file, line)` frames
 //! (for pprof exports with lines) and one function's source lines.
 
-use crate::error::Result;
+use crate::error::{QueryError, Result};
 use crate::exec::lines::{lines_into, FunctionLines, LineProfile};
 use crate::exec::scratch::Scratch;
 use crate::exec::TimeRange;
@@ -20,7 +20,7 @@ impl Querier {
         tenant: &TenantId,
         sel: &Selector,
         range: TimeRange,
-    ) -> Result<LineProfile> {
+    ) -> Result<LineProfile, QueryError> {
         let deadline = self.deadline();
         let max = self.limits.max_tree_nodes;
         let symbols = self.store.frames().symbolizer();
@@ -49,7 +49,7 @@ impl Querier {
         sel: &Selector,
         range: TimeRange,
         function: &str,
-    ) -> Result<FunctionLines> {
+    ) -> Result<FunctionLines, QueryError> {
         Ok(self
             .line_profile(tenant, sel, range)?
             .function_lines(function))

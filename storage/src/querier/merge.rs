@@ -48,7 +48,7 @@ impl Querier {
         tenant: &TenantId,
         sel: &Selector,
         range: TimeRange,
-    ) -> Result<Merged> {
+    ) -> Result<Merged, QueryError> {
         let frames = self.store.frames().for_query();
         let m = self.merge_in(tenant, sel, range, &frames)?;
         let skel = self.skeleton(tenant, sel, &frames, &[m.pairs()]);
@@ -62,7 +62,7 @@ impl Querier {
         tenant: &TenantId,
         sel: &Selector,
         range: TimeRange,
-    ) -> Result<CallTree> {
+    ) -> Result<CallTree, QueryError> {
         self.merge_flamegraph(tenant, sel, range)?.to_tree_checked()
     }
 
@@ -74,7 +74,7 @@ impl Querier {
         tenant: &TenantId,
         base: (&Selector, TimeRange),
         compare: (&Selector, TimeRange),
-    ) -> Result<(Merged, Merged)> {
+    ) -> Result<(Merged, Merged), QueryError> {
         let frames = self.store.frames().for_query();
         // The base side runs on the asking thread, which starts at once (a pool
         // thread may first have to be woken). Which side is slower depends on the
@@ -134,9 +134,9 @@ impl Querier {
         compare: (&Selector, TimeRange),
         top: usize,
         max_nodes: usize,
-    ) -> Result<DiffResult> {
+    ) -> Result<DiffResult, QueryError> {
         let (b, c) = self.diff_sides(tenant, base, compare)?;
-        diff_result(b, c, top, max_nodes)
+        Ok(diff_result(b, c, top, max_nodes)?)
     }
 
     /// The merge of `sel` over `range` in frame tree `frames` (one tree for every

@@ -39,7 +39,7 @@ pub use partial::{merge_series, LocalPart, NamedTree, SourceSpan, SplitSide};
 pub use plan::{QueryPlan, ScopePlan};
 pub use second_ask::AskedBefore;
 
-use crate::error::Result;
+use crate::error::{QueryError, Result};
 use crate::exec::timeseries::{SeriesGroups, SeriesPoints};
 use crate::exec::{self, TimeRange};
 use crate::model::{Labels, TenantId, PROFILE_TYPE_LABEL};
@@ -107,10 +107,10 @@ impl Querier {
         tenant: &TenantId,
         sel: &Selector,
         range: TimeRange,
-    ) -> Result<Vec<Labels>> {
-        self.distinct(tenant, range, |o, src| {
+    ) -> Result<Vec<Labels>, QueryError> {
+        Ok(self.distinct(tenant, range, |o, src| {
             exec::series_into(src, sel, range, o)
-        })
+        })?)
     }
 
     /// Label names present on the selected series with data in `range`.
@@ -119,10 +119,10 @@ impl Querier {
         tenant: &TenantId,
         sel: &Selector,
         range: TimeRange,
-    ) -> Result<Vec<String>> {
-        self.distinct(tenant, range, |o, src| {
+    ) -> Result<Vec<String>, QueryError> {
+        Ok(self.distinct(tenant, range, |o, src| {
             exec::label_names_into(src, sel, range, o)
-        })
+        })?)
     }
 
     /// Values of label `name` on the selected series with data in `range`.
@@ -132,14 +132,18 @@ impl Querier {
         name: &str,
         sel: &Selector,
         range: TimeRange,
-    ) -> Result<Vec<String>> {
-        self.distinct(tenant, range, |o, src| {
+    ) -> Result<Vec<String>, QueryError> {
+        Ok(self.distinct(tenant, range, |o, src| {
             exec::label_values_into(src, name, sel, range, o)
-        })
+        })?)
     }
 
     /// Profile type ids with data in `range`.
-    pub fn profile_types(&self, tenant: &TenantId, range: TimeRange) -> Result<Vec<String>> {
+    pub fn profile_types(
+        &self,
+        tenant: &TenantId,
+        range: TimeRange,
+    ) -> Result<Vec<String>, QueryError> {
         self.label_values(tenant, PROFILE_TYPE_LABEL, &Selector::default(), range)
     }
 
@@ -167,7 +171,7 @@ impl Querier {
         tenant: &TenantId,
         sel: &Selector,
         range: TimeRange,
-    ) -> Result<BTreeMap<Labels, BTreeMap<i64, i64>>> {
+    ) -> Result<BTreeMap<Labels, BTreeMap<i64, i64>>, QueryError> {
         let maps =
             self.store
                 .scan_summaries(tenant, range, Scope::All, BTreeMap::new, |o, src| {
@@ -194,7 +198,7 @@ impl Querier {
         group_by: &[String],
         step_ms: i64,
         limit: usize,
-    ) -> Result<Vec<SeriesPoints>> {
+    ) -> Result<Vec<SeriesPoints>, QueryError> {
         let accs = self.store.scan_summaries(
             tenant,
             range,

@@ -148,7 +148,11 @@ pub struct SplitSide<'a> {
 impl Querier {
     /// The sources of `tenant` a query over `range` reads, as the store's scans
     /// choose them.
-    pub fn source_spans(&self, tenant: &TenantId, range: TimeRange) -> Result<Vec<SourceSpan>> {
+    pub fn source_spans(
+        &self,
+        tenant: &TenantId,
+        range: TimeRange,
+    ) -> Result<Vec<SourceSpan>, QueryError> {
         let parts =
             self.store
                 .scan_summaries(tenant, range, Scope::All, Vec::new, |acc, src| {
@@ -176,7 +180,7 @@ impl Querier {
         tenant: &TenantId,
         sel: &Selector,
         range: TimeRange,
-    ) -> Result<NamedTree> {
+    ) -> Result<NamedTree, QueryError> {
         let frames = self.store.frames().for_query();
         let m = self.merge_in(tenant, sel, range, &frames)?;
         let tree = frames.read();
@@ -190,7 +194,7 @@ impl Querier {
         tenant: &TenantId,
         sel: &Selector,
         range: TimeRange,
-    ) -> Result<LocalPart> {
+    ) -> Result<LocalPart, QueryError> {
         let frames = self.store.frames().for_query();
         let m = self.merge_in(tenant, sel, range, &frames)?;
         let pairs = Arc::new(m.pairs().to_vec());
@@ -199,7 +203,11 @@ impl Querier {
 
     /// A split merge put together: what [`Querier::merge_flamegraph`] answers
     /// over the union of the side's sub-ranges.
-    pub fn merge_flamegraph_split(&self, tenant: &TenantId, side: SplitSide<'_>) -> Result<Merged> {
+    pub fn merge_flamegraph_split(
+        &self,
+        tenant: &TenantId,
+        side: SplitSide<'_>,
+    ) -> Result<Merged, QueryError> {
         let frames = self.store.frames().for_query();
         let m = self.side_in(tenant, &side, &frames)?;
         let skel = self.skeleton(tenant, side.selector, &frames, &[m.pairs()]);
@@ -214,13 +222,13 @@ impl Querier {
         compare: SplitSide<'_>,
         top: usize,
         max_nodes: usize,
-    ) -> Result<DiffResult> {
+    ) -> Result<DiffResult, QueryError> {
         let frames = self.store.frames().for_query();
         let b = self.side_in(tenant, &base, &frames)?;
         let c = self.side_in(tenant, &compare, &frames)?;
         let sels = (base.selector, compare.selector);
         let (b, c) = self.with_skeletons(tenant, sels, &frames, b, c);
-        diff_result(b, c, top, max_nodes)
+        Ok(diff_result(b, c, top, max_nodes)?)
     }
 
     /// The local sub-ranges merged here plus the peers' trees added by name.

@@ -7,7 +7,7 @@
 use rustc_hash::FxHashSet;
 
 use super::Querier;
-use crate::error::Result;
+use crate::error::{QueryError, Result};
 use crate::exec::{self, TimeRange};
 use crate::model::TenantId;
 use crate::selector::Selector;
@@ -47,7 +47,12 @@ struct Tally {
 
 impl Querier {
     /// What a query over `sel` and `range` would read (see the module docs).
-    pub fn plan(&self, tenant: &TenantId, sel: &Selector, range: TimeRange) -> Result<QueryPlan> {
+    pub fn plan(
+        &self,
+        tenant: &TenantId,
+        sel: &Selector,
+        range: TimeRange,
+    ) -> Result<QueryPlan, QueryError> {
         let tally = |scope| -> Result<Tally> {
             let parts =
                 self.store

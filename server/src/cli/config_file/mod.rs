@@ -143,7 +143,7 @@ pub struct Setting {
 impl Setting {
     /// Whether the flag takes these values: the command line parsed with only
     /// them, so every value parser (numbers, addresses, enums) has its say.
-    fn check(&self, cli: &Command) -> Result<(), String> {
+    fn check(&self, cli: &Command) -> Result<(), clap::Error> {
         let mut argv = vec!["profiledb".to_string(), "serve".to_string()];
         if self.key.is_switch() {
             if self.values.iter().any(|v| v == "true") {
@@ -156,19 +156,20 @@ impl Setting {
                     .map(|v| format!("{}={v}", self.key.flag())),
             );
         }
-        match cli.clone().try_get_matches_from(argv) {
-            Ok(_) => Ok(()),
-            Err(e) => {
-                let text = e.to_string();
-                let first = text.lines().next().unwrap_or_default();
-                let mut reason = first.trim_start_matches("error: ").to_string();
-                if let Some(ContextValue::Strings(valid)) = e.get(ContextKind::ValidValue) {
-                    reason.push_str(&format!("; one of: {}", valid.join(", ")));
-                }
-                Err(reason)
-            }
-        }
+        cli.clone().try_get_matches_from(argv).map(drop)
     }
+}
+
+/// A refused value's [`Problem`] message: clap's first line, and the values the
+/// flag takes when it names them.
+fn reason(e: &clap::Error) -> String {
+    let text = e.to_string();
+    let first = text.lines().next().unwrap_or_default();
+    let mut reason = first.trim_start_matches("error: ").to_string();
+    if let Some(ContextValue::Strings(valid)) = e.get(ContextKind::ValidValue) {
+        reason.push_str(&format!("; one of: {}", valid.join(", ")));
+    }
+    reason
 }
 
 /// A configuration file read and checked against the command line.
@@ -247,7 +248,7 @@ impl ConfigFile {
                         };
                         match s.check(cli) {
                             Ok(()) => settings.push(s),
-                            Err(e) => problem(path, e),
+                            Err(e) => problem(path, reason(&e)),
                         }
                     }
                     Err(e) => problem(path, e),

@@ -188,7 +188,7 @@ impl Split {
 
     /// Asks the querier at `addr` for one part; every way it can fail is an
     /// error (the caller asks elsewhere).
-    fn ask(&self, addr: SocketAddr, req: &PartRequest) -> Result<PartAnswer, String> {
+    fn ask(&self, addr: SocketAddr, req: &PartRequest) -> Result<PartAnswer, PeerError> {
         let url = format!("http://{addr}{PARTIAL_PATH}");
         let mut rb = self
             .agent
@@ -198,39 +198,38 @@ impl Split {
         if let Some(t) = &self.token {
             rb = rb.header("Authorization", format!("Bearer {t}"));
         }
-        let body = serde_json::to_vec(req).map_err(|e| e.to_string())?;
+        let body = serde_json::to_vec(req).map_err(PeerError::Encode)?;
         let mut resp = rb
             .header("Content-Type", "application/json")
             .send(&body[..])
-            .map_err(|e| e.to_string())?;
+            .map_err(PeerError::Transport)?;
         let status = resp.status();
         if status == ureq::http::StatusCode::MISDIRECTED_REQUEST {
             self.myself.lock().insert(addr);
-            return Err("the address is this querier's own".into());
+            return Err(PeerError::Myself);
         }
         if !status.is_success() {
             let text = resp.body_mut().read_to_string().unwrap_or_default();
-            return Err(format!("answered HTTP {status}: {text:.300}"));
+            return Err(PeerError::Refused { status, text });
         }
         let bytes = resp
             .body_mut()
             .with_config()
             .limit(MAX_PART_ANSWER)
             .read_to_vec()
-            .map_err(|e| format!("unreadable answer: {e}"))?;
-        let reply: PartReply =
-            serde_json::from_slice(&bytes).map_err(|e| format!("unreadable answer: {e}"))?;
+            .map_err(PeerError::Unreadable)?;
+        let reply: PartReply = serde_json::from_slice(&bytes).map_err(PeerError::Undecodable)?;
         if reply.tenant != req.tenant {
-            return Err(format!(
-                "answered for tenant {:?}, asked for {:?}",
-                reply.tenant, req.tenant
-            ));
+            return Err(PeerError::OtherTenant {
+                answered: reply.tenant,
+                asked: req.tenant.clone(),
+            });
         }
         if !req.kind.expects(&reply.answer) {
-            return Err("answered another kind of part".into());
+            return Err(PeerError::OtherKind);
         }
         if let PartAnswer::Merge(t) = &reply.answer {
-            t.check().map_err(|e| e.to_string())?;
+            t.check().map_err(PeerError::BadTree)?;
         }
         Ok(reply.answer)
     }
@@ -273,4 +272,33 @@ impl Split {
             crate::metrics::family(out, name, "counter", help, v.load(Relaxed));
         }
     }
+}
+
+/// Why a peer gave no usable part; the part is then asked of the next peer, or
+/// computed here.
+#[derive(Debug, thiserror::Error)]
+enum PeerError {
+    #[error("cannot encode the request: {0}")]
+    Encode(serde_json::Error),
+    #[error("{0}")]
+    Transport(ureq::Error),
+    /// The address is this querier's own (it answered 421): never asked again.
+    #[error("the address is this querier's own")]
+    Myself,
+    #[error("answered HTTP {status}: {text:.300}")]
+    Refused {
+        status: ureq::http::StatusCode,
+        text: String,
+    },
+    #[error("unreadable answer: {0}")]
+    Unreadable(ureq::Error),
+    #[error("unreadable answer: {0}")]
+    Undecodable(serde_json::Error),
+    #[error("answered for tenant {answered:?}, asked for {asked:?}")]
+    OtherTenant { answered: String, asked: String },
+    #[error("answered another kind of part")]
+    OtherKind,
+    /// A merge tree that does not hold together.
+    #[error("{0}")]
+    BadTree(profiledb_storage::StorageError),
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use profiledb_storage::{
     merge_series, Budget, DiffResult, GroupAcc, GroupByQuery, LocalPart, Merged, NamedTree,
-    Querier, QueryError, Selector, SeriesPoints, SplitSide, StorageError, TenantId, TimeRange,
+    Querier, QueryError, Selector, SeriesPoints, SplitSide, TenantId, TimeRange,
 };
 
 use super::wire::{answer, PartAnswer, PartKind};
@@ -132,10 +132,10 @@ pub fn group_by(
         n => n,
     };
     if limit > 0 && acc.rows.len() > limit {
-        return Err(StorageError::Query(QueryError::TooLarge {
+        return Err(QueryError::TooLarge {
             budget: Budget::Groups,
             limit,
-        })
+        }
         .into());
     }
     Ok(acc)

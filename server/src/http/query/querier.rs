@@ -214,7 +214,7 @@ fn matchers_selectors(matchers: &[String]) -> ConnectResult<Vec<Selector>> {
 /// alternative selection).
 fn union<T: Ord>(
     sels: &[Selector],
-    mut f: impl FnMut(&Selector) -> profiledb_storage::Result<Vec<T>>,
+    mut f: impl FnMut(&Selector) -> Result<Vec<T>, profiledb_storage::QueryError>,
 ) -> ApiResult<Vec<T>> {
     let mut set = BTreeSet::new();
     for s in sels {
